@@ -1,0 +1,69 @@
+/* inventory: the VMs on this host, parsed from Proxmox qemu-server configs and run files. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cpuset.h"
+
+#define INVENTORY_MAX_NUMA 8
+
+/* One `numaN:` line: cpus=<guest ids>,hostnodes=<host node ids>,memory=<MiB>,policy=... */
+struct vm_numa {
+        bool present;
+        struct cpuset *guest_cpus; /* may be NULL when cpus= is absent */
+        struct cpuset *hostnodes;  /* host NUMA node OS ids; NULL when absent */
+        uint64_t memory_mib;       /* 0 when absent */
+        char policy[16];           /* "", "bind", "preferred", "interleave" */
+};
+
+struct vm_config_error {
+        unsigned line; /* 1-based line in the .conf file; 0 = whole file */
+        char *reason;
+};
+
+struct vm {
+        int vmid;
+        char *name;
+        unsigned cores, sockets, vcpus; /* as configured; defaults cores=1 sockets=1, vcpus=0 (= cores*sockets) */
+        uint64_t memory_mib;            /* static memory (the `current=` form is read too); default 512 */
+        uint64_t balloon_mib;           /* 0 when absent */
+        struct cpuset *affinity;        /* NULL when unpinned (floating) */
+        bool numa;
+        struct vm_numa numa_nodes[INVENTORY_MAX_NUMA];
+        char hugepages[16];             /* "", "any", "2", "1024" */
+        char *tags;                     /* ";"-separated as in the file, or NULL */
+        bool template_vm;
+        bool running;
+        int pid;                        /* QEMU pid when running, else 0 */
+        size_t n_errors;
+        struct vm_config_error *errors; /* malformed lines: the VM is still counted with what parsed */
+};
+
+/* The number of vCPUs the VM really runs: vcpus if set, else cores * sockets. */
+unsigned vm_vcpu_count(const struct vm *vm);
+
+/* Parse one config text (pure). Only the part before the first [section] is read. Bad lines are
+ * recorded in vm->errors; the call fails only for ENOMEM. */
+int inventory_parse_config(int vmid, const char *text, struct vm **ret_vm);
+void vm_free(struct vm *vm);
+
+struct inventory {
+        size_t n_vms;
+        struct vm **vms; /* sorted by vmid */
+};
+
+/* Read every <vmid>.conf in config_dir and mark running VMs from run_dir (<vmid>.pid naming a live QEMU
+ * process: argv[0] basename kvm or qemu-system-*, and `-id <vmid>` or `-pidfile <run_dir>/<vmid>.pid`).
+ * A missing directory is an empty inventory. Returns 0 or -ENOMEM / other negative errno. */
+int inventory_load(const char *config_dir, const char *run_dir, struct inventory **ret_inventory);
+void inventory_free(struct inventory *inv);
+const struct vm *inventory_find(const struct inventory *inv, int vmid);
+
+/* Liveness check used by inventory_load and pinning: the QEMU pid of vmid, or a negative errno. */
+int inventory_running_pid(const char *run_dir, int vmid);
+
+json_t *vm_to_json(const struct vm *vm);
+json_t *inventory_to_json(const struct inventory *inv);

@@ -1,0 +1,75 @@
+/* topology: the host's CPU and memory layout (hwloc for structure, sysfs under a root for live counts). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "cpuset.h"
+
+struct topology_hugepages {
+        uint64_t page_kib; /* 2048, 1048576, ... */
+        uint64_t total;    /* pages */
+        uint64_t free;     /* pages */
+};
+
+struct topology_numa_node {
+        int id;                       /* OS index; ids may be sparse (0,1,2,33) */
+        struct cpuset *cpus;          /* online CPUs local to the node; may be empty (memory-only node) */
+        uint64_t memory_bytes;        /* MemTotal of the node (hwloc local_memory) */
+        uint64_t memory_free_bytes;   /* MemFree from <root>/sys/devices/system/node/nodeN/meminfo, or libnuma */
+        int package;                  /* index into topology.packages, or -1 if the node spans packages */
+        size_t n_hugepages;
+        struct topology_hugepages *hugepages; /* sorted by page size */
+};
+
+struct topology_l3 {
+        struct cpuset *cpus;
+        uint64_t size_bytes;
+};
+
+struct topology_core {
+        struct cpuset *cpus; /* the SMT sibling threads of the core */
+        int package;         /* index into topology.packages */
+        int numa_node;       /* index into topology.numa_nodes, or -1 */
+        int l3;              /* index into topology.l3_caches, or -1 */
+};
+
+struct topology_package {
+        int id; /* OS index */
+        char *cpu_model;
+        struct cpuset *cpus;
+};
+
+/* The whole host. Arrays are sorted: packages and numa nodes by OS id, l3 caches and cores by their
+ * first CPU. Every cpus value holds OS indexes. */
+struct topology {
+        char *cpu_model;
+        struct cpuset *cpus;     /* every CPU in the model (online, allowed or not) */
+        struct cpuset *online;   /* <root>/sys/devices/system/cpu/online, intersected with cpus */
+        struct cpuset *isolated; /* <root>/sys/devices/system/cpu/isolated */
+        size_t n_packages, n_numa_nodes, n_l3_caches, n_cores;
+        struct topology_package *packages;
+        struct topology_numa_node *numa_nodes;
+        struct topology_l3 *l3_caches;
+        struct topology_core *cores;
+};
+
+/* Where to read the host from. Exactly one of fsroot / xml_file may be set; neither = this machine. */
+struct topology_source {
+        const char *fsroot;   /* gathered /sys + /proc tree (HWLOC_FSROOT); own sysfs reads go below it too */
+        const char *xml_file; /* hwloc XML export */
+};
+
+/* Load the topology. Returns 0, or a negative errno with a one-line reason in err. */
+int topology_load(const struct topology_source *src, struct topology **ret_topology, char *err, size_t errlen);
+void topology_free(struct topology *t);
+
+/* Re-read the live counts (free memory, hugepages) without touching the structure. */
+int topology_refresh_memory(struct topology *t, const struct topology_source *src);
+
+/* Index of the numa node with OS id `id`, or -1. */
+int topology_numa_index(const struct topology *t, int id);
+
+/* The /v1/topology document (without node/region, which the caller adds). New reference. */
+json_t *topology_to_json(const struct topology *t);

@@ -1,0 +1,178 @@
+/* fileio: whole-file reads, atomic writes (temp, fsync, rename) and checksummed ("sealed") state files. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "fileio.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEAL_PREFIX "#sha256="
+#define SHA256_HEX_LEN 64
+
+static int read_fd(int fd, size_t max_bytes, char **ret_text, size_t *ret_len) {
+        size_t cap = 4096, len = 0;
+        char *buf = malloc(cap);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                if (len + 1 >= cap) {
+                        cap *= 2;
+                        char *grown = realloc(buf, cap);
+                        if (!grown) {
+                                free(buf);
+                                return -ENOMEM;
+                        }
+                        buf = grown;
+                }
+                ssize_t n = read(fd, buf + len, cap - len - 1);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        int r = -errno;
+                        free(buf);
+                        return r;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+                if (len > max_bytes) {
+                        free(buf);
+                        return -EFBIG;
+                }
+        }
+        buf[len] = '\0';
+        *ret_text = buf;
+        if (ret_len)
+                *ret_len = len;
+        return 0;
+}
+
+int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret_len) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = read_fd(fd, max_bytes, ret_text, ret_len);
+        close(fd);
+        return r;
+}
+
+int fileio_read_under(const char *root, const char *path, char **ret_text) {
+        char full[PATH_MAX];
+        bool no_root = !root || !*root || strcmp(root, "/") == 0;
+        int n = snprintf(full, sizeof full, "%s%s", no_root ? "" : root, path);
+        if (n < 0 || (size_t)n >= sizeof full)
+                return -ENAMETOOLONG;
+        char *text;
+        size_t len;
+        int r = fileio_read(full, 1 << 20, &text, &len);
+        if (r < 0)
+                return r;
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+                text[--len] = '\0';
+        *ret_text = text;
+        return 0;
+}
+
+static int write_all(int fd, const void *data, size_t len) {
+        const char *p = data;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+static int fsync_parent_dir(const char *path) {
+        char copy[PATH_MAX];
+        snprintf(copy, sizeof copy, "%s", path);
+        int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        int r = fsync(dfd) < 0 ? -errno : 0;
+        close(dfd);
+        return r;
+}
+
+/* Write data then extra (may be NULL) into a temp file beside path, then rename it into place. */
+static int write_atomic2(const char *path, const void *data, size_t len, const char *extra, mode_t mode) {
+        char tmp[PATH_MAX];
+        int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+        if (n < 0 || (size_t)n >= sizeof tmp)
+                return -ENAMETOOLONG;
+        int fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = fchmod(fd, mode) < 0 ? -errno : 0;
+        if (r == 0)
+                r = write_all(fd, data, len);
+        if (r == 0 && extra)
+                r = write_all(fd, extra, strlen(extra));
+        if (r == 0 && fsync(fd) < 0)
+                r = -errno;
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r == 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0) {
+                unlink(tmp);
+                return r;
+        }
+        return fsync_parent_dir(path);
+}
+
+int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+        return write_atomic2(path, data, len, NULL, mode);
+}
+
+static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]) {
+        unsigned char digest[32];
+        if (gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, digest) < 0)
+                return -EIO;
+        for (int i = 0; i < 32; i++)
+                snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+        return 0;
+}
+
+int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
+        char hex[SHA256_HEX_LEN + 1];
+        int r = sha256_hex(data, len, hex);
+        if (r < 0)
+                return r;
+        char trailer[sizeof SEAL_PREFIX + SHA256_HEX_LEN + 2];
+        snprintf(trailer, sizeof trailer, "%s%s\n", SEAL_PREFIX, hex);
+        return write_atomic2(path, data, len, trailer, mode);
+}
+
+int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {
+        char *text;
+        size_t len;
+        int r = fileio_read(path, max_bytes, &text, &len);
+        if (r < 0)
+                return r;
+        size_t trailer_len = strlen(SEAL_PREFIX) + SHA256_HEX_LEN + 1;
+        char hex[SHA256_HEX_LEN + 1];
+        if (len < trailer_len || strncmp(text + len - trailer_len, SEAL_PREFIX, strlen(SEAL_PREFIX)) != 0 ||
+            text[len - 1] != '\n' || sha256_hex(text, len - trailer_len, hex) < 0 ||
+            strncmp(hex, text + len - trailer_len + strlen(SEAL_PREFIX), SHA256_HEX_LEN) != 0) {
+                free(text);
+                return -EBADMSG;
+        }
+        len -= trailer_len;
+        text[len] = '\0';
+        *ret_data = text;
+        *ret_len = len;
+        return 0;
+}

@@ -1,0 +1,23 @@
+/* fileio: whole-file reads, atomic writes (temp, fsync, rename) and checksummed ("sealed") state files. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Read a whole file (at most max_bytes) into a NUL-terminated buffer. Returns 0, -EFBIG, or -errno. */
+int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret_len);
+
+/* Read "<root>/<path>" (root may be NULL or "/"), trimming a trailing newline. Same errors as fileio_read. */
+int fileio_read_under(const char *root, const char *path, char **ret_text);
+
+/* Replace path atomically: write a temp file in the same directory, fsync it, rename it over path and
+ * fsync the directory. Readers see the old or the new content, never a mix. Returns 0 or -errno. */
+int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Like fileio_write_atomic, but appends a trailer line "#sha256=<hex>\n" over the data. */
+int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Read a sealed file and check its trailer. Returns 0 with the data (trailer removed), -ENOENT when
+ * absent, -EBADMSG when the trailer is missing or the checksum does not match, or -errno. */
+int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);

@@ -1,0 +1,72 @@
+/* jsonutil: small helpers over jansson for strict request parsing and compact output. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "jsonutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_t *jsonutil_cpuset(const struct cpuset *s) {
+        char *list = cpuset_format(s);
+        if (!list)
+                return NULL;
+        json_t *v = json_string(list);
+        free(list);
+        return v;
+}
+
+char *jsonutil_dump(const json_t *v) {
+        return json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+}
+
+static bool key_allowed(const char *key, const char *const *allowed) {
+        for (; *allowed; allowed++)
+                if (strcmp(key, *allowed) == 0)
+                        return true;
+        return false;
+}
+
+int jsonutil_check_keys(const json_t *obj, const char *const *allowed, const char **ret_bad_key) {
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)obj, key, value) {
+                (void)value;
+                if (!key_allowed(key, allowed)) {
+                        *ret_bad_key = key;
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+int jsonutil_get_u64(const json_t *obj, const char *key, uint64_t *ret_value) {
+        json_t *v = json_object_get(obj, key);
+        if (!v)
+                return -ENOENT;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+                return -EINVAL;
+        *ret_value = (uint64_t)json_integer_value(v);
+        return 0;
+}
+
+int jsonutil_get_string(const json_t *obj, const char *key, const char **ret_value) {
+        json_t *v = json_object_get(obj, key);
+        if (!v)
+                return -ENOENT;
+        if (!json_is_string(v))
+                return -EINVAL;
+        *ret_value = json_string_value(v);
+        return 0;
+}
+
+int jsonutil_parse(const char *text, size_t len, json_t **ret_value, char *err, size_t errlen) {
+        json_error_t jerr;
+        json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+        if (!v) {
+                snprintf(err, errlen, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+                return -EINVAL;
+        }
+        *ret_value = v;
+        return 0;
+}
