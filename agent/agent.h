@@ -1,0 +1,38 @@
+/* agent: the agent's whole state (config, topology, settings, inventory, capacity) and how it is (re)built. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+
+#include "agent_config.h"
+#include "capacity.h"
+#include "inventory.h"
+#include "node_settings.h"
+#include "topology.h"
+
+struct agent {
+        struct agent_config cfg;
+        struct topology_source source;
+        struct topology *topology;
+        struct node_settings *settings;
+        struct inventory *inventory;
+        struct capacity *capacity;
+        char *token;          /* API bearer token; NULL for one-shot commands */
+        /* Cached response bodies, rebuilt when the state they show changes. */
+        char *topology_json, *capacity_json, *vms_json;
+};
+
+/* Read topology, node settings, inventory, and compute capacity. On failure a one-line reason is in err and
+ * the agent keeps what it had. */
+int agent_load_topology(struct agent *a, char *err, size_t errlen);
+int agent_load_settings(struct agent *a, char *err, size_t errlen);
+/* Re-read the VM inventory and recompute capacity. Returns 1 when anything changed, 0 when not, or -errno. */
+int agent_refresh(struct agent *a);
+/* All three, in order. */
+int agent_load_all(struct agent *a, char *err, size_t errlen);
+void agent_done(struct agent *a);
+
+/* The /v1/topology, /v1/capacity and /v1/vms documents (with node and region). New references. */
+json_t *agent_topology_json(const struct agent *a);
+json_t *agent_capacity_json(const struct agent *a);
+json_t *agent_vms_json(const struct agent *a);

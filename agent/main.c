@@ -1,0 +1,189 @@
+/* main: pvescale-agent's command line (serve, topology, capacity, place, --version). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "auth.h"
+#include "daemon.h"
+#include "jsonutil.h"
+#include "log.h"
+#include "yamlconf.h"
+
+#define EXIT_USAGE 2
+#define MAX_OPTIONS 64
+#define OPT_CONFIG 1000
+#define OPT_VERSION 1001
+#define OPT_HELP 1002
+
+enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS };
+
+static const char *const command_names[] = { "serve", "topology", "capacity", "vms" };
+
+static void usage(FILE *out) {
+        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms] [OPTIONS]\n"
+                     "  serve      run the HTTPS API daemon (default)\n"
+                     "  topology   print the host topology as JSON and exit\n"
+                     "  capacity   print free CPUs and memory as JSON and exit\n"
+                     "  vms        print the VM inventory as JSON and exit\n"
+                     "Options (each also settable in the config file and by environment):\n"
+                     "  --config FILE    YAML config (default " AGENT_CONFIG_DEFAULT_PATH " if present)\n");
+        for (const struct agent_config_key *k = agent_config_keys; k->key; k++) {
+                char flag[64];
+                snprintf(flag, sizeof flag, "%s", k->key);
+                for (char *p = flag; *p; p++)
+                        *p = *p == '_' ? '-' : *p;
+                fprintf(out, "  --%-20s %s [%s]\n", flag, k->help, k->env);
+        }
+        fprintf(out, "  --version        print the version and exit\n");
+}
+
+/* Long options built from the config vocabulary: --pve-config-dir sets pve_config_dir, and so on. */
+static void build_options(struct option *opts, char names[][64]) {
+        size_t i = 0;
+        for (const struct agent_config_key *k = agent_config_keys; k->key && i < MAX_OPTIONS - 4; k++, i++) {
+                snprintf(names[i], 64, "%s", k->key);
+                for (char *p = names[i]; *p; p++)
+                        *p = *p == '_' ? '-' : *p;
+                bool is_flag = strcmp(k->key, "insecure_http") == 0 || strcmp(k->key, "count_stopped_vms") == 0;
+                opts[i] = (struct option){ names[i], is_flag ? optional_argument : required_argument, NULL, (int)i };
+        }
+        opts[i++] = (struct option){ "config", required_argument, NULL, OPT_CONFIG };
+        opts[i++] = (struct option){ "version", no_argument, NULL, OPT_VERSION };
+        opts[i++] = (struct option){ "help", no_argument, NULL, OPT_HELP };
+        opts[i] = (struct option){ 0 };
+}
+
+static int load_config_file(struct agent_config *cfg, const char *path, bool required) {
+        if (!required && access(path, F_OK) < 0)
+                return 0;
+        json_t *doc;
+        char err[512];
+        if (yamlconf_load(path, &doc, err, sizeof err) < 0) {
+                fprintf(stderr, "pvescale-agent: %s\n", err);
+                return -EINVAL;
+        }
+        char inner[512];
+        int r = agent_config_apply_json(cfg, doc, inner, sizeof inner);
+        json_decref(doc);
+        if (r < 0)
+                fprintf(stderr, "pvescale-agent: %s: %s\n", path, inner);
+        return r;
+}
+
+/* Pass 1 only finds --config, --help and --version; pass 2 applies every flag over file and env. */
+static int parse_args(int argc, char **argv, struct agent_config *cfg, enum command *ret_cmd) {
+        struct option opts[MAX_OPTIONS];
+        char names[MAX_OPTIONS][64];
+        build_options(opts, names);
+        const char *config_path = NULL;
+        int c;
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                if (c == OPT_VERSION)
+                        return printf("pvescale-agent %s\n", PVESCALE_VERSION), 1;
+                if (c == OPT_HELP)
+                        return usage(stdout), 1;
+                if (c == OPT_CONFIG)
+                        config_path = optarg;
+                if (c == '?') {
+                        fprintf(stderr, "pvescale-agent: unknown or incomplete option '%s' (see --help)\n",
+                                argv[optind - 1]);
+                        return -EINVAL;
+                }
+        }
+        int r = load_config_file(cfg, config_path ? config_path : AGENT_CONFIG_DEFAULT_PATH, config_path != NULL);
+        char err[512];
+        if (r == 0 && (r = agent_config_apply_env(cfg, err, sizeof err)) < 0)
+                fprintf(stderr, "pvescale-agent: environment: %s\n", err);
+        optind = 0;
+        while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                if (c < 0 || c >= MAX_OPTIONS - 4)
+                        continue;
+                r = agent_config_set(cfg, agent_config_keys[c].key, optarg ? optarg : "true", err, sizeof err);
+                if (r < 0)
+                        fprintf(stderr, "pvescale-agent: --%s\n", err);
+        }
+        if (r < 0)
+                return r;
+        if (optind < argc - 1) {
+                fprintf(stderr, "pvescale-agent: unexpected argument '%s'\n", argv[optind + 1]);
+                return -EINVAL;
+        }
+        *ret_cmd = CMD_SERVE;
+        for (int i = 0; optind < argc && i < 4; i++)
+                if (strcmp(argv[optind], command_names[i]) == 0)
+                        return *ret_cmd = (enum command)i, 0;
+        if (optind < argc) {
+                fprintf(stderr, "pvescale-agent: unknown command '%s' (see --help)\n", argv[optind]);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int print_json(json_t *doc) {
+        if (!doc)
+                return EXIT_FAILURE;
+        json_dumpf(doc, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+        json_decref(doc);
+        return EXIT_SUCCESS;
+}
+
+static int run_one_shot(struct agent *a, enum command cmd) {
+        char err[512];
+        int r = cmd == CMD_TOPOLOGY ? agent_load_topology(a, err, sizeof err) : agent_load_all(a, err, sizeof err);
+        if (r < 0) {
+                fprintf(stderr, "pvescale-agent: %s\n", err);
+                return r == -EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+        }
+        if (cmd == CMD_TOPOLOGY)
+                return print_json(agent_topology_json(a));
+        if (cmd == CMD_CAPACITY)
+                return print_json(agent_capacity_json(a));
+        return print_json(agent_vms_json(a));
+}
+
+static int run_serve(struct agent *a) {
+        char err[512];
+        int r = auth_token_load(a->cfg.token_file, &a->token);
+        if (r < 0) {
+                fprintf(stderr, "pvescale-agent: token file %s: %s\n", a->cfg.token_file,
+                        r == -EPERM ? "must be a regular file readable only by its owner (mode 0600)"
+                                    : strerror(-r));
+                return EXIT_USAGE;
+        }
+        r = agent_load_all(a, err, sizeof err);
+        if (r < 0) {
+                log_error("%s", err);
+                return r == -EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+        }
+        return daemon_run(a) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+        struct agent a = { 0 };
+        enum command cmd;
+        if (agent_config_defaults(&a.cfg) < 0)
+                return EXIT_FAILURE;
+        int r = parse_args(argc, argv, &a.cfg, &cmd);
+        enum log_level level = LOG_LEVEL_INFO;
+        if (r == 0 && log_level_from_string(a.cfg.log_level, &level) < 0) {
+                fprintf(stderr, "pvescale-agent: log_level: expected debug, info or error, got '%s'\n",
+                        a.cfg.log_level);
+                r = -EINVAL;
+        }
+        if (r == 0 && agent_config_resolve_identity(&a.cfg) < 0)
+                r = -ENOMEM;
+        int status = r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+        if (r == 0) {
+                log_setup("pvescale-agent", level, 0);
+                status = cmd == CMD_SERVE ? run_serve(&a) : run_one_shot(&a, cmd);
+        }
+        agent_done(&a);
+        return status;
+}

@@ -1,0 +1,62 @@
+/* http_server: an HTTPS (or, on request, plain HTTP) server on libmicrohttpd, driven by the caller's loop. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct MHD_Connection;
+
+struct http_request {
+        const char *method;
+        const char *path; /* without the query string */
+        const char *body; /* NUL-terminated; "" when there is none */
+        size_t body_len;
+        struct MHD_Connection *connection;
+};
+
+/* The header value (case-insensitive name) or NULL. */
+const char *http_request_header(const struct http_request *req, const char *name);
+/* The query argument value or NULL. */
+const char *http_request_query(const struct http_request *req, const char *key);
+
+struct http_response {
+        unsigned status;
+        char *body;               /* malloc'd, owned by the response; NULL = empty */
+        size_t body_len;
+        const char *content_type; /* static string; default application/json */
+        const char *extra_header_name, *extra_header_value; /* optional, static strings */
+};
+
+/* Set status and a malloc'd copy of body. */
+void http_response_set(struct http_response *resp, unsigned status, const char *content_type, const char *body);
+/* Take ownership of body (malloc'd). */
+void http_response_take(struct http_response *resp, unsigned status, const char *content_type, char *body);
+
+typedef void (*http_handler_fn)(void *userdata, const struct http_request *req, struct http_response *resp);
+
+struct http_server_options {
+        const char *bind_address; /* NULL or "" = all addresses (IPv6 dual stack) */
+        uint16_t port;            /* 0 = pick a free port (see http_server_port) */
+        const char *cert_file, *key_file;
+        bool insecure_http;       /* serve plain HTTP; cert and key are then ignored */
+        size_t max_body_bytes;    /* larger request bodies get 413 */
+        http_handler_fn handler;
+        void *userdata;
+};
+
+struct http_server;
+
+/* Listen. Returns 0, or a negative errno with a one-line reason in err. */
+int http_server_start(const struct http_server_options *opts, struct http_server **ret_server, char *err,
+                      size_t errlen);
+void http_server_free(struct http_server *s);
+
+/* An fd that becomes readable when the server has work; then call http_server_run(). */
+int http_server_fd(const struct http_server *s);
+/* Do all pending work without blocking. Returns 0 or -EIO. */
+int http_server_run(struct http_server *s);
+/* Milliseconds until the server needs http_server_run() again, or -1 for no deadline. */
+int http_server_timeout_ms(const struct http_server *s);
+uint16_t http_server_port(const struct http_server *s);
