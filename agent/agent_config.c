@@ -181,6 +181,12 @@ int agent_config_set(struct agent_config *c, const char *key, const char *value,
         return set_slot(c, s, value, err, errlen);
 }
 
+static const char *kind_name(enum key_kind kind) {
+        static const char *const names[] = { "a string", "true or false", "a non-negative integer",
+                                             "simple or static" };
+        return names[kind];
+}
+
 /* Render a JSON scalar as the string form set_slot parses. */
 static int scalar_text(const json_t *v, char *buf, size_t len) {
         if (json_is_string(v))
@@ -210,7 +216,7 @@ int agent_config_apply_json(struct agent_config *c, const json_t *obj, char *err
                 }
                 if (scalar_text(value, text, sizeof text) < 0 ||
                     (s->kind != KIND_STRING && json_is_string(value) && s->kind != KIND_POLICY)) {
-                        snprintf(err, errlen, "%s: wrong type", key);
+                        snprintf(err, errlen, "%s: expected %s", key, kind_name(s->kind));
                         return -EINVAL;
                 }
                 int r = set_slot(c, s, text, err, errlen);
