@@ -33,6 +33,8 @@ struct vm {
         struct cpuset *affinity;        /* NULL when unpinned (floating) */
         bool numa;
         struct vm_numa numa_nodes[INVENTORY_MAX_NUMA];
+        bool numa_valid;                /* numa: 1 and numaN entries Proxmox accepts at start: each has memory=,
+                                         * policy= when hostnodes=, and the memories add up to memory */
         char hugepages[16];             /* "", "any", "2", "1024" */
         char *tags;                     /* ";"-separated as in the file, or NULL */
         bool template_vm;
