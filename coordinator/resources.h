@@ -1,0 +1,38 @@
+/* resources: the fixed vector of schedulable Kubernetes resources the coordinator accounts for. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* cpu is in millicores; memory, ephemeral-storage and hugepages in bytes; pods is a count. */
+enum resource_kind {
+        RESOURCE_CPU,
+        RESOURCE_MEMORY,
+        RESOURCE_EPHEMERAL_STORAGE,
+        RESOURCE_PODS,
+        RESOURCE_HUGEPAGES_2MI,
+        RESOURCE_HUGEPAGES_1GI,
+        RESOURCE_COUNT,
+};
+
+struct resources {
+        int64_t v[RESOURCE_COUNT];
+};
+
+/* The Kubernetes name of a resource ("cpu", "hugepages-2Mi", ...), and back (-1 when unknown). */
+const char *resources_name(enum resource_kind kind);
+int resources_kind_from_name(const char *name);
+
+void resources_add(struct resources *acc, const struct resources *x);
+void resources_sub(struct resources *acc, const struct resources *x);
+/* acc[k] = max(acc[k], x[k]) for every k. */
+void resources_max(struct resources *acc, const struct resources *x);
+/* true when a + b <= limit in every resource. */
+bool resources_fit(const struct resources *a, const struct resources *b, const struct resources *limit);
+/* The first resource where a + b > limit, or -1 when it fits. */
+int resources_first_excess(const struct resources *a, const struct resources *b, const struct resources *limit);
+
+/* One resource value as Kubernetes text: "1500m", "4Gi", "110". Returns buf. */
+char *resources_format_value(enum resource_kind kind, int64_t value, char *buf, size_t len);
