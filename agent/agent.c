@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fileio.h"
 #include "jsonutil.h"
@@ -69,47 +70,89 @@ static bool same_json(const json_t *x, const json_t *y) {
         return x && y && json_equal((json_t *)x, (json_t *)y);
 }
 
+int64_t agent_now(void) {
+        return (int64_t)time(NULL);
+}
+
+static int recompute_capacity(struct agent *a) {
+        struct capacity_options opts = { .count_stopped_vms = a->cfg.count_stopped_vms };
+        struct capacity *cap;
+        int r = ledger_effective_capacity(a->ledger, a->topology, a->settings, a->inventory, &opts, &cap);
+        if (r < 0)
+                return r;
+        capacity_free(a->capacity);
+        a->capacity = cap;
+        drop_caches(a);
+        return 0;
+}
+
+int agent_ledger_changed(struct agent *a) {
+        int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
+        if (r < 0) {
+                log_error("cannot save reservations in %s: %s", a->cfg.state_dir, strerror(-r));
+                return r;
+        }
+        return recompute_capacity(a);
+}
+
+int agent_expire(struct agent *a) {
+        unsigned released = ledger_expire(a->ledger, a->inventory, agent_now());
+        if (released == 0)
+                return 0;
+        log_info("released %u reservation(s): TTL expired or VM config removed", released);
+        int r = agent_ledger_changed(a);
+        return r < 0 ? r : (int)released;
+}
+
 int agent_refresh(struct agent *a) {
         struct inventory *inv;
         int r = inventory_load(a->cfg.pve_config_dir, a->cfg.pve_run_dir, &inv);
         if (r < 0)
                 return r;
-        struct capacity_options opts = { .count_stopped_vms = a->cfg.count_stopped_vms };
-        struct capacity *cap;
-        r = capacity_compute(a->topology, a->settings, inv, &opts, &cap);
-        if (r < 0) {
-                inventory_free(inv);
-                return r;
-        }
         json_t *old_vms = a->inventory ? inventory_to_json(a->inventory) : NULL, *new_vms = inventory_to_json(inv);
         bool changed = !same_json(old_vms, new_vms) || !a->capacity;
         json_decref(old_vms);
         json_decref(new_vms);
         inventory_free(a->inventory);
-        capacity_free(a->capacity);
         a->inventory = inv;
-        a->capacity = cap;
-        if (changed || !a->capacity_json)
-                drop_caches(a);
-        return changed;
+        int released = agent_expire(a);
+        if (released < 0)
+                return released;
+        r = released == 0 && changed ? recompute_capacity(a) : 0;
+        return r < 0 ? r : (changed || released > 0);
+}
+
+static int load_ledger(struct agent *a) {
+        char problem[512] = "";
+        struct ledger *l;
+        int r = a->persist ? ledger_load(a->cfg.state_dir, a->topology, agent_now(), &l, problem, sizeof problem)
+                           : (l = ledger_new()) ? 0 : -ENOMEM;
+        if (r < 0)
+                return r;
+        if (r > 0)
+                log_error("reservation state was corrupt and was set aside: %s", problem);
+        ledger_free(a->ledger);
+        a->ledger = l;
+        return 0;
 }
 
 int agent_load_all(struct agent *a, char *err, size_t errlen) {
         int r = agent_load_topology(a, err, errlen);
         if (r >= 0)
                 r = agent_load_settings(a, err, errlen);
-        if (r >= 0) {
-                r = agent_refresh(a);
-                if (r < 0)
-                        snprintf(err, errlen, "cannot read the VM inventory in %s: %s", a->cfg.pve_config_dir,
-                                 strerror(-r));
-        }
+        if (r >= 0 && (r = load_ledger(a)) < 0)
+                snprintf(err, errlen, "cannot load reservations from %s: %s", a->cfg.state_dir, strerror(-r));
+        if (r >= 0 && (r = agent_refresh(a)) < 0)
+                snprintf(err, errlen, "cannot read the VM inventory in %s: %s", a->cfg.pve_config_dir,
+                         strerror(-r));
         return r < 0 ? r : 0;
 }
 
 void agent_done(struct agent *a) {
         drop_caches(a);
         capacity_free(a->capacity);
+        ledger_free(a->ledger);
+        pin_state_done(&a->pins);
         inventory_free(a->inventory);
         node_settings_free(a->settings);
         topology_free(a->topology);

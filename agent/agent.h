@@ -7,7 +7,9 @@
 #include "agent_config.h"
 #include "capacity.h"
 #include "inventory.h"
+#include "ledger.h"
 #include "node_settings.h"
+#include "pin_service.h"
 #include "topology.h"
 
 struct agent {
@@ -16,7 +18,10 @@ struct agent {
         struct topology *topology;
         struct node_settings *settings;
         struct inventory *inventory;
-        struct capacity *capacity;
+        struct capacity *capacity; /* what is left for new placements (reservations charged) */
+        struct ledger *ledger;
+        struct pin_state pins;
+        bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         char *token;          /* API bearer token; NULL for one-shot commands */
         /* Cached response bodies, rebuilt when the state they show changes. */
         char *topology_json, *capacity_json, *vms_json;
@@ -28,8 +33,16 @@ int agent_load_topology(struct agent *a, char *err, size_t errlen);
 int agent_load_settings(struct agent *a, char *err, size_t errlen);
 /* Re-read the VM inventory and recompute capacity. Returns 1 when anything changed, 0 when not, or -errno. */
 int agent_refresh(struct agent *a);
-/* All three, in order. */
+/* All three, in order, plus the reservation ledger from the state dir (a corrupt state file is moved
+ * aside and logged). */
 int agent_load_all(struct agent *a, char *err, size_t errlen);
+/* Recompute capacity after a ledger change, and save the ledger when persist is set. 0 or -errno
+ * (the ledger change is then not durable and the caller must undo it). */
+int agent_ledger_changed(struct agent *a);
+/* Release reservations whose TTL passed; save when any was. Returns how many, or -errno. */
+int agent_expire(struct agent *a);
+/* Unix time now (seconds). */
+int64_t agent_now(void);
 void agent_done(struct agent *a);
 
 /* The /v1/topology, /v1/capacity and /v1/vms documents (with node and region). New references. */

@@ -1,7 +1,10 @@
 /* api: the agent's HTTP routes (auth, JSON errors, dispatch to the agent state). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "api.h"
+#include "api_reservations.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,13 +14,40 @@
 struct route {
         const char *method;
         const char *path;
-        void (*fn)(struct agent *a, const struct http_request *req, struct http_response *resp);
+        api_route_fn fn;
 };
 
 void api_error(struct http_response *resp, unsigned status, const char *error, const char *detail) {
         json_t *body = json_pack("{s:s, s:s}", "error", error, "detail", detail ? detail : "");
         http_response_take(resp, status, "application/json", jsonutil_dump(body));
         json_decref(body);
+}
+
+void api_reply(struct http_response *resp, unsigned status, json_t *doc) {
+        char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(doc);
+        if (!text) {
+                api_error(resp, 500, "internal error", "out of memory");
+                return;
+        }
+        http_response_take(resp, status, "application/json", text);
+}
+
+int api_parse_body(const struct http_request *req, struct http_response *resp, json_t **ret) {
+        char err[256], detail[300];
+        json_t *v;
+        if (jsonutil_parse(req->body, req->body_len, &v, err, sizeof err) < 0) {
+                snprintf(detail, sizeof detail, "body: invalid JSON (%s)", err);
+                api_error(resp, 400, "invalid request", detail);
+                return -EINVAL;
+        }
+        if (!json_is_object(v)) {
+                json_decref(v);
+                api_error(resp, 400, "invalid request", "body: expected a JSON object");
+                return -EINVAL;
+        }
+        *ret = v;
+        return 0;
 }
 
 /* Serve a cached document, building it on first use after a change. */
@@ -57,26 +87,51 @@ static void get_healthz(struct agent *a, const struct http_request *req, struct 
         json_decref(body);
 }
 
-/* "/v1/vms/123" -> 123; -1 when the tail is not a VMID. */
-static int vmid_from_path(const char *path, const char *prefix) {
-        const char *p = path + strlen(prefix);
+static int vm_from_request(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        const char *tail = req->path + strlen("/v1/vms/");
+        char segment[32];
+        snprintf(segment, sizeof segment, "%.*s", (int)strcspn(tail, "/"), tail);
         char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || *end || v < 100 || v > 999999999)
-                return -1;
-        return (int)v;
+        long vmid = strtol(segment, &end, 10);
+        if (end == segment || *end || vmid < 100 || vmid > 999999999) {
+                api_error(resp, 400, "invalid request", "vmid: expected an integer from 100 to 999999999");
+                return -EINVAL;
+        }
+        if (!inventory_find(a->inventory, (int)vmid)) {
+                api_error(resp, 404, "no such VM", segment);
+                return -ENOENT;
+        }
+        return (int)vmid;
 }
 
 static void get_vm(struct agent *a, const struct http_request *req, struct http_response *resp) {
-        int vmid = vmid_from_path(req->path, "/v1/vms/");
-        const struct vm *vm = vmid < 0 ? NULL : inventory_find(a->inventory, vmid);
-        if (!vm) {
-                api_error(resp, 404, "no such VM", req->path + strlen("/v1/vms/"));
+        int vmid = vm_from_request(a, req, resp);
+        if (vmid < 0)
                 return;
-        }
-        json_t *doc = vm_to_json(vm);
-        http_response_take(resp, 200, "application/json", json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER));
-        json_decref(doc);
+        json_t *doc = vm_to_json(inventory_find(a->inventory, vmid));
+        const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
+        json_t *pinning = pin_service_vm_status(a, vmid);
+        json_object_set_new(doc, "reservation", r ? reservation_to_json(r) : json_null());
+        json_object_set_new(doc, "pinning", pinning ? pinning : json_null());
+        api_reply(resp, 200, doc);
+}
+
+static void post_vm_pin(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        int vmid = vm_from_request(a, req, resp);
+        json_t *report = NULL;
+        if (vmid < 0)
+                return;
+        int r = pin_service_pin_now(a, vmid, &report);
+        if (r == -EPERM)
+                api_error(resp, 409, "conflict", "node_policy is simple: the agent does not pin");
+        else if (r == -ENOENT)
+                api_error(resp, 409, "conflict", "the VM is not bound to a placed reservation");
+        else if (r == -ESRCH)
+                api_error(resp, 409, "conflict", "the VM is not running");
+        else if (r < 0)
+                api_error(resp, 500, "pinning failed", strerror(-r));
+        else
+                api_reply(resp, 200, report);
 }
 
 static const struct route routes[] = {
@@ -85,13 +140,30 @@ static const struct route routes[] = {
         { "GET", "/v1/capacity", get_capacity },
         { "GET", "/v1/vms", get_vms },
         { "GET", "/v1/vms/*", get_vm },
+        { "POST", "/v1/vms/*/pin", post_vm_pin },
+        { "POST", "/v1/offers", api_post_offers },
+        { "GET", "/v1/reservations", api_get_reservations },
+        { "POST", "/v1/reservations", api_post_reservation },
+        { "GET", "/v1/reservations/*", api_get_reservation },
+        { "DELETE", "/v1/reservations/*", api_delete_reservation },
+        { "POST", "/v1/reservations/*/bind", api_bind_reservation },
 };
 
+/* Segment-wise match: "*" matches exactly one non-empty path segment. */
 static bool path_matches(const char *pattern, const char *path) {
-        size_t n = strlen(pattern);
-        if (n > 0 && pattern[n - 1] == '*')
-                return strncmp(pattern, path, n - 1) == 0 && path[n - 1] && !strchr(path + n - 1, '/');
-        return strcmp(pattern, path) == 0;
+        while (*pattern && *path) {
+                if (*pattern == '*') {
+                        size_t n = strcspn(path, "/");
+                        if (n == 0)
+                                return false;
+                        pattern++;
+                        path += n;
+                        continue;
+                }
+                if (*pattern++ != *path++)
+                        return false;
+        }
+        return *pattern == '\0' && *path == '\0';
 }
 
 static bool needs_auth(const char *path) {

@@ -19,7 +19,8 @@
 #include "http_server.h"
 #include "log.h"
 
-#define TICK_MS 1000
+#define TICK_MS 500
+#define TICKS_PER_S (1000 / TICK_MS)
 #define MAX_EVENTS 16
 
 enum { SRC_SIGNAL = 1, SRC_INOTIFY, SRC_TIMER, SRC_HTTP };
@@ -54,7 +55,7 @@ static int open_timer(void) {
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (fd < 0)
                 return -errno;
-        struct itimerspec its = { .it_interval = { .tv_sec = TICK_MS / 1000 }, .it_value = { .tv_sec = TICK_MS / 1000 } };
+        struct itimerspec its = { .it_interval = { .tv_nsec = TICK_MS * 1000000L }, .it_value = { .tv_nsec = TICK_MS * 1000000L } };
         if (timerfd_settime(fd, 0, &its, NULL) < 0) {
                 int r = -errno;
                 close(fd);
@@ -120,12 +121,17 @@ static void refresh(struct loop *l) {
                 return;
         }
         if (r > 0) {
+                pin_service_scan(l->agent, false); /* a VM (re)started: pin its new QEMU process */
                 char status[128];
                 snprintf(status, sizeof status, "STATUS=Serving; %zu VMs, %u CPUs free", l->agent->inventory->n_vms,
                          l->agent->capacity->cpus_free);
                 sd_notify(0, status);
                 log_debug("inventory changed: %zu VMs", l->agent->inventory->n_vms);
         }
+}
+
+static bool every(const struct loop *l, unsigned seconds) {
+        return l->ticks % ((seconds ? seconds : 1) * TICKS_PER_S) == 0;
 }
 
 static void handle_tick(struct loop *l) {
@@ -135,11 +141,16 @@ static void handle_tick(struct loop *l) {
         l->ticks++;
         if (l->watchdog)
                 sd_notify(0, "WATCHDOG=1");
-        unsigned every = l->agent->cfg.rescan_interval_s ? l->agent->cfg.rescan_interval_s : 10;
-        if (l->ticks % every == 0) {
+        if (agent_expire(l->agent) < 0)
+                log_error("cannot save the reservations after expiring some");
+        if (every(l, l->agent->cfg.rescan_interval_s)) {
                 watch_dirs(l);
                 l->dirty = true; /* pmxcfs (FUSE) does not report edits made on other nodes */
         }
+        if (every(l, l->agent->cfg.pin_interval_s))
+                pin_service_scan(l->agent, true);
+        else if (l->agent->pins.pending)
+                pin_service_scan(l->agent, false);
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
@@ -223,6 +234,7 @@ int daemon_run(struct agent *a) {
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
         int r = loop_open(&l);
         if (r == 0) {
+                pin_service_scan(a, true);
                 sd_notifyf(0, "READY=1\nSTATUS=Serving; %zu VMs, %u CPUs free\nMAINPID=%d", a->inventory->n_vms,
                            a->capacity->cpus_free, (int)getpid());
                 log_info("ready: node %s, region %s, %zu VMs", a->cfg.node_name, a->cfg.region, a->inventory->n_vms);

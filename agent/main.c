@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "auth.h"
 #include "daemon.h"
 #include "jsonutil.h"
+#include "place_cmd.h"
 #include "log.h"
 #include "yamlconf.h"
 
@@ -20,16 +22,18 @@
 #define OPT_VERSION 1001
 #define OPT_HELP 1002
 
-enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS };
+enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS, CMD_PLACE };
 
-static const char *const command_names[] = { "serve", "topology", "capacity", "vms" };
+static const char *const command_names[] = { "serve", "topology", "capacity", "vms", "place" };
+#define N_COMMANDS (sizeof command_names / sizeof command_names[0])
 
 static void usage(FILE *out) {
-        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms] [OPTIONS]\n"
+        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms|place] [OPTIONS]\n"
                      "  serve      run the HTTPS API daemon (default)\n"
                      "  topology   print the host topology as JSON and exit\n"
                      "  capacity   print free CPUs and memory as JSON and exit\n"
                      "  vms        print the VM inventory as JSON and exit\n"
+                     "  place      dry run: read {\"vcpus\",\"memory_bytes\"} lines on stdin, print placements\n"
                      "Options (each also settable in the config file and by environment):\n"
                      "  --config FILE    YAML config (default " AGENT_CONFIG_DEFAULT_PATH " if present)\n");
         for (const struct agent_config_key *k = agent_config_keys; k->key; k++) {
@@ -115,7 +119,7 @@ static int parse_args(int argc, char **argv, struct agent_config *cfg, enum comm
                 return -EINVAL;
         }
         *ret_cmd = CMD_SERVE;
-        for (int i = 0; optind < argc && i < 4; i++)
+        for (size_t i = 0; optind < argc && i < N_COMMANDS; i++)
                 if (strcmp(argv[optind], command_names[i]) == 0)
                         return *ret_cmd = (enum command)i, 0;
         if (optind < argc) {
@@ -145,6 +149,10 @@ static int run_one_shot(struct agent *a, enum command cmd) {
                 return print_json(agent_topology_json(a));
         if (cmd == CMD_CAPACITY)
                 return print_json(agent_capacity_json(a));
+        if (cmd == CMD_PLACE) {
+                r = place_command_run(a->topology, a->capacity, stdin, stdout);
+                return r < 0 ? EXIT_FAILURE : r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
+        }
         return print_json(agent_vms_json(a));
 }
 
@@ -156,6 +164,11 @@ static int run_serve(struct agent *a) {
                         r == -EPERM ? "must be a regular file readable only by its owner (mode 0600)"
                                     : strerror(-r));
                 return EXIT_USAGE;
+        }
+        a->persist = true;
+        if (mkdir(a->cfg.state_dir, 0700) < 0 && errno != EEXIST) {
+                fprintf(stderr, "pvescale-agent: cannot create state dir %s: %s\n", a->cfg.state_dir, strerror(errno));
+                return EXIT_FAILURE;
         }
         r = agent_load_all(a, err, sizeof err);
         if (r < 0) {

@@ -1,0 +1,269 @@
+/* api_reservations: the agent's mutating routes: offers, reservations (create, list, bind, release). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "api_reservations.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonutil.h"
+#include "log.h"
+#include "pin_service.h"
+
+#define OFFER_MAX_SHAPES 64
+#define OFFER_DEFAULT_MAX_COUNT 256
+#define VMID_MIN 100
+#define VMID_MAX 999999999
+
+static bool pin_policy(const struct agent *a) {
+        return a->cfg.node_policy == NODE_POLICY_STATIC;
+}
+
+/* ---- offers ---- */
+
+static unsigned count_fit(const struct capacity *c, const struct placement_request *shape) {
+        unsigned by_cpu = c->cpus_free / shape->vcpus;
+        uint64_t by_mem = c->memory_free_bytes / shape->memory_bytes;
+        return by_mem < by_cpu ? (unsigned)by_mem : by_cpu;
+}
+
+static json_t *count_offer(const struct capacity *c, const struct placement_request *shape, unsigned max_count) {
+        unsigned n = count_fit(c, shape);
+        return json_pack("{s:i, s:b, s:f, s:n}", "count", n > max_count ? max_count : n, "count_capped",
+                         n > max_count, "score", 0.0, "placement");
+}
+
+static json_t *pinned_offer(const struct agent *a, const struct placement_request *shape, unsigned max_count) {
+        struct placement_offer offer;
+        char reason[256] = "";
+        if (placement_offer(a->topology, a->capacity, shape, max_count, &offer, reason, sizeof reason) < 0)
+                return NULL;
+        json_t *o = placement_offer_to_json(&offer);
+        if (o && offer.count == 0)
+                json_object_set_new(o, "reason", json_string(reason));
+        placement_offer_done(&offer);
+        return o;
+}
+
+static int parse_shape(const json_t *v, size_t i, struct placement_request *shape, char *detail, size_t len) {
+        static const char *const allowed[] = { "vcpus", "memory_bytes", "hugepage_kib", NULL };
+        char reason[256];
+        const char *bad;
+        if (!json_is_object(v))
+                return snprintf(detail, len, "shapes[%zu]: expected an object", i), -EINVAL;
+        if (jsonutil_check_keys(v, allowed, &bad) < 0)
+                return snprintf(detail, len, "shapes[%zu].%s: unknown field", i, bad), -EINVAL;
+        int r = placement_request_from_json(v, shape, reason, sizeof reason);
+        if (r == 0)
+                r = placement_request_check(shape, reason, sizeof reason);
+        if (r < 0)
+                snprintf(detail, len, "shapes[%zu].%s", i, reason);
+        return r;
+}
+
+static int parse_offer_body(const json_t *body, json_t **ret_shapes, unsigned *ret_max, char *detail, size_t len) {
+        static const char *const allowed[] = { "shapes", "max_count", NULL };
+        const char *bad;
+        if (jsonutil_check_keys(body, allowed, &bad) < 0)
+                return snprintf(detail, len, "%s: unknown field", bad), -EINVAL;
+        json_t *shapes = json_object_get(body, "shapes");
+        if (!json_is_array(shapes) || json_array_size(shapes) == 0 || json_array_size(shapes) > OFFER_MAX_SHAPES)
+                return snprintf(detail, len, "shapes: expected an array of 1 to %d shapes", OFFER_MAX_SHAPES), -EINVAL;
+        uint64_t max = OFFER_DEFAULT_MAX_COUNT;
+        int r = jsonutil_get_u64(body, "max_count", &max);
+        if ((r < 0 && r != -ENOENT) || max == 0 || max > 100000)
+                return snprintf(detail, len, "max_count: expected an integer from 1 to 100000"), -EINVAL;
+        *ret_shapes = shapes;
+        *ret_max = (unsigned)max;
+        return 0;
+}
+
+void api_post_offers(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        json_t *body, *shapes;
+        unsigned max_count;
+        char detail[300];
+        if (api_parse_body(req, resp, &body) < 0)
+                return;
+        if (parse_offer_body(body, &shapes, &max_count, detail, sizeof detail) < 0) {
+                api_error(resp, 400, "invalid request", detail);
+                json_decref(body);
+                return;
+        }
+        json_t *offers = json_array();
+        for (size_t i = 0; i < json_array_size(shapes); i++) {
+                struct placement_request shape;
+                if (parse_shape(json_array_get(shapes, i), i, &shape, detail, sizeof detail) < 0) {
+                        api_error(resp, 400, "invalid request", detail);
+                        json_decref(offers);
+                        json_decref(body);
+                        return;
+                }
+                json_t *o = pin_policy(a) ? pinned_offer(a, &shape, max_count) : count_offer(a->capacity, &shape, max_count);
+                json_object_set(o, "shape", json_array_get(shapes, i));
+                json_array_append_new(offers, o);
+        }
+        json_decref(body);
+        api_reply(resp, 200, json_pack("{s:s, s:s, s:s, s:o}", "node", a->cfg.node_name, "region", a->cfg.region,
+                                       "policy", pin_policy(a) ? "static" : "simple", "offers", offers));
+}
+
+/* ---- reservations ---- */
+
+void api_get_reservations(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)req;
+        api_reply(resp, 200, json_pack("{s:s, s:o}", "node", a->cfg.node_name, "reservations",
+                                       ledger_to_json(a->ledger)));
+}
+
+void api_post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        json_t *body;
+        struct reservation_request rr;
+        char reason[300];
+        if (api_parse_body(req, resp, &body) < 0)
+                return;
+        int r = ledger_parse_request(body, &rr, reason, sizeof reason);
+        json_decref(body);
+        if (r < 0) {
+                api_error(resp, 400, "invalid request", reason);
+                return;
+        }
+        struct reservation *res;
+        r = ledger_reserve(a->ledger, a->topology, a->capacity, &rr, pin_policy(a), agent_now(), &res, reason,
+                           sizeof reason);
+        if (r == -ENOSPC) {
+                api_error(resp, 409, "insufficient capacity", reason);
+                return;
+        }
+        if (r < 0) {
+                api_error(resp, 500, "internal error", strerror(-r));
+                return;
+        }
+        char id[LEDGER_ID_LEN + 1];
+        snprintf(id, sizeof id, "%s", res->id);
+        json_t *doc = reservation_to_json(res);
+        if (agent_ledger_changed(a) < 0) {
+                ledger_release(a->ledger, id);
+                agent_ledger_changed(a);
+                json_decref(doc);
+                api_error(resp, 500, "internal error", "the reservation could not be saved; nothing was reserved");
+                return;
+        }
+        char field[64];
+        snprintf(field, sizeof field, "RESERVATION=%s", id);
+        log_info_field(field, "reserved %s for %s", id, rr.owner);
+        api_reply(resp, 201, doc);
+}
+
+/* The {id} segment of /v1/reservations/{id}[/bind], checked for the id format; NULL after a 400 reply. */
+static const char *path_id(const struct http_request *req, struct http_response *resp, char buf[LEDGER_ID_LEN + 1]) {
+        const char *p = req->path + strlen("/v1/reservations/");
+        size_t n = strcspn(p, "/");
+        bool ok = n == LEDGER_ID_LEN - 1 && strncmp(p, "r-", 2) == 0;
+        for (size_t i = 2; ok && i < n; i++)
+                ok = isxdigit((unsigned char)p[i]) && !isupper((unsigned char)p[i]);
+        if (!ok) {
+                api_error(resp, 400, "invalid request", "id: expected a reservation id like r-0123456789abcdef");
+                return NULL;
+        }
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return buf;
+}
+
+void api_get_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        char buf[LEDGER_ID_LEN + 1];
+        const char *id = path_id(req, resp, buf);
+        if (!id)
+                return;
+        const struct reservation *r = ledger_find(a->ledger, id);
+        if (!r) {
+                api_error(resp, 404, "no such reservation", id);
+                return;
+        }
+        api_reply(resp, 200, reservation_to_json(r));
+}
+
+void api_delete_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        char buf[LEDGER_ID_LEN + 1];
+        const char *id = path_id(req, resp, buf);
+        if (!id)
+                return;
+        if (ledger_release(a->ledger, id) < 0) {
+                api_error(resp, 404, "no such reservation", id);
+                return;
+        }
+        if (agent_ledger_changed(a) < 0) {
+                api_error(resp, 500, "internal error", "released in memory but the state file could not be saved");
+                return;
+        }
+        char field[64];
+        snprintf(field, sizeof field, "RESERVATION=%s", id);
+        log_info_field(field, "released %s", id);
+        api_reply(resp, 200, json_pack("{s:s}", "released", id));
+}
+
+static int parse_bind_body(const json_t *body, int *ret_vmid, char *detail, size_t len) {
+        static const char *const allowed[] = { "vmid", NULL };
+        const char *bad;
+        uint64_t vmid;
+        if (jsonutil_check_keys(body, allowed, &bad) < 0)
+                return snprintf(detail, len, "%s: unknown field", bad), -EINVAL;
+        int r = jsonutil_get_u64(body, "vmid", &vmid);
+        if (r < 0 || vmid < VMID_MIN || vmid > VMID_MAX)
+                return snprintf(detail, len, "vmid: expected an integer from %d to %d", VMID_MIN, VMID_MAX), -EINVAL;
+        *ret_vmid = (int)vmid;
+        return 0;
+}
+
+static void bind_reply(struct agent *a, const char *id, int vmid, struct http_response *resp) {
+        struct reservation *r = ledger_find(a->ledger, id);
+        char detail[128];
+        if (!r) {
+                api_error(resp, 404, "no such reservation", id);
+                return;
+        }
+        int prev_vmid = r->vmid;
+        int64_t prev_expiry = r->expires_at;
+        int err = ledger_bind(a->ledger, id, vmid);
+        if (err == -EEXIST) {
+                snprintf(detail, sizeof detail, "reservation %s or VM %d is already bound elsewhere", id, vmid);
+                api_error(resp, 409, "conflict", detail);
+                return;
+        }
+        if (agent_ledger_changed(a) < 0) {
+                r->vmid = prev_vmid;
+                r->expires_at = prev_expiry;
+                agent_ledger_changed(a);
+                api_error(resp, 500, "internal error", "the binding could not be saved; nothing changed");
+                return;
+        }
+        char field[64];
+        snprintf(field, sizeof field, "VMID=%d", vmid);
+        log_info_field(field, "bound %s to VM %d", id, vmid);
+        pin_service_vm_changed(a, vmid);
+        api_reply(resp, 200, reservation_to_json(r));
+}
+
+void api_bind_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        char buf[LEDGER_ID_LEN + 1], detail[128];
+        const char *id = path_id(req, resp, buf);
+        json_t *body;
+        int vmid;
+        if (!id || api_parse_body(req, resp, &body) < 0)
+                return;
+        int r = parse_bind_body(body, &vmid, detail, sizeof detail);
+        json_decref(body);
+        if (r < 0) {
+                api_error(resp, 400, "invalid request", detail);
+                return;
+        }
+        agent_refresh(a); /* the VM config may have been written a moment ago */
+        if (!inventory_find(a->inventory, vmid)) {
+                snprintf(detail, sizeof detail, "VM %d has no config on node %s", vmid, a->cfg.node_name);
+                api_error(resp, 409, "conflict", detail);
+                return;
+        }
+        bind_reply(a, id, vmid, resp);
+}

@@ -1,0 +1,436 @@
+/* ledger: the host's reservations (placements promised to the coordinator), their lifecycle and state file. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "ledger.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "fileio.h"
+#include "jsonutil.h"
+
+#define STATE_VERSION 1
+#define STATE_MAX_BYTES (64u << 20)
+
+struct ledger *ledger_new(void) {
+        return calloc(1, sizeof(struct ledger));
+}
+
+static void reservation_free(struct reservation *r) {
+        if (!r)
+                return;
+        placement_free(r->placement);
+        free(r);
+}
+
+void ledger_free(struct ledger *l) {
+        if (!l)
+                return;
+        for (size_t i = 0; i < l->n; i++)
+                reservation_free(l->items[i]);
+        free(l->items);
+        free(l);
+}
+
+struct reservation *ledger_find(const struct ledger *l, const char *id) {
+        for (size_t i = 0; i < l->n; i++)
+                if (strcmp(l->items[i]->id, id) == 0)
+                        return l->items[i];
+        return NULL;
+}
+
+struct reservation *ledger_find_vmid(const struct ledger *l, int vmid) {
+        for (size_t i = 0; i < l->n; i++)
+                if (vmid > 0 && l->items[i]->vmid == vmid)
+                        return l->items[i];
+        return NULL;
+}
+
+static int reason_fail(char *reason, size_t len, const char *field, const char *what) {
+        snprintf(reason, len, "%s: %s", field, what);
+        return -EINVAL;
+}
+
+static int parse_owner(const json_t *body, struct reservation_request *req, char *reason, size_t len) {
+        const char *owner;
+        int r = jsonutil_get_string(body, "owner", &owner);
+        if (r == -ENOENT)
+                return reason_fail(reason, len, "owner", "required (the NodeClaim or client that holds it)");
+        if (r < 0 || !*owner || strlen(owner) > LEDGER_OWNER_MAX)
+                return reason_fail(reason, len, "owner", "expected a string of 1 to 253 characters");
+        snprintf(req->owner, sizeof req->owner, "%s", owner);
+        return 0;
+}
+
+static int parse_ttl(const json_t *body, struct reservation_request *req, char *reason, size_t len) {
+        uint64_t ttl = LEDGER_DEFAULT_TTL_S;
+        int r = jsonutil_get_u64(body, "ttl_seconds", &ttl);
+        if ((r < 0 && r != -ENOENT) || ttl == 0 || ttl > LEDGER_MAX_TTL_S)
+                return reason_fail(reason, len, "ttl_seconds", "expected an integer from 1 to 86400");
+        req->ttl_seconds = (unsigned)ttl;
+        return 0;
+}
+
+int ledger_parse_request(const json_t *body, struct reservation_request *ret_req, char *reason, size_t reasonlen) {
+        static const char *const allowed[] = { "vcpus", "memory_bytes", "hugepage_kib", "ttl_seconds", "owner", NULL };
+        const char *bad;
+        if (!json_is_object(body))
+                return reason_fail(reason, reasonlen, "body", "expected a JSON object");
+        if (jsonutil_check_keys(body, allowed, &bad) < 0)
+                return reason_fail(reason, reasonlen, bad, "unknown field");
+        struct reservation_request req = { 0 };
+        int r = placement_request_from_json(body, &req.shape, reason, reasonlen);
+        if (r == 0)
+                r = placement_request_check(&req.shape, reason, reasonlen);
+        if (r == 0)
+                r = parse_ttl(body, &req, reason, reasonlen);
+        if (r == 0)
+                r = parse_owner(body, &req, reason, reasonlen);
+        if (r == 0)
+                *ret_req = req;
+        return r;
+}
+
+static int new_id(char id[LEDGER_ID_LEN + 1]) {
+        uint64_t v;
+        if (getrandom(&v, sizeof v, 0) != sizeof v)
+                return -EIO;
+        snprintf(id, LEDGER_ID_LEN + 1, "r-%016llx", (unsigned long long)v);
+        return 0;
+}
+
+static int ledger_append(struct ledger *l, struct reservation *r) {
+        struct reservation **items = realloc(l->items, (l->n + 1) * sizeof *items);
+        if (!items)
+                return -ENOMEM;
+        items[l->n++] = r;
+        l->items = items;
+        return 0;
+}
+
+/* Simple policy: grant by count, as the seed's simple mode does (no CPUs are chosen). */
+static int check_count_fit(const struct capacity *free, const struct placement_request *shape, char *reason,
+                           size_t len) {
+        if (free->cpus_free < shape->vcpus) {
+                snprintf(reason, len, "only %u CPUs free, %u requested", free->cpus_free, shape->vcpus);
+                return -ENOSPC;
+        }
+        if (free->memory_free_bytes < shape->memory_bytes) {
+                snprintf(reason, len, "only %llu MiB memory free, %llu MiB requested",
+                         (unsigned long long)(free->memory_free_bytes >> 20),
+                         (unsigned long long)(shape->memory_bytes >> 20));
+                return -ENOSPC;
+        }
+        return 0;
+}
+
+int ledger_reserve(struct ledger *l, const struct topology *t, const struct capacity *free,
+                   const struct reservation_request *req, bool pin, int64_t now, struct reservation **ret,
+                   char *reason, size_t reasonlen) {
+        struct reservation *r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        int err = pin ? placement_place(t, free, &req->shape, &r->placement, reason, reasonlen)
+                      : check_count_fit(free, &req->shape, reason, reasonlen);
+        if (err == 0)
+                err = new_id(r->id);
+        if (err == 0) {
+                snprintf(r->owner, sizeof r->owner, "%s", req->owner);
+                r->request = req->shape;
+                r->created_at = now;
+                r->expires_at = now + req->ttl_seconds;
+                err = ledger_append(l, r);
+        }
+        if (err < 0) {
+                reservation_free(r);
+                return err;
+        }
+        *ret = r;
+        return 0;
+}
+
+int ledger_bind(struct ledger *l, const char *id, int vmid) {
+        struct reservation *r = ledger_find(l, id);
+        if (!r)
+                return -ENOENT;
+        if (r->vmid == vmid)
+                return 0;
+        struct reservation *holder = ledger_find_vmid(l, vmid);
+        if (r->vmid != 0 || holder)
+                return -EEXIST;
+        r->vmid = vmid;
+        r->expires_at = 0;
+        return 0;
+}
+
+static void ledger_remove_at(struct ledger *l, size_t i) {
+        reservation_free(l->items[i]);
+        memmove(&l->items[i], &l->items[i + 1], (l->n - i - 1) * sizeof *l->items);
+        l->n--;
+}
+
+int ledger_release(struct ledger *l, const char *id) {
+        for (size_t i = 0; i < l->n; i++)
+                if (strcmp(l->items[i]->id, id) == 0) {
+                        ledger_remove_at(l, i);
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+static bool reservation_expired(const struct reservation *r, const struct inventory *inv, int64_t now) {
+        if (r->vmid == 0)
+                return r->expires_at <= now;
+        return inventory_find(inv, r->vmid) == NULL;
+}
+
+unsigned ledger_expire(struct ledger *l, const struct inventory *inv, int64_t now) {
+        unsigned released = 0;
+        for (size_t i = l->n; i > 0; i--)
+                if (reservation_expired(l->items[i - 1], inv, now)) {
+                        ledger_remove_at(l, i - 1);
+                        released++;
+                }
+        return released;
+}
+
+/* Charge a count-only reservation: its vCPUs float, its memory is spread like unbound VM memory. */
+static void charge_count(struct capacity *c, const struct placement_request *shape) {
+        c->floating_vcpus += shape->vcpus;
+        c->cpus_free = c->cpus_free > shape->vcpus ? c->cpus_free - shape->vcpus : 0;
+        uint64_t total = c->memory_free_bytes, mem = shape->memory_bytes;
+        c->memory_used_bytes += mem;
+        c->memory_free_bytes = total > mem ? total - mem : 0;
+        for (size_t i = 0; i < c->n_numa && total > 0; i++) {
+                uint64_t share = (uint64_t)((double)mem * ((double)c->numa[i].memory_free_bytes / (double)total));
+                c->numa[i].memory_free_bytes -= share < c->numa[i].memory_free_bytes ? share
+                                                                                      : c->numa[i].memory_free_bytes;
+        }
+}
+
+/* Bound VMs that Proxmox sees as unpinned are pinned by the agent: give them their reservation's CPUs
+ * for the length of the computation, then restore the inventory exactly. */
+static void swap_bound_affinity(const struct ledger *l, struct inventory *inv, struct cpuset **saved) {
+        for (size_t i = 0; i < inv->n_vms; i++) {
+                struct vm *vm = inv->vms[i];
+                const struct reservation *r = ledger_find_vmid(l, vm->vmid);
+                saved[i] = vm->affinity;
+                if (r && r->placement && !vm->affinity)
+                        vm->affinity = r->placement->cpus;
+        }
+}
+
+static void restore_affinity(struct inventory *inv, struct cpuset **saved) {
+        for (size_t i = 0; i < inv->n_vms; i++)
+                inv->vms[i]->affinity = saved[i];
+}
+
+static int charge_unbound(const struct ledger *l, const struct inventory *inv, struct capacity *c) {
+        for (size_t i = 0; i < l->n; i++) {
+                const struct reservation *r = l->items[i];
+                if (r->vmid && inventory_find(inv, r->vmid))
+                        continue; /* charged through its VM */
+                if (!r->placement) {
+                        charge_count(c, &r->request);
+                        continue;
+                }
+                int err = placement_charge(c, r->placement);
+                if (err < 0)
+                        return err;
+        }
+        return 0;
+}
+
+int ledger_effective_capacity(const struct ledger *l, const struct topology *t, const struct node_settings *s,
+                              struct inventory *inv, const struct capacity_options *opts, struct capacity **ret) {
+        struct cpuset **saved = calloc(inv->n_vms + 1, sizeof *saved);
+        if (!saved)
+                return -ENOMEM;
+        swap_bound_affinity(l, inv, saved);
+        struct capacity *c = NULL;
+        int err = capacity_compute(t, s, inv, opts, &c);
+        restore_affinity(inv, saved);
+        free(saved);
+        if (err == 0)
+                err = charge_unbound(l, inv, c);
+        if (err < 0) {
+                capacity_free(c);
+                return err;
+        }
+        *ret = c;
+        return 0;
+}
+
+json_t *reservation_to_json(const struct reservation *r) {
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(r->id));
+        json_object_set_new(o, "owner", json_string(r->owner));
+        json_object_set_new(o, "state", json_string(r->vmid ? "bound" : "pending"));
+        json_object_set_new(o, "vcpus", json_integer(r->request.vcpus));
+        json_object_set_new(o, "memory_bytes", json_integer((json_int_t)r->request.memory_bytes));
+        if (r->request.hugepage_kib)
+                json_object_set_new(o, "hugepage_kib", json_integer((json_int_t)r->request.hugepage_kib));
+        json_object_set_new(o, "created_at", json_integer(r->created_at));
+        json_object_set_new(o, "expires_at", r->expires_at ? json_integer(r->expires_at) : json_null());
+        json_object_set_new(o, "vmid", r->vmid ? json_integer(r->vmid) : json_null());
+        json_t *p = r->placement ? placement_to_json(r->placement) : NULL;
+        json_object_set_new(o, "cpus", p ? json_incref(json_object_get(p, "cpus")) : json_null());
+        json_object_set_new(o, "vcpu_map", p ? json_incref(json_object_get(p, "vcpu_map")) : json_null());
+        json_object_set_new(o, "numa", p ? json_incref(json_object_get(p, "numa")) : json_array());
+        json_decref(p);
+        return o;
+}
+
+json_t *ledger_to_json(const struct ledger *l) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < l->n; i++)
+                json_array_append_new(arr, reservation_to_json(l->items[i]));
+        return arr;
+}
+
+/* ---- state file ---- */
+
+static json_t *state_entry(const struct reservation *r) {
+        json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:i}", "id", r->id, "owner", r->owner, "vcpus",
+                              (int)r->request.vcpus, "memory_bytes", (json_int_t)r->request.memory_bytes,
+                              "hugepage_kib", (json_int_t)r->request.hugepage_kib, "created_at",
+                              (json_int_t)r->created_at, "expires_at", (json_int_t)r->expires_at, "vmid", r->vmid);
+        if (o)
+                json_object_set_new(o, "placement", r->placement ? placement_to_json(r->placement) : json_null());
+        return o;
+}
+
+int ledger_save(const struct ledger *l, const char *dir) {
+        json_t *items = json_array();
+        for (size_t i = 0; i < l->n; i++)
+                json_array_append_new(items, state_entry(l->items[i]));
+        json_t *doc = json_pack("{s:i, s:o}", "version", STATE_VERSION, "reservations", items);
+        char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+        json_decref(doc);
+        if (!text)
+                return -ENOMEM;
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
+        int r = fileio_write_sealed(path, text, strlen(text), 0600);
+        free(text);
+        return r;
+}
+
+static int entry_int(const json_t *e, const char *key, json_int_t min, json_int_t max, json_int_t *ret) {
+        json_t *v = json_object_get(e, key);
+        if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+                return -EINVAL;
+        *ret = json_integer_value(v);
+        return 0;
+}
+
+static int entry_strings(const json_t *e, struct reservation *r) {
+        const char *id, *owner;
+        if (jsonutil_get_string(e, "id", &id) < 0 || jsonutil_get_string(e, "owner", &owner) < 0 ||
+            strlen(id) != LEDGER_ID_LEN - 1 || strncmp(id, "r-", 2) != 0 || strlen(owner) > LEDGER_OWNER_MAX)
+                return -EINVAL;
+        snprintf(r->id, sizeof r->id, "%s", id);
+        snprintf(r->owner, sizeof r->owner, "%s", owner);
+        return 0;
+}
+
+static int entry_numbers(const json_t *e, struct reservation *r) {
+        json_int_t vcpus, mem, huge, created, expires, vmid;
+        if (entry_int(e, "vcpus", 1, PLACEMENT_MAX_VCPUS, &vcpus) < 0 ||
+            entry_int(e, "memory_bytes", 1, INT64_MAX, &mem) < 0 || entry_int(e, "hugepage_kib", 0, INT64_MAX, &huge) < 0 ||
+            entry_int(e, "created_at", 0, INT64_MAX, &created) < 0 ||
+            entry_int(e, "expires_at", 0, INT64_MAX, &expires) < 0 || entry_int(e, "vmid", 0, 999999999, &vmid) < 0)
+                return -EINVAL;
+        r->request = (struct placement_request){ (unsigned)vcpus, (uint64_t)mem, (uint64_t)huge };
+        r->created_at = created;
+        r->expires_at = expires;
+        r->vmid = (int)vmid;
+        return 0;
+}
+
+static int parse_entry(const struct topology *t, const json_t *e, struct reservation **ret, char *why, size_t len) {
+        struct reservation *r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        int err = entry_strings(e, r) < 0 || entry_numbers(e, r) < 0 ? -EINVAL : 0;
+        if (err < 0)
+                snprintf(why, len, "a reservation has missing or invalid fields");
+        json_t *p = json_object_get(e, "placement");
+        if (err == 0 && p && !json_is_null(p))
+                err = placement_from_json(t, p, &r->placement, why, len);
+        if (err < 0) {
+                reservation_free(r);
+                return err;
+        }
+        *ret = r;
+        return 0;
+}
+
+static int parse_state(const struct topology *t, const char *text, size_t len, struct ledger *l, char *why,
+                       size_t whylen) {
+        json_t *doc;
+        if (jsonutil_parse(text, len, &doc, why, whylen) < 0)
+                return -EINVAL;
+        json_t *items = json_object_get(doc, "reservations");
+        int err = json_integer_value(json_object_get(doc, "version")) == STATE_VERSION && json_is_array(items)
+                          ? 0 : -EINVAL;
+        if (err < 0)
+                snprintf(why, whylen, "not a version %d reservation state", STATE_VERSION);
+        for (size_t i = 0; err == 0 && i < json_array_size(items); i++) {
+                struct reservation *r;
+                err = parse_entry(t, json_array_get(items, i), &r, why, whylen);
+                if (err == 0 && (ledger_find(l, r->id) || (r->vmid && ledger_find_vmid(l, r->vmid)))) {
+                        snprintf(why, whylen, "reservation %s appears twice", r->id);
+                        reservation_free(r);
+                        err = -EINVAL;
+                }
+                if (err == 0 && (err = ledger_append(l, r)) < 0)
+                        reservation_free(r);
+        }
+        json_decref(doc);
+        return err;
+}
+
+static int move_aside(const char *path, int64_t now, char *problem, size_t len, const char *why) {
+        char aside[PATH_MAX + 48];
+        snprintf(aside, sizeof aside, "%s.corrupt-%lld", path, (long long)now);
+        int r = rename(path, aside) < 0 ? -errno : 0;
+        snprintf(problem, len, "%s: %s; moved to %s", path, why, r == 0 ? aside : "(rename failed)");
+        return r;
+}
+
+int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
+                size_t problemlen) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
+        struct ledger *l = ledger_new();
+        if (!l)
+                return -ENOMEM;
+        char *text = NULL, why[256] = "";
+        size_t len = 0;
+        int err = fileio_read_sealed(path, STATE_MAX_BYTES, &text, &len);
+        if (err == -ENOENT) {
+                *ret = l;
+                return 0;
+        }
+        if (err == -EBADMSG)
+                snprintf(why, sizeof why, "checksum mismatch or truncated file");
+        else if (err < 0)
+                snprintf(why, sizeof why, "%s", strerror(-err));
+        else
+                err = parse_state(t, text, len, l, why, sizeof why);
+        free(text);
+        if (err == 0) {
+                *ret = l;
+                return 0;
+        }
+        ledger_free(l);
+        if (err == -ENOMEM || !(l = ledger_new()))
+                return -ENOMEM;
+        move_aside(path, now, problem, problemlen, why);
+        *ret = l;
+        return 1;
+}

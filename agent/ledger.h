@@ -1,0 +1,82 @@
+/* ledger: the host's reservations (placements promised to the coordinator), their lifecycle and state file. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "capacity.h"
+#include "inventory.h"
+#include "placement.h"
+#include "topology.h"
+
+#define LEDGER_ID_LEN 19          /* "r-" + 16 hex digits + NUL */
+#define LEDGER_OWNER_MAX 253
+#define LEDGER_DEFAULT_TTL_S 600
+#define LEDGER_MAX_TTL_S 86400
+#define LEDGER_STATE_FILE "reservations.json"
+
+struct reservation {
+        char id[LEDGER_ID_LEN + 1];
+        char owner[LEDGER_OWNER_MAX + 1];
+        struct placement_request request;
+        struct placement *placement; /* NULL under the simple policy (granted by count) */
+        int64_t created_at;          /* unix seconds */
+        int64_t expires_at;          /* unix seconds; 0 once bound */
+        int vmid;                    /* 0 while unbound */
+};
+
+struct ledger {
+        size_t n;
+        struct reservation **items; /* in creation order */
+};
+
+/* What a reservation request asks for, parsed strictly from JSON (unknown fields, wrong types, zero or
+ * negative sizes: -EINVAL with "field: reason" in reason). */
+struct reservation_request {
+        struct placement_request shape;
+        unsigned ttl_seconds;
+        char owner[LEDGER_OWNER_MAX + 1];
+};
+int ledger_parse_request(const json_t *body, struct reservation_request *ret_req, char *reason, size_t reasonlen);
+
+struct ledger *ledger_new(void);
+void ledger_free(struct ledger *l);
+struct reservation *ledger_find(const struct ledger *l, const char *id);
+struct reservation *ledger_find_vmid(const struct ledger *l, int vmid);
+
+/* Grant a reservation on `free` (the effective capacity, see ledger_effective_capacity). With pin (static
+ * policy) it is a placement from placement_place; without (simple policy) it is granted by count of
+ * free vCPUs and memory. 0 and the new reservation (owned by the ledger) in *ret; -ENOSPC with a reason;
+ * -ENOMEM. */
+int ledger_reserve(struct ledger *l, const struct topology *t, const struct capacity *free,
+                   const struct reservation_request *req, bool pin, int64_t now, struct reservation **ret,
+                   char *reason, size_t reasonlen);
+
+/* Tie a reservation to a VM and drop its TTL. -ENOENT unknown id, -EEXIST when bound to another VM or
+ * another reservation holds the VM. Binding again to the same VM is a no-op (0). */
+int ledger_bind(struct ledger *l, const char *id, int vmid);
+/* Remove a reservation. -ENOENT unknown id. */
+int ledger_release(struct ledger *l, const char *id);
+
+/* Release unbound reservations whose TTL passed, and bound ones whose VM config is gone from inv.
+ * Returns how many were released. */
+unsigned ledger_expire(struct ledger *l, const struct inventory *inv, int64_t now);
+
+/* The capacity left for new placements: inventory and settings as capacity_compute sees them, with VMs
+ * bound to a placed reservation counted as pinned to its CPUs (the agent pins them, Proxmox does not know),
+ * and unbound reservations charged on top. */
+int ledger_effective_capacity(const struct ledger *l, const struct topology *t, const struct node_settings *s,
+                              struct inventory *inv, const struct capacity_options *opts, struct capacity **ret);
+
+json_t *reservation_to_json(const struct reservation *r);
+json_t *ledger_to_json(const struct ledger *l);
+
+/* Persistence under dir/LEDGER_STATE_FILE, a sealed (checksummed) JSON file written atomically.
+ * ledger_load: a missing file is an empty ledger. A corrupt or invalid file is renamed to
+ * "<file>.corrupt-<unix time>" and an empty ledger is returned with 1 and the reason in problem.
+ * 0 = loaded cleanly. */
+int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
+                size_t problemlen);
+int ledger_save(const struct ledger *l, const char *dir);

@@ -1,0 +1,183 @@
+/* pin_service: when to pin: VMs bound to a placed reservation, under the static policy, on every (re)start. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "pin_service.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "log.h"
+#include "pinning.h"
+
+/* The plan for a VM bound to a placed reservation: borrowed from the placement; mem_nodes is owned. */
+static int plan_for(const struct agent *a, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
+        const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
+        const struct vm *vm = inventory_find(a->inventory, vmid);
+        if (!r || !r->placement)
+                return -ENOENT;
+        if (!vm || !vm->running || vm->pid <= 0)
+                return -ESRCH;
+        struct cpuset *nodes = cpuset_new();
+        if (!nodes)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->placement->n_numa; i++)
+                cpuset_set(nodes, (unsigned)r->placement->numa[i].node);
+        *plan = (struct pin_plan){
+                .vmid = vmid,
+                .pid = vm->pid,
+                .n_vcpus = r->placement->n_vcpus,
+                .vcpu_map = r->placement->vcpu_map,
+                .vm_cpus = r->placement->cpus,
+                .mem_nodes = nodes,
+        };
+        *ret_nodes = nodes;
+        return 0;
+}
+
+static struct pin_record *record_for(struct pin_state *s, int vmid) {
+        for (size_t i = 0; i < s->n; i++)
+                if (s->records[i].vmid == vmid)
+                        return &s->records[i];
+        struct pin_record *grown = realloc(s->records, (s->n + 1) * sizeof *grown);
+        if (!grown)
+                return NULL;
+        s->records = grown;
+        s->records[s->n] = (struct pin_record){ .vmid = vmid };
+        return &s->records[s->n++];
+}
+
+static void log_report(int vmid, int r, const struct pin_report *rep) {
+        char field[32];
+        snprintf(field, sizeof field, "VMID=%d", vmid);
+        if (r == 0)
+                log_info_field(field, "pinned VM %d: %u vCPU threads (%s), %u other threads, memory %s", vmid,
+                               rep->vcpus_pinned, rep->vcpus_from_qmp ? "QMP" : "/proc", rep->others_pinned,
+                               pinning_memory_result_to_string(rep->memory));
+        else if (r > 0)
+                log_error_field(field, "pinning VM %d: %u threads failed (first: tid %d, %s)", vmid, rep->n_failures,
+                                rep->failures[0].tid, strerror(-rep->failures[0].error));
+        else
+                log_error_field(field, "cannot pin VM %d: %s", vmid, strerror(-r));
+}
+
+/* Pin one VM. Returns pinning_apply's result; records the pid when everything was pinned. */
+static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        int r = plan_for(a, vmid, &plan, &nodes);
+        if (r < 0)
+                return r;
+        r = pinning_apply(&plan, a->cfg.pve_run_dir, rep);
+        cpuset_free(nodes);
+        bool complete = r == 0 && rep->vcpus_missing == 0;
+        struct pin_record *rec = record_for(&a->pins, vmid);
+        if (complete && rec)
+                rec->pid = plan.pid;
+        if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
+                a->pins.pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
+                return r;
+        }
+        if (complete)
+                a->pins.pins_ok++;
+        else
+                a->pins.pin_failures++;
+        log_report(vmid, r, rep);
+        return r;
+}
+
+static bool wants_pin(const struct agent *a, int vmid) {
+        if (a->cfg.node_policy != NODE_POLICY_STATIC)
+                return false;
+        const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
+        const struct vm *vm = inventory_find(a->inventory, vmid);
+        return r && r->placement && vm && vm->running && vm->pid > 0;
+}
+
+static bool already_pinned(struct agent *a, int vmid) {
+        const struct vm *vm = inventory_find(a->inventory, vmid);
+        for (size_t i = 0; i < a->pins.n; i++)
+                if (a->pins.records[i].vmid == vmid)
+                        return vm && a->pins.records[i].pid == vm->pid;
+        return false;
+}
+
+void pin_service_vm_changed(struct agent *a, int vmid) {
+        struct pin_report rep;
+        if (wants_pin(a, vmid) && !already_pinned(a, vmid))
+                pin_vm(a, vmid, &rep);
+}
+
+static unsigned vm_drift(const struct agent *a, int vmid) {
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        json_t *real = NULL;
+        unsigned drift = 0;
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+                pinning_drift(&plan, real, &drift);
+        json_decref(real);
+        cpuset_free(nodes);
+        return drift;
+}
+
+static void forget_gone(struct agent *a) {
+        size_t kept = 0;
+        for (size_t i = 0; i < a->pins.n; i++)
+                if (ledger_find_vmid(a->ledger, a->pins.records[i].vmid))
+                        a->pins.records[kept++] = a->pins.records[i];
+        a->pins.n = kept;
+}
+
+void pin_service_scan(struct agent *a, bool repair) {
+        a->pins.pending = false;
+        forget_gone(a);
+        for (size_t i = 0; i < a->ledger->n; i++) {
+                int vmid = a->ledger->items[i]->vmid;
+                struct pin_report rep;
+                if (!vmid || !wants_pin(a, vmid))
+                        continue;
+                if (!already_pinned(a, vmid) || (repair && vm_drift(a, vmid) > 0))
+                        pin_vm(a, vmid, &rep);
+        }
+}
+
+int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report) {
+        if (a->cfg.node_policy != NODE_POLICY_STATIC)
+                return -EPERM;
+        struct pin_report rep;
+        int r = pin_vm(a, vmid, &rep);
+        if (r < 0)
+                return r;
+        *ret_report = pinning_report_to_json(&rep);
+        return *ret_report ? 0 : -ENOMEM;
+}
+
+json_t *pin_service_vm_status(const struct agent *a, int vmid) {
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        json_t *real = NULL, *status = NULL;
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+                pinning_status(&plan, real, &status);
+        json_decref(real);
+        cpuset_free(nodes);
+        return status;
+}
+
+void pin_service_totals(const struct agent *a, unsigned *ret_pinned_vms, unsigned *ret_drift) {
+        unsigned pinned = 0, drift = 0;
+        for (size_t i = 0; i < a->ledger->n; i++) {
+                int vmid = a->ledger->items[i]->vmid;
+                if (!vmid || !wants_pin(a, vmid))
+                        continue;
+                pinned++;
+                drift += vm_drift(a, vmid);
+        }
+        *ret_pinned_vms = pinned;
+        *ret_drift = drift;
+}
+
+void pin_state_done(struct pin_state *s) {
+        free(s->records);
+        memset(s, 0, sizeof *s);
+}

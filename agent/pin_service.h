@@ -1,0 +1,42 @@
+/* pin_service: when to pin: VMs bound to a placed reservation, under the static policy, on every (re)start. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+
+struct agent;
+
+/* What the service remembers of one VM: the QEMU pid it last pinned fully. */
+struct pin_record {
+        int vmid;
+        int pid;
+};
+
+struct pin_state {
+        size_t n;
+        struct pin_record *records;
+        bool pending;                  /* a VM needs pinning but its threads were not all there yet */
+        unsigned long long pins_ok;    /* pinning_apply runs that pinned everything */
+        unsigned long long pin_failures; /* runs with failed threads or errors */
+};
+
+/* A VM's config, run state or binding changed: pin it now if it is bound, running under a QEMU pid that
+ * was not pinned yet, and the policy is static. */
+void pin_service_vm_changed(struct agent *a, int vmid);
+
+/* Look at every bound VM: pin new QEMU processes (restarts); with repair, also re-pin VMs whose real
+ * affinity drifted from the wanted one. Forget records of VMs that are gone. */
+void pin_service_scan(struct agent *a, bool repair);
+
+/* POST /v1/vms/{vmid}/pin: pin now whatever was pinned before. 0 with a report; -ENOENT not bound to a
+ * placed reservation, -ESRCH not running, -EPERM policy is simple; other negative errno from pinning. */
+int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report);
+
+/* {"wanted", "real", "drift"} for a bound, running VM; NULL otherwise. */
+json_t *pin_service_vm_status(const struct agent *a, int vmid);
+
+/* Total drift (threads whose real affinity differs) over all bound running VMs, and how many are pinned. */
+void pin_service_totals(const struct agent *a, unsigned *ret_pinned_vms, unsigned *ret_drift);
+
+void pin_state_done(struct pin_state *s);

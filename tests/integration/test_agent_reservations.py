@@ -1,0 +1,219 @@
+"""Integration test: reservations over HTTPS: concurrency without double booking, kill -9, corrupt state, TTL,
+bind and release, strict request validation, and offers."""
+# SPDX-License-Identifier: Apache-2.0
+import glob
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import agentlib  # noqa: E402
+
+GIB = 1 << 30
+
+
+def cpulist(text):
+    """Parse a cpulist such as "0-2,5" into a set of ints."""
+    out = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+class Client:
+    def __init__(self, port, ca, token):
+        self.port, self.token = port, token
+        self.ctx = ssl.create_default_context(cafile=ca)
+
+    def request(self, method, path, body=None, token=True):
+        conn = http.client.HTTPSConnection("localhost", self.port, context=self.ctx, timeout=30)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = "Bearer " + self.token
+        data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        return resp.status, (json.loads(text) if text else None)
+
+
+class ReservationTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pvescale-resv-")
+        self.ca, cert, key = agentlib.make_tls(self.tmp)
+        self.token_file, self.token = agentlib.write_token(self.tmp)
+        self.conf_dir = os.path.join(self.tmp, "qemu-server")
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.state_dir = os.path.join(self.tmp, "state")
+        for d in (self.conf_dir, self.run_dir, self.state_dir):
+            os.makedirs(d)
+        self.args = agentlib.topology_args("32intel64-2p8co2t+8ve") + [
+            "--config", os.devnull, "--tls-cert", cert, "--tls-key", key, "--token-file", self.token_file,
+            "--pve-config-dir", self.conf_dir, "--pve-run-dir", self.run_dir, "--state-dir", self.state_dir,
+            "--node-name", "pve1", "--region", "lab", "--node-policy", "static"]
+        self.agent = None
+        self.start()
+
+    def start(self):
+        self.agent = agentlib.Agent(self.args)
+        self.client = Client(self.agent.port, self.ca, self.token)
+
+    def tearDown(self):
+        if self.agent:
+            self.agent.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def reserve(self, vcpus=2, mem=GIB, ttl=600, owner="claim-a"):
+        return self.client.request("POST", "/v1/reservations",
+                                   {"vcpus": vcpus, "memory_bytes": mem, "ttl_seconds": ttl, "owner": owner})
+
+    def test_200_concurrent_requests_never_overlap(self):
+        results, lock = [], threading.Lock()
+
+        def worker(i):
+            status, body = self.reserve(vcpus=1 + i % 2, mem=GIB, owner="claim-%d" % i)
+            with lock:
+                results.append((status, body))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        granted = [b for s, b in results if s == 201]
+        refused = [b for s, b in results if s == 409]
+        self.assertEqual(len(granted) + len(refused), 200, [s for s, _ in results if s not in (201, 409)])
+        seen = set()
+        for r in granted:
+            cpus = cpulist(r["cpus"])
+            self.assertEqual(len(cpus), r["vcpus"])
+            self.assertFalse(cpus & seen, "CPU handed out twice: %s" % (cpus & seen))
+            seen |= cpus
+        self.assertEqual(sum(r["vcpus"] for r in granted), len(seen))
+        self.assertLessEqual(len(seen), 32)
+        self.assertGreaterEqual(len(seen), 31, "the host should fill up before refusing")  # 1- and 2-vCPU mix
+        self.assertTrue(all(b["error"] == "insufficient capacity" for b in refused))
+        status, listing = self.client.request("GET", "/v1/reservations")
+        self.assertEqual(status, 200)
+        self.assertEqual(sorted(r["id"] for r in listing["reservations"]), sorted(r["id"] for r in granted))
+
+    def test_kill_9_keeps_reservations(self):
+        ids = [self.reserve(vcpus=4, owner="claim-%d" % i)[1]["id"] for i in range(3)]
+        status, before = self.client.request("GET", "/v1/reservations")
+        self.agent.stop(signal.SIGKILL)
+        self.start()
+        status, after = self.client.request("GET", "/v1/reservations")
+        self.assertEqual(status, 200)
+        self.assertEqual(after["reservations"], before["reservations"])
+        self.assertEqual([r["id"] for r in after["reservations"]], ids)
+        # The restored reservations still hold their CPUs: the capacity excludes them.
+        status, cap = self.client.request("GET", "/v1/capacity")
+        held = set().union(*(cpulist(r["cpus"]) for r in after["reservations"]))
+        self.assertFalse(held & cpulist(cap["free_cpus"]))
+
+    def test_corrupt_state_is_moved_aside(self):
+        self.reserve()
+        self.agent.stop()
+        path = os.path.join(self.state_dir, "reservations.json")
+        with open(path, "r+b") as f:
+            f.seek(5)
+            f.write(b"#")
+        self.start()
+        status, listing = self.client.request("GET", "/v1/reservations")
+        self.assertEqual(listing["reservations"], [])
+        aside = glob.glob(path + ".corrupt-*")
+        self.assertEqual(len(aside), 1)
+        self.assertTrue(any("corrupt" in line for line in self.agent.lines), "".join(self.agent.lines))
+
+    def test_ttl_expiry(self):
+        status, r = self.reserve(ttl=1)
+        self.assertEqual(status, 201)
+        deadline = time.time() + 6
+        while time.time() < deadline:
+            if self.client.request("GET", "/v1/reservations/" + r["id"])[0] == 404:
+                break
+            time.sleep(0.2)
+        self.assertEqual(self.client.request("GET", "/v1/reservations/" + r["id"])[0], 404)
+
+    def test_bind_and_release(self):
+        status, r = self.reserve()
+        self.assertEqual(status, 201)
+        self.assertIsNotNone(r["expires_at"])
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": 300})
+        self.assertEqual(status, 409, body)  # no such VM on this host yet
+        with open(os.path.join(self.conf_dir, "300.conf"), "w") as f:
+            f.write("name: k8s-a\ncores: 2\nmemory: 1024\n")
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": 300})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["vmid"], 300)
+        self.assertIsNone(body["expires_at"])
+        self.assertEqual(body["state"], "bound")
+        status, other = self.reserve()
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % other["id"], {"vmid": 300})
+        self.assertEqual(status, 409, body)
+        # The bound VM is charged once: its CPUs are the reservation's, it is not also a floating VM.
+        status, cap = self.client.request("GET", "/v1/capacity")
+        self.assertEqual(cap["floating_vcpus"], 0)
+        self.assertFalse(cpulist(r["cpus"]) & cpulist(cap["free_cpus"]))
+        status, body = self.client.request("DELETE", "/v1/reservations/" + other["id"])
+        self.assertEqual(status, 200)
+        self.assertEqual(self.client.request("DELETE", "/v1/reservations/" + other["id"])[0], 404)
+        # Removing the VM config releases its bound reservation.
+        os.unlink(os.path.join(self.conf_dir, "300.conf"))
+        deadline = time.time() + 5
+        while time.time() < deadline and self.client.request("GET", "/v1/reservations/" + r["id"])[0] != 404:
+            time.sleep(0.1)
+        self.assertEqual(self.client.request("GET", "/v1/reservations/" + r["id"])[0], 404)
+
+    def test_bad_requests_name_the_field_and_change_nothing(self):
+        cases = [
+            ({"vcpus": 0, "memory_bytes": GIB, "owner": "x"}, "vcpus"),
+            ({"vcpus": -2, "memory_bytes": GIB, "owner": "x"}, "vcpus"),
+            ({"vcpus": "2", "memory_bytes": GIB, "owner": "x"}, "vcpus"),
+            ({"vcpus": 2, "memory_bytes": 0, "owner": "x"}, "memory_bytes"),
+            ({"vcpus": 2, "memory_bytes": GIB, "owner": "x", "color": "red"}, "color"),
+            ({"vcpus": 2, "memory_bytes": GIB}, "owner"),
+            ({"vcpus": 2, "memory_bytes": GIB, "owner": "x", "ttl_seconds": 0}, "ttl_seconds"),
+            ("{not json", "body"),
+            ([1, 2], "body"),
+        ]
+        for body, field in cases:
+            status, reply = self.client.request("POST", "/v1/reservations", body)
+            self.assertEqual(status, 400, (body, reply))
+            self.assertIn(field, reply["detail"], (body, reply))
+        status, listing = self.client.request("GET", "/v1/reservations")
+        self.assertEqual(listing["reservations"], [])
+        self.assertFalse(os.path.exists(os.path.join(self.state_dir, "reservations.json")))
+        self.assertEqual(self.client.request("GET", "/v1/reservations/nope")[0], 400)
+        status, reply = self.client.request("POST", "/v1/reservations/r-0000000000000000/bind", {"vmid": "x"})
+        self.assertEqual(status, 400)
+        self.assertIn("vmid", reply["detail"])
+        self.assertEqual(self.client.request("POST", "/v1/reservations", {"vcpus": 1}, token=False)[0], 401)
+
+    def test_offers(self):
+        status, body = self.client.request("POST", "/v1/offers", {"shapes": [
+            {"vcpus": 4, "memory_bytes": 4 * GIB}, {"vcpus": 64, "memory_bytes": GIB}]})
+        self.assertEqual(status, 200, body)
+        small, huge = body["offers"]
+        self.assertEqual(small["count"], 8)  # 32 threads / 4
+        self.assertEqual(len(cpulist(small["placement"]["cpus"])), 4)
+        self.assertGreater(small["score"], 0)
+        self.assertEqual(huge["count"], 0)
+        self.assertIsNone(huge["placement"])
+        status, body = self.client.request("POST", "/v1/offers", {"shapes": [{"vcpus": 0, "memory_bytes": 1}]})
+        self.assertEqual(status, 400)
+        self.assertIn("shapes[0]", body["detail"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
