@@ -18,21 +18,32 @@ struct capacity_options {
 struct capacity_numa {
         int id;                      /* host NUMA node OS id */
         struct cpuset *free_cpus;    /* node CPUs not reserved and not pinned */
+        unsigned cpus_free;          /* |free_cpus| - this node's share of the floating vCPUs */
         uint64_t memory_total_bytes;
         uint64_t memory_free_bytes;  /* total - bound VM memory - its share of unbound charges */
 };
 
-/* Rules (docs/agent.md):
- *  free_cpus   = online - reserved - union(affinity of pinned VMs)
- *  cpus_free   = |free_cpus| - floating vCPUs, where floating vCPUs are charged only to non-isolated CPUs
- *  memory_free = total - reserved - sum(VM memory); no overcommit.
- *  Per node: VMs with numaN hostnodes= are charged to those nodes as configured; reserved memory and
- *  unbound VM memory are spread over nodes in proportion to node size. */
+/* Rules (docs/agent.md). Counted VMs: every non-template VM, stopped ones too unless count_stopped_vms is
+ * false (they will start again). A VM is pinned when it has `affinity`, floating otherwise.
+ *  free_cpus   = online - reserved - union(affinity of pinned VMs)     (overlaps count once)
+ *  cpus_free   = |free_cpus| - min(floating vCPUs, |free_cpus - isolated|): floating VMs never get isolated
+ *                CPUs (the scheduler does not balance onto them), so those stay for pinned placements.
+ *  memory_free = total - reserved - sum(VM memory), floored at 0; no overcommit, balloon ignored.
+ *  Per node: free_cpus = node cpus & free_cpus; the floating vCPUs charged host-wide are shared out over
+ *  nodes in proportion to their non-isolated free CPUs. VMs with numa: 1 and valid numaN hostnodes= have
+ *  each numaN memory split evenly over its hostnodes; reserved memory and all other VM memory is spread
+ *  over nodes in proportion to node memory. Shares are rounded so they add up exactly, so the nodes' free
+ *  memory adds up to memory_free unless a node is overcommitted (each node is floored at 0).
+ *  Node-setting nodes{} replaces the NUMA layout: its ids, cpus and memory (missing fields fall back to the
+ *  detected node with that id); total memory is then the sum of those nodes. */
 struct capacity {
         struct cpuset *usable_cpus; /* online - reserved */
         struct cpuset *pinned_cpus; /* union of pinned VMs' affinity */
         struct cpuset *free_cpus;
+        struct cpuset *reserved_cpus; /* from the node settings, as given */
+        struct cpuset *isolated_cpus; /* the host's isolated CPUs: pinned placements only */
         unsigned floating_vcpus;    /* vCPUs of unpinned VMs */
+        unsigned cpus_total;        /* online CPUs */
         unsigned cpus_free;
         uint64_t memory_total_bytes, memory_reserved_bytes, memory_used_bytes, memory_free_bytes;
         size_t n_numa;
