@@ -80,6 +80,8 @@ static int layout_build(const struct topology *t, const struct node_settings *se
 
 /* ---- which VMs count ---- */
 
+/* A stopped VM will start again (onboot, HA, a user) and then needs its CPUs and memory back, so it is
+ * charged by default; the Go provider counted running VMs only and double-booked them (anchors §1.3). */
 static bool vm_counted(const struct vm *vm, const struct capacity_options *opts) {
         if (vm->template_vm)
                 return false; /* templates never run */
@@ -135,6 +137,8 @@ struct scratch {
 /* ---- CPUs ---- */
 
 /* Pinned VMs add their affinity to `pinned`; the others add their vCPUs to the floating count. */
+/* A VM with `affinity` runs only on those CPUs; a VM without it may run anywhere, so it is charged as a
+ * count of vCPUs rather than as a set. */
 static int collect_vm_cpus(const struct inventory *inv, const struct capacity_options *opts, struct cpuset *pinned,
                            unsigned *ret_floating) {
         unsigned floating = 0;
@@ -158,6 +162,7 @@ static unsigned floatable_count(const struct cpuset *cpus, const struct cpuset *
         return cpuset_count(cpus) - cpuset_count_and(cpus, isolated);
 }
 
+/* Host-wide CPU rules (capacity.h). usable_cpus may include isolated CPUs: pinned placements can use them. */
 static int compute_cpus(struct capacity *c, const struct topology *t, const struct node_settings *settings,
                         const struct inventory *inv, const struct capacity_options *opts) {
         const struct cpuset *online = t->online ? t->online : t->cpus;
@@ -243,6 +248,8 @@ static uint64_t charge_vm_memory(const struct vm *vm, const struct layout *l, ui
         return unbound;
 }
 
+/* Host totals, then per node: bound charges as configured, everything else shared out by node size
+ * (memory without a binding lands wherever the kernel finds it; node size is the expected share). */
 static void compute_memory(struct capacity *c, const struct layout *l, const struct node_settings *settings,
                            const struct inventory *inv, const struct capacity_options *opts, struct scratch *x) {
         uint64_t unbound = settings ? settings->reserved_memory_bytes : 0;

@@ -51,6 +51,8 @@ unsigned vm_vcpu_count(const struct vm *vm);
  * recorded in vm->errors; the call fails only for ENOMEM. */
 int inventory_parse_config(int vmid, const char *text, struct vm **ret_vm);
 void vm_free(struct vm *vm);
+/* Record a problem with the VM's config (line 0 = the whole file). Returns 0 or -ENOMEM. */
+int vm_add_error(struct vm *vm, unsigned line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 struct inventory {
         size_t n_vms;
