@@ -1,0 +1,715 @@
+/* placement: the pure NUMA-aware allocator: choose host NUMA nodes, then L3 groups, cores and threads. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "placement.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Node sets evaluated per size before the search keeps the best found so far (hosts with many nodes). */
+#define MAX_SET_EVALS 20000u
+
+/* One host NUMA node that can take part of a VM. */
+struct cand {
+        size_t idx;            /* index in topology.numa_nodes */
+        unsigned n_iso, n_non; /* free isolated / other CPUs of the node */
+        uint64_t mem_units;    /* free memory, in request units */
+};
+
+/* A host node chosen for one guest NUMA node, in guest order. */
+struct share {
+        size_t cand;
+        unsigned vcpus;
+        uint64_t units;
+};
+
+/* Cores of one node grouped by L3, for one level-by-level pass (scratch reused across nodes). */
+struct group {
+        int l3;
+        unsigned free;
+        size_t first, n; /* slice of the grouped core arrays */
+};
+
+struct fit {
+        const struct topology *t;
+        const struct capacity *c;
+        unsigned vcpus;
+        uint64_t unit, units;      /* memory unit in bytes, VM memory in units */
+        unsigned budget;           /* non-isolated CPUs the VM may take (the rest is kept for floating vCPUs) */
+        bool smt;
+        struct cpuset **node_free; /* per topology node: free CPUs of the node's cores */
+        size_t *node_core_start;   /* cores of node i: node_cores[node_core_start[i] .. node_core_start[i+1]) */
+        size_t *node_cores;
+        size_t n_cand;
+        struct cand *cand;
+        /* scratch for one node */
+        size_t *g_core, *g_gid, *g_tmp, n_gcores;
+        unsigned *g_free, *g_take;
+        struct group *groups;
+        unsigned *grp_free, *grp_take;
+        size_t n_groups;
+        /* the result */
+        size_t n_share;
+        struct share share[PLACEMENT_MAX_NUMA];
+};
+
+static uint64_t request_unit(const struct placement_request *req) {
+        uint64_t page = req->hugepage_kib * 1024;
+        return page > PLACEMENT_MIB ? page : PLACEMENT_MIB;
+}
+
+int placement_request_check(const struct placement_request *req, char *reason, size_t reasonlen) {
+        if (req->vcpus < 1 || req->vcpus > PLACEMENT_MAX_VCPUS) {
+                snprintf(reason, reasonlen, "vcpus must be between 1 and %u", PLACEMENT_MAX_VCPUS);
+                return -EINVAL;
+        }
+        uint64_t kib = req->hugepage_kib;
+        if (kib != 0 && (kib < 4 || (kib & (kib - 1)) != 0 || kib > (UINT64_C(1) << 40))) {
+                snprintf(reason, reasonlen, "hugepage_kib must be 0 or a power of two page size in KiB");
+                return -EINVAL;
+        }
+        uint64_t unit = request_unit(req);
+        if (req->memory_bytes == 0 || req->memory_bytes % unit != 0) {
+                snprintf(reason, reasonlen, "memory_bytes must be a positive multiple of %llu (%s)",
+                         (unsigned long long)unit, kib ? "the hugepage size and 1 MiB" : "1 MiB");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* ---- fit state ---- */
+
+static void fit_done(struct fit *f) {
+        for (size_t i = 0; f->node_free && i < f->t->n_numa_nodes; i++)
+                cpuset_free(f->node_free[i]);
+        free(f->node_free);
+        free(f->node_core_start);
+        free(f->node_cores);
+        free(f->cand);
+        free(f->g_core);
+        free(f->g_gid);
+        free(f->g_tmp);
+        free(f->g_free);
+        free(f->g_take);
+        free(f->groups);
+        free(f->grp_free);
+        free(f->grp_take);
+}
+
+static int fit_alloc(struct fit *f) {
+        size_t nn = f->t->n_numa_nodes, nc = f->t->n_cores, ng = f->t->n_l3_caches + 1;
+        f->node_free = calloc(nn + 1, sizeof(*f->node_free));
+        f->node_core_start = calloc(nn + 1, sizeof(size_t));
+        f->node_cores = calloc(nc + 1, sizeof(size_t));
+        f->cand = calloc(nn + 1, sizeof(*f->cand));
+        f->g_core = calloc(nc + 1, sizeof(size_t));
+        f->g_gid = calloc(nc + 1, sizeof(size_t));
+        f->g_tmp = calloc(nc + 1, sizeof(size_t));
+        f->g_free = calloc(nc + 1, sizeof(unsigned));
+        f->g_take = calloc(nc + 1, sizeof(unsigned));
+        f->groups = calloc(ng, sizeof(*f->groups));
+        f->grp_free = calloc(ng, sizeof(unsigned));
+        f->grp_take = calloc(ng, sizeof(unsigned));
+        if (!f->node_free || !f->node_core_start || !f->node_cores || !f->cand || !f->g_core || !f->g_gid || !f->g_tmp || !f->g_free ||
+            !f->g_take || !f->groups || !f->grp_free || !f->grp_take)
+                return -ENOMEM;
+        return 0;
+}
+
+/* Bucket the cores by their NUMA node (counting sort keeps the topology's core order). */
+static int fit_index_cores(struct fit *f) {
+        const struct topology *t = f->t;
+        size_t nn = t->n_numa_nodes;
+        for (size_t k = 0; k < t->n_cores; k++) {
+                int n = t->cores[k].numa_node;
+                if (n >= 0 && (size_t)n < nn)
+                        f->node_core_start[n + 1]++;
+                if (cpuset_count(t->cores[k].cpus) > 1)
+                        f->smt = true;
+        }
+        for (size_t i = 0; i < nn; i++)
+                f->node_core_start[i + 1] += f->node_core_start[i];
+        size_t *fill = calloc(nn + 1, sizeof(size_t)); /* next free slot per node */
+        if (!fill)
+                return -ENOMEM;
+        memcpy(fill, f->node_core_start, nn * sizeof(size_t));
+        for (size_t k = 0; k < t->n_cores; k++) {
+                int n = t->cores[k].numa_node;
+                if (n >= 0 && (size_t)n < nn)
+                        f->node_cores[fill[n]++] = k;
+        }
+        free(fill);
+        return 0;
+}
+
+/* The capacity entry of topology node i (same order by contract; matched by id to be safe). */
+static const struct capacity_numa *cap_numa(const struct capacity *c, const struct topology *t, size_t i) {
+        int id = t->numa_nodes[i].id;
+        if (i < c->n_numa && c->numa[i].id == id)
+                return &c->numa[i];
+        for (size_t j = 0; j < c->n_numa; j++)
+                if (c->numa[j].id == id)
+                        return &c->numa[j];
+        return NULL;
+}
+
+static uint64_t node_mem_units(const struct fit *f, const struct placement_request *req, size_t i) {
+        const struct topology_numa_node *n = &f->t->numa_nodes[i];
+        if (req->hugepage_kib == 0) {
+                const struct capacity_numa *cn = cap_numa(f->c, f->t, i);
+                return cn ? cn->memory_free_bytes / f->unit : 0;
+        }
+        for (size_t h = 0; h < n->n_hugepages; h++)
+                if (n->hugepages[h].page_kib == req->hugepage_kib)
+                        return n->hugepages[h].free * (req->hugepage_kib * 1024) / f->unit;
+        return 0;
+}
+
+/* Free CPUs of node i: its cores' CPUs that are free host-wide and free on the node. */
+static int fit_node_free(struct fit *f, const struct cpuset *avail, size_t i) {
+        struct cpuset *s = cpuset_new();
+        if (!s)
+                return -ENOMEM;
+        f->node_free[i] = s;
+        for (size_t k = f->node_core_start[i]; k < f->node_core_start[i + 1]; k++)
+                if (cpuset_or(s, f->t->cores[f->node_cores[k]].cpus) < 0)
+                        return -ENOMEM;
+        cpuset_and(s, avail);
+        const struct capacity_numa *cn = cap_numa(f->c, f->t, i);
+        if (cn && cn->free_cpus)
+                cpuset_and(s, cn->free_cpus);
+        return 0;
+}
+
+static unsigned count_iso(const struct topology *t, const struct cpuset *s) {
+        return t->isolated ? cpuset_count_and(s, t->isolated) : 0;
+}
+
+static int fit_nodes(struct fit *f, const struct placement_request *req, const struct cpuset *avail) {
+        for (size_t i = 0; i < f->t->n_numa_nodes; i++) {
+                int r = fit_node_free(f, avail, i);
+                if (r < 0)
+                        return r;
+                unsigned n = cpuset_count(f->node_free[i]);
+                uint64_t mem = node_mem_units(f, req, i);
+                if (n == 0 || mem == 0)
+                        continue; /* memory-only nodes cannot hold guest vCPUs */
+                struct cand *cd = &f->cand[f->n_cand++];
+                cd->idx = i;
+                cd->n_iso = count_iso(f->t, f->node_free[i]);
+                cd->n_non = n - cd->n_iso;
+                cd->mem_units = mem;
+        }
+        return 0;
+}
+
+/* Non-isolated free CPUs minus what floating VMs need. */
+static void fit_budget(struct fit *f, const struct cpuset *avail) {
+        unsigned non = cpuset_count(avail) - count_iso(f->t, avail);
+        f->budget = non > f->c->floating_vcpus ? non - f->c->floating_vcpus : 0;
+}
+
+static int fit_init(struct fit *f, const struct topology *t, const struct capacity *c,
+                    const struct placement_request *req) {
+        *f = (struct fit){ .t = t, .c = c, .vcpus = req->vcpus, .unit = request_unit(req) };
+        f->units = req->memory_bytes / f->unit;
+        int r = fit_alloc(f);
+        if (r < 0)
+                return r;
+        r = fit_index_cores(f);
+        if (r < 0)
+                return r;
+        struct cpuset *avail = cpuset_dup(c->free_cpus);
+        if (!avail)
+                return -ENOMEM;
+        if (t->online)
+                cpuset_and(avail, t->online);
+        fit_budget(f, avail);
+        r = fit_nodes(f, req, avail);
+        cpuset_free(avail);
+        return r;
+}
+
+/* ---- choosing host nodes ---- */
+
+static unsigned cand_free(const struct cand *cd) {
+        return cd->n_iso + cd->n_non;
+}
+
+static unsigned cand_cpu_cap(const struct cand *cd, unsigned budget) {
+        return cd->n_iso + (cd->n_non < budget ? cd->n_non : budget);
+}
+
+/* Most vCPUs node cd can hold when memory follows vCPUs in proportion. */
+static unsigned cand_mem_cap(const struct fit *f, const struct cand *cd) {
+        uint64_t v = cd->mem_units * f->vcpus / f->units;
+        return v > f->vcpus ? f->vcpus : (unsigned)v;
+}
+
+/* Best fit among nodes that hold the whole VM: fewest free CPUs, then least free memory. */
+static bool choose_single(struct fit *f) {
+        const struct cand *best = NULL;
+        size_t best_i = 0;
+        for (size_t i = 0; i < f->n_cand; i++) {
+                const struct cand *cd = &f->cand[i];
+                if (cand_cpu_cap(cd, f->budget) < f->vcpus || cd->mem_units < f->units)
+                        continue;
+                if (best && (cand_free(cd) > cand_free(best) ||
+                             (cand_free(cd) == cand_free(best) && cd->mem_units >= best->mem_units)))
+                        continue;
+                best = cd;
+                best_i = i;
+        }
+        if (!best)
+                return false;
+        f->n_share = 1;
+        f->share[0] = (struct share){ .cand = best_i, .vcpus = f->vcpus, .units = f->units };
+        return true;
+}
+
+struct set_eval {
+        bool one_package;
+        unsigned free;
+        size_t n;
+        struct share share[PLACEMENT_MAX_NUMA];
+};
+
+/* Fill order: fullest node first, so small leftovers get used up and the last node keeps the hole. */
+static void sort_fill_order(const struct fit *f, size_t *idx, size_t k) {
+        for (size_t i = 1; i < k; i++)
+                for (size_t j = i; j > 0; j--) {
+                        const struct cand *a = &f->cand[idx[j - 1]], *b = &f->cand[idx[j]];
+                        if (cand_free(a) < cand_free(b) || (cand_free(a) == cand_free(b) && idx[j - 1] < idx[j]))
+                                break;
+                        size_t x = idx[j];
+                        idx[j] = idx[j - 1];
+                        idx[j - 1] = x;
+                }
+}
+
+/* Give each node as many vCPUs as it holds (keeping one for each later node); the last takes the rest. */
+static bool fill_shares(const struct fit *f, const size_t *idx, size_t k, struct set_eval *e, unsigned *caps) {
+        unsigned left = f->vcpus, budget = f->budget;
+        for (size_t j = 0; j < k; j++) {
+                const struct cand *cd = &f->cand[idx[j]];
+                unsigned cap = cand_cpu_cap(cd, budget), mcap = cand_mem_cap(f, cd);
+                caps[j] = cap < mcap ? cap : mcap;
+                unsigned want = left - (unsigned)(k - 1 - j);
+                if (caps[j] == 0 || left < k - j)
+                        return false;
+                unsigned v = caps[j] < want ? caps[j] : want;
+                budget -= v > cd->n_iso ? v - cd->n_iso : 0;
+                e->share[j] = (struct share){ .cand = idx[j], .vcpus = v };
+                left -= v;
+        }
+        return left == 0;
+}
+
+/* Keep guest vCPU pairs aligned on SMT hosts: every guest node but the last gets an even count. */
+static void fix_parity(const struct fit *f, struct set_eval *e, const unsigned *caps) {
+        size_t last = e->n - 1;
+        for (size_t j = 0; f->smt && j < last; j++) {
+                if (e->share[j].vcpus % 2 == 0 || e->share[j].vcpus < 2 || e->share[last].vcpus >= caps[last])
+                        continue;
+                e->share[j].vcpus--;
+                e->share[last].vcpus++;
+        }
+}
+
+/* Split the memory in proportion to vCPUs (largest remainder), exactly, in whole units. */
+static bool split_memory(const struct fit *f, struct share *sh, size_t k) {
+        uint64_t given = 0, rem[PLACEMENT_MAX_NUMA];
+        for (size_t j = 0; j < k; j++) {
+                uint64_t num = f->units * sh[j].vcpus;
+                sh[j].units = num / f->vcpus;
+                rem[j] = num % f->vcpus;
+                given += sh[j].units;
+        }
+        for (; given < f->units; given++) {
+                size_t best = 0;
+                for (size_t j = 1; j < k; j++)
+                        if (rem[j] > rem[best])
+                                best = j;
+                sh[best].units++;
+                rem[best] = 0;
+        }
+        for (size_t j = 0; j < k; j++)
+                if (sh[j].units == 0 || sh[j].units > f->cand[sh[j].cand].mem_units)
+                        return false;
+        return true;
+}
+
+static bool eval_set(const struct fit *f, const size_t *combo, size_t k, struct set_eval *e) {
+        size_t idx[PLACEMENT_MAX_NUMA];
+        unsigned caps[PLACEMENT_MAX_NUMA];
+        memcpy(idx, combo, k * sizeof(size_t));
+        sort_fill_order(f, idx, k);
+        e->n = k;
+        if (!fill_shares(f, idx, k, e, caps))
+                return false;
+        fix_parity(f, e, caps);
+        if (!split_memory(f, e->share, k))
+                return false;
+        int pkg = f->t->numa_nodes[f->cand[idx[0]].idx].package;
+        e->one_package = pkg >= 0;
+        e->free = 0;
+        for (size_t j = 0; j < k; j++) {
+                e->free += cand_free(&f->cand[idx[j]]);
+                if (f->t->numa_nodes[f->cand[idx[j]].idx].package != pkg)
+                        e->one_package = false;
+        }
+        return true;
+}
+
+static bool set_better(const struct set_eval *a, const struct set_eval *b) {
+        if (a->one_package != b->one_package)
+                return a->one_package;
+        return a->free < b->free;
+}
+
+/* Next k-combination of 0..n-1 in lexicographic order; false after the last. */
+static bool next_combo(size_t *c, size_t k, size_t n) {
+        size_t i = k;
+        while (i > 0 && c[i - 1] == n - k + i - 1)
+                i--;
+        if (i == 0)
+                return false;
+        c[i - 1]++;
+        for (size_t j = i; j < k; j++)
+                c[j] = c[j - 1] + 1;
+        return true;
+}
+
+/* Fewest nodes first; among sets of that size one package first, then the fullest. */
+static bool choose_multi(struct fit *f) {
+        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
+        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
+                struct set_eval best = { 0 }, e;
+                bool found = false;
+                size_t combo[PLACEMENT_MAX_NUMA];
+                for (size_t j = 0; j < k; j++)
+                        combo[j] = j;
+                unsigned evals = 0;
+                do {
+                        if (eval_set(f, combo, k, &e) && (!found || set_better(&e, &best))) {
+                                best = e;
+                                found = true;
+                        }
+                } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
+                if (found) {
+                        f->n_share = best.n;
+                        memcpy(f->share, best.share, best.n * sizeof(struct share));
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* ---- choosing CPUs inside one node ---- */
+
+/* Best fit over one level: take[i] = CPUs to take from item i. The fullest item that holds the rest
+ * wins; when none does, the item with the most free CPUs is taken whole and the search repeats. */
+static void fit_level(const unsigned *free_n, size_t n_items, unsigned n, unsigned *take) {
+        memset(take, 0, n_items * sizeof(*take));
+        while (n > 0) {
+                size_t best = SIZE_MAX, big = SIZE_MAX;
+                for (size_t i = 0; i < n_items; i++) {
+                        if (take[i] || free_n[i] == 0)
+                                continue;
+                        if (free_n[i] >= n && (best == SIZE_MAX || free_n[i] < free_n[best]))
+                                best = i;
+                        if (big == SIZE_MAX || free_n[i] > free_n[big])
+                                big = i;
+                }
+                if (best != SIZE_MAX) {
+                        take[best] = n;
+                        return;
+                }
+                if (big == SIZE_MAX)
+                        return;
+                take[big] = free_n[big];
+                n -= free_n[big];
+        }
+}
+
+static size_t group_of(struct fit *f, int l3) {
+        for (size_t g = 0; g < f->n_groups; g++)
+                if (f->groups[g].l3 == l3)
+                        return g;
+        f->groups[f->n_groups] = (struct group){ .l3 = l3 };
+        return f->n_groups++;
+}
+
+/* Fill the scratch arrays with node i's cores that have CPUs in set, grouped by L3 (groups in order
+ * of their first core, cores in topology order). */
+static void group_cores(struct fit *f, size_t node, const struct cpuset *set) {
+        const struct topology *t = f->t;
+        size_t m = 0;
+        f->n_groups = 0;
+        for (size_t k = f->node_core_start[node]; k < f->node_core_start[node + 1]; k++) {
+                size_t core = f->node_cores[k];
+                unsigned n = cpuset_count_and(t->cores[core].cpus, set);
+                if (n == 0)
+                        continue;
+                size_t g = group_of(f, t->cores[core].l3);
+                f->groups[g].free += n;
+                f->groups[g].n++;
+                f->g_tmp[m] = core;
+                f->g_gid[m++] = g;
+        }
+        size_t pos = 0;
+        for (size_t g = 0; g < f->n_groups; g++) {
+                f->groups[g].first = pos;
+                pos += f->groups[g].n;
+                f->groups[g].n = 0;
+                f->grp_free[g] = f->groups[g].free;
+        }
+        for (size_t j = 0; j < m; j++) {
+                struct group *gr = &f->groups[f->g_gid[j]];
+                size_t at = gr->first + gr->n++;
+                f->g_core[at] = f->g_tmp[j];
+                f->g_free[at] = cpuset_count_and(t->cores[f->g_tmp[j]].cpus, set);
+        }
+        f->n_gcores = m;
+}
+
+/* Add the first n CPUs of core that are in pool to sel. */
+static int take_threads(const struct topology *t, size_t core, const struct cpuset *pool, unsigned n,
+                        struct cpuset *sel) {
+        CPUSET_FOREACH(cpu, t->cores[core].cpus) {
+                if (n == 0)
+                        break;
+                if (!cpuset_test(pool, (unsigned)cpu))
+                        continue;
+                int r = cpuset_set(sel, (unsigned)cpu);
+                if (r < 0)
+                        return r;
+                n--;
+        }
+        return 0;
+}
+
+static int take_group(struct fit *f, const struct group *g, unsigned n, const struct cpuset *pool,
+                      struct cpuset *sel) {
+        unsigned *take = f->g_take + g->first;
+        if (n == g->free)
+                memcpy(take, f->g_free + g->first, g->n * sizeof(unsigned));
+        else
+                fit_level(f->g_free + g->first, g->n, n, take);
+        for (size_t j = 0; j < g->n; j++) {
+                if (take[j] == 0)
+                        continue;
+                int r = take_threads(f->t, f->g_core[g->first + j], pool, take[j], sel);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Pick n CPUs of node from pool into sel: whole L3 groups, then whole cores, then threads, best fit. */
+static int node_pick(struct fit *f, size_t node, const struct cpuset *pool, unsigned n, struct cpuset *sel) {
+        if (n == 0)
+                return 0;
+        group_cores(f, node, pool);
+        fit_level(f->grp_free, f->n_groups, n, f->grp_take);
+        for (size_t g = 0; g < f->n_groups; g++) {
+                if (f->grp_take[g] == 0)
+                        continue;
+                int r = take_group(f, &f->groups[g], f->grp_take[g], pool, sel);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Write node's selected CPUs to map in guest order: cores with several selected threads first (so
+ * guest vCPUs 2k and 2k+1 are siblings), single threads last, L3 group by L3 group. Returns the count. */
+static unsigned node_order(struct fit *f, size_t node, const struct cpuset *sel, int *map) {
+        unsigned m = 0;
+        group_cores(f, node, sel);
+        for (int pass = 0; pass < 2; pass++)
+                for (size_t j = 0; j < f->n_gcores; j++) {
+                        if ((pass == 0) != (f->g_free[j] > 1))
+                                continue;
+                        CPUSET_FOREACH(cpu, f->t->cores[f->g_core[j]].cpus)
+                                if (cpuset_test(sel, (unsigned)cpu))
+                                        map[m++] = cpu;
+                }
+        return m;
+}
+
+/* ---- building the placement ---- */
+
+void placement_free(struct placement *p) {
+        if (!p)
+                return;
+        cpuset_free(p->cpus);
+        free(p->vcpu_map);
+        for (size_t j = 0; j < p->n_numa; j++)
+                cpuset_free(p->numa[j].guest_cpus);
+        free(p);
+}
+
+static struct placement *placement_new(unsigned n_vcpus) {
+        struct placement *p = calloc(1, sizeof(*p));
+        if (!p)
+                return NULL;
+        p->n_vcpus = n_vcpus;
+        p->cpus = cpuset_new();
+        p->vcpu_map = calloc(n_vcpus, sizeof(int));
+        if (!p->cpus || !p->vcpu_map) {
+                placement_free(p);
+                return NULL;
+        }
+        return p;
+}
+
+static int guest_range(unsigned first, unsigned n, struct cpuset **ret_set) {
+        struct cpuset *s = cpuset_new();
+        if (!s)
+                return -ENOMEM;
+        for (unsigned v = first; v < first + n; v++)
+                if (cpuset_set(s, v) < 0) {
+                        cpuset_free(s);
+                        return -ENOMEM;
+                }
+        *ret_set = s;
+        return 0;
+}
+
+/* Split node's free CPUs into the isolated ones and the others. */
+static int split_pools(const struct fit *f, size_t node, struct cpuset **ret_iso, struct cpuset **ret_non) {
+        struct cpuset *iso = cpuset_dup(f->node_free[node]), *non = cpuset_dup(f->node_free[node]);
+        if (!iso || !non) {
+                cpuset_free(iso);
+                cpuset_free(non);
+                return -ENOMEM;
+        }
+        if (f->t->isolated) {
+                cpuset_and(iso, f->t->isolated);
+                cpuset_andnot(non, f->t->isolated);
+        } else {
+                cpuset_zero(iso);
+        }
+        *ret_iso = iso;
+        *ret_non = non;
+        return 0;
+}
+
+/* Pick the CPUs of one guest node: free isolated CPUs first (floating VMs cannot run there), then others. */
+static int pick_share(struct fit *f, const struct share *sh, unsigned *budget, struct cpuset *sel) {
+        size_t node = f->cand[sh->cand].idx;
+        struct cpuset *iso, *non;
+        int r = split_pools(f, node, &iso, &non);
+        if (r < 0)
+                return r;
+        unsigned n_iso = cpuset_count(iso);
+        n_iso = n_iso < sh->vcpus ? n_iso : sh->vcpus;
+        unsigned n_non = sh->vcpus - n_iso;
+        if (n_non > *budget || n_non > cpuset_count(non))
+                r = -ENOSPC; /* excluded while choosing the nodes */
+        if (r >= 0)
+                r = node_pick(f, node, iso, n_iso, sel);
+        if (r >= 0)
+                r = node_pick(f, node, non, n_non, sel);
+        cpuset_free(iso);
+        cpuset_free(non);
+        if (r >= 0 && cpuset_count(sel) != sh->vcpus)
+                r = -ENOSPC;
+        if (r >= 0)
+                *budget -= n_non;
+        return r;
+}
+
+static int build_share(struct fit *f, const struct share *sh, unsigned *budget, struct placement *p) {
+        struct placement_numa *pn = &p->numa[p->n_numa];
+        unsigned first = p->n_numa ? pn[-1].first_vcpu + pn[-1].n_vcpus : 0;
+        struct cpuset *sel = cpuset_new();
+        if (!sel)
+                return -ENOMEM;
+        int r = pick_share(f, sh, budget, sel);
+        if (r >= 0)
+                r = guest_range(first, sh->vcpus, &pn->guest_cpus);
+        if (r >= 0)
+                r = cpuset_or(p->cpus, sel);
+        if (r >= 0) {
+                size_t node = f->cand[sh->cand].idx;
+                node_order(f, node, sel, p->vcpu_map + first);
+                pn->node = f->t->numa_nodes[node].id;
+                pn->first_vcpu = first;
+                pn->n_vcpus = sh->vcpus;
+                pn->memory_bytes = sh->units * f->unit;
+                p->n_numa++;
+        }
+        cpuset_free(sel);
+        return r;
+}
+
+static int fit_build(struct fit *f, struct placement **ret_p) {
+        struct placement *p = placement_new(f->vcpus);
+        if (!p)
+                return -ENOMEM;
+        p->memory_bytes = f->units * f->unit;
+        unsigned budget = f->budget;
+        for (size_t j = 0; j < f->n_share; j++) {
+                int r = build_share(f, &f->share[j], &budget, p);
+                if (r < 0) {
+                        placement_free(p);
+                        return r;
+                }
+        }
+        *ret_p = p;
+        return 0;
+}
+
+static void fit_explain(const struct fit *f, char *reason, size_t len) {
+        unsigned iso = 0, non = 0, max_cpu = 0;
+        uint64_t mem = 0, max_mem = 0, mib = f->unit / PLACEMENT_MIB;
+        for (size_t i = 0; i < f->n_cand; i++) {
+                const struct cand *cd = &f->cand[i];
+                iso += cd->n_iso;
+                non += cd->n_non;
+                mem += cd->mem_units;
+                max_cpu = cand_free(cd) > max_cpu ? cand_free(cd) : max_cpu;
+                max_mem = cd->mem_units > max_mem ? cd->mem_units : max_mem;
+        }
+        unsigned cpus = iso + (non < f->budget ? non : f->budget);
+        if (f->n_cand == 0)
+                snprintf(reason, len, "no NUMA node has both free CPUs and free memory");
+        else if (f->vcpus > cpus)
+                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs can be pinned (%u floating vCPUs keep the rest)",
+                         f->vcpus, cpus, f->c->floating_vcpus);
+        else if (f->units > mem)
+                snprintf(reason, len, "needs %llu MiB but NUMA nodes with free CPUs have only %llu MiB free",
+                         (unsigned long long)(f->units * mib), (unsigned long long)(mem * mib));
+        else
+                snprintf(reason, len,
+                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs "
+                         "(largest node: %u free CPUs, %llu MiB free)",
+                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib), max_cpu,
+                         (unsigned long long)(max_mem * mib));
+}
+
+int placement_place(const struct topology *t, const struct capacity *free_cap, const struct placement_request *req,
+                    struct placement **ret_p, char *reason, size_t reasonlen) {
+        int r = placement_request_check(req, reason, reasonlen);
+        if (r < 0)
+                return r;
+        struct fit f;
+        r = fit_init(&f, t, free_cap, req);
+        if (r >= 0 && !choose_single(&f) && !choose_multi(&f)) {
+                fit_explain(&f, reason, reasonlen);
+                r = -ENOSPC;
+        }
+        struct placement *p = NULL;
+        if (r >= 0)
+                r = fit_build(&f, &p);
+        if (r == -ENOSPC && f.n_share > 0)
+                snprintf(reason, reasonlen, "internal: the chosen NUMA nodes could not supply their CPUs");
+        fit_done(&f);
+        if (r < 0)
+                return r;
+        *ret_p = p;
+        return 0;
+}

@@ -1,0 +1,921 @@
+/* Tests for agent/placement: reference tables (seed static policy, kubelet), invariants over random streams. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "place_cmd.h"
+#include "placement.h"
+
+#define MIB PLACEMENT_MIB
+#define GIB (UINT64_C(1) << 30)
+#define MAX_NODES 16
+#define MAX_L3 64
+#define MAX_CORES 512
+
+/* ---------- topologies built by hand ---------- */
+
+static struct cpuset *parse(const char *list) {
+        struct cpuset *s = NULL;
+        assert_int_equal(cpuset_parse(list, &s), 0);
+        return s;
+}
+
+static struct topology *topo_new(void) {
+        struct topology *t = calloc(1, sizeof(*t));
+        assert_non_null(t);
+        t->cpus = cpuset_new();
+        t->online = cpuset_new();
+        t->isolated = cpuset_new();
+        t->packages = calloc(MAX_NODES, sizeof(*t->packages));
+        t->numa_nodes = calloc(MAX_NODES, sizeof(*t->numa_nodes));
+        t->l3_caches = calloc(MAX_L3, sizeof(*t->l3_caches));
+        t->cores = calloc(MAX_CORES, sizeof(*t->cores));
+        assert_true(t->cpus && t->online && t->isolated && t->packages && t->numa_nodes && t->l3_caches && t->cores);
+        return t;
+}
+
+static void topo_free(struct topology *t) {
+        if (!t)
+                return;
+        for (size_t i = 0; i < t->n_packages; i++)
+                cpuset_free(t->packages[i].cpus);
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                cpuset_free(t->numa_nodes[i].cpus);
+                free(t->numa_nodes[i].hugepages);
+        }
+        for (size_t i = 0; i < t->n_l3_caches; i++)
+                cpuset_free(t->l3_caches[i].cpus);
+        for (size_t i = 0; i < t->n_cores; i++)
+                cpuset_free(t->cores[i].cpus);
+        free(t->packages);
+        free(t->numa_nodes);
+        free(t->l3_caches);
+        free(t->cores);
+        cpuset_free(t->cpus);
+        cpuset_free(t->online);
+        cpuset_free(t->isolated);
+        free(t);
+}
+
+static void topo_node(struct topology *t, int id, int pkg, const char *cpus, uint64_t mem) {
+        struct topology_numa_node *n = &t->numa_nodes[t->n_numa_nodes++];
+        n->id = id;
+        n->package = pkg;
+        n->cpus = parse(cpus);
+        n->memory_bytes = n->memory_free_bytes = mem;
+        while ((size_t)pkg >= t->n_packages) {
+                t->packages[t->n_packages].id = (int)t->n_packages;
+                t->packages[t->n_packages++].cpus = cpuset_new();
+        }
+        assert_int_equal(cpuset_or(t->packages[pkg].cpus, n->cpus), 0);
+}
+
+static void topo_l3(struct topology *t, const char *cpus) {
+        t->l3_caches[t->n_l3_caches].size_bytes = 32 * MIB;
+        t->l3_caches[t->n_l3_caches++].cpus = parse(cpus);
+}
+
+static int index_holding(const struct cpuset *const *sets, size_t stride, size_t n, int cpu) {
+        for (size_t i = 0; i < n; i++) {
+                const struct cpuset *s = *(const struct cpuset *const *)((const char *)sets + i * stride);
+                if (s && cpuset_test(s, (unsigned)cpu))
+                        return (int)i;
+        }
+        return -1;
+}
+
+static void topo_core_set(struct topology *t, struct cpuset *cpus) {
+        struct topology_core *c = &t->cores[t->n_cores++];
+        int first = cpuset_next(cpus, -1);
+        c->cpus = cpus;
+        c->numa_node = index_holding((const struct cpuset *const *)&t->numa_nodes[0].cpus, sizeof(t->numa_nodes[0]),
+                                     t->n_numa_nodes, first);
+        c->l3 = index_holding((const struct cpuset *const *)&t->l3_caches[0].cpus, sizeof(t->l3_caches[0]),
+                              t->n_l3_caches, first);
+        c->package = c->numa_node >= 0 ? t->numa_nodes[c->numa_node].package : 0;
+        assert_int_equal(cpuset_or(t->cpus, cpus), 0);
+}
+
+static void topo_core(struct topology *t, const char *cpus) {
+        topo_core_set(t, parse(cpus));
+}
+
+static int core_cmp(const void *a, const void *b) {
+        const struct topology_core *x = a, *y = b;
+        return cpuset_next(x->cpus, -1) - cpuset_next(y->cpus, -1);
+}
+
+static struct topology *topo_done(struct topology *t) {
+        qsort(t->cores, t->n_cores, sizeof(*t->cores), core_cmp);
+        assert_int_equal(cpuset_copy(t->online, t->cpus), 0);
+        return t;
+}
+
+/* Cores with siblings c and c + stride (stride 0: one thread per core), for c in [lo, hi]. */
+static void topo_cores_stride(struct topology *t, int lo, int hi, int stride) {
+        for (int c = lo; c <= hi; c++) {
+                char buf[32];
+                if (stride)
+                        snprintf(buf, sizeof buf, "%d,%d", c, c + stride);
+                else
+                        snprintf(buf, sizeof buf, "%d", c);
+                topo_core(t, buf);
+        }
+}
+
+/* anchors §1: 16 threads / 8 cores, siblings n and n+8, L3 groups cores {0-3},{4-7}, one 32 GiB node. */
+static struct topology *topo_seed16(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0-15", 32 * GIB);
+        topo_l3(t, "0-3,8-11");
+        topo_l3(t, "4-7,12-15");
+        topo_cores_stride(t, 0, 7, 8);
+        return topo_done(t);
+}
+
+/* seed16 with 1 GiB hugepages (4 free) and 2 MiB hugepages (100 free) on node 0. */
+static struct topology *topo_seed16_huge(void) {
+        struct topology *t = topo_seed16();
+        struct topology_numa_node *n = &t->numa_nodes[0];
+        n->hugepages = calloc(2, sizeof(*n->hugepages));
+        assert_non_null(n->hugepages);
+        n->n_hugepages = 2;
+        n->hugepages[0] = (struct topology_hugepages){ .page_kib = 2048, .total = 100, .free = 100 };
+        n->hugepages[1] = (struct topology_hugepages){ .page_kib = 1048576, .total = 8, .free = 4 };
+        return t;
+}
+
+/* anchors §1: 2 NUMA nodes, no SMT; NUMA0 = 0-7 with L3 {0-3},{4-7}; NUMA1 = 8-15; 16 GiB each. */
+static struct topology *topo_seed2n(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0-7", 16 * GIB);
+        topo_node(t, 1, 1, "8-15", 16 * GIB);
+        topo_l3(t, "0-3");
+        topo_l3(t, "4-7");
+        topo_l3(t, "8-15");
+        topo_cores_stride(t, 0, 15, 0);
+        return topo_done(t);
+}
+
+/* anchors §1 seed 000: 16 CPUs, one 64 GiB node, no SMT. */
+static struct topology *topo_flat16(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0-15", 64 * GIB);
+        topo_l3(t, "0-15");
+        topo_cores_stride(t, 0, 15, 0);
+        return topo_done(t);
+}
+
+/* flat16 with CPUs 12-15 isolated (isolcpus). */
+static struct topology *topo_flat16_iso(void) {
+        struct topology *t = topo_flat16();
+        cpuset_free(t->isolated);
+        t->isolated = parse("12-15");
+        return t;
+}
+
+/* anchors §5 SingleSocketHT: 8 CPUs, core c = {c, c+4}. */
+static struct topology *topo_ss_ht(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0-7", 64 * GIB);
+        topo_l3(t, "0-7");
+        topo_cores_stride(t, 0, 3, 4);
+        return topo_done(t);
+}
+
+/* anchors §5 DualSocketHT: socket 0 = even CPUs, cores {0,6},{2,8},{4,10} / {1,7},{3,9},{5,11}. */
+static struct topology *topo_ds_ht(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0,2,4,6,8,10", 64 * GIB);
+        topo_node(t, 1, 1, "1,3,5,7,9,11", 64 * GIB);
+        topo_l3(t, "0,2,4,6,8,10");
+        topo_l3(t, "1,3,5,7,9,11");
+        const char *cores[] = { "0,6", "2,8", "4,10", "1,7", "3,9", "5,11" };
+        for (size_t i = 0; i < 6; i++)
+                topo_core(t, cores[i]);
+        return topo_done(t);
+}
+
+/* anchors §5: 80 CPUs, 2 sockets x 2 NUMA; NUMA n = 10n..10n+9 and 40+10n..40+10n+9; siblings c, c+40. */
+static struct topology *topo_80(void) {
+        struct topology *t = topo_new();
+        for (int n = 0; n < 4; n++) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%d-%d,%d-%d", 10 * n, 10 * n + 9, 40 + 10 * n, 40 + 10 * n + 9);
+                topo_node(t, n, n / 2, buf, 64 * GIB);
+                topo_l3(t, buf);
+        }
+        topo_cores_stride(t, 0, 39, 40);
+        return topo_done(t);
+}
+
+/* anchors §5: 16 CPUs in four L3 groups of 4, no SMT. */
+static struct topology *topo_l3x4(void) {
+        struct topology *t = topo_new();
+        topo_node(t, 0, 0, "0-15", 64 * GIB);
+        topo_l3(t, "0-3");
+        topo_l3(t, "4-7");
+        topo_l3(t, "8-11");
+        topo_l3(t, "12-15");
+        topo_cores_stride(t, 0, 15, 0);
+        return topo_done(t);
+}
+
+/* ---------- capacities built by hand ---------- */
+
+static void cap_free(struct capacity *c) {
+        if (!c)
+                return;
+        for (size_t i = 0; i < c->n_numa; i++)
+                cpuset_free(c->numa[i].free_cpus);
+        free(c->numa);
+        cpuset_free(c->usable_cpus);
+        cpuset_free(c->pinned_cpus);
+        cpuset_free(c->free_cpus);
+        free(c);
+}
+
+/* Everything online is free except `taken`; node memory is the topology's free memory unless node_mib
+ * ("a,b,...", MiB per node) overrides it. */
+static struct capacity *cap_new(const struct topology *t, const char *taken, unsigned floating, const char *node_mib) {
+        struct capacity *c = calloc(1, sizeof(*c));
+        assert_non_null(c);
+        struct cpuset *tk = parse(taken ? taken : "");
+        c->free_cpus = cpuset_dup(t->online);
+        cpuset_andnot(c->free_cpus, tk);
+        c->usable_cpus = cpuset_dup(c->free_cpus);
+        c->pinned_cpus = tk;
+        c->floating_vcpus = floating;
+        c->n_numa = t->n_numa_nodes;
+        c->numa = calloc(t->n_numa_nodes, sizeof(*c->numa));
+        assert_non_null(c->numa);
+        const char *m = node_mib;
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                struct capacity_numa *cn = &c->numa[i];
+                cn->id = t->numa_nodes[i].id;
+                cn->free_cpus = cpuset_dup(t->numa_nodes[i].cpus);
+                cpuset_and(cn->free_cpus, c->free_cpus);
+                cn->memory_total_bytes = t->numa_nodes[i].memory_bytes;
+                cn->memory_free_bytes = t->numa_nodes[i].memory_free_bytes;
+                if (m && *m) {
+                        char *end;
+                        cn->memory_free_bytes = strtoull(m, &end, 10) * MIB;
+                        m = *end == ',' ? end + 1 : end;
+                }
+                c->memory_total_bytes += cn->memory_total_bytes;
+                c->memory_free_bytes += cn->memory_free_bytes;
+        }
+        c->cpus_free = cpuset_count(c->free_cpus) - floating;
+        return c;
+}
+
+/* ---------- formatting results ---------- */
+
+static void fmt_map(const struct placement *p, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = '\0';
+        for (unsigned v = 0; v < p->n_vcpus && o < len; v++)
+                o += (size_t)snprintf(buf + o, len - o, "%s%d", v ? "," : "", p->vcpu_map[v]);
+}
+
+/* "node:guest_cpus:MiB|..." */
+static void fmt_numa(const struct placement *p, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = '\0';
+        for (size_t j = 0; j < p->n_numa && o < len; j++) {
+                char *g = cpuset_format(p->numa[j].guest_cpus);
+                o += (size_t)snprintf(buf + o, len - o, "%s%d:%s:%llu", j ? "|" : "", p->numa[j].node, g,
+                                      (unsigned long long)(p->numa[j].memory_bytes / MIB));
+                free(g);
+        }
+}
+
+static void assert_valid(const struct topology *t, const struct placement *p) {
+        char why[256] = "";
+        int r = placement_validate(t, p, why, sizeof why);
+        if (r != 0)
+                fail_msg("invalid placement: %s", why);
+}
+
+/* ---------- the table ---------- */
+
+struct pcase {
+        const char *name;
+        struct topology *(*topo)(void);
+        const char *taken;    /* reserved CPUs / pinned VMs, not free */
+        unsigned floating;    /* vCPUs of floating VMs */
+        const char *node_mib; /* free memory per node (MiB), NULL = the topology's */
+        const char *pre;      /* earlier requests "vcpus:MiB;..." placed and charged first */
+        unsigned vcpus;
+        uint64_t mib;
+        uint64_t huge_kib;
+        int ret;
+        const char *cpus, *map, *numa; /* expected placement */
+        const char *reason;            /* expected in the refusal */
+};
+
+static const struct pcase cases[] = {
+        /* anchors §1, seed static policy. Same CPU set; better vCPU order: the seed pairs vCPU order with an
+         * unordered cpuset (defect 5), ours puts guest vCPUs 0,1 and 2,3 on sibling threads. */
+        { "seed 4 vCPU 4 GiB", topo_seed16, NULL, 0, NULL, NULL, 4, 4096, 0, 0, "0-1,8-9", "0,8,1,9", "0:0-3:4096", NULL },
+        /* Same set (a whole L3); better order (siblings adjacent). */
+        { "seed 8 vCPU, {0,8} reserved", topo_seed16, "0,8", 0, NULL, NULL, 8, 8192, 0, 0, "4-7,12-15",
+          "4,12,5,13,6,14,7,15", "0:0-7:8192", NULL },
+        { "seed 16 vCPU", topo_seed16, NULL, 0, NULL, NULL, 16, 16384, 0, 0, "0-15",
+          "0,8,1,9,2,10,3,11,4,12,5,13,6,14,7,15", "0:0-15:16384", NULL },
+        /* Same: {4-7} on NUMA0, the fuller node (NUMA1 has more free CPUs). */
+        { "seed 2 nodes, {0,3} reserved, 4 vCPU 12 GiB", topo_seed2n, "0,3", 0, NULL, NULL, 4, 12288, 0, 0, "4-7",
+          "4,5,6,7", "0:0-3:12288", NULL },
+        /* Seed 000 (simple policy): VMs pinned to 0-3 and 2-4 use CPUs 0-4 once; 11 CPUs and 32 GiB remain. */
+        { "seed 000: 11 vCPUs fit after merged affinities", topo_flat16, "0-3,2-4", 0, "32768", NULL, 11, 32768, 0, 0,
+          "5-15", "5,6,7,8,9,10,11,12,13,14,15", "0:0-10:32768", NULL },
+        { "seed 000: the 12th vCPU does not", topo_flat16, "0-3,2-4", 0, "32768", NULL, 12, 1024, 0, -ENOSPC, NULL, NULL,
+          NULL, "needs 12 vCPUs but only 11" },
+        { "seed 000: 1 MiB over the free memory", topo_flat16, "0-4", 0, "32768", NULL, 4, 32769, 0, -ENOSPC, NULL, NULL,
+          NULL, "needs 32769 MiB" },
+
+        /* anchors §5, kubelet CPU manager (packed). */
+        { "kubelet SingleSocketHT 2", topo_ss_ht, NULL, 0, NULL, NULL, 2, 1024, 0, 0, "0,4", "0,4", "0:0-1:1024", NULL },
+        { "kubelet SingleSocketHT free {0,1,2,3,6}, 2", topo_ss_ht, "4,5,7", 0, NULL, NULL, 2, 1024, 0, 0, "2,6", "2,6",
+          "0:0-1:1024", NULL },
+        { "kubelet SingleSocketHT free {1,3,5,6,7}, 1", topo_ss_ht, "0,2,4", 0, NULL, NULL, 1, 1024, 0, 0, "6", "6",
+          "0:0:1024", NULL },
+        { "kubelet DualSocketHT 6", topo_ds_ht, NULL, 0, NULL, NULL, 6, 6144, 0, 0, "0,2,4,6,8,10", "0,6,2,8,4,10",
+          "0:0-5:6144", NULL },
+        /* Same set {0,2,4,6,8,10,1,7}. Better: two guest NUMA nodes mirroring the host nodes, memory split
+         * 6:2 exactly (the seed writes the whole memory into both numaN, defect 1: Proxmox refuses). */
+        { "kubelet DualSocketHT 8", topo_ds_ht, NULL, 0, NULL, NULL, 8, 8192, 0, 0, "0-2,4,6-8,10",
+          "0,6,2,8,4,10,1,7", "0:0-5:6144|1:6-7:2048", NULL },
+        { "kubelet DualSocketHT free {1-5,7-11}, 1", topo_ds_ht, "0,6", 0, NULL, NULL, 1, 1024, 0, 0, "2", "2",
+          "0:0:1024", NULL },
+        { "kubelet 2x2 NUMA 20", topo_80, NULL, 0, NULL, NULL, 20, 20480, 0, 0, "0-9,40-49", NULL, "0:0-19:20480", NULL },
+        /* Same set; better: guest NUMA 0/1 mirror host nodes 0/1 with 20 GiB each. */
+        { "kubelet 2x2 NUMA 40", topo_80, NULL, 0, NULL, NULL, 40, 40960, 0, 0, "0-19,40-59", NULL,
+          "0:0-19:20480|1:20-39:20480", NULL },
+        { "kubelet 4 L3 groups, free 1-15, 10", topo_l3x4, "0", 0, NULL, NULL, 10, 10240, 0, 0, "1-2,4-11", NULL,
+          "0:0-9:10240", NULL },
+
+        /* Our own rules. */
+        { "odd count: one pair, then a lone thread", topo_seed16, NULL, 0, NULL, NULL, 3, 3072, 0, 0, "0-1,8", "0,8,1",
+          "0:0-2:3072", NULL },
+        { "a lone thread fills the half-used core", topo_seed16, NULL, 0, NULL, "3:3072", 1, 1024, 0, 0, "9", "9",
+          "0:0:1024", NULL },
+        { "best fit: the partly used L3 that fits", topo_seed16, NULL, 0, NULL, "4:4096", 4, 4096, 0, 0, "2-3,10-11",
+          "2,10,3,11", "0:0-3:4096", NULL },
+        { "best fit: the whole free L3 next", topo_seed16, NULL, 0, NULL, "4:4096;4:4096", 8, 8192, 0, 0, "4-7,12-15",
+          "4,12,5,13,6,14,7,15", "0:0-7:8192", NULL },
+        { "bigger than an L3: a whole L3, then whole cores", topo_seed16, NULL, 0, NULL, NULL, 12, 12288, 0, 0,
+          "0-5,8-13", "0,8,1,9,2,10,3,11,4,12,5,13", "0:0-11:12288", NULL },
+        { "best fit: the fuller NUMA node", topo_seed2n, NULL, 0, NULL, "3:1024", 4, 4096, 0, 0, "4-7", "4,5,6,7",
+          "0:0-3:4096", NULL },
+        { "multi-NUMA, exact memory split in whole MiB", topo_seed2n, NULL, 0, NULL, NULL, 12, 10000, 0, 0, "0-11",
+          "0,1,2,3,4,5,6,7,8,9,10,11", "0:0-7:6667|1:8-11:3333", NULL },
+        /* Better: the seed can never place a VM bigger than one node's memory (defect 1). */
+        { "VM bigger than one node's memory spans two", topo_seed2n, NULL, 0, NULL, NULL, 4, 24576, 0, 0, "0-1,8-9",
+          "0,1,8,9", "0:0-1:12288|1:2-3:12288", NULL },
+        { "too many vCPUs for the host", topo_seed2n, NULL, 0, NULL, NULL, 17, 1024, 0, -ENOSPC, NULL, NULL, NULL,
+          "needs 17 vCPUs but only 16" },
+        { "too much memory for the host", topo_seed2n, NULL, 0, NULL, NULL, 4, 40000, 0, -ENOSPC, NULL, NULL, NULL,
+          "needs 40000 MiB" },
+        { "one vCPU cannot span nodes for memory", topo_seed2n, NULL, 0, NULL, NULL, 1, 20000, 0, -ENOSPC, NULL, NULL,
+          NULL, "no set of up to 8 NUMA nodes holds 1 vCPUs with 20000 MiB" },
+        { "isolated CPUs are used first", topo_flat16_iso, NULL, 0, NULL, NULL, 2, 1024, 0, 0, "12-13", "12,13",
+          "0:0-1:1024", NULL },
+        { "isolated CPUs serve pinned VMs when floating VMs need the rest", topo_flat16_iso, NULL, 12, NULL, NULL, 4, 1024,
+          0, 0, "12-15", "12,13,14,15", "0:0-3:1024", NULL },
+        { "floating VMs keep the non-isolated CPUs", topo_flat16_iso, NULL, 12, NULL, NULL, 5, 1024, 0, -ENOSPC, NULL,
+          NULL, NULL, "only 4 host CPUs can be pinned (12 floating vCPUs" },
+        { "floating VMs count against what is left", topo_flat16, NULL, 10, NULL, NULL, 6, 1024, 0, 0, "0-5", NULL,
+          "0:0-5:1024", NULL },
+        { "floating VMs: one vCPU too many", topo_flat16, NULL, 10, NULL, NULL, 7, 1024, 0, -ENOSPC, NULL, NULL, NULL,
+          "needs 7 vCPUs but only 6" },
+        { "floating VMs: cumulative", topo_flat16, NULL, 10, NULL, "6:1024", 1, 1024, 0, -ENOSPC, NULL, NULL, NULL,
+          "needs 1 vCPUs but only 0" },
+        { "reserved CPUs are never used", topo_flat16, "0-13", 0, NULL, NULL, 2, 1024, 0, 0, "14-15", NULL, "0:0-1:1024",
+          NULL },
+        { "1 GiB hugepages", topo_seed16_huge, NULL, 0, NULL, NULL, 4, 4096, 1048576, 0, "0-1,8-9", NULL, "0:0-3:4096",
+          NULL },
+        { "1 GiB hugepages: not enough free pages", topo_seed16_huge, NULL, 0, NULL, NULL, 4, 5120, 1048576, -ENOSPC, NULL,
+          NULL, NULL, "needs 5120 MiB" },
+        { "1 GiB hugepages: memory not whole pages", topo_seed16_huge, NULL, 0, NULL, NULL, 4, 1536, 1048576, -EINVAL,
+          NULL, NULL, NULL, "memory_bytes must be a positive multiple of 1073741824" },
+        { "no such hugepage size", topo_seed16_huge, NULL, 0, NULL, NULL, 1, 1024, 16, -ENOSPC, NULL, NULL, NULL,
+          "no NUMA node has both free CPUs and free memory" },
+        { "zero vCPUs", topo_seed16, NULL, 0, NULL, NULL, 0, 1024, 0, -EINVAL, NULL, NULL, NULL, "vcpus must be" },
+        { "zero memory", topo_seed16, NULL, 0, NULL, NULL, 1, 0, 0, -EINVAL, NULL, NULL, NULL, "memory_bytes must be" },
+};
+
+/* Place and charge each "vcpus:MiB" of pre. */
+static void place_pre(const struct topology *t, struct capacity *c, const char *pre) {
+        for (const char *s = pre; s && *s;) {
+                char *end;
+                unsigned v = (unsigned)strtoul(s, &end, 10);
+                uint64_t mib = strtoull(end + 1, &end, 10);
+                struct placement_request req = { .vcpus = v, .memory_bytes = mib * MIB };
+                struct placement *p = NULL;
+                char why[256];
+                assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+                assert_int_equal(placement_charge(c, p), 0);
+                placement_free(p);
+                s = *end == ';' ? end + 1 : end;
+        }
+}
+
+static void check_placed(const struct pcase *k, const struct topology *t, const struct placement *p) {
+        char buf[1024], want[1024];
+        assert_valid(t, p);
+        char *cpus = cpuset_format(p->cpus);
+        struct cpuset *w = parse(k->cpus);
+        char *wc = cpuset_format(w);
+        snprintf(buf, sizeof buf, "%s: cpus=%s", k->name, cpus);
+        snprintf(want, sizeof want, "%s: cpus=%s", k->name, wc);
+        assert_string_equal(buf, want);
+        free(cpus);
+        free(wc);
+        cpuset_free(w);
+        if (k->map) {
+                fmt_map(p, buf, sizeof buf);
+                assert_string_equal(buf, k->map);
+        }
+        fmt_numa(p, buf, sizeof buf);
+        assert_string_equal(buf, k->numa);
+}
+
+static void run_case(const struct pcase *k) {
+        struct topology *t = k->topo();
+        struct capacity *c = cap_new(t, k->taken, k->floating, k->node_mib);
+        place_pre(t, c, k->pre);
+        struct placement_request req = { .vcpus = k->vcpus, .memory_bytes = k->mib * MIB, .hugepage_kib = k->huge_kib };
+        struct placement *p = NULL;
+        char why[512] = "";
+        int r = placement_place(t, c, &req, &p, why, sizeof why);
+        if (r != k->ret)
+                fail_msg("%s: returned %d (%s), want %d", k->name, r, why, k->ret);
+        if (r == 0)
+                check_placed(k, t, p);
+        else if (!strstr(why, k->reason))
+                fail_msg("%s: reason \"%s\" lacks \"%s\"", k->name, why, k->reason);
+        placement_free(p);
+        cap_free(c);
+        topo_free(t);
+}
+
+static void test_table(void **state) {
+        (void)state;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                run_case(&cases[i]);
+}
+
+/* ---------- defects and accounting ---------- */
+
+/* The refusal leaves the capacity untouched, and charging moves CPUs and memory exactly. */
+static void test_charge(void **state) {
+        (void)state;
+        struct topology *t = topo_seed2n();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        struct placement_request req = { .vcpus = 12, .memory_bytes = 10000 * MIB };
+        struct placement *p = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(placement_charge(c, p), 0);
+        assert_int_equal(cpuset_count(c->free_cpus), 4);
+        assert_int_equal(cpuset_count(c->numa[0].free_cpus), 0);
+        assert_int_equal(cpuset_count(c->numa[1].free_cpus), 4);
+        assert_true(cpuset_is_subset(p->cpus, c->pinned_cpus));
+        assert_int_equal(c->numa[0].memory_free_bytes, 16 * GIB - 6667 * MIB);
+        assert_int_equal(c->numa[1].memory_free_bytes, 16 * GIB - 3333 * MIB);
+        assert_int_equal(c->memory_free_bytes, 32 * GIB - 10000 * MIB);
+        placement_free(p);
+        p = NULL;
+        req.vcpus = 5;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), -ENOSPC);
+        assert_null(p);
+        assert_int_equal(cpuset_count(c->free_cpus), 4);
+        /* a placement naming a node the capacity does not know is refused whole */
+        struct placement bogus = { .cpus = c->free_cpus, .n_numa = 1, .numa = { { .node = 7 } } };
+        assert_int_equal(placement_charge(c, &bogus), -EINVAL);
+        assert_int_equal(cpuset_count(c->free_cpus), 4);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* Requests must be whole MiB; a reason names the field. */
+static void test_request_check(void **state) {
+        (void)state;
+        char why[256];
+        struct placement_request req = { .vcpus = 2, .memory_bytes = MIB + 1 };
+        assert_int_equal(placement_request_check(&req, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "memory_bytes"));
+        req = (struct placement_request){ .vcpus = PLACEMENT_MAX_VCPUS + 1, .memory_bytes = MIB };
+        assert_int_equal(placement_request_check(&req, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "vcpus"));
+        req = (struct placement_request){ .vcpus = 1, .memory_bytes = 4 * MIB, .hugepage_kib = 3000 };
+        assert_int_equal(placement_request_check(&req, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "hugepage_kib"));
+        req = (struct placement_request){ .vcpus = 1, .memory_bytes = 4 * MIB, .hugepage_kib = 2048 };
+        assert_int_equal(placement_request_check(&req, why, sizeof why), 0);
+
+        json_t *o = json_pack("{s:i, s:s}", "vcpus", 2, "memory_bytes", "lots");
+        assert_int_equal(placement_request_from_json(o, &req, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "memory_bytes"));
+        json_decref(o);
+        o = json_pack("{s:i}", "memory_bytes", 1048576);
+        assert_int_equal(placement_request_from_json(o, &req, why, sizeof why), -EINVAL);
+        assert_string_equal(why, "vcpus is required");
+        json_decref(o);
+        o = json_pack("{s:i, s:I}", "vcpus", -3, "memory_bytes", (json_int_t)MIB);
+        assert_int_equal(placement_request_from_json(o, &req, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "vcpus"));
+        json_decref(o);
+        o = json_pack("{s:i, s:I}", "vcpus", 3, "memory_bytes", (json_int_t)(3 * GIB));
+        assert_int_equal(placement_request_from_json(o, &req, why, sizeof why), 0);
+        assert_int_equal(req.vcpus, 3);
+        assert_int_equal(req.memory_bytes, 3 * GIB);
+        assert_int_equal(req.hugepage_kib, 0);
+        json_decref(o);
+}
+
+/* ---------- JSON ---------- */
+
+static void test_json_roundtrip(void **state) {
+        (void)state;
+        struct topology *t = topo_ds_ht();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        struct placement_request req = { .vcpus = 8, .memory_bytes = 8 * GIB };
+        struct placement *p = NULL, *q = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        json_t *j = placement_to_json(p);
+        char *text = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+        assert_string_equal(text, "{\"cpus\":\"0-2,4,6-8,10\",\"numa\":[{\"guest_cpus\":\"0-5\",\"memory_bytes\":6442450944,"
+                                  "\"node\":0},{\"guest_cpus\":\"6-7\",\"memory_bytes\":2147483648,\"node\":1}],"
+                                  "\"vcpu_map\":[0,6,2,8,4,10,1,7]}");
+        assert_int_equal(placement_from_json(t, j, &q, why, sizeof why), 0);
+        json_t *j2 = placement_to_json(q);
+        assert_true(json_equal(j, j2));
+        assert_int_equal(q->memory_bytes, 8 * GIB);
+        assert_int_equal(q->numa[1].first_vcpu, 6);
+        free(text);
+        json_decref(j2);
+        placement_free(q);
+        q = NULL;
+
+        /* defect 1 as a state file would carry it: each numaN with the whole memory -> still a valid sum? no:
+         * from_json takes memory as the sum, so break the map instead and a memory node instead */
+        json_t *bad = json_deep_copy(j);
+        json_array_set_new(json_object_get(bad, "vcpu_map"), 0, json_integer(1));
+        assert_int_equal(placement_from_json(t, bad, &q, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "vcpu_map"));
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(json_array_get(json_object_get(bad, "numa"), 1), "node", json_integer(0));
+        assert_int_equal(placement_from_json(t, bad, &q, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "numa"));
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(json_array_get(json_object_get(bad, "numa"), 0), "memory_bytes", json_integer(1000));
+        assert_int_equal(placement_from_json(t, bad, &q, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "memory_bytes"));
+        json_decref(bad);
+        bad = json_deep_copy(j);
+        json_object_set_new(json_array_get(json_object_get(bad, "numa"), 0), "guest_cpus", json_string("0-4"));
+        assert_int_equal(placement_from_json(t, bad, &q, why, sizeof why), -EINVAL);
+        json_decref(bad);
+        assert_null(q);
+        json_decref(j);
+        placement_free(p);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* A defect-1 placement (the whole memory in both numaN) fails validation. */
+static void test_validate_defect1(void **state) {
+        (void)state;
+        struct topology *t = topo_ds_ht();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        struct placement_request req = { .vcpus = 8, .memory_bytes = 8 * GIB };
+        struct placement *p = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        p->numa[0].memory_bytes = p->numa[1].memory_bytes = 8 * GIB;
+        assert_int_equal(placement_validate(t, p, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "not the VM memory"));
+        p->numa[0].memory_bytes = 6 * GIB;
+        p->numa[1].memory_bytes = 2 * GIB;
+        assert_int_equal(placement_validate(t, p, why, sizeof why), 0);
+        int x = p->vcpu_map[0]; /* vCPU 0 on a node-1 CPU: wrong host node */
+        p->vcpu_map[0] = p->vcpu_map[7];
+        p->vcpu_map[7] = x;
+        assert_int_equal(placement_validate(t, p, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "host node"));
+        placement_free(p);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* ---------- offers ---------- */
+
+static void test_offer(void **state) {
+        (void)state;
+        struct topology *t = topo_seed16();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        struct placement_request req = { .vcpus = 4, .memory_bytes = 4 * GIB };
+        struct placement_offer o;
+        char why[256];
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 4); /* 16 CPUs / 4 (memory would allow 8) */
+        assert_false(o.count_capped);
+        assert_non_null(o.best);
+        char *cpus = cpuset_format(o.best->cpus);
+        assert_string_equal(cpus, "0-1,8-9");
+        free(cpus);
+        /* 40 (one node) + 20 (one L3) + 20 (both pairs siblings) + 20 * (1 + 1/4) / 2 (the 12 free CPUs are
+         * all in whole cores; the node is 1/4 full) */
+        assert_true(o.score > 92.49 && o.score < 92.51);
+        assert_int_equal(cpuset_count(c->free_cpus), 16); /* the count ran on a copy */
+        json_t *j = placement_offer_to_json(&o);
+        assert_int_equal(json_integer_value(json_object_get(j, "count")), 4);
+        assert_non_null(json_object_get(json_object_get(j, "placement"), "vcpu_map"));
+        json_decref(j);
+        placement_offer_done(&o);
+
+        assert_int_equal(placement_offer(t, c, &req, 2, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 2);
+        assert_true(o.count_capped);
+        placement_offer_done(&o);
+
+        req.memory_bytes = 64 * GIB;
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 0);
+        assert_null(o.best);
+        assert_non_null(strstr(why, "needs 65536 MiB"));
+        j = placement_offer_to_json(&o);
+        assert_true(json_is_null(json_object_get(j, "placement")));
+        json_decref(j);
+        placement_offer_done(&o);
+
+        req.vcpus = 0;
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), -EINVAL);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* A clean one-node placement scores above a split one and above one on broken cores. */
+static void test_score_order(void **state) {
+        (void)state;
+        struct topology *t = topo_ds_ht();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        struct placement_request req = { .vcpus = 4, .memory_bytes = 4 * GIB };
+        struct placement *p = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        double local = placement_score(t, c, p);
+        placement_free(p);
+        req.vcpus = 8;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        double split = placement_score(t, c, p);
+        placement_free(p);
+        assert_true(local > split);
+        /* same 2 vCPUs on two half-free cores vs on one whole core */
+        struct capacity *broken = cap_new(t, "0,2,4,10", 0, NULL);
+        req.vcpus = 2;
+        assert_int_equal(placement_place(t, broken, &req, &p, why, sizeof why), 0);
+        double half = placement_score(t, broken, p);
+        char *cpus = cpuset_format(p->cpus);
+        assert_string_equal(cpus, "6,8"); /* node 0 is fuller; only single threads are left there */
+        free(cpus);
+        placement_free(p);
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_true(placement_score(t, c, p) > half);
+        placement_free(p);
+        cap_free(broken);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* ---------- the dry-run CLI protocol ---------- */
+
+static char *run_cmd(const struct topology *t, struct capacity *c, const char *input, int *ret) {
+        FILE *in = fmemopen((void *)input, strlen(input), "r");
+        char *out = NULL;
+        size_t len = 0;
+        FILE *o = open_memstream(&out, &len);
+        assert_non_null(in);
+        assert_non_null(o);
+        *ret = place_command_run(t, c, in, o);
+        fclose(in);
+        fclose(o);
+        return out;
+}
+
+static void test_place_command(void **state) {
+        (void)state;
+        struct topology *t = topo_seed16();
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        const char *input = "{\"vcpus\": 4, \"memory_bytes\": 4294967296}\n"
+                            "\n"
+                            "{\"vcpus\": 4, \"memory_bytes\": 4294967296}\n"
+                            "{\"vcpus\": 4, \"memory_bytes\": 1.5}\n"
+                            "{\"vcpus\": 4, \"memory_bytes\": 4294967296, \"colour\": 1}\n"
+                            "not json\n"
+                            "{\"vcpus\": 9, \"memory_bytes\": 4294967296}\n"
+                            "[1]\n"
+                            "{\"vcpus\": 8, \"memory_bytes\": 4294967296}";
+        int r;
+        char *out = run_cmd(t, c, input, &r);
+        assert_int_equal(r, 4); /* four bad lines */
+        const char *want =
+                "{\"cpus\":\"0-1,8-9\",\"numa\":[{\"guest_cpus\":\"0-3\",\"memory_bytes\":4294967296,\"node\":0}],"
+                "\"ok\":true,\"vcpu_map\":[0,8,1,9]}\n"
+                "{\"cpus\":\"2-3,10-11\",\"numa\":[{\"guest_cpus\":\"0-3\",\"memory_bytes\":4294967296,\"node\":0}],"
+                "\"ok\":true,\"vcpu_map\":[2,10,3,11]}\n"
+                "{\"ok\":false,\"reason\":\"memory_bytes must be a non-negative integer\"}\n"
+                "{\"ok\":false,\"reason\":\"colour: unknown field\"}\n"
+                "{\"ok\":false,\"reason\":\"invalid JSON: line 1 column 3: invalid token near 'not'\"}\n"
+                "{\"ok\":false,\"reason\":\"needs 9 vCPUs but only 8 host CPUs can be pinned (0 floating vCPUs keep the "
+                "rest)\"}\n"
+                "{\"ok\":false,\"reason\":\"request must be a JSON object\"}\n"
+                "{\"cpus\":\"4-7,12-15\",\"numa\":[{\"guest_cpus\":\"0-7\",\"memory_bytes\":4294967296,\"node\":0}],"
+                "\"ok\":true,\"vcpu_map\":[4,12,5,13,6,14,7,15]}\n";
+        assert_string_equal(out, want);
+        assert_true(cpuset_is_empty(c->free_cpus));
+        free(out);
+        cap_free(c);
+        topo_free(t);
+}
+
+/* ---------- invariants over random streams ---------- */
+
+static unsigned rnd(unsigned *seed, unsigned n) {
+        *seed = *seed * 1103515245u + 12345u;
+        return (*seed >> 16) % n;
+}
+
+/* nodes x l3 per node x cores per l3, smt 1 or 2; siblings either adjacent (2c, 2c+1) or c and c + cores. */
+static struct topology *topo_random(unsigned *seed) {
+        struct topology *t = topo_new();
+        unsigned nodes = 1 + rnd(seed, 4), l3s = 1 + rnd(seed, 3), cores = 1 + rnd(seed, 6), smt = 1 + rnd(seed, 2);
+        bool adjacent = rnd(seed, 2);
+        unsigned total = nodes * l3s * cores;
+        for (unsigned n = 0; n < nodes; n++) {
+                struct cpuset *ns = cpuset_new();
+                for (unsigned l = 0; l < l3s; l++) {
+                        struct cpuset *ls = cpuset_new();
+                        for (unsigned k = 0; k < cores; k++) {
+                                unsigned core = (n * l3s + l) * cores + k;
+                                struct cpuset *cs = cpuset_new();
+                                for (unsigned s = 0; s < smt; s++)
+                                        cpuset_set(cs, adjacent ? core * smt + s : core + s * total);
+                                cpuset_or(ls, cs);
+                                cpuset_free(cs);
+                        }
+                        cpuset_or(ns, ls);
+                        char *txt = cpuset_format(ls);
+                        topo_l3(t, txt);
+                        free(txt);
+                        cpuset_free(ls);
+                }
+                char *txt = cpuset_format(ns);
+                topo_node(t, (int)(n * 2), (int)(n / 2), txt, (uint64_t)(8 + rnd(seed, 56)) * GIB);
+                free(txt);
+                cpuset_free(ns);
+        }
+        for (unsigned core = 0; core < total; core++) {
+                struct cpuset *cs = cpuset_new();
+                for (unsigned s = 0; s < smt; s++)
+                        cpuset_set(cs, adjacent ? core * smt + s : core + s * total);
+                topo_core_set(t, cs);
+        }
+        return topo_done(t);
+}
+
+/* Could one node hold the request (the allocator must then use one)? */
+static bool one_node_fits(const struct topology *t, const struct capacity *c, const struct placement_request *req) {
+        unsigned non_iso = cpuset_count(c->free_cpus) - cpuset_count_and(c->free_cpus, t->isolated);
+        unsigned budget = non_iso > c->floating_vcpus ? non_iso - c->floating_vcpus : 0;
+        for (size_t i = 0; i < c->n_numa; i++) {
+                unsigned iso = cpuset_count_and(c->numa[i].free_cpus, t->isolated);
+                unsigned non = cpuset_count(c->numa[i].free_cpus) - iso;
+                if (iso + (non < budget ? non : budget) >= req->vcpus && c->numa[i].memory_free_bytes >= req->memory_bytes)
+                        return true;
+        }
+        return false;
+}
+
+static void check_stream_step(const struct topology *t, const struct capacity *c, const struct placement_request *req,
+                              const struct placement *p, struct cpuset *used) {
+        assert_valid(t, p);
+        assert_int_equal(p->n_vcpus, req->vcpus);
+        assert_int_equal(p->memory_bytes, req->memory_bytes);
+        assert_false(cpuset_intersects(p->cpus, used)); /* no CPU twice */
+        assert_true(cpuset_is_subset(p->cpus, c->free_cpus));
+        for (size_t j = 0; j < p->n_numa; j++) {
+                const struct capacity_numa *cn = NULL;
+                for (size_t i = 0; i < c->n_numa; i++)
+                        cn = c->numa[i].id == p->numa[j].node ? &c->numa[i] : cn;
+                assert_non_null(cn);
+                assert_true(p->numa[j].memory_bytes <= cn->memory_free_bytes);
+        }
+        if (one_node_fits(t, c, req))
+                assert_int_equal(p->n_numa, 1);
+        assert_int_equal(cpuset_or(used, p->cpus), 0);
+}
+
+/* The non-isolated CPUs the placement took came out of what floating vCPUs leave. */
+static void check_floating_left(const struct topology *t, const struct capacity *before, const struct placement *p) {
+        unsigned non_iso = cpuset_count(before->free_cpus) - cpuset_count_and(before->free_cpus, t->isolated);
+        unsigned budget = non_iso > before->floating_vcpus ? non_iso - before->floating_vcpus : 0;
+        assert_true(cpuset_count(p->cpus) - cpuset_count_and(p->cpus, t->isolated) <= budget);
+}
+
+static void run_stream(struct topology *t, unsigned *seed, bool isolate) {
+        if (isolate && rnd(seed, 2)) {
+                int last = cpuset_last(t->cpus);
+                cpuset_set(t->isolated, (unsigned)last);
+                cpuset_set(t->isolated, (unsigned)(last / 2));
+        }
+        unsigned n_cpus = cpuset_count(t->cpus);
+        struct capacity *c = cap_new(t, rnd(seed, 2) ? "0" : "", rnd(seed, n_cpus / 2 + 1), NULL);
+        struct cpuset *used = cpuset_new();
+        static const unsigned sizes[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24 };
+        for (int i = 0; i < 60; i++) {
+                unsigned v = sizes[rnd(seed, 9)];
+                struct placement_request req = { .vcpus = v, .memory_bytes = (uint64_t)v * (512 + rnd(seed, 8192)) * MIB };
+                struct placement *p = NULL;
+                char why[512];
+                int r = placement_place(t, c, &req, &p, why, sizeof why);
+                if (r == -ENOSPC) {
+                        assert_false(one_node_fits(t, c, &req));
+                        continue;
+                }
+                assert_int_equal(r, 0);
+                check_stream_step(t, c, &req, p, used);
+                check_floating_left(t, c, p);
+                assert_int_equal(placement_charge(c, p), 0);
+                placement_free(p);
+        }
+        cpuset_free(used);
+        cap_free(c);
+}
+
+static void test_random_streams(void **state) {
+        (void)state;
+        unsigned seed = 20260712;
+        for (int k = 0; k < 300; k++) {
+                struct topology *t = topo_random(&seed);
+                run_stream(t, &seed, true);
+                topo_free(t);
+        }
+}
+
+/* One L3 per node, memory plenty: a VM bigger than a node spans the fewest nodes, in one package first. */
+static void test_fewest_nodes_one_package(void **state) {
+        (void)state;
+        struct topology *t = topo_80();
+        struct capacity *c = cap_new(t, "0-3", 0, NULL); /* node 0 is fuller: 16 free */
+        struct placement_request req = { .vcpus = 36, .memory_bytes = 36 * GIB };
+        struct placement *p = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(p->n_numa, 2);
+        /* nodes 0 and 1 share package 0; node 0 (16 free) is filled first with an even count */
+        assert_int_equal(p->numa[0].node, 0);
+        assert_int_equal(p->numa[0].n_vcpus, 16);
+        assert_int_equal(p->numa[1].node, 1);
+        assert_int_equal(p->numa[1].n_vcpus, 20);
+        assert_int_equal(p->numa[0].memory_bytes + p->numa[1].memory_bytes, 36 * GIB);
+        assert_valid(t, p);
+        placement_free(p);
+        cap_free(c);
+        /* 70 vCPUs need all four nodes' worth of CPUs but three hold them: 3 nodes */
+        c = cap_new(t, NULL, 0, NULL);
+        req = (struct placement_request){ .vcpus = 50, .memory_bytes = 50 * GIB };
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(p->n_numa, 3);
+        assert_valid(t, p);
+        placement_free(p);
+        cap_free(c);
+        topo_free(t);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_table),
+                cmocka_unit_test(test_charge),
+                cmocka_unit_test(test_request_check),
+                cmocka_unit_test(test_json_roundtrip),
+                cmocka_unit_test(test_validate_defect1),
+                cmocka_unit_test(test_offer),
+                cmocka_unit_test(test_score_order),
+                cmocka_unit_test(test_place_command),
+                cmocka_unit_test(test_random_streams),
+                cmocka_unit_test(test_fewest_nodes_one_package),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
