@@ -335,5 +335,5 @@ json_t *inventory_to_json(const struct inventory *inv) {
                         return NULL;
                 }
         }
-        return vms ? json_pack("{s:o}", "vms", vms) : NULL;
+        return vms;
 }

@@ -69,5 +69,9 @@ const struct vm *inventory_find(const struct inventory *inv, int vmid);
 /* Liveness check used by inventory_load and pinning: the QEMU pid of vmid, or a negative errno. */
 int inventory_running_pid(const char *run_dir, int vmid);
 
+/* {"vmid", "name", "vcpus" (effective), "cores", "sockets", "memory_bytes", "balloon_bytes", "affinity"
+ * (cpulist or null), "numa", "numa_nodes": [{"index", "cpus", "hostnodes", "memory_bytes", "policy"}],
+ * "hugepages", "tags": [...], "template", "running", "pid" (or null), "errors": [{"line", "reason"}]}. */
 json_t *vm_to_json(const struct vm *vm);
+/* The array of vm_to_json objects, by vmid. New reference; NULL on ENOMEM. */
 json_t *inventory_to_json(const struct inventory *inv);

@@ -431,12 +431,11 @@ static void test_load_directory(void **state) {
         assert_ptr_equal(inventory_find(inv, 300), inv->vms[3]);
         assert_null(inventory_find(inv, 999));
 
-        json_t *j = inventory_to_json(inv);
-        json_t *vms = json_object_get(j, "vms");
+        json_t *vms = inventory_to_json(inv);
         assert_int_equal(json_array_size(vms), 4);
         assert_int_equal(json_integer_value(json_object_get(json_array_get(vms, 3), "pid")), kvm);
         assert_true(json_is_true(json_object_get(json_array_get(vms, 3), "running")));
-        json_decref(j);
+        json_decref(vms);
         inventory_free(inv);
         reap(kvm);
 }
@@ -447,7 +446,8 @@ static void test_load_missing_directory(void **state) {
         assert_int_equal(inventory_load("/nonexistent/pvescale/qemu-server", "/nonexistent", &inv), 0);
         assert_int_equal(inv->n_vms, 0);
         json_t *j = inventory_to_json(inv);
-        assert_int_equal(json_array_size(json_object_get(j, "vms")), 0);
+        assert_true(json_is_array(j));
+        assert_int_equal(json_array_size(j), 0);
         json_decref(j);
         inventory_free(inv);
 }
