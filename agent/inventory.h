@@ -66,7 +66,8 @@ int inventory_load(const char *config_dir, const char *run_dir, struct inventory
 void inventory_free(struct inventory *inv);
 const struct vm *inventory_find(const struct inventory *inv, int vmid);
 
-/* Liveness check used by inventory_load and pinning: the QEMU pid of vmid, or a negative errno. */
+/* Liveness check used by inventory_load and pinning: the QEMU pid of vmid, or -ENOENT (no pid file),
+ * -EINVAL (pid file without a pid), -ESRCH (no such process, a zombie, or not the QEMU of this VM: stale). */
 int inventory_running_pid(const char *run_dir, int vmid);
 
 /* {"vmid", "name", "vcpus" (effective), "cores", "sockets", "memory_bytes", "balloon_bytes", "affinity"
