@@ -1,0 +1,2 @@
+# The pvescale simulator package (see tests/sim/README.md).
+# SPDX-License-Identifier: Apache-2.0

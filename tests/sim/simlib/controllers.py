@@ -1,0 +1,794 @@
+# Simulated kube-scheduler, kubelets, node lifecycle, PDB, DaemonSet, namespace and pod GC controllers.
+# SPDX-License-Identifier: Apache-2.0
+import base64
+import collections
+import copy
+import os
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from decimal import Decimal
+
+from . import selectors as sel
+from . import util
+from .kubehooks import pod_requests, pod_ready, set_condition
+
+TOKEN_RE = re.compile(r"(?<![a-z0-9])([a-z0-9]{6})\.([a-z0-9]{16})(?![a-z0-9])")
+DS_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def read_user_data(iso_path):
+    """Extract the ISO with xorriso and return the text of its user-data file (or None)."""
+    tmp = tempfile.mkdtemp(prefix="sim-iso-")
+    try:
+        r = subprocess.run(["xorriso", "-abort_on", "FATAL", "-return_with", "FATAL", "0",
+                            "-osirrox", "on", "-indev", iso_path, "-extract", "/", tmp],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+        if r.returncode != 0:
+            return None
+        for dirpath, _, files in os.walk(tmp):
+            for f in sorted(files):
+                if re.match(r"^user[-_.]?dat", f, re.I):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        return fh.read().decode(errors="replace")
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_kubelet_flags(text):
+    flags = {}
+    for name in ("node-labels", "register-with-taints", "max-pods", "kube-reserved", "system-reserved",
+                 "eviction-hard", "hostname-override"):
+        m = re.search(r"--%s[= ]([^\s\"']+)" % re.escape(name), text)
+        if m:
+            flags[name] = m.group(1)
+    return flags
+
+
+def _kv_list(s):
+    out = {}
+    for part in (s or "").split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_taints(s):
+    taints = []
+    for part in [p for p in (s or "").split(",") if p]:
+        kv, _, effect = part.rpartition(":")
+        if not kv:
+            continue
+        k, _, v = kv.partition("=")
+        t = {"key": k, "effect": effect}
+        if v:
+            t["value"] = v
+        taints.append(t)
+    return taints
+
+
+def tolerates(tolerations, taint):
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key") and op == "Exists":
+            return True
+        if t.get("key") != taint.get("key"):
+            continue
+        if op == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+class Controllers:
+    def __init__(self, world):
+        self.w = world
+        self.kubelets = {}
+        self.iso_cache = {}
+        self.pod_bound_at = {}
+        self.pod_running_at = {}
+        self.last_sched = {}
+        self.node_gone_at = {}
+        self.unschedulable_msgs = {}
+        self.thread = threading.Thread(target=self._loop, name="controllers", daemon=True)
+        self.wake = threading.Event()
+
+    def start(self):
+        self.thread.start()
+
+    def _loop(self):
+        while not self.w.stopping:
+            self.wake.wait(float(self.w.knob("controller_interval_seconds")))
+            self.wake.clear()
+            try:
+                self.tick()
+            except Exception as e:  # keep the controllers alive, report the bug
+                import traceback
+                util.log("controller error: %r\n%s" % (e, traceback.format_exc()))
+
+    def tick(self):
+        self.kubelet_vms()
+        with self.w.lock:
+            self.namespaces()
+            self.node_lifecycle()
+            self.pod_gc()
+            self.daemonsets()
+            self.pod_lifecycle()
+            self.scheduler()
+            self.pdbs()
+            self.w.report.sample(self.w)
+
+    # ---- helpers --------------------------------------------------------------------
+    @property
+    def s(self):
+        return self.w.kube
+
+    def rt(self, plural, group=""):
+        return self.s.types[(group, plural)]
+
+    def commit(self, plural, obj_old, obj_new, group=""):
+        md = obj_old["metadata"]
+        return self.s._commit(self.rt(plural, group), md.get("namespace"), md["name"], obj_old, obj_new)
+
+    def event(self, obj, etype, reason, message, component="default-scheduler"):
+        ns = obj["metadata"].get("namespace") or "default"
+        ert = self.rt("events")
+        name = "%s.%x" % (obj["metadata"]["name"], random.getrandbits(60))
+        now = util.rfc3339()
+        ev = {"metadata": {"name": name, "namespace": ns},
+              "involvedObject": {"kind": obj.get("kind"), "namespace": obj["metadata"].get("namespace"),
+                                 "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"],
+                                 "apiVersion": obj.get("apiVersion"),
+                                 "resourceVersion": obj["metadata"].get("resourceVersion")},
+              "reason": reason, "message": message, "type": etype, "count": 1,
+              "source": {"component": component}, "firstTimestamp": now, "lastTimestamp": now,
+              "reportingComponent": component, "reportingInstance": ""}
+        try:
+            self.s.create(ert, ns, ev)
+        except Exception as e:
+            util.log("event create failed: %s" % e, 2)
+
+    # ---- kubelets (one per running VM) ----------------------------------------------------
+    def kubelet_vms(self):
+        now = time.time()
+        todo = []
+        with self.w.lock:
+            vms = list(self.w.all_vms())
+            live = set()
+            for vm in vms:
+                if vm.status != "running" or vm.host.down or vm.is_template():
+                    continue
+                ks = self.kubelets.setdefault(vm.uid, {"state": "booting", "vm": vm, "reason": "waiting for boot"})
+                ks["vm"] = vm
+                live.add(vm.uid)
+                if ks["state"] in ("booting", "waiting") and now - vm.started_at >= float(self.w.knob("join_delay_seconds")):
+                    if ks.get("next_try", 0) <= now:
+                        ks["next_try"] = now + 0.5
+                        todo.append((vm, ks, self._vm_iso(vm)))
+                elif ks["state"] in ("registered", "ready"):
+                    self._kubelet_running(vm, ks, now)
+            for uid, ks in self.kubelets.items():
+                if uid not in live and ks["state"] in ("registered", "ready"):
+                    self._kubelet_gone(ks, now)
+        for vm, ks, iso in todo:
+            ud = None
+            if iso and os.path.exists(iso):
+                st = os.stat(iso)
+                key = (iso, st.st_mtime, st.st_size)
+                if key not in self.iso_cache:
+                    self.iso_cache[key] = read_user_data(iso)
+                ud = self.iso_cache[key]
+            with self.w.lock:
+                if vm.status == "running":
+                    self._try_register(vm, ks, iso, ud)
+
+    def _vm_iso(self, vm):
+        for k, v in sorted(vm.conf.items()):
+            if re.match(r"^(ide|sata|scsi)\d+$", k) and "media=cdrom" in v:
+                m = re.match(r"^(?:file=)?([^:,]+):iso/([^,]+)", v)
+                if m:
+                    return os.path.join(vm.host.iso_dir, m.group(2))
+        return None
+
+    def _never_joins(self, vm):
+        nj = self.w.knob("never_join") or []
+        return str(vm.vmid) in [str(x) for x in nj] or vm.conf.get("name") in nj
+
+    def _try_register(self, vm, ks, iso, ud):
+        ks["state"] = "waiting"
+        if self._never_joins(vm):
+            ks["reason"] = "fault injection: never_join"
+            return
+        if not iso:
+            ks["reason"] = "no cloud-init ISO attached as CD-ROM"
+            return
+        if ud is None:
+            ks["reason"] = "no user-data in %s" % os.path.basename(iso)
+            return
+        m = TOKEN_RE.search(ud)
+        if not m:
+            ks["reason"] = "no bootstrap token in user-data"
+            return
+        err = self._check_token(m.group(1), m.group(2))
+        if err:
+            ks["reason"] = err
+            return
+        ks["flags"] = parse_kubelet_flags(ud)
+        ks["token_id"] = m.group(1)
+        self._register_node(vm, ks)
+
+    def _check_token(self, tid, tsecret):
+        sec = self.s.find("secrets", "kube-system", "bootstrap-token-" + tid)
+        if sec is None:
+            return "bootstrap token secret kube-system/bootstrap-token-%s not found" % tid
+        if sec.get("type") != "bootstrap.kubernetes.io/token":
+            return "secret bootstrap-token-%s has type %s" % (tid, sec.get("type"))
+        data = {}
+        for k, v in (sec.get("data") or {}).items():
+            try:
+                data[k] = base64.b64decode(v).decode()
+            except (ValueError, UnicodeDecodeError):
+                data[k] = ""
+        if data.get("token-id", tid) != tid or data.get("token-secret") != tsecret:
+            return "bootstrap token %s: secret does not match" % tid
+        if data.get("usage-bootstrap-authentication") != "true":
+            return "bootstrap token %s: usage-bootstrap-authentication is not true" % tid
+        exp = data.get("expiration")
+        if exp:
+            ts = util.parse_rfc3339(exp)
+            if ts is None or ts < time.time():
+                return "bootstrap token %s expired" % tid
+        return None
+
+    def _node_object(self, vm, ks):
+        flags = ks.get("flags", {})
+        name = vm.conf.get("name") or "vm%d" % vm.vmid
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
+                  "topology.kubernetes.io/region": vm.host.region, "topology.kubernetes.io/zone": vm.host.name}
+        labels.update(_kv_list(flags.get("node-labels")))
+        taints = parse_taints(flags.get("register-with-taints"))
+        cpu = Decimal(vm.vcpus())
+        mem = Decimal(vm.memory_mib()) * 2**20
+        disk = Decimal(20 * 2**30)
+        mm = re.search(r"size=(\d+)G", vm.conf.get("scsi0", "") or vm.conf.get("virtio0", ""))
+        if mm:
+            disk = Decimal(int(mm.group(1)) * 2**30)
+        pods = int(flags.get("max-pods", 110))
+        cap = {"cpu": util.fmt_cpu(cpu), "memory": "%dKi" % (mem // 1024), "pods": str(pods),
+               "ephemeral-storage": "%dKi" % (disk // 1024), "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
+        rcpu, rmem = Decimal(0), Decimal(0)
+        for fl in ("kube-reserved", "system-reserved"):
+            kv = _kv_list(flags.get(fl))
+            rcpu += util.parse_quantity(kv.get("cpu", "0"))
+            rmem += util.parse_quantity(kv.get("memory", "0"))
+        ev = re.search(r"memory\.available<([0-9.]+[A-Za-z]*)", flags.get("eviction-hard", "memory.available<100Mi"))
+        if ev:
+            rmem += util.parse_quantity(ev.group(1))
+        alloc = dict(cap)
+        alloc["cpu"] = util.fmt_cpu(max(cpu - rcpu, Decimal(0)))
+        alloc["memory"] = "%dKi" % (max(mem - rmem, Decimal(0)) // 1024)
+        alloc["ephemeral-storage"] = "%d" % int(disk * Decimal("0.9"))
+        sysuuid = (re.search(r"uuid=([0-9a-f-]+)", vm.conf.get("smbios1", "")) or [None, str(uuid.uuid4())])[1]
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels,
+                             "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                             "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+                "spec": {"providerID": "proxmox://%s/%d" % (vm.host.region, vm.vmid), "taints": taints},
+                "status": {"capacity": cap, "allocatable": alloc,
+                           "conditions": self._node_conditions(False),
+                           "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                         {"type": "Hostname", "address": name}],
+                           "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                           "nodeInfo": {"machineID": uuid.uuid4().hex, "systemUUID": sysuuid,
+                                        "bootID": str(uuid.uuid4()), "kernelVersion": "6.8.0-sim",
+                                        "osImage": "pvescale simulated node", "containerRuntimeVersion": "containerd://2.0.0",
+                                        "kubeletVersion": "v1.35.0", "kubeProxyVersion": "v1.35.0",
+                                        "operatingSystem": "linux", "architecture": "amd64"}}}
+
+    def _node_conditions(self, ready, unknown=False):
+        conds = []
+        for t, r in (("MemoryPressure", "KubeletHasSufficientMemory"), ("DiskPressure", "KubeletHasNoDiskPressure"),
+                     ("PIDPressure", "KubeletHasSufficientPID")):
+            set_condition(conds, t, "Unknown" if unknown else "False", "NodeStatusUnknown" if unknown else r,
+                          "Kubelet stopped posting node status." if unknown else "kubelet has no pressure")
+        if unknown:
+            set_condition(conds, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        elif ready:
+            set_condition(conds, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        else:
+            set_condition(conds, "Ready", "False", "KubeletNotReady",
+                          "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady")
+        for c in conds:
+            c.pop("lastProbeTime", None)
+            c["lastHeartbeatTime"] = util.rfc3339()
+        return conds
+
+    def _register_node(self, vm, ks):
+        nrt = self.rt("nodes")
+        node = self._node_object(vm, ks)
+        name = node["metadata"]["name"]
+        old = self.s.find("nodes", None, name)
+        if old is not None and (old.get("spec") or {}).get("providerID") != node["spec"]["providerID"]:
+            self.s.remove(nrt, old)
+            old = None
+        if old is None:
+            self.s.create(nrt, None, node)
+            self.w.report.node_event(name, "registered", vm)
+        ks.update(state="registered", node=name, registered_at=time.time(), reason="registered", last_lease=0)
+
+    def _kubelet_running(self, vm, ks, now):
+        node = self.s.find("nodes", None, ks["node"])
+        if node is None:
+            if self.w.knob("kubelet_reregister"):
+                self._register_node(vm, ks)
+            return
+        ready = _node_ready(node)
+        if ready != "True" and now - ks["registered_at"] >= float(self.w.knob("ready_delay_seconds")):
+            new = copy.deepcopy(node)
+            new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(True))
+            self.commit("nodes", node, new)
+            if ks["state"] != "ready":
+                self.w.report.node_event(ks["node"], "ready", vm)
+            ks["state"] = "ready"
+        if now - ks.get("last_lease", 0) >= float(self.w.knob("lease_interval_seconds")):
+            ks["last_lease"] = now
+            self._renew_lease(ks["node"])
+
+    def _merge_conds(self, node, fresh):
+        old = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
+        for c in fresh:
+            o = old.get(c["type"])
+            if o and o.get("status") == c["status"]:
+                c["lastTransitionTime"] = o.get("lastTransitionTime", c["lastTransitionTime"])
+        return fresh
+
+    def _renew_lease(self, name):
+        lrt = self.rt("leases", "coordination.k8s.io")
+        now = util.rfc3339()[:-1] + ".000000Z"
+        cur = self.s.find("leases", "kube-node-lease", name, "coordination.k8s.io")
+        if cur is None:
+            try:
+                self.s.create(lrt, "kube-node-lease", {"metadata": {"name": name, "namespace": "kube-node-lease"},
+                                                       "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                                                                "renewTime": now}})
+            except Exception as e:
+                util.log("lease create failed: %s" % e, 2)
+            return
+        new = copy.deepcopy(cur)
+        new["spec"]["renewTime"] = now
+        self.commit("leases", cur, new, "coordination.k8s.io")
+
+    def _kubelet_gone(self, ks, now):
+        vm = ks["vm"]
+        gone_since = ks.setdefault("gone_at", now)
+        if now - gone_since < float(self.w.knob("notready_delay_seconds")):
+            return
+        node = self.s.find("nodes", None, ks["node"])
+        ks["state"] = "gone"
+        ks["reason"] = "VM %s" % ("deleted" if vm.deleted else "not running")
+        if node is None:
+            return
+        if (node.get("spec") or {}).get("providerID") != "proxmox://%s/%d" % (vm.host.region, vm.vmid):
+            return
+        if vm.deleted and self.w.knob("ccm_delete_nodes"):
+            self.s.delete(self.rt("nodes"), None, ks["node"])
+            return
+        new = copy.deepcopy(node)
+        new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(False, unknown=True))
+        self.commit("nodes", node, new)
+        self.w.report.node_event(ks["node"], "notready", vm)
+
+    # ---- node lifecycle: taints from the Ready condition -------------------------------------
+    def node_lifecycle(self):
+        for node in self.s.items("nodes"):
+            ready = _node_ready(node)
+            want = []
+            if ready == "False":
+                want = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+            elif ready != "True":
+                want = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+            taints = (node.get("spec") or {}).get("taints") or []
+            keep = [t for t in taints if t.get("key") not in ("node.kubernetes.io/not-ready",
+                                                                "node.kubernetes.io/unreachable")]
+            managed = [t for t in taints if t not in keep]
+            if [(t["key"], t["effect"]) for t in managed] == [(t["key"], t["effect"]) for t in want]:
+                continue
+            new = copy.deepcopy(node)
+            stamp = util.rfc3339()
+            new.setdefault("spec", {})["taints"] = keep + [dict(t, timeAdded=stamp) if t["effect"] == "NoExecute" else t
+                                                           for t in want]
+            if not new["spec"]["taints"]:
+                del new["spec"]["taints"]
+            self.commit("nodes", node, new)
+
+    # ---- pods on nodes (kubelet side) -------------------------------------------------------
+    def pod_lifecycle(self):
+        now = time.time()
+        nodes = {n["metadata"]["name"]: n for n in self.s.items("nodes")}
+        prt = self.rt("pods")
+        for pod in self.s.items("pods"):
+            md = pod["metadata"]
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            uid = md["uid"]
+            if not node_name:
+                continue
+            self.pod_bound_at.setdefault(uid, now)
+            node = nodes.get(node_name)
+            if md.get("deletionTimestamp"):
+                if md.get("deletionGracePeriodSeconds", 0) == 0:
+                    continue
+                first = self.pod_bound_at.setdefault(("del", uid), now)
+                if now - first >= float(self.w.knob("pod_termination_seconds")) or node is None:
+                    new = copy.deepcopy(pod)
+                    new["metadata"]["deletionGracePeriodSeconds"] = 0
+                    st = new.setdefault("status", {})
+                    if st.get("phase") == "Running":
+                        st["phase"] = "Succeeded" if pod.get("spec", {}).get("restartPolicy") != "Always" else "Failed"
+                    self.w.report.pod_deleted(pod)
+                    self.commit("pods", pod, new)
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if node is None or phase in ("Succeeded", "Failed"):
+                continue
+            nready = _node_ready(node) == "True"
+            if phase == "Pending" and nready and now - self.pod_bound_at[uid] >= float(self.w.knob("pod_start_seconds")):
+                self._run_pod(pod, node)
+            elif phase == "Running":
+                if pod_ready(pod) != nready:
+                    new = copy.deepcopy(pod)
+                    for t in ("Ready", "ContainersReady"):
+                        set_condition(new["status"]["conditions"], t, "True" if nready else "False")
+                    self.commit("pods", pod, new)
+                rs = (md.get("annotations") or {}).get("sim.pvescale.io/run-seconds")
+                if rs and now - self.pod_running_at.get(uid, now) >= float(rs):
+                    new = copy.deepcopy(pod)
+                    new["status"]["phase"] = "Succeeded"
+                    for t in ("Ready", "ContainersReady"):
+                        set_condition(new["status"]["conditions"], t, "False", "PodCompleted")
+                    self.commit("pods", pod, new)
+
+    def _run_pod(self, pod, node):
+        new = copy.deepcopy(pod)
+        st = new.setdefault("status", {})
+        now = util.rfc3339()
+        st["phase"] = "Running"
+        st["hostIP"] = "127.0.0.1"
+        st["hostIPs"] = [{"ip": "127.0.0.1"}]
+        ip = "10.244.%d.%d" % (random.randint(0, 255), random.randint(2, 254))
+        st["podIP"] = ip
+        st["podIPs"] = [{"ip": ip}]
+        st["startTime"] = now
+        conds = st.setdefault("conditions", [])
+        for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
+            set_condition(conds, t, "True")
+        st["containerStatuses"] = [{"name": c.get("name"), "image": c.get("image"), "imageID": "",
+                                    "containerID": "containerd://%s" % uuid.uuid4().hex, "ready": True,
+                                    "started": True, "restartCount": 0,
+                                    "state": {"running": {"startedAt": now}}}
+                                   for c in (pod.get("spec") or {}).get("containers") or []]
+        self.pod_running_at[pod["metadata"]["uid"]] = time.time()
+        self.w.report.pod_running(new)
+        self.commit("pods", pod, new)
+
+    def pod_gc(self):
+        now = time.time()
+        names = {n["metadata"]["name"] for n in self.s.items("nodes")}
+        prt = self.rt("pods")
+        for pod in self.s.items("pods"):
+            nn = (pod.get("spec") or {}).get("nodeName")
+            uid = pod["metadata"]["uid"]
+            if not nn or nn in names:
+                self.node_gone_at.pop(uid, None)
+                continue
+            first = self.node_gone_at.setdefault(uid, now)
+            if now - first >= float(self.w.knob("podgc_seconds")):
+                self.w.report.pod_deleted(pod)
+                if pod["metadata"].get("finalizers"):
+                    if not pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("deletionGracePeriodSeconds"):
+                        self.s.delete(prt, pod["metadata"]["namespace"], pod["metadata"]["name"], {"gracePeriodSeconds": 0})
+                else:
+                    self.s.remove(prt, pod)
+
+    # ---- namespaces ----------------------------------------------------------------------------
+    def namespaces(self):
+        nsrt = self.rt("namespaces")
+        for ns in self.s.items("namespaces"):
+            if not ns["metadata"].get("deletionTimestamp"):
+                continue
+            name = ns["metadata"]["name"]
+            left = 0
+            for rt in list(self.s.types.values()):
+                if not rt.namespaced:
+                    continue
+                for o in self.s.list(rt, name, [], []):
+                    left += 1
+                    if not o["metadata"].get("deletionTimestamp"):
+                        self.s.delete(rt, name, o["metadata"]["name"], {"gracePeriodSeconds": 0})
+            if left == 0 and not ns["metadata"].get("finalizers"):
+                self.s.remove(nsrt, ns)
+
+    # ---- PDB status ----------------------------------------------------------------------------
+    def pdbs(self):
+        for pdb in self.s.items("poddisruptionbudgets", "policy"):
+            st = self.w.kube_hooks.pdb_status(pdb)
+            cur = pdb.get("status") or {}
+            st["observedGeneration"] = pdb["metadata"].get("generation", 1)
+            if all(cur.get(k) == v for k, v in st.items()) and cur.get("conditions"):
+                continue
+            new = copy.deepcopy(pdb)
+            nst = new.setdefault("status", {})
+            nst.update(st)
+            conds = nst.setdefault("conditions", [])
+            ok = st["disruptionsAllowed"] > 0
+            set_condition(conds, "DisruptionAllowed", "True" if ok else "False",
+                          "SufficientPods" if ok else "InsufficientPods", "")
+            for c in conds:
+                c.pop("lastProbeTime", None)
+                c["observedGeneration"] = st["observedGeneration"]
+            self.commit("poddisruptionbudgets", pdb, new, "policy")
+
+    # ---- DaemonSets ----------------------------------------------------------------------------
+    def daemonsets(self):
+        nodes = self.s.items("nodes")
+        prt = self.rt("pods")
+        for ds in self.s.items("daemonsets", "apps"):
+            md = ds["metadata"]
+            if md.get("deletionTimestamp"):
+                continue
+            ns = md["namespace"]
+            tmpl = (ds.get("spec") or {}).get("template") or {}
+            tspec = tmpl.get("spec") or {}
+            owned = {}
+            for p in self.s.list(prt, ns, [], []):
+                for ref in p["metadata"].get("ownerReferences") or []:
+                    if ref.get("uid") == md["uid"]:
+                        owned.setdefault(p["spec"].get("nodeName"), []).append(p)
+            want = set()
+            for n in nodes:
+                tol = (tspec.get("tolerations") or []) + DS_TOLERATIONS
+                if self._ds_fits(tspec, tol, n):
+                    want.add(n["metadata"]["name"])
+            for nn in want - set(owned):
+                pod = {"metadata": {"generateName": md["name"] + "-", "namespace": ns,
+                                    "labels": dict((tmpl.get("metadata") or {}).get("labels") or {}),
+                                    "annotations": dict((tmpl.get("metadata") or {}).get("annotations") or {}),
+                                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": md["name"],
+                                                         "uid": md["uid"], "controller": True,
+                                                         "blockOwnerDeletion": True}]},
+                       "spec": copy.deepcopy(tspec)}
+                pod["spec"]["nodeName"] = nn
+                pod["spec"]["tolerations"] = (tspec.get("tolerations") or []) + DS_TOLERATIONS
+                try:
+                    self.s.create(prt, ns, pod)
+                except Exception as e:
+                    util.log("daemonset pod create failed: %s" % e, 1)
+            for nn, pods in owned.items():
+                if nn not in want:
+                    for p in pods:
+                        if not p["metadata"].get("deletionTimestamp"):
+                            self.s.delete(prt, ns, p["metadata"]["name"], {})
+            ready = sum(1 for nn, ps in owned.items() if nn in want and any(pod_ready(p) for p in ps))
+            st = {"desiredNumberScheduled": len(want), "currentNumberScheduled": len(want & set(owned)),
+                  "numberReady": ready, "numberAvailable": ready, "updatedNumberScheduled": len(want & set(owned)),
+                  "numberMisscheduled": len(set(owned) - want), "observedGeneration": md.get("generation", 1)}
+            if ready < len(want):
+                st["numberUnavailable"] = len(want) - ready
+            cur = ds.get("status") or {}
+            if any(cur.get(k) != v for k, v in st.items()) or ("numberUnavailable" in cur) != ("numberUnavailable" in st):
+                new = copy.deepcopy(ds)
+                new["status"] = st
+                self.commit("daemonsets", ds, new, "apps")
+
+    def _ds_fits(self, spec, tol, node):
+        if not _node_affinity_ok(spec, node):
+            return False
+        for t in (node.get("spec") or {}).get("taints") or []:
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tol, t):
+                return False
+        return True
+
+    # ---- scheduler -----------------------------------------------------------------------------
+    def scheduler(self):
+        now = time.time()
+        pods = self.s.items("pods")
+        pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
+                   and not p["metadata"].get("deletionTimestamp")
+                   and (p.get("spec") or {}).get("schedulerName", "default-scheduler") == "default-scheduler"
+                   and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+                   and not (p.get("spec") or {}).get("schedulingGates")]
+        if not pending:
+            return
+        for p in pending:
+            self.w.report.pod_pending(p)
+        nodes = sorted(self.s.items("nodes"), key=lambda n: n["metadata"]["name"])
+        state_key = (self.s.rv,)
+        interval = float(self.w.knob("scheduler_retry_seconds"))
+        used = collections.defaultdict(lambda: collections.defaultdict(Decimal))
+        count = collections.Counter()
+        bound = collections.defaultdict(list)
+        for p in pods:
+            nn = (p.get("spec") or {}).get("nodeName")
+            if nn and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                for k, v in pod_requests(p).items():
+                    used[nn][k] += v
+                count[nn] += 1
+                bound[nn].append(p)
+        pending.sort(key=lambda p: (-(p["spec"].get("priority") or 0), p["metadata"].get("creationTimestamp", ""),
+                                    p["metadata"]["name"]))
+        node_by_name = {n["metadata"]["name"]: n for n in nodes}
+        for pod in pending:
+            uid = pod["metadata"]["uid"]
+            last = self.last_sched.get(uid)
+            if last and now - last[0] < interval and last[1] == len(nodes):
+                continue
+            self.last_sched[uid] = (now, len(nodes))
+            reasons = collections.Counter()
+            feasible = []
+            req = pod_requests(pod)
+            for n in nodes:
+                r = self._filter(pod, n, req, used, count, bound, node_by_name)
+                if r:
+                    for x in r:
+                        reasons[x] += 1
+                else:
+                    feasible.append(n)
+            if feasible:
+                best = min(feasible, key=lambda n: (self._score(n, used, req), n["metadata"]["name"]))
+                nn = best["metadata"]["name"]
+                cur = self.s.find("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                newp = self.w.kube_hooks.bind_pod(cur, nn)
+                for k, v in req.items():
+                    used[nn][k] += v
+                count[nn] += 1
+                bound[nn].append(newp)
+                self.event(newp, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
+                    pod["metadata"]["namespace"], pod["metadata"]["name"], nn))
+                self.last_sched.pop(uid, None)
+                continue
+            if not nodes:
+                msg = "no nodes available to schedule pods"
+            else:
+                parts = sorted("%d %s" % (c, r) for r, c in reasons.items())
+                msg = "0/%d nodes are available: %s." % (len(nodes), ", ".join(parts))
+            self._mark_unschedulable(pod, msg)
+
+    def _mark_unschedulable(self, pod, msg):
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == msg:
+                return
+        new = copy.deepcopy(pod)
+        conds = new.setdefault("status", {}).setdefault("conditions", [])
+        set_condition(conds, "PodScheduled", "False", "Unschedulable", msg)
+        self.commit("pods", pod, new)
+        self.event(new, "Warning", "FailedScheduling", msg)
+
+    def _score(self, node, used, req):
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        nn = node["metadata"]["name"]
+        frac = Decimal(0)
+        for r in ("cpu", "memory"):
+            a = _q(alloc.get(r))
+            if a > 0:
+                frac += (used[nn][r] + req.get(r, 0)) / a
+        return frac
+
+    def _filter(self, pod, node, req, used, count, bound, node_by_name):
+        spec = pod.get("spec") or {}
+        nspec = node.get("spec") or {}
+        tol = spec.get("tolerations") or []
+        if nspec.get("unschedulable") and not tolerates(tol, {"key": "node.kubernetes.io/unschedulable",
+                                                               "effect": "NoSchedule"}):
+            return ["node(s) were unschedulable"]
+        for t in nspec.get("taints") or []:
+            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tol, t):
+                return ["node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))]
+        if not _node_affinity_ok(spec, node):
+            return ["node(s) didn't match Pod's node affinity/selector"]
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        nn = node["metadata"]["name"]
+        out = []
+        if count[nn] + 1 > int(_q(alloc.get("pods", "0"))):
+            out.append("Too many pods")
+        for r, v in sorted(req.items()):
+            if v <= 0:
+                continue
+            if used[nn][r] + v > _q(alloc.get(r)):
+                out.append("Insufficient %s" % r)
+        if out:
+            return out
+        return self._interpod(pod, node, bound, node_by_name)
+
+    def _interpod(self, pod, node, bound, node_by_name):
+        aff = (pod.get("spec") or {}).get("affinity") or {}
+        labels = node["metadata"].get("labels") or {}
+        ns = pod["metadata"]["namespace"]
+        for q_node, qpods in bound.items():
+            qn = node_by_name.get(q_node)
+            if qn is None:
+                continue
+            for q in qpods:
+                for term in (((q.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
+                        "requiredDuringSchedulingIgnoredDuringExecution") or []:
+                    tk = term.get("topologyKey")
+                    if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk] \
+                            and _term_matches(term, pod, q["metadata"]["namespace"]):
+                        return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+        for term in (aff.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+            tk = term.get("topologyKey")
+            for q_node, qpods in bound.items():
+                qn = node_by_name.get(q_node)
+                if qn is None or tk not in labels or (qn["metadata"].get("labels") or {}).get(tk) != labels[tk]:
+                    continue
+                if any(_term_matches(term, q, ns) for q in qpods if q["metadata"]["uid"] != pod["metadata"]["uid"]):
+                    return ["node(s) didn't match pod anti-affinity rules"]
+        for term in (aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+            tk = term.get("topologyKey")
+            any_match = False
+            ok = False
+            for q_node, qpods in bound.items():
+                qn = node_by_name.get(q_node)
+                if qn is None:
+                    continue
+                for q in qpods:
+                    if _term_matches(term, q, ns):
+                        any_match = True
+                        if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk]:
+                            ok = True
+            if not ok and not (not any_match and _term_matches(term, pod, ns)):
+                return ["node(s) didn't match pod affinity rules"]
+        return None
+
+
+def _term_matches(term, pod, owner_ns):
+    nss = term.get("namespaces") or ([owner_ns] if term.get("namespaceSelector") is None else None)
+    if nss is not None and pod["metadata"]["namespace"] not in nss:
+        return False
+    return sel.match_label_selector_obj(term.get("labelSelector"), pod["metadata"].get("labels"))
+
+
+def _node_affinity_ok(spec, node):
+    labels = node["metadata"].get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    req = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req:
+        terms = req.get("nodeSelectorTerms") or []
+        if not any(sel.match_node_selector_term(t, node) for t in terms):
+            return False
+    return True
+
+
+def _node_ready(node):
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status")
+    return None
+
+
+def _q(v):
+    if v is None:
+        return Decimal(0)
+    try:
+        return util.parse_quantity(v)
+    except ValueError:
+        return Decimal(0)

@@ -1,0 +1,648 @@
+# The simulator process: world model, admin/fault endpoint, scenarios, start-up and clean shutdown.
+# SPDX-License-Identifier: Apache-2.0
+import argparse
+import base64
+import collections
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from . import controllers
+from . import hosts as hostsmod
+from . import httpserv
+from . import k8sschema
+from . import kube
+from . import kubehooks
+from . import pve
+from . import pveschema
+from . import report as reportmod
+from . import tls
+from . import topology
+from . import util
+
+DEFAULT_HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
+
+KNOBS = {
+    # PVE timings
+    "auth_delay_seconds": 3.0, "clone_seconds": 1.0, "create_seconds": 0.2, "destroy_seconds": 0.2,
+    "start_seconds": 0.1, "shutdown_seconds": 0.2, "stats_delay_seconds": 1.0, "nextid_reserve_seconds": 30.0,
+    # PVE faults
+    "clone_fail_rate": 0.0, "clone_fail_next": 0, "start_fail_next": 0, "upload_fail_next": 0,
+    "pve_error_rate": 0.0, "pve_timeout_rate": 0.0, "pve_error_next": 0, "pve_timeout_next": 0,
+    "hosts_down": [],
+    # Kubernetes API
+    "kube_error_rate": 0.0, "kube_timeout_rate": 0.0, "kube_error_next": 0, "kube_timeout_next": 0,
+    "timeout_hold_seconds": 30.0, "watch_history_size": 5000, "watch_timeout_seconds": 1800.0,
+    "watch_disconnect_seconds": 0.0, "bookmark_interval_seconds": 5.0,
+    # kubelets / controllers
+    "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
+    "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
+    "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": True, "ccm_delete_nodes": False,
+    "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1,
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_hosts(spec):
+    out = []
+    for part in [p.strip() for p in (spec or "").split(",") if p.strip()]:
+        if "=" not in part:
+            raise UsageError("bad --hosts entry '%s' (want [region/]name=topology)" % part)
+        name, topo = part.split("=", 1)
+        region = "r1"
+        if "/" in name:
+            region, name = name.split("/", 1)
+        if not pveschema._RE["pve-node"].match(name) or not re.match(r"^[a-z0-9][a-z0-9-]*$", region):
+            raise UsageError("bad host or region name in '%s'" % part)
+        out.append({"name": name, "region": region, "topology": topo})
+    names = [h["name"] for h in out]
+    if len(set(names)) != len(names):
+        raise UsageError("duplicate host name in --hosts")
+    return out
+
+
+class World:
+    def __init__(self, args, scenario):
+        self.args = args
+        self.scenario = scenario
+        self.lock = threading.RLock()
+        self.stopping = False
+        self.knobs = dict(KNOBS)
+        for k in ("knobs", "faults", "delays"):
+            self.set_knobs(scenario.get(k) or {}, apply=False)
+        for kv in args.set or []:
+            k, _, v = kv.partition("=")
+            try:
+                val = json.loads(v)
+            except ValueError:
+                val = v
+            self.set_knobs({k: val}, apply=False)
+        self.counts = collections.Counter()
+        self.regions = collections.OrderedDict()
+        self.hosts = collections.OrderedDict()
+        self.report = reportmod.Report()
+        self.watchers_opened = 0
+        self.ctl = None
+
+    # ---- knobs / faults ------------------------------------------------------------
+    def knob(self, name):
+        return self.knobs.get(name, KNOBS.get(name))
+
+    def set_knobs(self, d, apply=True):
+        unknown = [k for k in d if k not in KNOBS]
+        if unknown:
+            raise UsageError("unknown knob(s): %s" % ", ".join(sorted(unknown)))
+        with self.lock if hasattr(self, "lock") else _nolock():
+            old_down = set(self.knobs.get("hosts_down") or [])
+            for k, v in d.items():
+                if isinstance(KNOBS[k], list) and not isinstance(v, list):
+                    raise UsageError("knob %s must be a list" % k)
+                if isinstance(KNOBS[k], bool):
+                    v = bool(v)
+                elif isinstance(KNOBS[k], (int, float)) and not isinstance(KNOBS[k], bool):
+                    try:
+                        v = float(v) if isinstance(KNOBS[k], float) else int(v)
+                    except (TypeError, ValueError):
+                        raise UsageError("knob %s must be a number" % k)
+                self.knobs[k] = v
+            if apply:
+                new_down = set(self.knobs.get("hosts_down") or [])
+                for h in new_down - old_down:
+                    self.host_down(h, True)
+                for h in old_down - new_down:
+                    self.host_down(h, False)
+                self.kick()
+
+    def take_fault(self, name):
+        with self.lock:
+            n = int(self.knobs.get(name, 0) or 0)
+            if n > 0:
+                self.knobs[name] = n - 1
+                return True
+            return False
+
+    def _fault(self, prefix):
+        if self.take_fault(prefix + "_timeout_next"):
+            return "timeout"
+        if self.take_fault(prefix + "_error_next"):
+            return "error"
+        r = random.random()
+        t = float(self.knob(prefix + "_timeout_rate"))
+        if r < t:
+            return "timeout"
+        if r < t + float(self.knob(prefix + "_error_rate")):
+            return "error"
+        return None
+
+    def pve_fault(self):
+        return self._fault("pve")
+
+    def kube_fault(self):
+        return self._fault("kube")
+
+    def count(self, api, method, route):
+        with self.lock:
+            self.counts[(api, "%s %s" % (method, route))] += 1
+
+    def call_counts(self):
+        out = {"pve": {}, "kube": {}}
+        with self.lock:
+            for (api, k), n in sorted(self.counts.items()):
+                out[api][k] = n
+        return out
+
+    def kick(self):
+        if self.ctl is not None:
+            self.ctl.wake.set()
+
+    def all_vms(self):
+        for r in self.regions.values():
+            yield from list(r.vms.values())
+
+    def vm_event(self, kind, vm):
+        self.report.vm(kind, vm)
+        self.kick()
+
+    def host_down(self, name, down):
+        h = self.hosts.get(name)
+        if h is None or h.down == down:
+            return
+        h.down = down
+        util.log("host %s is now %s" % (name, "DOWN" if down else "up"))
+        if down:
+            for vm in list(self.all_vms()):
+                if vm.host is h and vm.status == "running":
+                    vm.last_pinning = hostsmod.thread_pinning(vm.pid) if vm.pid else None
+                    self.procs.stop(vm, vm.pid)
+                    vm.status, vm.pid = "stopped", None
+                    vm.history["stopped"].append(time.time())
+                    self.vm_event("stopped", vm)
+
+    def crash_vm(self, region, vmid):
+        r = self.regions.get(region)
+        vm = r.vms.get(int(vmid)) if r else None
+        if vm is None or vm.status != "running":
+            raise UsageError("VM %s/%s is not running" % (region, vmid))
+        vm.last_pinning = hostsmod.thread_pinning(vm.pid)
+        self.procs.stop(vm, vm.pid)
+        vm.status, vm.pid = "stopped", None
+        vm.history["stopped"].append(time.time())
+        self.vm_event("stopped", vm)
+
+    def reap(self):
+        """VM processes that died on their own (killed by a test) become stopped VMs."""
+        with self.lock:
+            for vm in list(self.all_vms()):
+                if vm.status == "running" and vm.pid and not vm.stopping and not self.procs.alive(vm.pid):
+                    util.log("VM %d process %d died" % (vm.vmid, vm.pid))
+                    self.procs.stop(vm, None)
+                    vm.status, vm.pid = "stopped", None
+                    vm.history["stopped"].append(time.time())
+                    self.vm_event("stopped", vm)
+
+    def state(self):
+        with self.lock:
+            regions = {}
+            for rn, r in self.regions.items():
+                regions[rn] = {"hosts": list(r.hosts), "vms": [
+                    {"vmid": v.vmid, "host": v.host.name, "name": v.conf.get("name"), "status": v.status,
+                     "pid": v.pid, "template": v.is_template(), "lock": v.conf.get("lock")}
+                    for v in sorted(r.vms.values(), key=lambda v: v.vmid)],
+                    "tasks_running": sum(1 for t in r.tasks.values() if t.status == "running")}
+            kubelets = {}
+            for uid, ks in self.ctl.kubelets.items():
+                vm = ks["vm"]
+                kubelets["%s/%d" % (vm.host.region, vm.vmid)] = {"state": ks["state"], "reason": ks.get("reason"),
+                                                                 "node": ks.get("node"), "vm_name": vm.conf.get("name")}
+            return {"regions": regions, "kubelets": kubelets, "knobs": self.knobs,
+                    "hosts_down": [h for h, x in self.hosts.items() if x.down],
+                    "kube": {"resourceVersion": self.kube.rv, "watchers": len(self.kube.watchers),
+                             "watchers_opened": self.watchers_opened,
+                             "counts": {"%s/%s" % k if k[0] else k[1]: len(v) for k, v in self.kube.objs.items()}}}
+
+
+class _nolock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class AdminApp:
+    """Plain-HTTP loopback control endpoint for tests (knobs, actions, state, report)."""
+
+    def __init__(self, world):
+        self.w = world
+
+    def handle(self, req):
+        try:
+            body = json.loads(req.body) if req.body else {}
+        except ValueError:
+            return req.reply_json(400, {"error": "body is not JSON"})
+        p = req.path.rstrip("/")
+        try:
+            out = self._route(req.method, p, body)
+        except UsageError as e:
+            return req.reply_json(400, {"error": str(e)})
+        if out is None:
+            return req.reply_json(404, {"error": "no such admin endpoint: %s %s" % (req.method, p)})
+        req.reply_json(200, out)
+
+    def _route(self, m, p, body):
+        w = self.w
+        if m == "GET" and p == "/healthz":
+            return {"ok": True}
+        if m == "GET" and p in ("/knobs", "/faults"):
+            with w.lock:
+                return dict(w.knobs)
+        if m in ("POST", "PUT", "PATCH") and p in ("/knobs", "/faults"):
+            if not isinstance(body, dict):
+                raise UsageError("knobs body must be an object")
+            w.set_knobs(body)
+            with w.lock:
+                return dict(w.knobs)
+        if m == "GET" and p == "/state":
+            return w.state()
+        if m == "GET" and p == "/report":
+            with w.lock:
+                return w.report.to_json(w)
+        if m == "GET" and p == "/calls":
+            return w.call_counts()
+        if m == "POST" and p == "/calls/reset":
+            with w.lock:
+                w.counts.clear()
+            return {"ok": True}
+        if m == "POST" and p == "/actions/disconnect-watches":
+            w.kube_app.disconnect_watches()
+            return {"ok": True}
+        if m == "POST" and p == "/actions/host":
+            host = body.get("host")
+            if host not in w.hosts:
+                raise UsageError("unknown host %r" % host)
+            down = set(w.knob("hosts_down"))
+            down.add(host) if body.get("down", True) else down.discard(host)
+            w.set_knobs({"hosts_down": sorted(down)})
+            return {"ok": True, "hosts_down": sorted(down)}
+        if m == "POST" and p == "/actions/crash-vm":
+            with w.lock:
+                w.crash_vm(body.get("region", "r1"), body.get("vmid"))
+            return {"ok": True}
+        if m == "POST" and p == "/actions/stop":
+            w.stop_event.set()
+            return {"ok": True}
+        return None
+
+
+class ScenarioRunner:
+    def __init__(self, world, scenario):
+        self.w = world
+        self.sc = scenario
+        self.t0 = time.time()
+        self.pod_seq = 0
+
+    def start(self):
+        threading.Thread(target=self._run, name="scenario", daemon=True).start()
+
+    def _events(self):
+        evs = []
+        for p in self.sc.get("pods") or []:
+            evs.append((float(p.get("at", 0)), "pods", p))
+            if p.get("leave_after") is not None:
+                evs.append((float(p.get("at", 0)) + float(p["leave_after"]), "leave", p))
+        for e in self.sc.get("events") or []:
+            evs.append((float(e.get("at", 0)), "event", e))
+        evs.sort(key=lambda x: x[0])
+        return evs
+
+    def _run(self):
+        for at, kind, e in self._events():
+            while not self.w.stopping and time.time() - self.t0 < at:
+                time.sleep(min(0.05, at - (time.time() - self.t0)))
+            if self.w.stopping:
+                return
+            try:
+                with self.w.lock:
+                    getattr(self, "_do_" + kind)(e)
+            except Exception as ex:
+                util.log("scenario event at %.1fs failed: %s" % (at, ex))
+        end = self.sc.get("end") or {}
+        if not end:
+            return
+        deadline = self.t0 + float(end.get("after", end.get("timeout", 600)))
+        while not self.w.stopping and time.time() < deadline:
+            if end.get("when") == "all_running":
+                with self.w.lock:
+                    rep = self.w.report.to_json(self.w)
+                if rep["first_pending_to_all_running_seconds"] is not None and self._all_done(rep):
+                    break
+            time.sleep(0.2)
+        util.log("scenario finished")
+        self.w.stop_event.set()
+
+    def _all_done(self, rep):
+        names = {(p.get("namespace", "default"), p["name"]) for p in self.sc.get("pods") or []}
+        return all(r["running"] is not None or r["deleted"] is not None
+                   for r in rep["pods"] if not r["daemonset"]) and bool(names)
+
+    def _pod_names(self, p):
+        n = int(p.get("count", 1))
+        base = p.get("name") or "pod"
+        return [base] if n == 1 else ["%s-%d" % (base, i) for i in range(n)]
+
+    def _do_pods(self, p):
+        prt = self.w.kube.types[("", "pods")]
+        for name in self._pod_names(p):
+            spec = json.loads(json.dumps(p.get("spec") or {}))
+            if not spec.get("containers"):
+                res = {"requests": {}}
+                for r in ("cpu", "memory"):
+                    if p.get(r):
+                        res["requests"][r] = p[r]
+                spec["containers"] = [{"name": "main", "image": p.get("image", "registry.k8s.io/pause:3.10"),
+                                       "resources": res}]
+            for k in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+                if p.get(k) is not None:
+                    spec[k] = p[k]
+            labels = dict(p.get("labels") or {"app": p.get("name") or "pod"})
+            obj = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": p.get("namespace", "default"), "labels": labels,
+                                "annotations": dict(p.get("annotations") or {})},
+                   "spec": spec}
+            self.w.kube.create(prt, obj["metadata"]["namespace"], obj)
+
+    def _do_leave(self, p):
+        prt = self.w.kube.types[("", "pods")]
+        for name in self._pod_names(p):
+            try:
+                self.w.kube.delete(prt, p.get("namespace", "default"), name, {})
+            except kube.KubeError:
+                pass
+
+    def _do_event(self, e):
+        if "knobs" in e or "faults" in e:
+            self.w.set_knobs(e.get("knobs") or e.get("faults"))
+        if e.get("action") == "disconnect-watches":
+            for wt in list(self.w.kube.watchers):
+                wt.closed = True
+                wt.q.put(None)
+        if e.get("host_down"):
+            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) | {e["host_down"]})})
+        if e.get("host_up"):
+            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) - {e["host_up"]})})
+        if e.get("delete_pods"):
+            d = e["delete_pods"]
+            prt = self.w.kube.types[("", "pods")]
+            reqs = kube.sel.parse_label_selector(d.get("labelSelector", ""))
+            for o in self.w.kube.list(prt, d.get("namespace"), reqs, []):
+                self.w.kube.delete(prt, o["metadata"]["namespace"], o["metadata"]["name"], {})
+        if e.get("objects"):
+            create_objects(self.w, e["objects"])
+
+
+def create_objects(world, objs):
+    for o in objs:
+        o = json.loads(json.dumps(o))
+        api = o.get("apiVersion", "v1")
+        group, _, version = api.rpartition("/")
+        rt = None
+        for t in world.kube.types.values():
+            if t.group == group and t.kind == o.get("kind"):
+                rt = t
+        if rt is None:
+            raise UsageError("scenario object of unknown kind %s %s" % (api, o.get("kind")))
+        ns = (o.get("metadata") or {}).get("namespace") or ("default" if rt.namespaced else None)
+        try:
+            world.kube.create(rt, ns, o)
+        except kube.KubeError as e:
+            raise UsageError("scenario object %s/%s: %s" % (o.get("kind"), (o.get("metadata") or {}).get("name"), e.message))
+
+
+def template_conf(region, vmid, tcfg):
+    conf = {"name": tcfg.get("name", "k8s-template"), "template": "1",
+            "tags": ";".join(sorted(set(t.lower() for t in re.split(r"[;, ]+", tcfg.get("tags", "k8s-template")) if t))),
+            "cores": str(tcfg.get("cores", 2)), "sockets": "1", "memory": str(tcfg.get("memory", 2048)),
+            "cpu": "host", "ostype": "l26", "scsihw": "virtio-scsi-single",
+            "scsi0": "local-lvm:base-%d-disk-0,iothread=1,size=%s" % (vmid, tcfg.get("disk", "20G")),
+            "net0": "virtio=%s,bridge=vmbr0,firewall=1" % pve._mac(), "serial0": "socket", "vga": "serial0",
+            "boot": "order=scsi0", "agent": "1", "smbios1": "uuid=%s" % uuid.uuid4(),
+            "vmgenid": str(uuid.uuid4()), "meta": "creation-qemu=9.2.0,ctime=%d" % int(time.time()),
+            "description": tcfg.get("description", "pvescale simulator template")}
+    conf.update({k: str(v) for k, v in (tcfg.get("config") or {}).items()})
+    return conf
+
+
+def kill_stale(state_dir):
+    """Kill VM processes left by an earlier run on the same state dir (identified by their -pidfile)."""
+    hosts_dir = os.path.join(state_dir, "hosts")
+    if not os.path.isdir(hosts_dir):
+        return
+    for h in os.listdir(hosts_dir):
+        run = os.path.join(hosts_dir, h, "var", "run", "qemu-server")
+        if not os.path.isdir(run):
+            continue
+        for f in os.listdir(run):
+            if not f.endswith(".pid"):
+                continue
+            path = os.path.join(run, f)
+            try:
+                pid = int(open(path).read().strip())
+                cmd = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+                if path.encode() in cmd:
+                    os.kill(pid, signal.SIGKILL)
+                    util.log("killed stale VM process %d" % pid)
+            except (OSError, ValueError):
+                pass
+
+
+def reset_host_dirs(state_dir):
+    import shutil
+    hosts_dir = os.path.join(state_dir, "hosts")
+    if os.path.isdir(hosts_dir):
+        shutil.rmtree(hosts_dir)
+
+
+def build(args):
+    scenario = {}
+    if args.scenario:
+        try:
+            with open(args.scenario) as f:
+                scenario = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UsageError("cannot read scenario %s: %s" % (args.scenario, e))
+        if not isinstance(scenario, dict):
+            raise UsageError("scenario must be a JSON object")
+    spec = args.hosts
+    if spec is None:
+        sh = scenario.get("hosts")
+        if isinstance(sh, list):
+            spec = ",".join("%s%s=%s" % (h.get("region", "r1") + "/", h["name"], h["topology"]) for h in sh)
+        else:
+            spec = sh or DEFAULT_HOSTS
+    host_list = parse_hosts(spec)
+    if not host_list:
+        raise UsageError("no hosts given")
+    state = os.path.abspath(args.state_dir)
+    os.makedirs(state, exist_ok=True)
+    try:
+        os.unlink(os.path.join(state, "endpoints.json"))
+    except FileNotFoundError:
+        pass
+    w = World(args, scenario)
+    lib = topology.Library()
+    for h in host_list:
+        try:
+            lib.get(h["topology"])
+        except KeyError as e:
+            raise UsageError(str(e.args[0]))
+    kill_stale(state)
+    reset_host_dirs(state)
+    extract = threading.Thread(target=lib.extract, args=([h["topology"] for h in host_list],
+                                                           os.path.join(state, "topologies")))
+    extract.start()
+    ca, crt, key = tls.make_certs(os.path.join(state, "tls"))  # runs while tar unpacks
+    w.ssl_fingerprint = tls.fingerprint(crt)
+    ctx = httpserv.make_ssl_ctx(crt, key)
+    shared = lib.shared
+    w.pve_validator = pveschema.Validator(os.path.join(shared, "data", "pve-api-schema.json"))
+    w.kube_schemas = k8sschema.Schemas(os.path.join(shared, "data", "k8s-openapi", "v3"))
+    threading.Thread(target=w.kube_schemas.preload, daemon=True).start()
+    w.procs = hostsmod.ProcessManager(state, use_qemu=args.qemu)
+    extract.join()
+    tcfg = scenario.get("template") or {}
+    base_id = int(tcfg.get("vmid", 9000))
+    for h in host_list:
+        region = w.regions.get(h["region"])
+        if region is None:
+            region = w.regions[h["region"]] = pve.Region(h["region"], w)
+        host = hostsmod.Host(h["name"], h["region"], os.path.join(state, "hosts", h["name"]), lib.get(h["topology"]))
+        region.hosts[h["name"]] = host
+        w.hosts[h["name"]] = host
+        if tcfg.get("enabled", True):
+            vmid = base_id + len(region.hosts) - 1
+            vm = hostsmod.VM(host, vmid, template_conf(h["region"], vmid, tcfg))
+            vm.created_at -= 3600
+            region.vms[vmid] = vm
+            vm.save()
+    w.kube = kube.Store(w)
+    w.kube_hooks = kubehooks.KubeHooks(w)
+    w.kube_token = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
+    nsrt = w.kube.types[("", "namespaces")]
+    for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+        w.kube.create(nsrt, None, {"metadata": {"name": ns}})
+    w.stop_event = threading.Event()
+    servers = []
+    for rn, region in w.regions.items():
+        region.server = httpserv.Server(pve.PveApp(w, region), "pve-" + rn, ctx).start()
+        servers.append(region.server)
+    w.kube_port = 0
+    w.kube_app = None
+    ksrv = httpserv.Server(None, "kube", ctx)
+    w.kube_port = ksrv.port
+    w.kube_app = kube.KubeApp(w)
+    ksrv.app = w.kube_app
+    ksrv.start()
+    asrv = httpserv.Server(AdminApp(w), "admin", None).start()
+    servers += [ksrv, asrv]
+    w.servers = servers
+    objs = list(scenario.get("objects") or [])
+    objs += list(scenario.get("nodeClasses") or []) + list(scenario.get("nodePools") or [])
+    crds = [o for o in objs if o.get("kind") == "CustomResourceDefinition"]
+    with w.lock:
+        create_objects(w, crds + [o for o in objs if o.get("kind") != "CustomResourceDefinition"])
+    w.ctl = controllers.Controllers(w)
+    w.ctl.start()
+    threading.Thread(target=_reaper, args=(w,), daemon=True).start()
+    kubeconfig = os.path.join(state, "kubeconfig")
+    write_kubeconfig(kubeconfig, ca, ksrv.port, w.kube_token)
+    ep = {"ca_file": ca, "state_dir": state, "pid": os.getpid(),
+          "pve": {rn: {"url": "https://127.0.0.1:%d/api2/json" % r.server.port, "token_id": r.token_id,
+                       "token_secret": r.token_secret, "readonly_token_id": r.ro_token_id,
+                       "readonly_token_secret": r.ro_token_secret, "nodes": list(r.hosts),
+                       "templates": {hn: base_id + i for i, hn in enumerate(r.hosts)} if tcfg.get("enabled", True) else {}}
+                  for rn, r in w.regions.items()},
+          "kube": {"url": "https://127.0.0.1:%d" % ksrv.port, "token": w.kube_token, "kubeconfig": kubeconfig},
+          "admin": {"url": "http://127.0.0.1:%d" % asrv.port},
+          "hosts": {hn: h.endpoint_entry() for hn, h in w.hosts.items()}}
+    util.write_json(os.path.join(state, "endpoints.json"), ep)
+    ScenarioRunner(w, scenario).start()
+    return w
+
+
+def _reaper(w):
+    while not w.stopping:
+        time.sleep(0.2)
+        try:
+            w.reap()
+        except Exception as e:
+            util.log("reaper error: %r" % e)
+
+
+def write_kubeconfig(path, ca, port, token):
+    ca_b64 = base64.b64encode(open(ca, "rb").read()).decode()
+    text = ("apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n"
+            "    server: https://127.0.0.1:%d\n    certificate-authority-data: %s\n"
+            "users:\n- name: sim\n  user:\n    token: %s\n"
+            "contexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n"
+            "current-context: sim\n") % (port, ca_b64, token)
+    util.atomic_write(path, text, 0o600)
+
+
+def shutdown(w, report_path):
+    w.stopping = True
+    with w.lock:
+        for wt in list(w.kube.watchers):
+            wt.closed = True
+            wt.q.put(None)
+    w.procs.kill_all()
+    with w.lock:
+        for vm in w.all_vms():
+            if vm.status == "running":
+                w.procs.stop(vm, None)
+                vm.status, vm.pid = "stopped", None
+        if report_path:
+            util.write_json(report_path, w.report.to_json(w))
+    for s in w.servers:
+        try:
+            s.shutdown()
+            s.server_close()
+        except OSError:
+            pass
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="tests/sim/run", description="Simulated Proxmox VE cluster(s) + Kubernetes API")
+    ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--scenario")
+    ap.add_argument("--hosts")
+    ap.add_argument("--qemu", action="store_true", help="run real tiny QEMU processes instead of stand-ins")
+    ap.add_argument("--report")
+    ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    try:
+        w = build(args)
+    except UsageError as e:
+        sys.stderr.write("sim: %s\n" % e)
+        return 2
+    util.log("ready in %.3fs: %s" % (time.time() - t0, os.path.join(os.path.abspath(args.state_dir), "endpoints.json")))
+
+    def on_signal(signum, frame):
+        w.stop_event.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not w.stop_event.wait(0.5):
+        pass
+    util.log("stopping")
+    shutdown(w, args.report)
+    util.log("stopped")
+    return 0
