@@ -19,6 +19,7 @@ struct topology_numa_node {
         uint64_t memory_bytes;        /* MemTotal of the node (hwloc local_memory) */
         uint64_t memory_free_bytes;   /* MemFree from <root>/sys/devices/system/node/nodeN/meminfo, or libnuma */
         int package;                  /* index into topology.packages, or -1 if the node spans packages */
+        char *subtype;                /* hwloc subtype ("NVM", "MCDRAM", ...) or NULL for plain DRAM */
         size_t n_hugepages;
         struct topology_hugepages *hugepages; /* sorted by page size */
 };
@@ -31,7 +32,8 @@ struct topology_l3 {
 struct topology_core {
         struct cpuset *cpus; /* the SMT sibling threads of the core */
         int package;         /* index into topology.packages */
-        int numa_node;       /* index into topology.numa_nodes, or -1 */
+        int numa_node;       /* index into topology.numa_nodes, or -1: the most local node with memory that
+                              * holds all the core's CPUs (numa node cpus can overlap, see topology.c) */
         int l3;              /* index into topology.l3_caches, or -1 */
 };
 
@@ -41,13 +43,22 @@ struct topology_package {
         struct cpuset *cpus;
 };
 
+/* Where the topology came from: decides how live counts are read (see topology.c). */
+enum topology_kind {
+        TOPOLOGY_KIND_HOST,   /* this machine: hwloc default backends, sysfs under "/", libnuma */
+        TOPOLOGY_KIND_FSROOT, /* a gathered tree: hwloc linux backend only, sysfs under the fsroot */
+        TOPOLOGY_KIND_XML,    /* hwloc XML: no sysfs; everything online, nothing isolated, free = total */
+};
+
 /* The whole host. Arrays are sorted: packages and numa nodes by OS id, l3 caches and cores by their
  * first CPU. Every cpus value holds OS indexes. */
 struct topology {
+        enum topology_kind kind;
         char *cpu_model;
         struct cpuset *cpus;     /* every CPU in the model (online, allowed or not) */
         struct cpuset *online;   /* <root>/sys/devices/system/cpu/online, intersected with cpus */
         struct cpuset *isolated; /* <root>/sys/devices/system/cpu/isolated */
+        struct cpuset *allowed;  /* what hwloc's default view would allow this process (cgroup cpuset) */
         size_t n_packages, n_numa_nodes, n_l3_caches, n_cores;
         struct topology_package *packages;
         struct topology_numa_node *numa_nodes;
@@ -70,6 +81,15 @@ int topology_refresh_memory(struct topology *t, const struct topology_source *sr
 
 /* Index of the numa node with OS id `id`, or -1. */
 int topology_numa_index(const struct topology *t, int id);
+
+/* Pure parsers, exposed for tests.
+ * topology_parse_meminfo: "Node N MemTotal: X kB" lines of nodeN/meminfo, or /proc/meminfo lines
+ * ("MemTotal: X kB"). Returns 0 with both values in bytes, -EINVAL when either key is missing or bad.
+ * topology_parse_hugepage_dir: "hugepages-2048kB" -> 2048 (KiB); -EINVAL for anything else.
+ * topology_parse_node_dir: "node12" -> 12; -EINVAL for anything else ("online", "node", "node1a"). */
+int topology_parse_meminfo(const char *text, uint64_t *ret_total_bytes, uint64_t *ret_free_bytes);
+int topology_parse_hugepage_dir(const char *name, uint64_t *ret_page_kib);
+int topology_parse_node_dir(const char *name, int *ret_id);
 
 /* The /v1/topology document (without node/region, which the caller adds). New reference. */
 json_t *topology_to_json(const struct topology *t);
