@@ -205,6 +205,11 @@ class Sim:
         return r.json
 
 
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
 def make_iso(path, files):
     """Build a cloud-init style ISO (label cidata, Joliet + Rock Ridge) with xorriso."""
     src = tempfile.mkdtemp(prefix="sim-iso-src-")

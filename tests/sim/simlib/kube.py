@@ -215,8 +215,9 @@ class Store:
             raise invalid(rt, "", [("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")])
         obj["kind"] = rt.kind
         obj["apiVersion"] = rt.api_version
+        pr = self.w.kube_hooks.decode(rt, obj)
         self.w.kube_hooks.before_create(rt, obj)
-        self.w.kube_hooks.validate(rt, obj, None)
+        self.w.kube_hooks.validate(rt, obj, None, pr)
         key = (ns or "", name)
         if key in self.objs[rt.key]:
             d = {"name": name, "kind": rt.plural}

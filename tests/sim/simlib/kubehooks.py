@@ -175,8 +175,8 @@ class KubeHooks:
         return "Guaranteed"
 
     # ---- validation ----------------------------------------------------------------
-    def validate(self, rt, obj, old):
-        name = obj.get("metadata", {}).get("name", "")
+    def decode(self, rt, obj):
+        """Type check + unknown-field pruning (400 like a JSON decode error); returns the problems."""
         if rt.key == ("", "secrets"):
             self._secret_normalize(obj)
         if rt.builtin:
@@ -194,6 +194,12 @@ class KubeHooks:
                 raise bad_request("strict decoding error: " + ", ".join('unknown field "%s"' % u for u in pr.unknown))
             if fv != "Ignore":
                 self.warnings.extend('unknown field "%s"' % u for u in pr.unknown)
+        return pr
+
+    def validate(self, rt, obj, old, pr=None):
+        name = obj.get("metadata", {}).get("name", "")
+        if pr is None:
+            pr = self.decode(rt, obj)
         causes = list(pr.invalid)
         md = obj.get("metadata") or {}
         if old is None and name:

@@ -171,11 +171,11 @@ class PveApp:
 
     # ---- request entry -----------------------------------------------------
     def handle(self, req):
-        path = req.path
+        path = req.raw_path
         if not path.startswith(PREFIX + "/") and path != PREFIX:
-            return self._not_impl(req, req.method, path)
-        sub = path[len(PREFIX):] or "/"
-        tpl, pathp = self.v.lookup(sub)
+            return self._not_impl(req, req.method, req.path)
+        tpl, pathp = self.v.lookup(path[len(PREFIX):] or "/")
+        sub = req.path[len(PREFIX):] or "/"
         self.w.count("pve", req.method, tpl or "<unknown>")
         fault = self.w.pve_fault()
         user = self._auth(req)

@@ -150,7 +150,8 @@ class Validator:
     # ---- path lookup ------------------------------------------------------
     def lookup(self, path):
         """'/nodes/pve1/qemu/100/config' -> ('/nodes/{node}/qemu/{vmid}/config', {'node':..,'vmid':..})."""
-        segs = [s for s in path.strip("/").split("/")] if path.strip("/") else []
+        import urllib.parse
+        segs = [urllib.parse.unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
         res = self._match(self.trie, segs, [])
         if res is None:
             return None, {}
