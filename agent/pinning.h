@@ -69,7 +69,8 @@ int pinning_vcpu_index(const char *comm);
 int pinning_parse_cpus_fast(const json_t *reply, int **ret_tids, unsigned *ret_n);
 
 /* Sum the page counts "N<node>=<pages>" of /proc/<pid>/numa_maps text over the nodes in `nodes`.
- * A huge page counts as one page, as numa_maps shows it. -EBADMSG for a malformed count. */
+ * A huge page counts as one page, as numa_maps shows it. Other tokens (also "N1=x" from a file name with
+ * a space) are ignored. -EBADMSG for a count that does not fit in 64 bits. */
 int pinning_numa_maps_pages(const char *numa_maps, const struct cpuset *nodes, uint64_t *ret_pages);
 
 /* 0 when the plan is usable: pid > 0, n_vcpus > 0, vcpu_map and vm_cpus given, every vcpu_map entry
@@ -108,8 +109,9 @@ int pinning_proc_vcpu_threads(const char *proc_root, int pid, int **ret_tids, un
 int pinning_vcpu_threads(const char *run_dir, int vmid, int pid, int **ret_tids, unsigned *ret_n);
 
 /* The real affinity of every thread of pid, plus `vhost-<tid>` kernel threads serving it:
- * [{"tid", "name", "cpus", "vcpu"?: n, "kthread"?: true}], read from <proc_root>/<tid>/status
- * Cpus_allowed_list. Threads that exit while being read are left out. -ESRCH, -ENOMEM. */
+ * [{"tid", "name", "cpus", "vcpu"?: n, "kthread"?: true}], "cpus" from Cpus_allowed_list in
+ * <proc_root>/<pid>/task/<tid>/status (<proc_root>/<kthread>/status). Threads that exit while being read
+ * are left out. Caller owns the array. -ESRCH when the process is gone, -ENOMEM. */
 int pinning_read_at(const char *proc_root, int pid, json_t **ret_threads);
 int pinning_read(int pid, json_t **ret_threads); /* proc_root "/proc" */
 
@@ -118,8 +120,12 @@ int pinning_read(int pid, json_t **ret_threads); /* proc_root "/proc" */
 /* Pin the VM now: every vCPU thread of the plan onto its own host CPU (sched_setaffinity), every other
  * thread of the QEMU process (main loop, I/O threads, workers, vhost tasks on kernels >= 6.4, vCPUs beyond
  * n_vcpus) and `vhost-<tid>` kernel threads onto vm_cpus, then move memory pages on nodes outside mem_nodes
- * to mem_nodes (numa_migrate_pages). Needs CAP_SYS_NICE unless the agent runs as QEMU's user.
+ * to mem_nodes (numa_migrate_pages).
+ * Privileges: sched_setaffinity(2) on another user's thread needs CAP_SYS_NICE (same euid is enough, as for
+ * root agent and root QEMU on Proxmox). migrate_pages(2) needs ptrace read access to QEMU (same uid or
+ * CAP_SYS_PTRACE), and CAP_SYS_NICE to move pages shared with other processes or to target nodes outside
+ * QEMU's cpuset; target nodes outside the agent's own cpuset.mems are silently dropped by the kernel.
  * Returns 0 when everything was pinned, 1 when some threads failed (see the report); the report is written
- * for both. -EINVAL for a bad plan, -ESRCH when the process is gone, -ENOENT when no vCPU thread was found,
- * -ENOMEM; nothing was pinned then. */
+ * for both. -EINVAL for a bad plan, -ESRCH when the process is gone, -ENOENT when no vCPU thread was found
+ * (nothing was pinned then), -ENOMEM. */
 int pinning_apply(const struct pin_plan *plan, const char *run_dir, struct pin_report *ret_report);
