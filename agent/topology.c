@@ -1,13 +1,10 @@
-/* topology: the host's CPU and memory layout; hwloc gives the structure, sysfs/libnuma under a root the live counts. */
+/* topology: the host's CPU and memory layout from hwloc, with online/isolated CPUs from sysfs under a root. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "topology.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <hwloc.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <numa.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,7 +14,6 @@
 #include <unistd.h>
 
 #include "fileio.h"
-#include "jsonutil.h"
 
 /*
  * Reading rules (also in docs/agent.md):
@@ -43,12 +39,10 @@
  *   be in use, so hugepage free = total and memory_free_bytes = memory_bytes.
  * - NUMA node cpus are hwloc's locality sets, so they can overlap (a memory-only NVM node shares the
  *   CPUs of the DRAM nodes in its package). cores[].numa_node gives each core exactly one node.
+ * - The per-node reads live in topology_sysfs.c, the JSON document in topology_json.c.
  */
 
 #define SYSFS_CPU "/sys/devices/system/cpu"
-#define SYSFS_NODE "/sys/devices/system/node"
-#define SYSFS_HUGEPAGES_GLOBAL "/sys/kernel/mm/hugepages"
-#define PROC_MEMINFO "/proc/meminfo"
 #define KIB 1024ULL
 
 /* ---------- small helpers ---------- */
@@ -73,30 +67,6 @@ static int path_under(char *buf, size_t size, const char *root, const char *path
         return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
 }
 
-static int parse_u64(const char *text, uint64_t *ret_value) {
-        char *end;
-        while (*text == ' ' || *text == '\t')
-                text++;
-        if (*text < '0' || *text > '9')
-                return -EINVAL;
-        errno = 0;
-        unsigned long long v = strtoull(text, &end, 10);
-        if (errno == ERANGE)
-                return -ERANGE;
-        *ret_value = v;
-        return 0;
-}
-
-static int read_u64_under(const char *root, const char *path, uint64_t *ret_value) {
-        char *text;
-        int r = fileio_read_under(root, path, &text);
-        if (r < 0)
-                return r;
-        r = parse_u64(text, ret_value);
-        free(text);
-        return r;
-}
-
 static int read_cpulist_under(const char *root, const char *path, struct cpuset **ret_set) {
         char *text;
         int r = fileio_read_under(root, path, &text);
@@ -110,84 +80,6 @@ static int read_cpulist_under(const char *root, const char *path, struct cpuset 
 static int first_cpu(const struct cpuset *s) {
         int c = cpuset_next(s, -1);
         return c < 0 ? INT_MAX : c; /* empty sets sort last */
-}
-
-/* ---------- pure parsers ---------- */
-
-/* One meminfo line: optional "Node <n> " prefix, then "<key>: <value> kB". */
-static int meminfo_line_value(const char *line, const char *key, uint64_t *ret_bytes) {
-        if (strncmp(line, "Node ", 5) == 0) {
-                line += 5;
-                line += strspn(line, "0123456789");
-                line += strspn(line, " ");
-        }
-        size_t klen = strlen(key);
-        if (strncmp(line, key, klen) != 0 || line[klen] != ':')
-                return -ENOENT;
-        uint64_t kib;
-        int r = parse_u64(line + klen + 1, &kib);
-        if (r < 0)
-                return r;
-        if (kib > UINT64_MAX / KIB)
-                return -ERANGE;
-        *ret_bytes = kib * KIB;
-        return 0;
-}
-
-static int meminfo_find(const char *text, const char *key, uint64_t *ret_bytes) {
-        for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-                int r = meminfo_line_value(line, key, ret_bytes);
-                if (r != -ENOENT)
-                        return r < 0 ? -EINVAL : 0;
-        }
-        return -EINVAL;
-}
-
-int topology_parse_meminfo(const char *text, uint64_t *ret_total_bytes, uint64_t *ret_free_bytes) {
-        uint64_t total, mem_free;
-        int r = meminfo_find(text, "MemTotal", &total);
-        if (r < 0)
-                return r;
-        r = meminfo_find(text, "MemFree", &mem_free);
-        if (r < 0)
-                return r;
-        *ret_total_bytes = total;
-        *ret_free_bytes = mem_free;
-        return 0;
-}
-
-/* "<prefix><digits><suffix>" with at least one digit and nothing else. */
-static int parse_wrapped_u64(const char *name, const char *prefix, const char *suffix, uint64_t *ret_value) {
-        size_t plen = strlen(prefix), slen = strlen(suffix), len = strlen(name);
-        if (len <= plen + slen || strncmp(name, prefix, plen) != 0 || strcmp(name + len - slen, suffix) != 0)
-                return -EINVAL;
-        size_t digits = strspn(name + plen, "0123456789");
-        if (digits != len - plen - slen || digits > 9)
-                return -EINVAL;
-        uint64_t v;
-        int r = parse_u64(name + plen, &v);
-        if (r < 0)
-                return r;
-        *ret_value = v;
-        return 0;
-}
-
-int topology_parse_hugepage_dir(const char *name, uint64_t *ret_page_kib) {
-        uint64_t kib;
-        int r = parse_wrapped_u64(name, "hugepages-", "kB", &kib);
-        if (r < 0 || kib == 0)
-                return -EINVAL;
-        *ret_page_kib = kib;
-        return 0;
-}
-
-int topology_parse_node_dir(const char *name, int *ret_id) {
-        uint64_t id;
-        int r = parse_wrapped_u64(name, "node", "", &id);
-        if (r < 0 || id > INT_MAX)
-                return -EINVAL;
-        *ret_id = (int)id;
-        return 0;
 }
 
 /* ---------- hwloc loading ---------- */
@@ -528,153 +420,6 @@ static int read_cpu_state(struct topology *t, const char *root, char *err, size_
         return 0;
 }
 
-/* ---------- sysfs / libnuma: free memory and hugepages ---------- */
-
-static int cmp_hugepages(const void *a, const void *b) {
-        const struct topology_hugepages *x = a, *y = b;
-        return (x->page_kib > y->page_kib) - (x->page_kib < y->page_kib);
-}
-
-static int read_hugepage_size(const char *root, const char *dir, const char *name, struct topology_hugepages *h) {
-        char path[PATH_MAX];
-        int n = snprintf(path, sizeof path, "%s/%s/nr_hugepages", dir, name);
-        if (n < 0 || (size_t)n >= sizeof path)
-                return -ENAMETOOLONG;
-        int r = read_u64_under(root, path, &h->total);
-        if (r < 0)
-                return r;
-        snprintf(path, sizeof path, "%s/%s/free_hugepages", dir, name);
-        r = read_u64_under(root, path, &h->free);
-        if (r == -ENOENT) /* kernels always have it; a partial snapshot may not: assume none in use */
-                h->free = h->total;
-        return r == -ENOENT ? 0 : r;
-}
-
-/* Every hugepages-<size>kB directory in <root><dir>, sorted by page size. A missing dir = no hugepages. */
-static int read_hugepages(const char *root, const char *dir, struct topology_hugepages **ret_pages, size_t *ret_n) {
-        char path[PATH_MAX];
-        int r = path_under(path, sizeof path, root, dir);
-        if (r < 0)
-                return r;
-        DIR *d = opendir(path);
-        if (!d && errno != ENOENT)
-                return -errno;
-        struct topology_hugepages *pages = NULL;
-        size_t n = 0;
-        for (struct dirent *de; d && (de = readdir(d));) {
-                uint64_t kib;
-                if (topology_parse_hugepage_dir(de->d_name, &kib) < 0)
-                        continue;
-                struct topology_hugepages *grown = realloc(pages, (n + 1) * sizeof *pages);
-                if (!grown) {
-                        r = -ENOMEM;
-                        break;
-                }
-                pages = grown;
-                pages[n] = (struct topology_hugepages){ .page_kib = kib };
-                r = read_hugepage_size(root, dir, de->d_name, &pages[n++]);
-                if (r < 0)
-                        break;
-        }
-        if (d)
-                closedir(d);
-        if (r < 0) {
-                free(pages);
-                return r;
-        }
-        qsort(pages, n, sizeof *pages, cmp_hugepages);
-        *ret_pages = pages;
-        *ret_n = n;
-        return 0;
-}
-
-/* MemFree of one meminfo file (in bytes); -ENOENT when the file is missing. */
-static int read_meminfo_free(const char *root, const char *path, uint64_t *ret_free) {
-        char *text;
-        int r = fileio_read_under(root, path, &text);
-        if (r < 0)
-                return r;
-        uint64_t total, mem_free;
-        r = topology_parse_meminfo(text, &total, &mem_free);
-        free(text);
-        if (r < 0)
-                return r;
-        *ret_free = mem_free;
-        return 0;
-}
-
-/* On this machine libnuma knows the live free memory of a node; elsewhere keep the sysfs value. */
-static void free_memory_from_libnuma(struct topology_numa_node *nn) {
-        long long mem_free;
-        if (numa_available() < 0)
-                return;
-        if (numa_node_size64(nn->id, &mem_free) >= 0 && mem_free >= 0)
-                nn->memory_free_bytes = (uint64_t)mem_free;
-}
-
-static int refresh_from_files(struct topology_numa_node *nn, const char *root, const char *meminfo,
-                              const char *hugepage_dir, bool live) {
-        uint64_t mem_free = 0;
-        int r = read_meminfo_free(root, meminfo, &mem_free);
-        if (r < 0 && r != -ENOENT)
-                return r;
-        struct topology_hugepages *pages;
-        size_t n;
-        r = read_hugepages(root, hugepage_dir, &pages, &n);
-        if (r < 0)
-                return r;
-        nn->memory_free_bytes = mem_free;
-        free(nn->hugepages);
-        nn->hugepages = pages;
-        nn->n_hugepages = n;
-        if (live)
-                free_memory_from_libnuma(nn);
-        return 0;
-}
-
-static int refresh_node(struct topology_numa_node *nn, const char *root, bool live) {
-        char meminfo[PATH_MAX], hugepages[PATH_MAX];
-        int n = snprintf(meminfo, sizeof meminfo, SYSFS_NODE "/node%d/meminfo", nn->id);
-        int m = snprintf(hugepages, sizeof hugepages, SYSFS_NODE "/node%d/hugepages", nn->id);
-        if (n < 0 || m < 0 || (size_t)n >= sizeof meminfo || (size_t)m >= sizeof hugepages)
-                return -ENAMETOOLONG;
-        return refresh_from_files(nn, root, meminfo, hugepages, live);
-}
-
-/* Walk <root>/sys/devices/system/node/node*: ids are sparse and hwloc may know fewer nodes. */
-static int refresh_node_dirs(struct topology *t, DIR *d, const char *root, bool live) {
-        for (struct dirent *de; (de = readdir(d));) {
-                int id, i;
-                if (topology_parse_node_dir(de->d_name, &id) < 0 || (i = topology_numa_index(t, id)) < 0)
-                        continue;
-                int r = refresh_node(&t->numa_nodes[i], root, live);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-int topology_refresh_memory(struct topology *t, const struct topology_source *src) {
-        if (t->kind == TOPOLOGY_KIND_XML)
-                return 0; /* no sysfs behind an XML: the load-time page_types stay */
-        const char *root = t->kind == TOPOLOGY_KIND_FSROOT && src ? src->fsroot : NULL;
-        bool live = t->kind == TOPOLOGY_KIND_HOST;
-        char path[PATH_MAX];
-        int r = path_under(path, sizeof path, root, SYSFS_NODE);
-        if (r < 0)
-                return r;
-        DIR *d = opendir(path);
-        if (d) {
-                r = refresh_node_dirs(t, d, root, live);
-                closedir(d);
-                return r;
-        }
-        if (errno != ENOENT || t->n_numa_nodes != 1)
-                return errno == ENOENT ? 0 : -errno;
-        /* Kernel without NUMA support: the one node is the whole machine. */
-        return refresh_from_files(&t->numa_nodes[0], root, PROC_MEMINFO, SYSFS_HUGEPAGES_GLOBAL, live);
-}
-
 /* ---------- public API ---------- */
 
 void topology_free(struct topology *t) {
@@ -755,99 +500,4 @@ int topology_numa_index(const struct topology *t, int id) {
                 if (t->numa_nodes[i].id == id)
                         return (int)i;
         return -1;
-}
-
-/* ---------- JSON ---------- */
-
-static const char *kind_name(enum topology_kind kind) {
-        switch (kind) {
-        case TOPOLOGY_KIND_FSROOT:
-                return "fsroot";
-        case TOPOLOGY_KIND_XML:
-                return "xml";
-        default:
-                return "host";
-        }
-}
-
-/* Adds a cpulist member; returns -1 on ENOMEM like json_object_set_new. */
-static int set_cpus(json_t *o, const char *key, const struct cpuset *s) {
-        return json_object_set_new(o, key, jsonutil_cpuset(s));
-}
-
-/* OS id of the referenced package/node, or JSON null. */
-static json_t *id_or_null(int index, int id) {
-        return index < 0 ? json_null() : json_integer(id);
-}
-
-static json_t *package_json(const struct topology *t, size_t i) {
-        const struct topology_package *p = &t->packages[i];
-        json_t *o = json_pack("{s:i, s:s}", "id", p->id, "cpu_model", p->cpu_model);
-        if (o && set_cpus(o, "cpus", p->cpus) < 0)
-                return json_decref(o), NULL;
-        return o;
-}
-
-static json_t *hugepages_json(const struct topology_numa_node *nn) {
-        json_t *o = json_object();
-        for (size_t i = 0; o && i < nn->n_hugepages; i++) {
-                const struct topology_hugepages *h = &nn->hugepages[i];
-                char key[32];
-                snprintf(key, sizeof key, "%" PRIu64 "kB", h->page_kib);
-                json_t *v = json_pack("{s:I, s:I}", "total", (json_int_t)h->total, "free", (json_int_t)h->free);
-                if (json_object_set_new(o, key, v) < 0)
-                        return json_decref(o), NULL;
-        }
-        return o;
-}
-
-static json_t *numa_json(const struct topology *t, size_t i) {
-        const struct topology_numa_node *nn = &t->numa_nodes[i];
-        int pkg_id = nn->package >= 0 ? t->packages[nn->package].id : 0;
-        json_t *o = json_pack("{s:i, s:I, s:I, s:o, s:o, s:o}", "id", nn->id, "memory_bytes", (json_int_t)nn->memory_bytes,
-                              "memory_free_bytes", (json_int_t)nn->memory_free_bytes, "package",
-                              id_or_null(nn->package, pkg_id), "hugepages", hugepages_json(nn), "subtype",
-                              nn->subtype ? json_string(nn->subtype) : json_null());
-        if (o && set_cpus(o, "cpus", nn->cpus) < 0)
-                return json_decref(o), NULL;
-        return o;
-}
-
-static json_t *l3_json(const struct topology *t, size_t i) {
-        json_t *o = json_pack("{s:I}", "size_bytes", (json_int_t)t->l3_caches[i].size_bytes);
-        if (o && set_cpus(o, "cpus", t->l3_caches[i].cpus) < 0)
-                return json_decref(o), NULL;
-        return o;
-}
-
-/* package and numa_node are OS ids (like the top-level arrays' "id"); l3 is an index into l3_caches. */
-static json_t *core_json(const struct topology *t, size_t i) {
-        const struct topology_core *c = &t->cores[i];
-        int pkg_id = c->package >= 0 ? t->packages[c->package].id : 0;
-        int node_id = c->numa_node >= 0 ? t->numa_nodes[c->numa_node].id : 0;
-        json_t *o = json_pack("{s:o, s:o, s:o}", "package", id_or_null(c->package, pkg_id), "numa_node",
-                              id_or_null(c->numa_node, node_id), "l3", c->l3 < 0 ? json_null() : json_integer(c->l3));
-        if (o && set_cpus(o, "cpus", c->cpus) < 0)
-                return json_decref(o), NULL;
-        return o;
-}
-
-static json_t *array_json(const struct topology *t, size_t n, json_t *(*item)(const struct topology *, size_t)) {
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < n; i++)
-                if (json_array_append_new(a, item(t, i)) < 0)
-                        return json_decref(a), NULL;
-        return a;
-}
-
-json_t *topology_to_json(const struct topology *t) {
-        json_t *o = json_pack("{s:s, s:s, s:i, s:o, s:o, s:o, s:o}", "source", kind_name(t->kind), "cpu_model",
-                              t->cpu_model, "pus", (int)cpuset_count(t->cpus), "packages",
-                              array_json(t, t->n_packages, package_json), "numa_nodes",
-                              array_json(t, t->n_numa_nodes, numa_json), "l3_caches",
-                              array_json(t, t->n_l3_caches, l3_json), "cores", array_json(t, t->n_cores, core_json));
-        if (o && (set_cpus(o, "cpus", t->cpus) < 0 || set_cpus(o, "online", t->online) < 0 ||
-                  set_cpus(o, "isolated", t->isolated) < 0 || set_cpus(o, "allowed", t->allowed) < 0))
-                return json_decref(o), NULL;
-        return o;
 }
