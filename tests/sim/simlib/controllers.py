@@ -721,25 +721,6 @@ class Controllers:
         aff = (pod.get("spec") or {}).get("affinity") or {}
         labels = node["metadata"].get("labels") or {}
         ns = pod["metadata"]["namespace"]
-        for q_node, qpods in bound.items():
-            qn = node_by_name.get(q_node)
-            if qn is None:
-                continue
-            for q in qpods:
-                for term in (((q.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
-                        "requiredDuringSchedulingIgnoredDuringExecution") or []:
-                    tk = term.get("topologyKey")
-                    if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk] \
-                            and _term_matches(term, pod, q["metadata"]["namespace"]):
-                        return ["node(s) didn't satisfy existing pods anti-affinity rules"]
-        for term in (aff.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-            tk = term.get("topologyKey")
-            for q_node, qpods in bound.items():
-                qn = node_by_name.get(q_node)
-                if qn is None or tk not in labels or (qn["metadata"].get("labels") or {}).get(tk) != labels[tk]:
-                    continue
-                if any(_term_matches(term, q, ns) for q in qpods if q["metadata"]["uid"] != pod["metadata"]["uid"]):
-                    return ["node(s) didn't match pod anti-affinity rules"]
         for term in (aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
             tk = term.get("topologyKey")
             any_match = False
@@ -755,6 +736,25 @@ class Controllers:
                             ok = True
             if not ok and not (not any_match and _term_matches(term, pod, ns)):
                 return ["node(s) didn't match pod affinity rules"]
+        for term in (aff.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+            tk = term.get("topologyKey")
+            for q_node, qpods in bound.items():
+                qn = node_by_name.get(q_node)
+                if qn is None or tk not in labels or (qn["metadata"].get("labels") or {}).get(tk) != labels[tk]:
+                    continue
+                if any(_term_matches(term, q, ns) for q in qpods if q["metadata"]["uid"] != pod["metadata"]["uid"]):
+                    return ["node(s) didn't match pod anti-affinity rules"]
+        for q_node, qpods in bound.items():
+            qn = node_by_name.get(q_node)
+            if qn is None:
+                continue
+            for q in qpods:
+                for term in (((q.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
+                        "requiredDuringSchedulingIgnoredDuringExecution") or []:
+                    tk = term.get("topologyKey")
+                    if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk] \
+                            and _term_matches(term, pod, q["metadata"]["namespace"]):
+                        return ["node(s) didn't satisfy existing pods anti-affinity rules"]
         return None
 
 

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+# Tests of the simulated kubelets: join with a bootstrap token from the cloud-init ISO, labels, taints, capacity.
+# SPDX-License-Identifier: Apache-2.0
+import base64
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simtest  # noqa: E402
+from simtest import pod  # noqa: E402
+
+USER_DATA = """#cloud-config
+write_files:
+  - path: /etc/default/kubelet
+    content: |
+      KUBELET_EXTRA_ARGS="--node-labels=pvescale.io/pool=general,node.kubernetes.io/instance-type=c1.4x8 --register-with-taints=pvescale.io/unregistered=true:NoExecute,dedicated:NoSchedule --kube-reserved=cpu=100m,memory=256Mi"
+runcmd:
+  - kubeadm join 127.0.0.1:6443 --token {token} --discovery-token-unsafe-skip-ca-verification
+"""
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+class KubeletTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
+        cls.tmp = tempfile.mkdtemp(prefix="sim-kubelet-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def secret(self, tid, tsecret, expires_in=3600, usage="true"):
+        exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + expires_in))
+        s = {"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+             "metadata": {"name": "bootstrap-token-" + tid, "namespace": "kube-system"},
+             "data": {"token-id": b64(tid), "token-secret": b64(tsecret), "expiration": b64(exp),
+                      "usage-bootstrap-authentication": b64(usage), "usage-bootstrap-signing": b64("true")}}
+        r = self.sim.kube("POST", "/api/v1/namespaces/kube-system/secrets", s)
+        self.assertEqual(r.status, 201, r)
+
+    def boot_vm(self, vmid, name, user_data, node="pve1", cores=4, memory=8192):
+        self.sim.clone(vmid, name, node)
+        iso = os.path.join(self.tmp, "%s.iso" % name)
+        data = simtest.make_iso(iso, {"user-data": user_data, "meta-data": "instance-id: %s\n" % name})
+        r = self.sim.upload_iso(node, "%s-cidata.iso" % name, data)
+        self.assertEqual(self.sim.wait_task(r.data)["exitstatus"], "OK")
+        r = self.sim.pve("PUT", "/nodes/%s/qemu/%d/config" % (node, vmid), {
+            "cores": cores, "memory": str(memory), "ide2": "local:iso/%s-cidata.iso,media=cdrom" % name})
+        self.assertEqual(r.status, 200, r)
+        st = self.sim.wait_task(self.sim.pve("POST", "/nodes/%s/qemu/%d/status/start" % (node, vmid)).data)
+        self.assertEqual(st["exitstatus"], "OK")
+
+    def node(self, name):
+        r = self.sim.kube("GET", "/api/v1/nodes/" + name)
+        return r.json if r.status == 200 else None
+
+    def ready(self, name):
+        n = self.node(name)
+        if not n:
+            return None
+        return next((c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"), None)
+
+    def test_join_with_valid_token(self):
+        self.secret("abc123", "0123456789abcdef")
+        self.boot_vm(301, "k8s-worker-a", USER_DATA.format(token="abc123.0123456789abcdef"))
+        simtest.wait_for(lambda: self.ready("k8s-worker-a") == "True", what="node Ready")
+        n = self.node("k8s-worker-a")
+        self.assertEqual(n["spec"]["providerID"], "proxmox://r1/301")
+        labels = n["metadata"]["labels"]
+        self.assertEqual(labels["pvescale.io/pool"], "general")
+        self.assertEqual(labels["node.kubernetes.io/instance-type"], "c1.4x8")
+        self.assertEqual(labels["kubernetes.io/hostname"], "k8s-worker-a")
+        taints = {(t["key"], t.get("value"), t["effect"]) for t in n["spec"].get("taints", [])}
+        self.assertIn(("pvescale.io/unregistered", "true", "NoExecute"), taints)
+        self.assertIn(("dedicated", None, "NoSchedule"), taints)
+        self.assertEqual(n["status"]["capacity"]["cpu"], "4")
+        self.assertEqual(n["status"]["capacity"]["memory"], "%dKi" % (8192 * 1024))
+        self.assertEqual(n["status"]["allocatable"]["cpu"], "3900m")
+        self.assertEqual(n["status"]["allocatable"]["memory"], "%dKi" % ((8192 - 256 - 100) * 1024))
+        # a pod that tolerates the taints runs there
+        tol = [{"operator": "Exists"}]
+        self.sim.kube("POST", "/api/v1/namespaces/default/pods", pod("on-worker", cpu="1", tolerations=tol))
+        simtest.wait_for(lambda: self.sim.kube("GET", "/api/v1/namespaces/default/pods/on-worker").json["status"]
+                         .get("phase") == "Running", what="pod running on the joined node")
+        # the VM goes away: the Node becomes NotReady (Unknown) and gets the unreachable taint
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/301/status/stop").data)
+        self.sim.wait_task(self.sim.pve("DELETE", "/nodes/pve1/qemu/301", {"purge": 1}).data)
+        simtest.wait_for(lambda: self.ready("k8s-worker-a") == "Unknown", what="node NotReady")
+        taints = {t["key"] for t in self.node("k8s-worker-a")["spec"]["taints"]}
+        self.assertIn("node.kubernetes.io/unreachable", taints)
+
+    def test_no_registration_without_valid_token(self):
+        self.secret("exp123", "aaaaaaaaaaaaaaaa", expires_in=-60)
+        self.secret("nou123", "bbbbbbbbbbbbbbbb", usage="false")
+        cases = [(302, "no-token", "#cloud-config\nruncmd: [true]\n", "no bootstrap token"),
+                 (303, "unknown-token", USER_DATA.format(token="zzz999.0123456789abcdef"), "not found"),
+                 (304, "wrong-secret", USER_DATA.format(token="abc123.ffffffffffffffff"), "does not match"),
+                 (305, "expired-token", USER_DATA.format(token="exp123.aaaaaaaaaaaaaaaa"), "expired"),
+                 (306, "no-auth-usage", USER_DATA.format(token="nou123.bbbbbbbbbbbbbbbb"), "usage-bootstrap-authentication")]
+        if not self.sim.kube("GET", "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abc123").status == 200:
+            self.secret("abc123", "0123456789abcdef")
+        for vmid, name, ud, _ in cases:
+            self.boot_vm(vmid, name, ud, node="pve2", cores=2, memory=2048)
+
+        def reasons():
+            st = self.sim.admin("GET", "/state").json["kubelets"]
+            got = {v["vm_name"]: v["reason"] for v in st.values()}
+            return got if all(name in got and "waiting" not in got[name] for _, name, _, _ in cases) else None
+        got = simtest.wait_for(reasons, what="kubelet verdicts")
+        time.sleep(0.5)
+        for vmid, name, _, text in cases:
+            with self.subTest(name=name):
+                self.assertIn(text, got[name])
+                self.assertIsNone(self.node(name))
+
+    def test_never_join_fault(self):
+        self.secret("nvr123", "cccccccccccccccc")
+        self.sim.knobs(never_join=["sulky"])
+        self.boot_vm(307, "sulky", USER_DATA.format(token="nvr123.cccccccccccccccc"), cores=1, memory=1024)
+        time.sleep(1.0)
+        self.assertIsNone(self.node("sulky"))
+        self.sim.knobs(never_join=[])
+        simtest.wait_for(lambda: self.ready("sulky") == "True", what="sulky joins after the fault is lifted")
+
+
+if __name__ == "__main__":
+    unittest.main()
