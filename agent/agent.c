@@ -163,11 +163,11 @@ void agent_done(struct agent *a) {
 
 /* Prefix a document with the host's identity. Steals doc. */
 static json_t *with_identity(const struct agent *a, json_t *doc) {
-        if (!doc)
-                return NULL;
-        json_object_set_new(doc, "node", json_string(a->cfg.node_name));
-        json_object_set_new(doc, "region", json_string(a->cfg.region));
-        return doc;
+        json_t *out = doc ? json_pack("{s:s, s:s}", "node", a->cfg.node_name, "region", a->cfg.region) : NULL;
+        if (out)
+                json_object_update(out, doc);
+        json_decref(doc);
+        return out;
 }
 
 json_t *agent_topology_json(const struct agent *a) {

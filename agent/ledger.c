@@ -197,17 +197,20 @@ unsigned ledger_expire(struct ledger *l, const struct inventory *inv, int64_t no
         return released;
 }
 
-/* Charge a count-only reservation: its vCPUs float, its memory is spread like unbound VM memory. */
+/* Charge a count-only reservation like an unbound, unpinned VM: its vCPUs float (taken from non-isolated
+ * CPUs, see capacity.h) and its memory is spread over the nodes in proportion to their size. */
 static void charge_count(struct capacity *c, const struct placement_request *shape) {
         c->floating_vcpus += shape->vcpus;
         c->cpus_free = c->cpus_free > shape->vcpus ? c->cpus_free - shape->vcpus : 0;
-        uint64_t total = c->memory_free_bytes, mem = shape->memory_bytes;
+        uint64_t mem = shape->memory_bytes, total = 0;
         c->memory_used_bytes += mem;
-        c->memory_free_bytes = total > mem ? total - mem : 0;
+        c->memory_free_bytes = c->memory_free_bytes > mem ? c->memory_free_bytes - mem : 0;
+        for (size_t i = 0; i < c->n_numa; i++)
+                total += c->numa[i].memory_total_bytes;
         for (size_t i = 0; i < c->n_numa && total > 0; i++) {
-                uint64_t share = (uint64_t)((double)mem * ((double)c->numa[i].memory_free_bytes / (double)total));
-                c->numa[i].memory_free_bytes -= share < c->numa[i].memory_free_bytes ? share
-                                                                                      : c->numa[i].memory_free_bytes;
+                uint64_t share = (uint64_t)((double)mem * ((double)c->numa[i].memory_total_bytes / (double)total));
+                struct capacity_numa *n = &c->numa[i];
+                n->memory_free_bytes = n->memory_free_bytes > share ? n->memory_free_bytes - share : 0;
         }
 }
 

@@ -48,7 +48,8 @@ _extracted = {}
 
 def topology_args(name):
     """Command-line flags that load the named reference topology (--fsroot DIR or --topology-xml F)."""
-    manifest = json.load(open(os.path.join(TOPOLOGIES, "manifest.json")))
+    with open(os.path.join(TOPOLOGIES, "manifest.json")) as f:
+        manifest = json.load(f)
     for entry in manifest["topologies"]:
         if entry["name"] != name:
             continue
@@ -64,7 +65,8 @@ def topology_args(name):
 
 
 def topology_names():
-    return [t["name"] for t in json.load(open(os.path.join(TOPOLOGIES, "manifest.json")))["topologies"]]
+    with open(os.path.join(TOPOLOGIES, "manifest.json")) as f:
+        return [t["name"] for t in json.load(f)["topologies"]]
 
 
 class Agent:
@@ -97,8 +99,9 @@ class Agent:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        rest = self.proc.stdout.read() if self.proc.stdout else ""
-        self.lines.append(rest or "")
+        if self.proc.stdout:
+            self.lines.append(self.proc.stdout.read() or "")
+            self.proc.stdout.close()
         return self.proc.returncode
 
     def __enter__(self):
