@@ -72,11 +72,17 @@ struct topology_source {
         const char *xml_file; /* hwloc XML export */
 };
 
-/* Load the topology. Returns 0, or a negative errno with a one-line reason in err. */
+/* Load the topology (src NULL = this machine). Returns 0, or a negative errno with a one-line reason in
+ * err: -EINVAL both sources given (or hwloc rejected the input), -ENOENT fsroot without
+ * sys/devices/system/cpu or XML file missing, -ENODEV no CPUs, -ENOMEM. *ret_topology is written only on
+ * success; the caller frees it with topology_free(). Sets HWLOC_FSROOT while hwloc loads (restored
+ * after), so do not call it from two threads at once. Logs nothing. */
 int topology_load(const struct topology_source *src, struct topology **ret_topology, char *err, size_t errlen);
 void topology_free(struct topology *t);
 
-/* Re-read the live counts (free memory, hugepages) without touching the structure. */
+/* Re-read the live counts (per-node free memory, hugepages) without touching the structure. src must be
+ * the one the topology was loaded from. A no-op for XML. Returns 0 or a negative errno (-EINVAL for a
+ * malformed meminfo); on failure the nodes already visited keep their new values, the rest the old. */
 int topology_refresh_memory(struct topology *t, const struct topology_source *src);
 
 /* Index of the numa node with OS id `id`, or -1. */
