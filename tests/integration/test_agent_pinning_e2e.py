@@ -1,0 +1,150 @@
+"""Integration test: a real agent pins a real QEMU after reserve + bind, and pins it again by itself when QEMU
+restarts (inotify on the run dir), with no API call."""
+# SPDX-License-Identifier: Apache-2.0
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import agentlib  # noqa: E402
+from test_agent_reservations import Client  # noqa: E402
+
+VMID = 9001
+
+
+def qemu_accel():
+    """KVM with the host CPU model when /dev/kvm works, else multi-threaded TCG (one thread per vCPU)."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+        os.close(fd)
+        return ["-accel", "kvm", "-cpu", "host"]
+    except OSError:
+        return ["-accel", "tcg,thread=multi"]
+
+
+def thread_affinity(pid):
+    """{thread name: Cpus_allowed_list} for every thread of pid."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                name = f.read().strip()
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                cpus = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+        except (OSError, StopIteration):
+            continue
+        out.setdefault(name, []).append(cpus)
+    return out
+
+
+@unittest.skipUnless(shutil.which("qemu-system-x86_64"), "qemu-system-x86_64 missing")
+@unittest.skipUnless(os.cpu_count() and os.cpu_count() >= 2 and os.geteuid() == 0, "needs 2 CPUs and root")
+class PinningEndToEndTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pvescale-pin-")
+        self.ca, cert, key = agentlib.make_tls(self.tmp)
+        token_file, token = agentlib.write_token(self.tmp)
+        self.conf_dir, self.run_dir = os.path.join(self.tmp, "qemu-server"), os.path.join(self.tmp, "run")
+        os.makedirs(self.conf_dir)
+        os.makedirs(self.run_dir)
+        self.qemu_pid = None
+        # The real host is the topology here: no --fsroot.
+        self.agent = agentlib.Agent(["--config", os.devnull, "--tls-cert", cert, "--tls-key", key,
+                                     "--token-file", token_file, "--pve-config-dir", self.conf_dir,
+                                     "--pve-run-dir", self.run_dir, "--state-dir", self.tmp,
+                                     "--node-policy", "static", "--pin-interval", "3600"])
+        self.client = Client(self.agent.port, self.ca, token)
+
+    def tearDown(self):
+        self.kill_qemu()
+        self.agent.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_qemu(self):
+        pidfile = os.path.join(self.run_dir, "%d.pid" % VMID)
+        subprocess.run(["qemu-system-x86_64", "-name", "guest=vm%d,debug-threads=on" % VMID] + qemu_accel() + [
+                        "-smp", "2", "-m", "64", "-nodefaults", "-display", "none",
+                        "-qmp", "unix:%s/%d.qmp,server=on,wait=off" % (self.run_dir, VMID),
+                        "-pidfile", pidfile, "-daemonize"], check=True, timeout=30)
+        with open(pidfile) as f:
+            self.qemu_pid = int(f.read())
+        return self.qemu_pid
+
+    def kill_qemu(self):
+        if self.qemu_pid:
+            try:
+                os.kill(self.qemu_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for _ in range(100):
+                if not os.path.exists("/proc/%d" % self.qemu_pid):
+                    break
+                time.sleep(0.02)
+            self.qemu_pid = None
+
+    def wait_pinned(self, pid, vcpu_map, within):
+        """True when every CPU n/KVM thread sits exactly on vcpu_map[n] and the rest on the VM's set."""
+        want_all = ",".join(str(c) for c in sorted(set(vcpu_map)))
+        deadline = time.time() + within
+        while time.time() < deadline:
+            aff = thread_affinity(pid)
+            vcpus_ok = all(aff.get("CPU %d/KVM" % n, aff.get("CPU %d/TCG" % n)) == [str(cpu)]
+                           for n, cpu in enumerate(vcpu_map))
+            others = [c for name, cs in aff.items() if not name.startswith("CPU ") for c in cs]
+            if vcpus_ok and all(c == want_all or c == _range(vcpu_map) for c in others):
+                return True
+            time.sleep(0.05)
+        self.fail("not pinned within %.1f s: %s" % (within, json.dumps(thread_affinity(pid))))
+
+    def test_reserve_bind_pins_and_restart_repins(self):
+        status, r = self.client.request("POST", "/v1/reservations", {
+            "vcpus": 2, "memory_bytes": 64 << 20, "ttl_seconds": 300, "owner": "nodeclaim/e2e"})
+        self.assertEqual(status, 201, r)
+        vcpu_map = r["vcpu_map"]
+        self.assertEqual(sorted(vcpu_map), [0, 1])
+        # As the coordinator does: the VM config appears (clone), then QEMU starts, then bind.
+        with open(os.path.join(self.conf_dir, "%d.conf" % VMID), "w") as f:
+            f.write("name: vm%d\ncores: 2\nsockets: 1\nmemory: 64\n" % VMID)
+        pid = self.start_qemu()
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": VMID})
+        self.assertEqual(status, 200, body)
+        self.wait_pinned(pid, vcpu_map, within=5)
+        status, vm = self.client.request("GET", "/v1/vms/%d" % VMID)
+        self.assertEqual(status, 200)
+        self.assertTrue(vm["running"])
+        self.assertEqual(vm["pinning"]["drift"], 0, vm["pinning"])
+        self.assertEqual(vm["reservation"]["id"], r["id"])
+        # Restart QEMU behind the agent's back: it must pin the new process by itself within 2 s.
+        self.kill_qemu()
+        new_pid = self.start_qemu()
+        self.assertNotEqual(new_pid, pid)
+        self.wait_pinned(new_pid, vcpu_map, within=2)
+        # Un-pin one vCPU by hand: POST /v1/vms/{vmid}/pin repairs it and reports what it did.
+        tid = next(t for t in os.listdir("/proc/%d/task" % new_pid)
+                   if _read("/proc/%d/task/%s/comm" % (new_pid, t)).startswith("CPU 0/"))
+        os.sched_setaffinity(int(tid), {0, 1})
+        status, vm = self.client.request("GET", "/v1/vms/%d" % VMID)
+        self.assertEqual(vm["pinning"]["drift"], 1)
+        status, report = self.client.request("POST", "/v1/vms/%d/pin" % VMID)
+        self.assertEqual(status, 200, report)
+        self.wait_pinned(new_pid, vcpu_map, within=1)
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def _range(cpus):
+    lo, hi = min(cpus), max(cpus)
+    return "%d-%d" % (lo, hi) if hi == lo + 1 or len(set(cpus)) == hi - lo + 1 else ",".join(map(str, sorted(cpus)))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
