@@ -357,6 +357,8 @@ class Store:
                                      "object meta: %s" % (pre["resourceVersion"], cur["metadata"]["resourceVersion"]))
         if dry_run:
             return _copy(cur)
+        if rt.key == ("", "pods"):
+            self.w.report.pod_deleted(cur)
         grace = self.w.kube_hooks.grace_period(rt, cur, opts)
         finalizers = list(cur["metadata"].get("finalizers") or [])
         if rt.key == ("", "namespaces"):
