@@ -1,0 +1,304 @@
+/* simulate: the coordinator's pure scheduling simulation. Pods are placed largest first onto existing
+ * nodes, then in-flight claims, then claims planned this round, then a new claim (simulate_claims.c). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "simulate.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simulate_internal.h"
+
+static bool taints_tolerated(const struct sim_pod *pod, const struct slot *sl) {
+        for (size_t i = 0; i < sl->n_taints; i++)
+                if (!simulate_tolerates(pod->tolerations, pod->n_tolerations, &sl->taints[i]))
+                        return false;
+        return true;
+}
+
+static bool node_static_ok(const struct ctx *c, const struct pclass *pc, const struct slot *sl) {
+        if (!taints_tolerated(pc->example, sl))
+                return false;
+        for (uint32_t t = 0; t < pc->n_terms; t++)
+                if (simulate__term_matches(c, &pc->terms[t], sl->labels, sl->n_labels))
+                        return true;
+        return false;
+}
+
+static bool ports_conflict(const struct sim_pod *pod, const struct slot *sl) {
+        for (size_t i = 0; i < pod->n_host_ports; i++)
+                for (size_t j = 0; j < sl->n_ports; j++)
+                        if (pod->host_ports[i] == sl->ports[j])
+                                return true;
+        return false;
+}
+
+static enum fit slot_fits(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t s, const int32_t *mins,
+                          bool soft) {
+        struct slot *sl = &c->slots[s];
+        if (sl->closed)
+                return FIT_STATIC;
+        if (sl->kind != SLOT_CLAIM) {
+                if (!node_static_ok(c, pc, sl))
+                        return FIT_STATIC;
+                if (!resources_fit(&sl->used, &pod->requests, &sl->alloc))
+                        return FIT_RESOURCES;
+        } else if (!simulate__tolerates_pool(c, pc, c->claims[sl->index].pool)) {
+                return FIT_STATIC;
+        }
+        if (pod->n_host_ports && ports_conflict(pod, sl))
+                return FIT_PORTS;
+        enum fit f = simulate__topology_fits(c, pc, mins, soft, s, sl->zone);
+        if (f != FIT_OK || sl->kind != SLOT_CLAIM)
+                return f;
+        return (enum fit)simulate__claim_try(c, &c->claims[sl->index], pc, pod, false);
+}
+
+static bool permanent(enum fit f) {
+        return f == FIT_STATIC || f == FIT_PORTS || f == FIT_ANTI;
+}
+
+/* The first slot that takes the pod, or SIZE_MAX. */
+static size_t scan_slots(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
+                         bool soft) {
+        for (size_t s = pc->cursor; s < c->n_slots; s++) {
+                enum fit f = pc->slot_fail[s] ? FIT_STATIC : slot_fits(c, pc, pod, s, mins, soft);
+                if (f == FIT_OK)
+                        return s;
+                if (permanent(f)) {
+                        pc->slot_fail[s] = 1;
+                        if (s == pc->cursor)
+                                pc->cursor++;
+                }
+        }
+        return SIZE_MAX;
+}
+
+static int add_port(struct slot *sl, uint32_t port) {
+        if (simulate__grow(&sl->ports, &sl->cap_ports, sl->n_ports + 1, sizeof(uint32_t)) < 0)
+                return -ENOMEM;
+        sl->ports[sl->n_ports++] = port;
+        return 0;
+}
+
+/* Put pod i of class cls on slot s (resources, counters, ports, claim membership). */
+static int land(struct ctx *c, size_t i, size_t s) {
+        const struct sim_pod *pod = c->in->pods[i];
+        struct pclass *pc = &c->classes[c->class_of_pod[i]];
+        struct slot *sl = &c->slots[s];
+        resources_add(&sl->used, &pod->requests);
+        simulate__count_pod(c, pc, s, 1);
+        for (size_t k = 0; k < pod->n_host_ports; k++)
+                if (add_port(sl, pod->host_ports[k]) < 0)
+                        return -ENOMEM;
+        if (sl->kind != SLOT_CLAIM)
+                return 0;
+        struct claim_c *cl = &c->claims[sl->index];
+        if (simulate__grow(&cl->pods, &cl->cap_pods, cl->n_pods + 1, sizeof(size_t)) < 0)
+                return -ENOMEM;
+        cl->pods[cl->n_pods++] = i;
+        return 0;
+}
+
+static bool monotone(const struct pclass *pc) {
+        return pc->n_aff == 0 && pc->n_spread == 0;
+}
+
+static bool covers(const struct resources *a, const struct resources *b) {
+        for (int k = 0; k < RESOURCE_COUNT; k++)
+                if (a->v[k] < b->v[k])
+                        return false;
+        return true;
+}
+
+/* One attempt (soft: preferences treated as required). 0 placed, 1 not placed (*reason), <0 error. */
+static int attempt(struct ctx *c, size_t i, bool soft, struct sim_placement *pl, struct sim_arena *ra) {
+        const struct sim_pod *pod = c->in->pods[i];
+        uint32_t cls = c->class_of_pod[i];
+        struct pclass *pc = &c->classes[cls];
+        int32_t mins[pc->n_spread + 1];
+        const char *reason;
+        simulate__spread_mins(c, pc, soft, mins);
+        size_t s = scan_slots(c, pc, pod, mins, soft);
+        if (s != SIZE_MAX) {
+                if (c->slots[s].kind == SLOT_CLAIM &&
+                    simulate__claim_try(c, &c->claims[c->slots[s].index], pc, pod, true) != FIT_OK)
+                        return c->error ? c->error : -EINVAL;
+        } else if (!soft && monotone(pc) && pc->failed_once && covers(&pod->requests, &pc->fail_req)) {
+                pl->reason = pc->fail_reason;
+                return 1;
+        } else {
+                int r = simulate__new_claim(c, cls, pod, soft, &s, &reason);
+                if (r < 0)
+                        return r;
+                if (r > 0) {
+                        pl->reason = simulate__arena_strdup(ra, reason);
+                        if (!pl->reason)
+                                return -ENOMEM;
+                        if (!soft && monotone(pc) && (!pc->failed_once || covers(&pc->fail_req, &pod->requests))) {
+                                pc->failed_once = true;
+                                pc->fail_req = pod->requests;
+                                pc->fail_reason = pl->reason;
+                        }
+                        return 1;
+                }
+        }
+        const struct slot *sl = &c->slots[s];
+        *pl = (struct sim_placement){ .target = sl->kind == SLOT_CLAIM ? SIM_TARGET_CLAIM : SIM_TARGET_NODE,
+                                      .index = sl->index };
+        return land(c, i, s) < 0 ? -ENOMEM : 0;
+}
+
+static int place(struct ctx *c, size_t i, struct sim_placement *pl, struct sim_arena *ra) {
+        const struct pclass *pc = &c->classes[c->class_of_pod[i]];
+        *pl = (struct sim_placement){ .target = SIM_TARGET_UNPLACED };
+        if (pc->unsupported) {
+                pl->reason = simulate__arena_strdup(ra, pc->unsupported);
+                return pl->reason ? 1 : -ENOMEM;
+        }
+        if (pc->has_soft) {
+                int r = attempt(c, i, true, pl, ra);
+                if (r <= 0)
+                        return r;
+        }
+        return attempt(c, i, false, pl, ra);
+}
+
+/* ---- bound pods and ordering ---- */
+
+static int place_bound(struct ctx *c, struct sim_result *res) {
+        uint32_t *slot_of = NULL;
+        size_t cap = 0;
+        for (size_t s = 0; s < c->n_slots; s++) {
+                uint32_t id = simulate__intern(c, c->in->nodes[c->slots[s].index]->name);
+                if (!id || simulate__grow(&slot_of, &cap, (size_t)id + 1, sizeof(uint32_t)) < 0)
+                        goto oom;
+                slot_of[id] = (uint32_t)s + 1;
+        }
+        for (size_t i = 0; i < c->in->n_pods; i++) {
+                const struct sim_pod *pod = c->in->pods[i];
+                if (!pod->node_name)
+                        continue;
+                res->placements[i] = (struct sim_placement){ .target = SIM_TARGET_BOUND };
+                uint32_t id = simulate__intern(c, pod->node_name);
+                if (id < cap && slot_of[id] && land(c, i, slot_of[id] - 1) < 0)
+                        goto oom;
+        }
+        free(slot_of);
+        return 0;
+oom:
+        free(slot_of);
+        return -ENOMEM;
+}
+
+struct order {
+        int64_t cpu, mem;
+        uint32_t cls;
+        size_t index;
+};
+
+static int cmp_order(const void *a, const void *b) {
+        const struct order *x = a, *y = b;
+        if (x->cpu != y->cpu)
+                return x->cpu > y->cpu ? -1 : 1;
+        if (x->mem != y->mem)
+                return x->mem > y->mem ? -1 : 1;
+        if (x->cls != y->cls)
+                return x->cls < y->cls ? -1 : 1;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int place_pending(struct ctx *c, struct sim_result *res) {
+        size_t n = 0;
+        struct order *o = calloc(c->in->n_pods + 1, sizeof *o);
+        if (!o)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->in->n_pods; i++) {
+                const struct sim_pod *p = c->in->pods[i];
+                if (!p->node_name)
+                        o[n++] = (struct order){ p->requests.v[RESOURCE_CPU], p->requests.v[RESOURCE_MEMORY],
+                                                 c->class_of_pod[i], i };
+        }
+        qsort(o, n, sizeof *o, cmp_order);
+        int r = 0;
+        for (size_t k = 0; k < n && r >= 0; k++) {
+                r = place(c, o[k].index, &res->placements[o[k].index], res->arena);
+                res->n_unplaced += r == 1;
+                res->n_on_nodes += r == 0 && res->placements[o[k].index].target == SIM_TARGET_NODE;
+        }
+        free(o);
+        return r < 0 ? r : 0;
+}
+
+static int build_claims(struct ctx *c, struct sim_result *res) {
+        res->claims = simulate__arena_alloc(res->arena, (c->n_claims + 1) * sizeof(struct sim_claim));
+        if (!res->claims)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_claims; i++)
+                if (simulate__claim_result(c, i, res->arena, &res->claims[i]) < 0)
+                        return -ENOMEM;
+        res->n_claims = res->cap_claims = c->n_claims;
+        return 0;
+}
+
+static void ctx_done(struct ctx *c) {
+        for (size_t g = 0; g < c->n_groups; g++) {
+                free(c->groups[g].node_cnt);
+                free(c->groups[g].anti_node);
+        }
+        for (size_t i = 0; i < c->n_classes; i++)
+                free(c->classes[i].slot_fail);
+        for (size_t i = 0; i < c->n_slots; i++)
+                free(c->slots[i].ports);
+        for (size_t i = 0; i < c->n_claims; i++) {
+                free(c->claims[i].reqs);
+                free(c->claims[i].pods);
+        }
+        free(c->groups);
+        free(c->classes);
+        free(c->slots);
+        free(c->claims);
+        free(c->class_of_pod);
+        free(c->group_of_sig);
+        free(c->class_of_sig);
+        free(c->zone_ids);
+        free(c->st.strs);
+        free(c->st.slots);
+        simulate__arena_free(c->arena);
+}
+
+int simulate_run(const struct sim_input *in, struct sim_result **ret_result) {
+        struct ctx c = { .in = in, .arena = simulate__arena_new() };
+        struct sim_result *res = calloc(1, sizeof *res);
+        int r = -ENOMEM;
+        if (!c.arena || !res || !(res->arena = simulate__arena_new()))
+                goto out;
+        res->placements = simulate__arena_alloc(res->arena, (in->n_pods + 1) * sizeof(struct sim_placement));
+        res->n_placements = in->n_pods;
+        if (!res->placements)
+                goto out;
+        r = simulate__compile(&c);
+        if (r >= 0)
+                r = place_bound(&c, res);
+        if (r >= 0)
+                r = place_pending(&c, res);
+        if (r >= 0)
+                r = build_claims(&c, res);
+        if (r >= 0 && c.error)
+                r = c.error;
+out:
+        ctx_done(&c);
+        if (r < 0) {
+                simulate_result_free(res);
+                return r;
+        }
+        *ret_result = res;
+        return 0;
+}
+
+void simulate_result_free(struct sim_result *r) {
+        if (!r)
+                return;
+        simulate__arena_free(r->arena);
+        free(r);
+}

@@ -1,0 +1,922 @@
+/* simulate_claims: new node claims for pods no node can take: node pool choice, requirement narrowing,
+ * the cheapest shape, pool limits, host room from agent offers or PVE accounting, and the reasons. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantity.h"
+#include "simulate_internal.h"
+
+enum stage { ST_NONE = -1, ST_CONFIG, ST_TAINT, ST_REQ, ST_SHAPE, ST_LIMIT, ST_TOPOLOGY, ST_HOST };
+
+struct why {
+        enum stage stage;
+        char text[300];
+};
+
+static void note(struct why *w, enum stage st, const char *text) {
+        if (st > w->stage) {
+                w->stage = st;
+                snprintf(w->text, sizeof w->text, "%s", text);
+        }
+}
+
+static const char *const OPS[] = { "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt" };
+
+void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len) {
+        const char *key = simulate__str(c, r->key);
+        if (r->from_node_selector && r->n_vals == 1) {
+                snprintf(buf, len, "nodeSelector %s=%s", key, simulate__str(c, r->vals[0]));
+                return;
+        }
+        size_t n = (size_t)snprintf(buf, len, "node affinity %s %s", key, OPS[r->op]);
+        if (r->op == SIM_OP_GT || r->op == SIM_OP_LT) {
+                snprintf(buf + n, n < len ? len - n : 0, " %" PRId64, r->num);
+                return;
+        }
+        for (uint32_t i = 0; i < r->n_vals && n < len; i++)
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : " [", simulate__str(c, r->vals[i]));
+        if (r->n_vals && n < len)
+                snprintf(buf + n, len - n, "]");
+}
+
+/* ---- hosts ---- */
+
+static int32_t *offers_for(struct ctx *c, const struct sim_host *h, const struct shape_catalog *cat) {
+        int32_t *left = simulate__arena_alloc(c->arena, ((cat ? cat->n : 0) + 1) * sizeof *left);
+        for (size_t s = 0; left && cat && s < cat->n; s++) {
+                left[s] = h->has_offers ? 0 : -1;
+                for (size_t o = 0; h->has_offers && o < h->n_offers; o++)
+                        if (h->offers[o].shape && strcmp(h->offers[o].shape, cat->items[s].name) == 0)
+                                left[s] = (int32_t)h->offers[o].count;
+        }
+        return left;
+}
+
+static bool numa_fits(const struct host_c *h, const struct shape *s, int *ret_numa) {
+        const struct sim_host *src = h->src;
+        int64_t biggest = 0, best_free = INT64_MAX;
+        int best = -1;
+        for (size_t i = 0; i < src->n_numa; i++) {
+                int64_t total = src->numa[i].total_cpus ? src->numa[i].total_cpus : src->numa[i].free_cpus;
+                if (total > biggest)
+                        biggest = total;
+        }
+        if ((int64_t)s->vcpus > biggest) {
+                *ret_numa = -1; /* larger than any NUMA node: the VM spans nodes */
+                return true;
+        }
+        for (size_t i = 0; i < src->n_numa; i++)
+                if (h->numa_cpus[i] >= s->vcpus && h->numa_mem[i] >= (int64_t)s->vm_memory_bytes &&
+                    h->numa_cpus[i] < best_free) {
+                        best = (int)i;
+                        best_free = h->numa_cpus[i];
+                }
+        *ret_numa = best;
+        return best >= 0;
+}
+
+enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
+
+static enum room host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa) {
+        *ret_numa = -1;
+        if (h->free_cpus < s->vcpus)
+                return ROOM_CPUS;
+        if (h->free_mem < (int64_t)s->vm_memory_bytes)
+                return ROOM_MEMORY;
+        if (h->offer_left[nc][si] == 0)
+                return ROOM_OFFER;
+        if (h->src->n_numa && !numa_fits(h, s, ret_numa))
+                return ROOM_NUMA;
+        return ROOM_OK;
+}
+
+static void span_take(struct host_c *h, const struct shape *s, int64_t *span) {
+        int64_t cpus = s->vcpus, mem = (int64_t)s->vm_memory_bytes;
+        size_t n = h->src->n_numa;
+        memset(span, 0, 2 * n * sizeof *span);
+        while (cpus > 0) {
+                size_t best = 0;
+                for (size_t i = 1; i < n; i++)
+                        if (h->numa_cpus[i] > h->numa_cpus[best])
+                                best = i;
+                int64_t take = h->numa_cpus[best] < cpus ? h->numa_cpus[best] : cpus;
+                if (take <= 0)
+                        take = cpus; /* host-wide room was checked; charge the rest to the biggest node */
+                int64_t m = cpus == take ? mem : (int64_t)s->vm_memory_bytes * take / s->vcpus;
+                span[best] += take;
+                span[n + best] += m;
+                h->numa_cpus[best] -= take;
+                h->numa_mem[best] -= m;
+                cpus -= take;
+                mem -= m;
+        }
+}
+
+static void host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
+        h->free_cpus -= s->vcpus;
+        h->free_mem -= (int64_t)s->vm_memory_bytes;
+        if (h->offer_left[nc][si] > 0)
+                h->offer_left[nc][si]--;
+        if (cl->numa >= 0) {
+                h->numa_cpus[cl->numa] -= s->vcpus;
+                h->numa_mem[cl->numa] -= (int64_t)s->vm_memory_bytes;
+        } else if (h->src->n_numa) {
+                span_take(h, s, cl->span);
+        }
+}
+
+static void host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
+        size_t n = h->src->n_numa;
+        h->free_cpus += s->vcpus;
+        h->free_mem += (int64_t)s->vm_memory_bytes;
+        if (h->offer_left[nc][si] >= 0)
+                h->offer_left[nc][si]++;
+        if (cl->numa >= 0) {
+                h->numa_cpus[cl->numa] += s->vcpus;
+                h->numa_mem[cl->numa] += (int64_t)s->vm_memory_bytes;
+                return;
+        }
+        for (size_t i = 0; i < n; i++) {
+                h->numa_cpus[i] += cl->span[i];
+                h->numa_mem[i] += cl->span[n + i];
+        }
+}
+
+static bool any_shape_fits(const struct ctx *c, const struct host_c *h) {
+        int numa;
+        for (size_t nc = 0; nc < c->n_ncs; nc++)
+                for (size_t s = 0; c->ncs[nc].shapes && s < c->ncs[nc].shapes->n; s++)
+                        if (host_fits(h, (int)nc, s, &c->ncs[nc].shapes->items[s], &numa) == ROOM_OK)
+                                return true;
+        return false;
+}
+
+static int prepare_host(struct ctx *c, size_t i) {
+        const struct sim_host *src = c->in->hosts[i];
+        struct host_c *h = &c->hosts[i];
+        size_t n = src->n_numa;
+        *h = (struct host_c){ .src = src, .free_cpus = src->free_cpus, .free_mem = (int64_t)src->free_memory_bytes };
+        h->zone = simulate__zone_index(c, simulate__intern(c, src->name), true);
+        h->region = simulate__intern(c, src->region);
+        h->numa_cpus = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
+        h->numa_mem = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
+        h->offer_left = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(int32_t *));
+        if (!h->numa_cpus || !h->numa_mem || !h->offer_left)
+                return c->error = -ENOMEM;
+        for (size_t k = 0; k < n; k++) {
+                h->numa_cpus[k] = src->numa[k].free_cpus;
+                h->numa_mem[k] = (int64_t)src->numa[k].free_memory_bytes;
+        }
+        for (size_t nc = 0; nc < c->n_ncs; nc++)
+                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)))
+                        return c->error = -ENOMEM;
+        h->room_at_start = any_shape_fits(c, h);
+        return 0;
+}
+
+int simulate__prepare_hosts(struct ctx *c) {
+        c->hosts = simulate__arena_alloc(c->arena, (c->in->n_hosts + 1) * sizeof(struct host_c));
+        if (!c->hosts)
+                return c->error = -ENOMEM;
+        for (size_t i = 0; i < c->in->n_hosts; i++)
+                if (prepare_host(c, i) < 0)
+                        return c->error;
+        c->n_hosts = c->in->n_hosts;
+        return 0;
+}
+
+/* ---- requirements ---- */
+
+bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool) {
+        if (!pc->pool_tol && !(pc->pool_tol = simulate__arena_alloc(c->arena, c->n_pools + 1)))
+                return c->error = -ENOMEM, false;
+        if (!pc->pool_tol[pool]) {
+                const struct sim_nodepool *p = c->pools[pool].src;
+                bool ok = true;
+                for (size_t t = 0; t < p->n_taints && ok; t++)
+                        ok = simulate_tolerates(pc->example->tolerations, pc->example->n_tolerations, &p->taints[t]);
+                pc->pool_tol[pool] = ok ? 1 : -1;
+        }
+        return pc->pool_tol[pool] > 0;
+}
+
+const uint64_t *simulate__term_mask(struct ctx *c, struct pclass *pc, int nc, uint32_t term) {
+        size_t words = c->ncs[nc].words;
+        if (!pc->term_masks && !(pc->term_masks = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(uint64_t *))))
+                return c->error = -ENOMEM, NULL;
+        if (!pc->term_masks[nc]) {
+                uint64_t *m = simulate__arena_alloc(c->arena, (pc->n_terms * words + 1) * sizeof(uint64_t));
+                if (!m)
+                        return c->error = -ENOMEM, NULL;
+                for (uint32_t t = 0; t < pc->n_terms; t++)
+                        simulate__shape_mask(c, nc, pc->terms[t].reqs, pc->terms[t].n, m + t * words);
+                pc->term_masks[nc] = m;
+        }
+        return pc->term_masks[nc] + term * words;
+}
+
+static bool is_special(const struct ctx *c, uint32_t key) {
+        return key == c->k_zone || key == c->k_region || key == c->k_itype || key == c->k_family ||
+               key == c->k_host;
+}
+
+/* Can a label value be chosen for key that satisfies every requirement on key in the lists? With no
+ * In requirement the label must be allowed to stay absent: a value is never invented. */
+struct reqlists {
+        const struct creq *l[3];
+        uint32_t n[3];
+};
+
+static bool value_ok(const struct ctx *c, const struct reqlists *rl, uint32_t key, uint32_t v) {
+        for (int i = 0; i < 3; i++)
+                for (uint32_t j = 0; j < rl->n[i]; j++)
+                        if (rl->l[i][j].key == key && !simulate__req_matches(c, &rl->l[i][j], v))
+                                return false;
+        return true;
+}
+
+static uint32_t generic_value(const struct ctx *c, const struct reqlists *rl, uint32_t key, bool *ret_ok) {
+        for (int i = 0; i < 3; i++)
+                for (uint32_t j = 0; j < rl->n[i]; j++) {
+                        const struct creq *r = &rl->l[i][j];
+                        if (r->key != key || r->op != SIM_OP_IN)
+                                continue;
+                        for (uint32_t k = 0; k < r->n_vals; k++)
+                                if (value_ok(c, rl, key, r->vals[k]))
+                                        return *ret_ok = true, r->vals[k];
+                        return *ret_ok = false, 0;
+                }
+        *ret_ok = value_ok(c, rl, key, 0);
+        return 0;
+}
+
+/* Like Karpenter, a new node only carries labels its pool defines: a key no requirement of the pool
+ * (rl->l[0]) names stays absent. */
+static bool pool_defines(const struct reqlists *rl, uint32_t key) {
+        for (uint32_t j = 0; j < rl->n[0]; j++)
+                if (rl->l[0][j].key == key)
+                        return true;
+        return false;
+}
+
+/* Does requirement r hold on a new node with fixed labels (sorted) and the pool's generic requirements? */
+static bool new_node_req_ok(const struct ctx *c, const struct creq *r, const struct kv *fixed, uint32_t n_fixed,
+                            const struct reqlists *rl) {
+        bool ok;
+        if (r->key == c->k_host) /* present with a name nobody can know yet */
+                return r->op == SIM_OP_NOT_IN || r->op == SIM_OP_EXISTS;
+        if (r->key == c->k_itype || r->key == c->k_family)
+                return true; /* shape masks */
+        uint32_t v = simulate__label(fixed, n_fixed, r->key);
+        if (v || r->key == c->k_zone || r->key == c->k_region || r->key == c->k_arch || r->key == c->k_os ||
+            !pool_defines(rl, r->key))
+                return simulate__req_matches(c, r, v);
+        generic_value(c, rl, r->key, &ok);
+        return ok;
+}
+
+static bool mask_any(const uint64_t *a, const uint64_t *b, size_t words) {
+        for (size_t w = 0; w < words; w++)
+                if (a[w] & b[w])
+                        return true;
+        return false;
+}
+
+/* ---- planned claims ---- */
+
+static const struct shape *claim_shape(const struct ctx *c, const struct claim_c *cl, size_t si) {
+        return &c->ncs[cl->nc].shapes->items[si];
+}
+
+static bool limits_ok(const struct pool_c *p, const struct shape *old, const struct shape *s, int new_node,
+                      int *ret_which) {
+        int64_t dcpu = s->capacity.v[RESOURCE_CPU] - (old ? old->capacity.v[RESOURCE_CPU] : 0);
+        int64_t dmem = s->capacity.v[RESOURCE_MEMORY] - (old ? old->capacity.v[RESOURCE_MEMORY] : 0);
+        const struct sim_nodepool *src = p->src;
+        *ret_which = -1;
+        if (src->limit_cpu_milli >= 0 && p->used_cpu + dcpu > src->limit_cpu_milli)
+                *ret_which = 0;
+        else if (src->limit_memory_bytes >= 0 && p->used_mem + dmem > src->limit_memory_bytes)
+                *ret_which = 1;
+        else if (src->limit_nodes >= 0 && p->used_nodes + new_node > src->limit_nodes)
+                *ret_which = 2;
+        return *ret_which < 0;
+}
+
+static void compute_maxalloc(const struct ctx *c, struct claim_c *cl) {
+        const struct shape_catalog *cat = c->ncs[cl->nc].shapes;
+        memset(&cl->maxalloc, 0, sizeof cl->maxalloc);
+        for (size_t s = 0; s < cat->n; s++)
+                if (cl->mask[s / 64] >> (s % 64) & 1)
+                        resources_max(&cl->maxalloc, &cat->items[s].allocatable);
+}
+
+/* The cheapest shape in mask that holds need, fits the pool's limits and the host. */
+static long claim_pick_shape(struct ctx *c, struct claim_c *cl, const uint64_t *mask, const struct resources *need) {
+        struct host_c *h = &c->hosts[cl->host];
+        const struct shape *cur = claim_shape(c, cl, cl->shape);
+        long found = -1;
+        int which, numa;
+        host_release(h, cl->nc, cl->shape, cur, cl);
+        for (size_t si = 0; si < c->ncs[cl->nc].shapes->n && found < 0; si++) {
+                const struct shape *s = claim_shape(c, cl, si);
+                if (!(mask[si / 64] >> (si % 64) & 1) || !resources_fit(need, &(struct resources){ 0 }, &s->allocatable))
+                        continue;
+                if (si != cl->shape && !limits_ok(&c->pools[cl->pool], cur, s, 0, &which))
+                        continue;
+                if (host_fits(h, cl->nc, si, s, &numa) == ROOM_OK)
+                        found = (long)si;
+        }
+        host_take(h, cl->nc, cl->shape, cur, cl);
+        return found;
+}
+
+static void claim_set_shape(struct ctx *c, struct claim_c *cl, size_t si) {
+        struct host_c *h = &c->hosts[cl->host];
+        struct pool_c *p = &c->pools[cl->pool];
+        const struct shape *old = claim_shape(c, cl, cl->shape), *s = claim_shape(c, cl, si);
+        int numa;
+        host_release(h, cl->nc, cl->shape, old, cl);
+        host_fits(h, cl->nc, si, s, &numa);
+        cl->numa = numa;
+        host_take(h, cl->nc, si, s, cl);
+        p->used_cpu += s->capacity.v[RESOURCE_CPU] - old->capacity.v[RESOURCE_CPU];
+        p->used_mem += s->capacity.v[RESOURCE_MEMORY] - old->capacity.v[RESOURCE_MEMORY];
+        cl->shape = si;
+        c->slots[cl->slot].alloc = s->allocatable;
+}
+
+static int claim_add_reqs(struct ctx *c, struct claim_c *cl, const struct cterm *t) {
+        for (uint32_t i = 0; i < t->n; i++) {
+                if (is_special(c, t->reqs[i].key) || simulate__label(c->slots[cl->slot].labels, c->slots[cl->slot].n_labels, t->reqs[i].key))
+                        continue;
+                size_t cap = cl->cap_reqs;
+                if (simulate__grow(&cl->reqs, &cap, (size_t)cl->n_reqs + 1, sizeof(struct creq)) < 0)
+                        return c->error = -ENOMEM;
+                cl->cap_reqs = (uint32_t)cap;
+                cl->reqs[cl->n_reqs++] = t->reqs[i];
+        }
+        return 0;
+}
+
+static bool claim_term_ok(const struct ctx *c, const struct claim_c *cl, const struct cterm *t) {
+        const struct slot *sl = &c->slots[cl->slot];
+        const struct pool_c *p = &c->pools[cl->pool];
+        struct reqlists rl = { { p->greqs, cl->reqs, t->reqs }, { p->n_greqs, cl->n_reqs, t->n } };
+        for (uint32_t i = 0; i < t->n; i++)
+                if (!new_node_req_ok(c, &t->reqs[i], sl->labels, sl->n_labels, &rl))
+                        return false;
+        return true;
+}
+
+/* 0 = the pod fits the claim (and was added when commit), else the enum fit failure. */
+int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *pc_const, const struct sim_pod *pod,
+                        bool commit) {
+        struct pclass *pc = (struct pclass *)pc_const;
+        size_t words = c->ncs[cl->nc].words;
+        uint64_t mask[words + 1];
+        struct resources need = cl->packed;
+        resources_add(&need, &pod->requests);
+        for (uint32_t t = 0; t < pc->n_terms; t++) {
+                if (!claim_term_ok(c, cl, &pc->terms[t]))
+                        continue;
+                const uint64_t *tm = simulate__term_mask(c, pc, cl->nc, t);
+                if (!tm)
+                        return FIT_STATIC;
+                for (size_t w = 0; w < words; w++)
+                        mask[w] = cl->mask[w] & tm[w];
+                if (!mask_any(mask, mask, words))
+                        continue;
+                if (!resources_fit(&need, &(struct resources){ 0 }, &cl->maxalloc))
+                        return FIT_RESOURCES;
+                bool cur_ok = mask[cl->shape / 64] >> (cl->shape % 64) & 1 &&
+                              resources_fit(&need, &(struct resources){ 0 }, &claim_shape(c, cl, cl->shape)->allocatable);
+                long si = cur_ok ? (long)cl->shape : claim_pick_shape(c, cl, mask, &need);
+                if (si < 0)
+                        return FIT_RESOURCES;
+                if (!commit)
+                        return FIT_OK;
+                if ((size_t)si != cl->shape)
+                        claim_set_shape(c, cl, (size_t)si);
+                if (memcmp(mask, cl->mask, words * sizeof *mask) != 0) {
+                        memcpy(cl->mask, mask, words * sizeof *mask);
+                        compute_maxalloc(c, cl);
+                }
+                cl->packed = need;
+                return claim_add_reqs(c, cl, &pc->terms[t]) < 0 ? FIT_STATIC : FIT_OK;
+        }
+        return FIT_STATIC;
+}
+
+/* ---- daemon set overhead on a new node ---- */
+
+static bool str_req_ok(const struct ctx *c, const struct sim_requirement *r, const struct sim_label *l, size_t n) {
+        const char *v;
+        if (strcmp(r->key, SIM_LABEL_INSTANCE_TYPE) == 0 || strcmp(r->key, SIM_LABEL_FAMILY) == 0)
+                return true; /* decided by the shape, which is not chosen yet: assume the pod lands */
+        if (strcmp(r->key, SIM_LABEL_HOSTNAME) == 0)
+                return r->op == SIM_OP_NOT_IN || r->op == SIM_OP_EXISTS;
+        v = simulate_label_get(l, n, r->key);
+        struct creq cr = { .op = r->op };
+        uint32_t vals[r->n_values + 1];
+        /* reuse the interned matcher: values are few */
+        for (size_t i = 0; i < r->n_values; i++)
+                vals[i] = simulate__intern((struct ctx *)c, r->values[i]);
+        for (size_t i = 1; i < r->n_values; i++)
+                for (size_t j = i; j > 0 && vals[j - 1] > vals[j]; j--) {
+                        uint32_t t = vals[j];
+                        vals[j] = vals[j - 1];
+                        vals[j - 1] = t;
+                }
+        cr.vals = vals;
+        cr.n_vals = (uint32_t)r->n_values;
+        if ((r->op == SIM_OP_GT || r->op == SIM_OP_LT) && r->n_values == 1)
+                cr.num = strtoll(r->values[0], NULL, 10);
+        return simulate__req_matches(c, &cr, v ? simulate__intern((struct ctx *)c, v) : 0);
+}
+
+static bool ds_lands(const struct ctx *c, const struct sim_pod *ds, const struct sim_nodepool *p,
+                     const struct sim_label *l, size_t n) {
+        for (size_t t = 0; t < p->n_taints; t++)
+                if (!simulate_tolerates(ds->tolerations, ds->n_tolerations, &p->taints[t]))
+                        return false;
+        for (size_t i = 0; i < ds->n_node_selector; i++) {
+                const char *v = simulate_label_get(l, n, ds->node_selector[i].key);
+                if (strcmp(ds->node_selector[i].key, SIM_LABEL_INSTANCE_TYPE) != 0 &&
+                    strcmp(ds->node_selector[i].key, SIM_LABEL_FAMILY) != 0 &&
+                    (!v || strcmp(v, ds->node_selector[i].value) != 0))
+                        return false;
+        }
+        for (size_t t = 0; t < ds->n_affinity; t++) {
+                bool ok = true;
+                for (size_t i = 0; i < ds->affinity[t].n_reqs && ok; i++)
+                        ok = str_req_ok(c, &ds->affinity[t].reqs[i], l, n);
+                if (ok)
+                        return true;
+        }
+        return ds->n_affinity == 0;
+}
+
+static const struct resources *ds_overhead(struct ctx *c, size_t pool, const struct host_c *h) {
+        struct pool_c *p = &c->pools[pool];
+        if (!p->ds) {
+                p->ds = simulate__arena_alloc(c->arena, (c->n_zones + 1) * sizeof(struct resources));
+                p->ds_known = simulate__arena_alloc(c->arena, c->n_zones + 1);
+                if (!p->ds || !p->ds_known) {
+                        c->error = -ENOMEM;
+                        static const struct resources none;
+                        return &none;
+                }
+        }
+        if (!p->ds_known[h->zone]) {
+                size_t n = p->n_fixed + 2;
+                struct sim_label l[n];
+                for (uint32_t i = 0; i < p->n_fixed; i++)
+                        l[i] = (struct sim_label){ simulate__str(c, p->fixed[i].k), simulate__str(c, p->fixed[i].v) };
+                l[n - 2] = (struct sim_label){ SIM_LABEL_ZONE, simulate__str(c, c->zone_ids[h->zone]) };
+                l[n - 1] = (struct sim_label){ SIM_LABEL_REGION, simulate__str(c, h->region) };
+                for (size_t d = 0; d < c->in->n_daemonsets; d++)
+                        if (ds_lands(c, c->in->daemonsets[d], p->src, l, h->region ? n : n - 1))
+                                resources_add(&p->ds[h->zone], &c->in->daemonsets[d]->requests);
+                p->ds_known[h->zone] = 1;
+        }
+        return &p->ds[h->zone];
+}
+
+/* ---- creating a claim ---- */
+
+struct choice {
+        size_t pool, host, shape;
+        uint32_t term;
+        int numa;
+        uint64_t *mask;
+};
+
+static int cmp_kv_key(const void *a, const void *b) {
+        const struct kv *x = a, *y = b;
+        return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* The pool's fixed labels plus the host's zone and region, sorted by key id. */
+static struct kv *claim_labels(struct ctx *c, const struct pool_c *p, const struct host_c *h, uint32_t *ret_n) {
+        uint32_t n = 0;
+        struct kv *l = simulate__arena_alloc(c->arena, (p->n_fixed + 3) * sizeof *l);
+        if (!l)
+                return NULL;
+        for (uint32_t i = 0; i < p->n_fixed; i++)
+                if (p->fixed[i].k != c->k_zone && p->fixed[i].k != c->k_region)
+                        l[n++] = p->fixed[i];
+        l[n++] = (struct kv){ c->k_zone, c->zone_ids[h->zone] };
+        if (h->region)
+                l[n++] = (struct kv){ c->k_region, h->region };
+        qsort(l, n, sizeof *l, cmp_kv_key);
+        *ret_n = n;
+        return l;
+}
+
+static int create_claim(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const struct choice *ch,
+                        size_t *ret_slot) {
+        struct pool_c *p = &c->pools[ch->pool];
+        struct host_c *h = &c->hosts[ch->host];
+        struct slot *sl;
+        if (simulate__grow(&c->claims, &c->cap_claims, c->n_claims + 1, sizeof(struct claim_c)) < 0 ||
+            simulate__add_slot(c, &sl) < 0)
+                return c->error = -ENOMEM;
+        struct claim_c *cl = &c->claims[c->n_claims];
+        const struct shape *s = &c->ncs[p->nc].shapes->items[ch->shape];
+        *cl = (struct claim_c){ .pool = ch->pool, .host = ch->host, .slot = c->n_slots - 1, .nc = p->nc,
+                                .shape = ch->shape, .numa = ch->numa, .mask = ch->mask };
+        *sl = (struct slot){ .kind = SLOT_CLAIM, .index = c->n_claims, .taints = p->src->taints,
+                             .n_taints = p->src->n_taints, .alloc = s->allocatable, .zone = h->zone };
+        sl->labels = claim_labels(c, p, h, &sl->n_labels);
+        cl->span = simulate__arena_alloc(c->arena, (2 * h->src->n_numa + 1) * sizeof(int64_t));
+        if (!sl->labels || !cl->span)
+                return c->error = -ENOMEM;
+        cl->ds = *ds_overhead(c, ch->pool, h);
+        cl->packed = cl->ds;
+        resources_add(&cl->packed, &pod->requests);
+        host_take(h, p->nc, ch->shape, s, cl);
+        p->used_cpu += s->capacity.v[RESOURCE_CPU];
+        p->used_mem += s->capacity.v[RESOURCE_MEMORY];
+        p->used_nodes++;
+        h->planned++;
+        compute_maxalloc(c, cl);
+        c->n_claims++;
+        *ret_slot = cl->slot;
+        return claim_add_reqs(c, cl, &pc->terms[ch->term]);
+}
+
+/* ---- choosing pool, term, host and shape ---- */
+
+struct hostscan {
+        size_t *cand;
+        size_t n_cand;
+        enum room worst;           /* the furthest check any host failed */
+        int64_t best_cpus, best_mem, best_numa_cpus, best_numa_mem;
+        const struct host_c *best_cpus_h, *best_mem_h, *best_numa_cpus_h, *best_numa_mem_h;
+        int best_numa_cpus_id, best_numa_mem_id;
+};
+
+static bool host_place_ok(const struct ctx *c, const struct pool_c *p, const struct cterm *t, const struct host_c *h) {
+        if (c->ncs[p->nc].region && c->ncs[p->nc].region != h->region)
+                return false;
+        for (uint32_t i = 0; i < p->n_zreqs; i++)
+                if (!simulate__req_matches(c, &p->zreqs[i], p->zreqs[i].key == c->k_zone ? c->zone_ids[h->zone] : h->region))
+                        return false;
+        for (uint32_t i = 0; i < t->n; i++) {
+                const struct creq *r = &t->reqs[i];
+                if (r->key == c->k_zone && !simulate__req_matches(c, r, c->zone_ids[h->zone]))
+                        return false;
+                if (r->key == c->k_region && !simulate__req_matches(c, r, h->region))
+                        return false;
+        }
+        return true;
+}
+
+static const char *topology_text(const struct ctx *c, const struct pclass *pc, enum fit f, char *buf, size_t len) {
+        if (f == FIT_ANTI)
+                snprintf(buf, len, "pod anti-affinity excludes every zone with room");
+        else if (f == FIT_AFFINITY && pc->n_aff)
+                snprintf(buf, len, "pod affinity on %s needs a %s already running matching pods",
+                         pc->aff[0].src->topology_key, pc->aff[0].topo == TOPO_HOST ? "node" : "zone");
+        else if (pc->n_spread)
+                snprintf(buf, len, "topology spread on %s (maxSkew %d) allows no zone with room",
+                         pc->spread[0].src->topology_key, pc->spread[0].max_skew);
+        else
+                snprintf(buf, len, "no zone satisfies the pod's topology constraints");
+        (void)c;
+        return buf;
+}
+
+/* Candidate hosts for pool p, term t and the pod's zone topology. 0 when none, with a reason noted. */
+static size_t filter_hosts(struct ctx *c, struct pclass *pc, const struct pool_c *p, const struct cterm *t,
+                           const int32_t *mins, bool soft, struct hostscan *hs, struct why *w) {
+        enum fit worst = FIT_OK;
+        size_t placed = 0;
+        for (size_t h = 0; h < c->n_hosts; h++) {
+                if (!host_place_ok(c, p, t, &c->hosts[h]))
+                        continue;
+                placed++;
+                enum fit f = simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, c->hosts[h].zone);
+                if (f == FIT_OK)
+                        hs->cand[hs->n_cand++] = h;
+                else if (worst == FIT_OK)
+                        worst = f;
+        }
+        if (hs->n_cand)
+                return hs->n_cand;
+        char buf[200];
+        if (placed == 0) {
+                snprintf(buf, sizeof buf, "NodePool %s: no host in a zone and region its nodes may use",
+                         p->src->name);
+                note(w, ST_TOPOLOGY, buf);
+        } else {
+                note(w, ST_TOPOLOGY, topology_text(c, pc, worst, buf, sizeof buf));
+        }
+        return 0;
+}
+
+static void scan_note(struct hostscan *hs, const struct host_c *h, enum room r) {
+        if (r > hs->worst)
+                hs->worst = r;
+        if (h->free_cpus > hs->best_cpus)
+                hs->best_cpus = h->free_cpus, hs->best_cpus_h = h;
+        if (h->free_mem > hs->best_mem)
+                hs->best_mem = h->free_mem, hs->best_mem_h = h;
+        for (size_t i = 0; i < h->src->n_numa; i++) {
+                if (h->numa_cpus[i] > hs->best_numa_cpus)
+                        hs->best_numa_cpus = h->numa_cpus[i], hs->best_numa_cpus_h = h, hs->best_numa_cpus_id = h->src->numa[i].id;
+                if (h->numa_mem[i] > hs->best_numa_mem)
+                        hs->best_numa_mem = h->numa_mem[i], hs->best_numa_mem_h = h, hs->best_numa_mem_id = h->src->numa[i].id;
+        }
+}
+
+static void host_reason(const struct hostscan *hs, const struct shape *s, struct why *w) {
+        char buf[300], need[32], have[32];
+        quantity_format_bytes_human((int64_t)s->vm_memory_bytes, need, sizeof need);
+        if (hs->worst == ROOM_CPUS)
+                snprintf(buf, sizeof buf, "no host has %u free cores (best: %s with %" PRId64 ")", s->vcpus,
+                         hs->best_cpus_h->src->name, hs->best_cpus);
+        else if (hs->worst == ROOM_MEMORY)
+                snprintf(buf, sizeof buf, "no host has %s free memory (best: %s with %s)", need, hs->best_mem_h->src->name,
+                         quantity_format_bytes_human(hs->best_mem, have, sizeof have));
+        else if (hs->worst == ROOM_OFFER)
+                snprintf(buf, sizeof buf, "no agent offers room for %s (%zu hosts asked)", s->name, hs->n_cand);
+        else if (hs->best_numa_cpus < s->vcpus)
+                snprintf(buf, sizeof buf, "no host has %u free cores in one NUMA node (best: %s numa%d with %" PRId64 ")",
+                         s->vcpus, hs->best_numa_cpus_h->src->name, hs->best_numa_cpus_id, hs->best_numa_cpus);
+        else
+                snprintf(buf, sizeof buf, "no host has %s free memory in one NUMA node (best: %s numa%d with %s)", need,
+                         hs->best_numa_mem_h->src->name, hs->best_numa_mem_id,
+                         quantity_format_bytes_human(hs->best_numa_mem, have, sizeof have));
+        note(w, ST_HOST, buf);
+}
+
+static void limit_reason(const struct pool_c *p, int which, struct why *w) {
+        char buf[200], lim[32], use[32];
+        const struct sim_nodepool *s = p->src;
+        if (which == 0)
+                snprintf(buf, sizeof buf, "NodePool %s cpu limit %s reached (%s in use)", s->name,
+                         quantity_format_milli(s->limit_cpu_milli, lim, sizeof lim),
+                         quantity_format_milli(p->used_cpu, use, sizeof use));
+        else if (which == 1)
+                snprintf(buf, sizeof buf, "NodePool %s memory limit %s reached (%s in use)", s->name,
+                         quantity_format_bytes_human(s->limit_memory_bytes, lim, sizeof lim),
+                         quantity_format_bytes_human(p->used_mem, use, sizeof use));
+        else
+                snprintf(buf, sizeof buf, "NodePool %s nodes limit %" PRId64 " reached (%" PRId64 " in use)", s->name,
+                         s->limit_nodes, p->used_nodes);
+        note(w, ST_LIMIT, buf);
+}
+
+static void shape_reason(const struct ctx *c, const struct pool_c *p, const uint64_t *mask,
+                         const struct resources *need, struct why *w) {
+        const struct shape_catalog *cat = c->ncs[p->nc].shapes;
+        struct resources most = { 0 };
+        char buf[300], a[32], b[32];
+        for (size_t s = 0; s < cat->n; s++)
+                if (mask[s / 64] >> (s % 64) & 1)
+                        resources_max(&most, &cat->items[s].allocatable);
+        int k = resources_first_excess(need, &(struct resources){ 0 }, &most);
+        if (k >= 0)
+                snprintf(buf, sizeof buf, "NodePool %s has no instance type with room for the pod's %s %s (largest allocatable %s)",
+                         p->src->name, resources_name(k), resources_format_value(k, need->v[k], a, sizeof a),
+                         resources_format_value(k, most.v[k], b, sizeof b));
+        else
+                snprintf(buf, sizeof buf, "NodePool %s has no single instance type with room for the pod's cpu %s and memory %s together",
+                         p->src->name, resources_format_value(RESOURCE_CPU, need->v[RESOURCE_CPU], a, sizeof a),
+                         resources_format_value(RESOURCE_MEMORY, need->v[RESOURCE_MEMORY], b, sizeof b));
+        note(w, ST_SHAPE, buf);
+}
+
+static bool better_host(const struct ctx *c, const struct pclass *pc, const struct host_c *a, const struct host_c *b) {
+        for (uint32_t i = 0; i < pc->n_spread; i++)
+                if (pc->spread[i].topo == TOPO_ZONE) {
+                        const struct group *g = &c->groups[pc->spread[i].group];
+                        if (g->zone_cnt[a->zone] != g->zone_cnt[b->zone])
+                                return g->zone_cnt[a->zone] < g->zone_cnt[b->zone];
+                }
+        if (a->planned != b->planned)
+                return a->planned < b->planned;
+        return a->free_cpus > b->free_cpus;
+}
+
+/* For one shape: the best candidate host with room, or -1. */
+static long pick_host(struct ctx *c, const struct pclass *pc, const struct sim_pod *pod, size_t pool, size_t si,
+                      struct hostscan *hs, bool *ret_fits, int *ret_numa) {
+        const struct pool_c *p = &c->pools[pool];
+        const struct shape *s = &c->ncs[p->nc].shapes->items[si];
+        long best = -1;
+        for (size_t i = 0; i < hs->n_cand; i++) {
+                struct host_c *h = &c->hosts[hs->cand[i]];
+                struct resources need = pod->requests;
+                int numa;
+                resources_add(&need, ds_overhead(c, pool, h));
+                if (!resources_fit(&need, &(struct resources){ 0 }, &s->allocatable))
+                        continue;
+                *ret_fits = true;
+                enum room r = host_fits(h, p->nc, si, s, &numa);
+                if (r != ROOM_OK) {
+                        scan_note(hs, h, r);
+                        continue;
+                }
+                if (best < 0 || better_host(c, pc, h, &c->hosts[best])) {
+                        best = (long)hs->cand[i];
+                        *ret_numa = numa;
+                }
+        }
+        return best;
+}
+
+static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, struct choice *ch,
+                       struct hostscan *hs, struct why *w) {
+        const struct pool_c *p = &c->pools[ch->pool];
+        const struct shape_catalog *cat = c->ncs[p->nc].shapes;
+        const struct shape *host_failed = NULL;
+        bool any_fit = false, limited = false;
+        for (size_t si = 0; si < cat->n; si++) {
+                int which;
+                bool fits = false;
+                if (!(ch->mask[si / 64] >> (si % 64) & 1))
+                        continue;
+                if (!resources_fit(&pod->requests, &(struct resources){ 0 }, &cat->items[si].allocatable))
+                        continue;
+                if (!limits_ok(p, NULL, &cat->items[si], 1, &which)) {
+                        if (!limited && !any_fit)
+                                limit_reason(p, which, w);
+                        limited = true;
+                        continue;
+                }
+                long h = pick_host(c, pc, pod, ch->pool, si, hs, &fits, &ch->numa);
+                any_fit |= fits;
+                if (h >= 0) {
+                        ch->shape = si;
+                        ch->host = (size_t)h;
+                        return true;
+                }
+                if (fits && !host_failed)
+                        host_failed = &cat->items[si];
+        }
+        if (host_failed)
+                host_reason(hs, host_failed, w);
+        else if (!limited)
+                shape_reason(c, p, ch->mask, &pod->requests, w);
+        return false;
+}
+
+/* The first term of the pod a new node of pool p could satisfy; -1 with a reason noted. */
+static int pick_term(struct ctx *c, struct pclass *pc, const struct pool_c *p, uint64_t *mask, struct why *w) {
+        size_t words = c->ncs[p->nc].words;
+        char first[200] = "";
+        for (uint32_t t = 0; t < pc->n_terms; t++) {
+                const struct cterm *term = &pc->terms[t];
+                struct reqlists rl = { { p->greqs, term->reqs, NULL }, { p->n_greqs, term->n, 0 } };
+                const struct creq *bad = NULL;
+                for (uint32_t i = 0; i < term->n && !bad; i++)
+                        if (term->reqs[i].key != c->k_zone && term->reqs[i].key != c->k_region &&
+                            !new_node_req_ok(c, &term->reqs[i], p->fixed, p->n_fixed, &rl))
+                                bad = &term->reqs[i];
+                const uint64_t *tm = bad ? NULL : simulate__term_mask(c, pc, p->nc, t);
+                for (size_t k = 0; tm && k < words; k++)
+                        mask[k] = p->mask[k] & tm[k];
+                if (tm && mask_any(mask, mask, words))
+                        return (int)t;
+                for (uint32_t i = 0; !bad && i < term->n; i++)
+                        if (term->reqs[i].key == c->k_itype || term->reqs[i].key == c->k_family)
+                                bad = &term->reqs[i];
+                if (t == 0 && bad)
+                        simulate__describe_req(c, bad, first, sizeof first);
+                else if (t == 0)
+                        snprintf(first, sizeof first, "any instance type (NodePool %s allows none)", p->src->name);
+        }
+        char buf[260];
+        snprintf(buf, sizeof buf, "no NodePool matches %s", first);
+        if (w)
+                note(w, ST_REQ, buf);
+        return -1;
+}
+
+bool simulate__pool_compatible(struct ctx *c, struct pclass *pc, size_t pool) {
+        const struct pool_c *p = &c->pools[pool];
+        uint64_t mask[p->nc >= 0 ? c->ncs[p->nc].words + 1 : 1];
+        return p->nc >= 0 && !p->bad && simulate__tolerates_pool(c, pc, pool) && pick_term(c, pc, p, mask, NULL) >= 0;
+}
+
+static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t pool, bool soft,
+                     const int32_t *mins, struct why *w, size_t *ret_slot) {
+        const struct pool_c *p = &c->pools[pool];
+        char buf[300];
+        if (p->nc < 0 || p->bad) {
+                if (p->nc < 0)
+                        snprintf(buf, sizeof buf, "NodePool %s refers to missing ProxmoxNodeClass %s", p->src->name,
+                                 p->src->nodeclass ? p->src->nodeclass : "(none)");
+                else
+                        snprintf(buf, sizeof buf, "NodePool %s %s", p->src->name, p->bad);
+                note(w, ST_CONFIG, buf);
+                return false;
+        }
+        if (!simulate__tolerates_pool(c, pc, pool)) {
+                const struct sim_taint *t = &p->src->taints[0];
+                for (size_t i = 0; i < p->src->n_taints; i++)
+                        if (!simulate_tolerates(pod->tolerations, pod->n_tolerations, &p->src->taints[i]))
+                                t = &p->src->taints[i];
+                static const char *const EFFECTS[] = { "", "NoSchedule", "PreferNoSchedule", "NoExecute" };
+                snprintf(buf, sizeof buf, "NodePool %s has taint %s%s%s:%s that the pod does not tolerate", p->src->name,
+                         t->key, t->value && *t->value ? "=" : "", t->value ? t->value : "", EFFECTS[t->effect]);
+                note(w, ST_TAINT, buf);
+                return false;
+        }
+        size_t words = c->ncs[p->nc].words;
+        struct choice ch = { .pool = pool, .mask = simulate__arena_alloc(c->arena, (words + 1) * sizeof(uint64_t)) };
+        size_t cand[c->n_hosts + 1];
+        struct hostscan hs = { .cand = cand, .worst = ROOM_OK, .best_cpus = -1, .best_mem = -1,
+                               .best_numa_cpus = -1, .best_numa_mem = -1 };
+        if (!ch.mask)
+                return c->error = -ENOMEM, false;
+        int t = pick_term(c, pc, p, ch.mask, w);
+        if (t < 0 || filter_hosts(c, pc, p, &pc->terms[t], mins, soft, &hs, w) == 0)
+                return false;
+        ch.term = (uint32_t)t;
+        if (!try_shapes(c, pc, pod, &ch, &hs, w))
+                return false;
+        return create_claim(c, pc, pod, &ch, ret_slot) == 0;
+}
+
+int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
+                        const char **ret_reason) {
+        struct pclass *pc = &c->classes[cls];
+        struct why w = { .stage = ST_NONE };
+        int32_t mins[pc->n_spread + 1];
+        if (c->in->max_claims && c->n_claims >= c->in->max_claims) {
+                snprintf(c->msg, sizeof c->msg, "the cap of %zu node claims planned per round is reached",
+                         c->in->max_claims);
+                *ret_reason = c->msg;
+                return 1;
+        }
+        simulate__spread_mins(c, pc, soft, mins);
+        for (size_t k = 0; k < c->n_pools; k++)
+                if (try_pool(c, pc, pod, c->pool_order[k], soft, mins, &w, ret_slot))
+                        return 0;
+        if (c->error)
+                return c->error;
+        snprintf(c->msg, sizeof c->msg, "%s", w.stage == ST_NONE ? "no NodePool exists" : w.text);
+        *ret_reason = c->msg;
+        return 1;
+}
+
+/* ---- the result of one claim ---- */
+
+static int add_label(struct sim_arena *ra, struct sim_claim *out, const char *k, const char *v) {
+        out->labels[out->n_labels].key = simulate__arena_strdup(ra, k);
+        out->labels[out->n_labels].value = simulate__arena_strdup(ra, v);
+        if (!out->labels[out->n_labels].key || !out->labels[out->n_labels].value)
+                return -ENOMEM;
+        out->n_labels++;
+        return 0;
+}
+
+static int cmp_label(const void *a, const void *b) {
+        return strcmp(((const struct sim_label *)a)->key, ((const struct sim_label *)b)->key);
+}
+
+static int generic_labels(struct ctx *c, const struct claim_c *cl, struct sim_arena *ra, struct sim_claim *out) {
+        const struct pool_c *p = &c->pools[cl->pool];
+        struct reqlists rl = { { p->greqs, cl->reqs, NULL }, { p->n_greqs, cl->n_reqs, 0 } };
+        for (int l = 0; l < 2; l++)
+                for (uint32_t i = 0; i < rl.n[l]; i++) {
+                        uint32_t key = rl.l[l][i].key;
+                        bool ok, seen = false;
+                        for (uint32_t j = 0; j < out->n_labels && !seen; j++)
+                                seen = strcmp(out->labels[j].key, simulate__str(c, key)) == 0;
+                        uint32_t v = seen ? 0 : generic_value(c, &rl, key, &ok);
+                        if (v && add_label(ra, out, simulate__str(c, key), simulate__str(c, v)) < 0)
+                                return -ENOMEM;
+                }
+        return 0;
+}
+
+int simulate__claim_result(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out) {
+        const struct claim_c *cl = &c->claims[i];
+        const struct slot *sl = &c->slots[cl->slot];
+        const struct shape *s = claim_shape(c, cl, cl->shape);
+        size_t max = sl->n_labels + 2 + c->pools[cl->pool].n_greqs + cl->n_reqs;
+        *out = (struct sim_claim){ .nodepool = cl->pool, .shape = s, .host = cl->host, .requests = cl->packed,
+                                   .daemon_overhead = cl->ds, .n_pods = cl->n_pods };
+        out->labels = simulate__arena_alloc(ra, (max + 1) * sizeof(struct sim_label));
+        out->pods = simulate__arena_alloc(ra, (cl->n_pods + 1) * sizeof(size_t));
+        if (!out->labels || !out->pods)
+                return -ENOMEM;
+        memcpy(out->pods, cl->pods, cl->n_pods * sizeof(size_t));
+        for (uint32_t k = 0; k < sl->n_labels; k++)
+                if (add_label(ra, out, simulate__str(c, sl->labels[k].k), simulate__str(c, sl->labels[k].v)) < 0)
+                        return -ENOMEM;
+        if (add_label(ra, out, SIM_LABEL_INSTANCE_TYPE, s->name) < 0 || add_label(ra, out, SIM_LABEL_FAMILY, s->family) < 0 ||
+            generic_labels(c, cl, ra, out) < 0)
+                return -ENOMEM;
+        qsort(out->labels, out->n_labels, sizeof *out->labels, cmp_label);
+        return 0;
+}

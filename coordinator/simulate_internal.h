@@ -1,0 +1,258 @@
+/* simulate_internal: the simulation's private state, shared by the simulate*.c files only. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simulate.h"
+
+/* ---- arena (simulate_input.c) ---- */
+struct sim_arena;
+struct sim_arena *simulate__arena_new(void);
+void simulate__arena_free(struct sim_arena *a);
+void *simulate__arena_alloc(struct sim_arena *a, size_t size);
+char *simulate__arena_strdup(struct sim_arena *a, const char *s);
+
+/* Grow *arr (elements of size elem) so that it holds at least need; -ENOMEM. */
+int simulate__grow(void *arr, size_t *cap, size_t need, size_t elem);
+
+/* ---- interned strings (simulate_compile.c) ---- */
+struct strtab {
+        char **strs; /* id -> string; id 0 is "no string" */
+        uint32_t n, cap;
+        uint32_t *slots; /* open addressing: id or 0 */
+        uint32_t n_slots;
+        struct sim_arena *arena;
+};
+
+enum topo { TOPO_HOST, TOPO_ZONE };
+
+struct kv {
+        uint32_t k, v;
+};
+
+struct creq {
+        uint32_t key;
+        enum sim_op op;
+        uint32_t *vals; /* sorted ids */
+        uint32_t n_vals;
+        int64_t num;    /* Gt/Lt bound */
+        bool from_node_selector;
+};
+
+struct cterm {
+        struct creq *reqs;
+        uint32_t n;
+};
+
+struct cselector {
+        bool none;
+        struct kv *ml;
+        uint32_t n_ml;
+        struct creq *ex;
+        uint32_t n_ex;
+};
+
+/* Pods counted together by some term: a namespace set and a selector. */
+struct group {
+        uint32_t *ns;
+        uint32_t n_ns;
+        struct cselector sel;
+        const struct sim_selector *src; /* for messages */
+        int32_t *node_cnt, *zone_cnt;   /* matching pods per slot / per zone */
+        int32_t *anti_node, *anti_zone; /* pods owning an anti-affinity term on this group */
+        int64_t total;
+};
+
+struct topo_term {
+        uint32_t group;
+        enum topo topo;
+        bool self;          /* the owning pod matches the term itself */
+        const struct sim_pod_term *src;
+};
+
+struct spread_term {
+        uint32_t group;
+        enum topo topo;
+        int32_t max_skew, min_domains;
+        bool hard, self;
+        const struct sim_spread *src;
+};
+
+/* Pods with the same constraints (everything but name and requests). */
+struct pclass {
+        uint32_t ns;
+        struct kv *labels;
+        uint32_t n_labels;
+        struct cterm *terms; /* nodeSelector ANDed into each required node affinity term; >= 1 term */
+        uint32_t n_terms;
+        const struct sim_pod *example;
+        struct topo_term *aff, *anti;
+        uint32_t n_aff, n_anti;
+        struct spread_term *spread;
+        uint32_t n_spread;
+        bool has_soft;
+        uint32_t *member; /* groups whose selector and namespaces match this class */
+        uint32_t n_member;
+        const char *unsupported; /* a reason: the class uses something we cannot simulate */
+        /* memo */
+        int8_t *slot_fail;       /* per slot: 1 = fails for a permanent reason */
+        size_t slot_fail_cap;
+        size_t cursor;           /* every slot before it fails for a permanent reason */
+        int8_t *pool_tol;        /* per pool: 0 unknown, 1 tolerates, -1 does not */
+        uint8_t *zone_eligible;  /* per zone: a domain for zone spread; NULL until needed */
+        uint64_t **term_masks;   /* [nodeclass][term] shape masks; NULL until needed */
+        struct resources fail_req; /* a claim for requests >= these failed with fail_reason */
+        const char *fail_reason;
+        bool failed_once;
+};
+
+enum slot_kind { SLOT_NODE, SLOT_INFLIGHT, SLOT_CLAIM };
+
+struct slot {
+        enum slot_kind kind;
+        size_t index; /* input node or internal claim */
+        struct kv *labels;
+        uint32_t n_labels;
+        const struct sim_taint *taints;
+        size_t n_taints;
+        struct resources alloc, used;
+        int32_t zone;
+        bool closed;
+        uint32_t *ports;
+        size_t n_ports, cap_ports;
+};
+
+struct nodeclass_c {
+        const struct sim_nodeclass *src;
+        const struct shape_catalog *shapes;
+        uint32_t region; /* id or 0 */
+        size_t words;    /* uint64 words of a shape mask */
+};
+
+struct pool_c {
+        const struct sim_nodepool *src;
+        size_t index;
+        int nc;           /* nodeclass index, -1 when missing */
+        struct kv *fixed; /* labels every node of this pool carries (no zone/region/hostname/shape) */
+        uint32_t n_fixed;
+        struct creq *zreqs; /* requirements on zone/region: filter hosts */
+        uint32_t n_zreqs;
+        struct creq *greqs; /* requirements on other keys */
+        uint32_t n_greqs;
+        uint64_t *mask;   /* shapes allowed by the pool */
+        const char *bad;  /* a reason the pool can never launch (arch/os mismatch...) */
+        int64_t used_cpu, used_mem, used_nodes;
+        struct resources *ds; /* per zone: daemon set overhead on a new node; NULL until needed */
+        uint8_t *ds_known;
+};
+
+struct host_c {
+        const struct sim_host *src;
+        int32_t zone;
+        uint32_t region;
+        int64_t free_cpus, free_mem;
+        int64_t *numa_cpus, *numa_mem; /* free room per NUMA node, as claims take it */
+        int32_t **offer_left;          /* [nodeclass][shape]: -1 = not limited by offers */
+        bool room_at_start;
+        uint32_t planned;
+};
+
+struct claim_c {
+        size_t pool, host, slot;
+        int nc;
+        uint64_t *mask;
+        size_t shape;    /* index in the node class catalog */
+        int numa;        /* NUMA node index taken, -1 when spanning */
+        int64_t *span;   /* when spanning: cpus then memory taken per NUMA node */
+        struct resources packed, ds;
+        struct resources maxalloc; /* per resource, the most any shape in mask offers */
+        struct creq *reqs; /* accumulated requirements on generic keys */
+        uint32_t n_reqs, cap_reqs;
+        size_t *pods;
+        size_t n_pods, cap_pods;
+};
+
+struct ctx {
+        const struct sim_input *in;
+        struct sim_arena *arena; /* scratch for the run */
+        struct strtab st;
+        /* well-known ids */
+        uint32_t k_host, k_zone, k_region, k_arch, k_os, k_itype, k_family, k_pool, k_class, k_ctype;
+        uint32_t v_arch, v_os, v_ondemand;
+        /* zones */
+        uint32_t *zone_ids; /* zone index -> value id */
+        size_t n_zones, cap_zones;
+        int32_t *zone_of_id; /* value id -> zone index or -1 (sized to st.cap) */
+        size_t zone_of_cap;
+        /* model */
+        struct pclass *classes;
+        size_t n_classes, cap_classes;
+        uint32_t *class_of_pod; /* per input pod */
+        struct group *groups;
+        size_t n_groups, cap_groups;
+        uint32_t *group_of_sig; /* signature id -> group index + 1 */
+        size_t group_of_sig_cap;
+        uint32_t *class_of_sig;
+        size_t class_of_sig_cap;
+        struct slot *slots;
+        size_t n_slots, cap_slots;
+        size_t counts_cap; /* slots the per-group arrays hold */
+        struct nodeclass_c *ncs;
+        size_t n_ncs;
+        struct pool_c *pools;
+        size_t n_pools;
+        size_t *pool_order;
+        struct host_c *hosts;
+        size_t n_hosts;
+        struct claim_c *claims;
+        size_t n_claims, cap_claims;
+        char msg[512];
+        int error; /* first allocation failure */
+};
+
+/* simulate_compile.c */
+uint32_t simulate__intern(struct ctx *c, const char *s);
+const char *simulate__str(const struct ctx *c, uint32_t id);
+int32_t simulate__zone_index(struct ctx *c, uint32_t value_id, bool create);
+int simulate__compile(struct ctx *c);
+/* Shapes of node class nc that satisfy every instance-type/family requirement in reqs. */
+void simulate__shape_mask(struct ctx *c, int nc, const struct creq *reqs, uint32_t n, uint64_t *mask);
+uint32_t simulate__label(const struct kv *labels, uint32_t n, uint32_t key); /* value id or 0 */
+bool simulate__req_matches(const struct ctx *c, const struct creq *r, uint32_t value);
+bool simulate__term_matches(const struct ctx *c, const struct cterm *t, const struct kv *labels, uint32_t n);
+bool simulate__selector_matches(const struct ctx *c, const struct cselector *s, const struct kv *labels,
+                                uint32_t n);
+int simulate__ensure_counts(struct ctx *c, size_t slots);
+int simulate__add_slot(struct ctx *c, struct slot **ret);
+void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, int delta);
+
+/* simulate_claims.c */
+int simulate__prepare_hosts(struct ctx *c);
+int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
+                        const char **ret_reason);
+int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *pc, const struct sim_pod *pod,
+                        bool commit);
+int simulate__claim_result(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out);
+/* A new node of this pool could take pods of the class (taints, requirements, shapes; not room). */
+bool simulate__pool_compatible(struct ctx *c, struct pclass *pc, size_t pool);
+bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool);
+const uint64_t *simulate__term_mask(struct ctx *c, struct pclass *pc, int nc, uint32_t term);
+void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len);
+
+/* simulate_topology.c */
+enum fit {
+        FIT_OK,
+        FIT_STATIC,   /* labels, taints, closed: permanent for the class */
+        FIT_PORTS,    /* permanent */
+        FIT_ANTI,     /* permanent */
+        FIT_RESOURCES,
+        FIT_AFFINITY, /* may change as pods land */
+        FIT_SPREAD,   /* may change as pods land */
+};
+void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t *mins);
+enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, const int32_t *mins, bool soft,
+                                 size_t slot, int32_t zone);
+bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
