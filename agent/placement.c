@@ -37,6 +37,7 @@ struct fit {
         unsigned vcpus;
         uint64_t unit, units;      /* memory unit in bytes, VM memory in units */
         unsigned budget;           /* non-isolated CPUs the VM may take (the rest is kept for floating vCPUs) */
+        const struct cpuset *iso;  /* isolated CPUs (capacity's, else the topology's); may be NULL */
         bool smt;
         struct cpuset **node_free; /* per topology node: free CPUs of the node's cores */
         size_t *node_core_start;   /* cores of node i: node_cores[node_core_start[i] .. node_core_start[i+1]) */
@@ -182,8 +183,8 @@ static int fit_node_free(struct fit *f, const struct cpuset *avail, size_t i) {
         return 0;
 }
 
-static unsigned count_iso(const struct topology *t, const struct cpuset *s) {
-        return t->isolated ? cpuset_count_and(s, t->isolated) : 0;
+static unsigned count_iso(const struct fit *f, const struct cpuset *s) {
+        return f->iso ? cpuset_count_and(s, f->iso) : 0;
 }
 
 static int fit_nodes(struct fit *f, const struct placement_request *req, const struct cpuset *avail) {
@@ -197,7 +198,7 @@ static int fit_nodes(struct fit *f, const struct placement_request *req, const s
                         continue; /* memory-only nodes cannot hold guest vCPUs */
                 struct cand *cd = &f->cand[f->n_cand++];
                 cd->idx = i;
-                cd->n_iso = count_iso(f->t, f->node_free[i]);
+                cd->n_iso = count_iso(f, f->node_free[i]);
                 cd->n_non = n - cd->n_iso;
                 cd->mem_units = mem;
         }
@@ -206,13 +207,14 @@ static int fit_nodes(struct fit *f, const struct placement_request *req, const s
 
 /* Non-isolated free CPUs minus what floating VMs need. */
 static void fit_budget(struct fit *f, const struct cpuset *avail) {
-        unsigned non = cpuset_count(avail) - count_iso(f->t, avail);
+        unsigned non = cpuset_count(avail) - count_iso(f, avail);
         f->budget = non > f->c->floating_vcpus ? non - f->c->floating_vcpus : 0;
 }
 
 static int fit_init(struct fit *f, const struct topology *t, const struct capacity *c,
                     const struct placement_request *req) {
         *f = (struct fit){ .t = t, .c = c, .vcpus = req->vcpus, .unit = request_unit(req) };
+        f->iso = c->isolated_cpus ? c->isolated_cpus : t->isolated;
         f->units = req->memory_bytes / f->unit;
         int r = fit_alloc(f);
         if (r < 0)
@@ -586,9 +588,9 @@ static int split_pools(const struct fit *f, size_t node, struct cpuset **ret_iso
                 cpuset_free(non);
                 return -ENOMEM;
         }
-        if (f->t->isolated) {
-                cpuset_and(iso, f->t->isolated);
-                cpuset_andnot(non, f->t->isolated);
+        if (f->iso) {
+                cpuset_and(iso, f->iso);
+                cpuset_andnot(non, f->iso);
         } else {
                 cpuset_zero(iso);
         }

@@ -23,6 +23,13 @@ static uint64_t sub_sat(uint64_t a, uint64_t b) {
         return a > b ? a - b : 0;
 }
 
+/* capacity.h: |free_cpus| - min(floating vCPUs, |free_cpus - isolated|). */
+static unsigned host_cpus_free(const struct capacity *c) {
+        unsigned n = cpuset_count(c->free_cpus);
+        unsigned non_iso = n - (c->isolated_cpus ? cpuset_count_and(c->free_cpus, c->isolated_cpus) : 0);
+        return n - (c->floating_vcpus < non_iso ? c->floating_vcpus : non_iso);
+}
+
 int placement_charge(struct capacity *c, const struct placement *p) {
         for (size_t j = 0; j < p->n_numa; j++)
                 if (!charge_numa(c, p->numa[j].node))
@@ -30,16 +37,19 @@ int placement_charge(struct capacity *c, const struct placement *p) {
         if (c->pinned_cpus && cpuset_or(c->pinned_cpus, p->cpus) < 0)
                 return -ENOMEM;
         cpuset_andnot(c->free_cpus, p->cpus);
-        for (size_t i = 0; i < c->n_numa; i++)
-                if (c->numa[i].free_cpus)
-                        cpuset_andnot(c->numa[i].free_cpus, p->cpus);
+        for (size_t i = 0; i < c->n_numa; i++) {
+                if (!c->numa[i].free_cpus)
+                        continue;
+                c->numa[i].cpus_free = (unsigned)sub_sat(c->numa[i].cpus_free, cpuset_count_and(c->numa[i].free_cpus, p->cpus));
+                cpuset_andnot(c->numa[i].free_cpus, p->cpus);
+        }
         for (size_t j = 0; j < p->n_numa; j++) {
                 struct capacity_numa *cn = charge_numa(c, p->numa[j].node);
                 cn->memory_free_bytes = sub_sat(cn->memory_free_bytes, p->numa[j].memory_bytes);
         }
         c->memory_free_bytes = sub_sat(c->memory_free_bytes, p->memory_bytes);
         c->memory_used_bytes += p->memory_bytes;
-        c->cpus_free = (unsigned)sub_sat(cpuset_count(c->free_cpus), c->floating_vcpus);
+        c->cpus_free = host_cpus_free(c);
         return 0;
 }
 
@@ -157,7 +167,8 @@ double placement_score(const struct topology *t, const struct capacity *before, 
 
 /* ---- offers ---- */
 
-/* A private deep copy of the parts of a capacity that placement reads and charges. */
+/* A private copy of a capacity: the sets placement_charge changes are duplicated; any other pointer
+ * (reserved_cpus, isolated_cpus) is shared read-only with the original and never freed here. */
 static void capacity_copy_free(struct capacity *c) {
         if (!c)
                 return;

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
+
+#include <jansson.h>
 
 #include "place_cmd.h"
 #include "placement.h"
@@ -505,6 +508,34 @@ static void test_charge(void **state) {
         topo_free(t);
 }
 
+/* The capacity's own isolated set (capacity_compute fills it) wins over the topology's; charging keeps
+ * cpus_free = |free| - min(floating, |free - isolated|) and the node's cpus_free in step. */
+static void test_capacity_isolated(void **state) {
+        (void)state;
+        struct topology *t = topo_flat16();
+        struct capacity *c = cap_new(t, NULL, 12, NULL);
+        c->isolated_cpus = parse("12-15");
+        c->numa[0].cpus_free = 4;
+        struct placement_request req = { .vcpus = 4, .memory_bytes = GIB };
+        struct placement *p = NULL;
+        char why[256];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        char *cpus = cpuset_format(p->cpus);
+        assert_string_equal(cpus, "12-15");
+        free(cpus);
+        assert_int_equal(placement_charge(c, p), 0);
+        assert_int_equal(c->cpus_free, 0);
+        assert_int_equal(c->numa[0].cpus_free, 0);
+        placement_free(p);
+        p = NULL;
+        req.vcpus = 1;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), -ENOSPC);
+        cpuset_free(c->isolated_cpus);
+        c->isolated_cpus = NULL;
+        cap_free(c);
+        topo_free(t);
+}
+
 /* Requests must be whole MiB; a reason names the field. */
 static void test_request_check(void **state) {
         (void)state;
@@ -904,10 +935,105 @@ static void test_fewest_nodes_one_package(void **state) {
         topo_free(t);
 }
 
+/* ---------- the reference topologies (topology_load) ---------- */
+
+/* An empty host on a loaded topology: each node's free CPUs are the online CPUs of the cores it owns;
+ * nodes without a memory size (CPUID-built XML) get 4 GiB per CPU. */
+static struct capacity *cap_from_cores(const struct topology *t) {
+        struct capacity *c = cap_new(t, NULL, 0, NULL);
+        cpuset_zero(c->free_cpus);
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                cpuset_zero(c->numa[i].free_cpus);
+                for (size_t k = 0; k < t->n_cores; k++)
+                        if (t->cores[k].numa_node == (int)i)
+                                assert_int_equal(cpuset_or(c->numa[i].free_cpus, t->cores[k].cpus), 0);
+                cpuset_and(c->numa[i].free_cpus, t->online);
+                assert_int_equal(cpuset_or(c->free_cpus, c->numa[i].free_cpus), 0);
+                if (c->numa[i].memory_free_bytes == 0)
+                        c->numa[i].memory_free_bytes = cpuset_count(c->numa[i].free_cpus) * 4 * GIB;
+        }
+        return c;
+}
+
+/* Requests up to twice the largest node, so that both single- and multi-node placements happen. */
+static void run_real_stream(const char *name, const struct topology *t, unsigned seed) {
+        struct capacity *c = cap_from_cores(t);
+        unsigned biggest = 0, multi = 0, placed = 0;
+        for (size_t i = 0; i < c->n_numa; i++)
+                biggest = cpuset_count(c->numa[i].free_cpus) > biggest ? cpuset_count(c->numa[i].free_cpus) : biggest;
+        struct cpuset *used = cpuset_new();
+        for (int i = 0; i < 200 && biggest > 0; i++) {
+                unsigned v = 1 + rnd(&seed, rnd(&seed, 4) == 0 ? 2 * biggest : 8);
+                struct placement_request req = { .vcpus = v, .memory_bytes = (uint64_t)v * (1 + rnd(&seed, 8)) * GIB };
+                struct placement *p = NULL;
+                char why[512];
+                int r = placement_place(t, c, &req, &p, why, sizeof why);
+                if (r == -ENOSPC) {
+                        if (one_node_fits(t, c, &req))
+                                fail_msg("%s: refused %u vCPUs although one node could hold them: %s", name, v, why);
+                        continue;
+                }
+                assert_int_equal(r, 0);
+                check_stream_step(t, c, &req, p, used);
+                multi += p->n_numa > 1;
+                placed++;
+                assert_int_equal(placement_charge(c, p), 0);
+                placement_free(p);
+        }
+        print_message("%s: %u placed, %u on several NUMA nodes\n", name, placed, multi);
+        cpuset_free(used);
+        cap_free(c);
+}
+
+static int load_reference(const char *dir, const char *tmp, json_t *e, struct topology **ret_t) {
+        const char *file = json_string_value(json_object_get(e, "file"));
+        const char *sub = json_string_value(json_object_get(json_object_get(e, "load"), "fsroot_subdir"));
+        char path[2048], root[2048], cmd[4600], err[512] = "";
+        struct topology_source src = { 0 };
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (sub) {
+                snprintf(cmd, sizeof cmd, "tar xjf '%s' -C '%s'", path, tmp);
+                assert_int_equal(system(cmd), 0);
+                snprintf(root, sizeof root, "%s/%s", tmp, sub);
+                src.fsroot = root;
+        } else {
+                src.xml_file = path;
+        }
+        int r = topology_load(&src, ret_t, err, sizeof err);
+        if (r < 0)
+                fail_msg("%s: topology_load: %s", file, err);
+        return r;
+}
+
+static void test_reference_topologies(void **state) {
+        (void)state;
+        const char *shared = getenv("PVESCALE_SHARED");
+        if (!shared)
+                skip();
+        char dir[1024], manifest[1100], tmp[] = "/tmp/test-placement-XXXXXX", cmd[64];
+        snprintf(dir, sizeof dir, "%s/topologies", shared);
+        snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+        json_t *m = json_load_file(manifest, 0, NULL);
+        assert_non_null(m);
+        assert_non_null(mkdtemp(tmp));
+        json_t *e;
+        size_t i;
+        json_array_foreach(json_object_get(m, "topologies"), i, e) {
+                struct topology *t = NULL;
+                assert_int_equal(load_reference(dir, tmp, e, &t), 0);
+                run_real_stream(json_string_value(json_object_get(e, "name")), t, 7 + (unsigned)i);
+                topology_free(t);
+        }
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+        assert_int_equal(system(cmd), 0);
+        json_decref(m);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_table),
                 cmocka_unit_test(test_charge),
+                cmocka_unit_test(test_capacity_isolated),
                 cmocka_unit_test(test_request_check),
                 cmocka_unit_test(test_json_roundtrip),
                 cmocka_unit_test(test_validate_defect1),
@@ -916,6 +1042,7 @@ int main(void) {
                 cmocka_unit_test(test_place_command),
                 cmocka_unit_test(test_random_streams),
                 cmocka_unit_test(test_fewest_nodes_one_package),
+                cmocka_unit_test(test_reference_topologies),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
