@@ -679,8 +679,10 @@ static void fit_explain(const struct fit *f, char *reason, size_t len) {
         unsigned cpus = iso + (non < f->budget ? non : f->budget);
         if (f->n_cand == 0)
                 snprintf(reason, len, "no NUMA node has both free CPUs and free memory");
+        else if (f->vcpus > cpus && f->c->floating_vcpus == 0)
+                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs are free", f->vcpus, cpus);
         else if (f->vcpus > cpus)
-                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs can be pinned (%u floating vCPUs keep the rest)",
+                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs can be pinned (floating VMs need %u vCPUs)",
                          f->vcpus, cpus, f->c->floating_vcpus);
         else if (f->units > mem)
                 snprintf(reason, len, "needs %llu MiB but NUMA nodes with free CPUs have only %llu MiB free",

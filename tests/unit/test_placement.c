@@ -323,6 +323,8 @@ struct pcase {
         const char *reason;            /* expected in the refusal */
 };
 
+/* Reference cases give the reference's own result; where ours differs, a comment says why ours is better.
+ * Where no comment is given, the CPUs are exactly the reference's. */
 static const struct pcase cases[] = {
         /* anchors §1, seed static policy. Same CPU set; better vCPU order: the seed pairs vCPU order with an
          * unordered cpuset (defect 5), ours puts guest vCPUs 0,1 and 2,3 on sibling threads. */
@@ -393,7 +395,7 @@ static const struct pcase cases[] = {
         { "isolated CPUs serve pinned VMs when floating VMs need the rest", topo_flat16_iso, NULL, 12, NULL, NULL, 4, 1024,
           0, 0, "12-15", "12,13,14,15", "0:0-3:1024", NULL },
         { "floating VMs keep the non-isolated CPUs", topo_flat16_iso, NULL, 12, NULL, NULL, 5, 1024, 0, -ENOSPC, NULL,
-          NULL, NULL, "only 4 host CPUs can be pinned (12 floating vCPUs" },
+          NULL, NULL, "only 4 host CPUs can be pinned (floating VMs need 12 vCPUs)" },
         { "floating VMs count against what is left", topo_flat16, NULL, 10, NULL, NULL, 6, 1024, 0, 0, "0-5", NULL,
           "0:0-5:1024", NULL },
         { "floating VMs: one vCPU too many", topo_flat16, NULL, 10, NULL, NULL, 7, 1024, 0, -ENOSPC, NULL, NULL, NULL,
@@ -769,8 +771,7 @@ static void test_place_command(void **state) {
                 "{\"ok\":false,\"reason\":\"memory_bytes must be a non-negative integer\"}\n"
                 "{\"ok\":false,\"reason\":\"colour: unknown field\"}\n"
                 "{\"ok\":false,\"reason\":\"invalid JSON: line 1 column 3: invalid token near 'not'\"}\n"
-                "{\"ok\":false,\"reason\":\"needs 9 vCPUs but only 8 host CPUs can be pinned (0 floating vCPUs keep the "
-                "rest)\"}\n"
+                "{\"ok\":false,\"reason\":\"needs 9 vCPUs but only 8 host CPUs are free\"}\n"
                 "{\"ok\":false,\"reason\":\"request must be a JSON object\"}\n"
                 "{\"cpus\":\"4-7,12-15\",\"numa\":[{\"guest_cpus\":\"0-7\",\"memory_bytes\":4294967296,\"node\":0}],"
                 "\"ok\":true,\"vcpu_map\":[4,12,5,13,6,14,7,15]}\n";
