@@ -7,8 +7,10 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -621,13 +623,26 @@ def shutdown(w, report_path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="tests/sim/run", description="Simulated Proxmox VE cluster(s) + Kubernetes API")
-    ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--state-dir")
+    ap.add_argument("--prepare", action="store_true",
+                    help="only unpack every topology tarball into the shared cache, then exit")
     ap.add_argument("--scenario")
     ap.add_argument("--hosts")
     ap.add_argument("--qemu", action="store_true", help="run real tiny QEMU processes instead of stand-ins")
     ap.add_argument("--report")
     ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
     args = ap.parse_args(argv)
+    if args.prepare:
+        lib = topology.Library()
+        tmp = tempfile.mkdtemp(prefix="sim-prepare-")
+        try:
+            lib.extract(lib.names(), tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return 0
+    if not args.state_dir:
+        sys.stderr.write("sim: --state-dir is required\n")
+        return 2
     t0 = time.time()
     try:
         w = build(args)
