@@ -13,6 +13,19 @@
 
 #include "bench.h"
 
+/* Method. Each topology starts as an empty host (every online CPU of a node's cores free, each node's
+ * whole memory free). Two fixed, seeded streams are replayed request by request; a refused request is
+ * skipped and the stream goes on. Both placers see the same requests and keep their own accounting:
+ * the baseline charges the whole VM memory to every node it touches (as the seed does), ours charges
+ * each node its numaN share. Columns:
+ *   vCPUs-valid      vCPUs of VMs whose numaN memories add up to the VM memory (Proxmox starts no other)
+ *   vCPUs-to-1st-no  vCPUs placed before the placer's first refusal (same requests, no admission bias)
+ *   one-NUMA%, sibling-pairs% (guest vCPUs 2k,2k+1 on one core), one-L3%: over the VMs placed
+ * RESULT: min_vcpu_ratio = min over topologies of ours / baseline startable vCPUs (both streams);
+ * invalid_numa = our placements failing placement_validate or overlapping; numa_local_pct = our VMs on
+ * one node among those one node could hold when they came; us_per_alloc = our mean time per
+ * placement_place call (refusals included) on the topology with the most CPUs. */
+
 extern char **environ;
 
 #define GIB (UINT64_C(1) << 30)
