@@ -62,6 +62,8 @@ static bool permanent(enum fit f) {
 static size_t scan_slots(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
                          bool soft) {
         for (size_t s = pc->cursor; s < c->n_slots; s++) {
+                if (c->only_zone >= 0 && c->slots[s].zone != c->only_zone)
+                        continue;
                 enum fit f = pc->slot_fail[s] ? FIT_STATIC : slot_fits(c, pc, pod, s, mins, soft);
                 if (f == FIT_OK)
                         return s;
@@ -149,6 +151,18 @@ static int attempt(struct ctx *c, size_t i, bool soft, struct sim_placement *pl,
         return land(c, i, s) < 0 ? -ENOMEM : 0;
 }
 
+/* An attempt first inside the anchor zone of a zone-affine set (when this pod starts one), then anywhere. */
+static int attempt_anchored(struct ctx *c, size_t i, bool soft, struct sim_placement *pl, struct sim_arena *ra) {
+        c->only_zone = simulate__anchor_zone(c, &c->classes[c->class_of_pod[i]]);
+        if (c->only_zone >= 0) {
+                int r = attempt(c, i, soft, pl, ra);
+                c->only_zone = -1;
+                if (r <= 0)
+                        return r;
+        }
+        return attempt(c, i, soft, pl, ra);
+}
+
 static int place(struct ctx *c, size_t i, struct sim_placement *pl, struct sim_arena *ra) {
         const struct pclass *pc = &c->classes[c->class_of_pod[i]];
         *pl = (struct sim_placement){ .target = SIM_TARGET_UNPLACED };
@@ -157,11 +171,11 @@ static int place(struct ctx *c, size_t i, struct sim_placement *pl, struct sim_a
                 return pl->reason ? 1 : -ENOMEM;
         }
         if (pc->has_soft) {
-                int r = attempt(c, i, true, pl, ra);
+                int r = attempt_anchored(c, i, true, pl, ra);
                 if (r <= 0)
                         return r;
         }
-        return attempt(c, i, false, pl, ra);
+        return attempt_anchored(c, i, false, pl, ra);
 }
 
 /* ---- bound pods and ordering ---- */
@@ -268,7 +282,7 @@ static void ctx_done(struct ctx *c) {
 }
 
 int simulate_run(const struct sim_input *in, struct sim_result **ret_result) {
-        struct ctx c = { .in = in, .arena = simulate__arena_new() };
+        struct ctx c = { .in = in, .arena = simulate__arena_new(), .only_zone = -1 };
         struct sim_result *res = calloc(1, sizeof *res);
         int r = -ENOMEM;
         if (!c.arena || !res || !(res->arena = simulate__arena_new()))

@@ -117,6 +117,7 @@ static void span_take(struct host_c *h, const struct shape *s, int64_t *span) {
 }
 
 static void host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
+        h->room_dirty = true;
         h->free_cpus -= s->vcpus;
         h->free_mem -= (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] > 0)
@@ -131,6 +132,7 @@ static void host_take(struct host_c *h, int nc, size_t si, const struct shape *s
 
 static void host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
         size_t n = h->src->n_numa;
+        h->room_dirty = true;
         h->free_cpus += s->vcpus;
         h->free_mem += (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] >= 0)
@@ -174,8 +176,17 @@ static int prepare_host(struct ctx *c, size_t i) {
         for (size_t nc = 0; nc < c->n_ncs; nc++)
                 if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)))
                         return c->error = -ENOMEM;
-        h->room_at_start = any_shape_fits(c, h);
+        h->room_at_start = h->room_now = any_shape_fits(c, h);
         return 0;
+}
+
+bool simulate__host_has_room(struct ctx *c, size_t h) {
+        struct host_c *hc = &c->hosts[h];
+        if (hc->room_dirty) {
+                hc->room_now = any_shape_fits(c, hc);
+                hc->room_dirty = false;
+        }
+        return hc->room_now;
 }
 
 int simulate__prepare_hosts(struct ctx *c) {
@@ -186,6 +197,13 @@ int simulate__prepare_hosts(struct ctx *c) {
                 if (prepare_host(c, i) < 0)
                         return c->error;
         c->n_hosts = c->in->n_hosts;
+        c->host_of_zone = simulate__arena_alloc(c->arena, (c->n_zones + 1) * sizeof(int32_t));
+        if (!c->host_of_zone)
+                return c->error = -ENOMEM;
+        for (size_t z = 0; z < c->n_zones; z++)
+                c->host_of_zone[z] = -1;
+        for (size_t h = 0; h < c->n_hosts; h++)
+                c->host_of_zone[c->hosts[h].zone] = (int32_t)h;
         return 0;
 }
 
@@ -598,7 +616,7 @@ static size_t filter_hosts(struct ctx *c, struct pclass *pc, const struct pool_c
         enum fit worst = FIT_OK;
         size_t placed = 0;
         for (size_t h = 0; h < c->n_hosts; h++) {
-                if (!host_place_ok(c, p, t, &c->hosts[h]))
+                if ((c->only_zone >= 0 && c->hosts[h].zone != c->only_zone) || !host_place_ok(c, p, t, &c->hosts[h]))
                         continue;
                 placed++;
                 enum fit f = simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, c->hosts[h].zone);

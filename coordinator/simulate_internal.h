@@ -157,6 +157,7 @@ struct host_c {
         int64_t *numa_cpus, *numa_mem; /* free room per NUMA node, as claims take it */
         int32_t **offer_left;          /* [nodeclass][shape]: -1 = not limited by offers */
         bool room_at_start;
+        bool room_now, room_dirty; /* room for some shape now; recomputed lazily after take/release */
         uint32_t planned;
 };
 
@@ -209,6 +210,8 @@ struct ctx {
         size_t n_hosts;
         struct claim_c *claims;
         size_t n_claims, cap_claims;
+        int32_t *host_of_zone; /* zone index -> host index or -1 */
+        int32_t only_zone;     /* >= 0 while placing the first pod of a zone-affine set: its anchor zone */
         char msg[512];
         int error; /* first allocation failure */
 };
@@ -256,3 +259,7 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
 enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, const int32_t *mins, bool soft,
                                  size_t slot, int32_t zone);
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
+/* Does any shape of any node class fit host h now? */
+bool simulate__host_has_room(struct ctx *c, size_t h);
+/* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
+int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);

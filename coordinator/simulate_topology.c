@@ -45,14 +45,16 @@ static void host_domains(struct ctx *c, struct pclass *pc) {
                         continue;
                 for (size_t p = 0; p < c->n_pools; p++)
                         if (pool_allows_host(c, &c->pools[p], hc) && simulate__pool_compatible(c, pc, p)) {
-                                pc->zone_eligible[hc->zone] = 1;
+                                if (!pc->zone_eligible[hc->zone])
+                                        pc->zone_eligible[hc->zone] = 2;
                                 break;
                         }
         }
 }
 
-/* Zones count as spread domains when an existing node there matches the pod's node affinity, or when a
- * node pool the pod can use could create a node on a host there that had room when the round began. */
+/* Zones count as spread domains when an existing node there matches the pod's node affinity (1), or when a
+ * node pool the pod can use could create a node on a host there (2) that still has room: like Karpenter
+ * after an insufficient-capacity error, a host that filled up stops being a domain. */
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone) {
         if (zone < 0)
                 return false;
@@ -72,7 +74,46 @@ bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone) {
                 }
                 host_domains(c, pc);
         }
+        if (pc->zone_eligible[zone] == 2)
+                return c->host_of_zone[zone] >= 0 && simulate__host_has_room(c, (size_t)c->host_of_zone[zone]);
         return pc->zone_eligible[zone] != 0;
+}
+
+/* Free millicores in a zone: its host's, plus what open nodes and planned claims (at their current shape)
+ * have left. */
+static int64_t zone_room(struct ctx *c, int32_t zone) {
+        int64_t room = c->host_of_zone[zone] >= 0 ? c->hosts[c->host_of_zone[zone]].free_cpus * 1000 : 0;
+        for (size_t s = 0; s < c->n_slots; s++) {
+                const struct slot *sl = &c->slots[s];
+                if (sl->zone != zone || sl->closed)
+                        continue;
+                if (sl->kind == SLOT_CLAIM)
+                        room += sl->alloc.v[RESOURCE_CPU] - c->claims[sl->index].packed.v[RESOURCE_CPU];
+                else
+                        room += sl->alloc.v[RESOURCE_CPU] - sl->used.v[RESOURCE_CPU];
+        }
+        return room;
+}
+
+/* The first pod of a zone self-affine set decides the zone of the whole set: give it the zone with the
+ * most room, so that sets do not pile into the zone of the first node that happens to fit. */
+int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc) {
+        bool first = false;
+        for (uint32_t i = 0; i < pc->n_aff; i++)
+                if (pc->aff[i].topo == TOPO_ZONE && pc->aff[i].self && c->groups[pc->aff[i].group].total == 0)
+                        first = true;
+        if (!first)
+                return -1;
+        int32_t best = -1;
+        int64_t best_room = 0;
+        for (size_t z = 0; z < c->n_zones; z++) {
+                if (!simulate__zone_eligible(c, pc, (int32_t)z))
+                        continue;
+                int64_t room = zone_room(c, (int32_t)z);
+                if (room > best_room)
+                        best = (int32_t)z, best_room = room;
+        }
+        return best;
 }
 
 void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t *mins) {

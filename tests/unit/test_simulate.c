@@ -608,6 +608,42 @@ static void test_spread_min_domains(void **state) {
         assert_reason("m2", "topology spread on topology.kubernetes.io/zone (maxSkew 1) allows no zone with room");
 }
 
+
+static void test_zone_affine_set_anchors_where_room_is(void **state) {
+        (void)state;
+        add_host("pve1", 10, 64);
+        add_host("pve2", 64, 256);
+        add_pool("default", "");
+        add_pod("g", "4", "1Gi", "", "'nodeSelector': {'" ZONE "': 'pve1'}");
+        add_pods("a", 4, "1", "'app': 'a'", AFF(ZONE, "a"));
+        run();
+        assert_string_equal(claim_label(claim_of("g"), ZONE), "pve1");
+        /* first fit would have put a0 on g's claim and the set could not all fit pve1 */
+        for (int i = 0; i < 4; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "a%d", i);
+                assert_string_equal(claim_label(claim_of(name), ZONE), "pve2");
+        }
+}
+
+static void test_full_host_leaves_spread_domains(void **state) {
+        (void)state;
+        add_host("pve1", 2, 64);
+        add_host("pve2", 64, 256);
+        add_host("pve3", 64, 256);
+        add_pool("default", "");
+        add_pods("s", 6, "1500m", "'app': 's'", SPREAD(ZONE, 1, "DoNotSchedule", "s"));
+        run();
+        int in_pve1 = 0;
+        for (int i = 0; i < 6; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "s%d", i);
+                in_pve1 += strcmp(claim_label(claim_of(name), ZONE), "pve1") == 0;
+        }
+        assert_int_equal(in_pve1, 1); /* pve1 had room for one 2-vCPU node, then stopped being a domain */
+        assert_int_equal(res->n_unplaced, 0);
+}
+
 /* ---- mixed constraints ---- */
 
 static void test_mixed_constraints(void **state) {
@@ -913,6 +949,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_hostname_spread, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_spread_schedule_anyway_is_a_preference, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_spread_min_domains, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_zone_affine_set_anchors_where_room_is, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_full_host_leaves_spread_domains, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mixed_constraints, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_daemonset_overhead, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_nodepool_limits, setup, teardown),
