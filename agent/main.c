@@ -129,6 +129,11 @@ static int parse_args(int argc, char **argv, struct agent_config *cfg, enum comm
         return 0;
 }
 
+/* Bad input (a wrong path or a bad file given on the command line or in the config) exits 2. */
+static int exit_code_for(int r) {
+        return r == -EINVAL || r == -ENOENT || r == -ENOTDIR || r == -EBADMSG ? EXIT_USAGE : EXIT_FAILURE;
+}
+
 static int print_json(json_t *doc) {
         if (!doc)
                 return EXIT_FAILURE;
@@ -143,7 +148,7 @@ static int run_one_shot(struct agent *a, enum command cmd) {
         int r = cmd == CMD_TOPOLOGY ? agent_load_topology(a, err, sizeof err) : agent_load_all(a, err, sizeof err);
         if (r < 0) {
                 fprintf(stderr, "pvescale-agent: %s\n", err);
-                return r == -EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+                return exit_code_for(r);
         }
         if (cmd == CMD_TOPOLOGY)
                 return print_json(agent_topology_json(a));
@@ -173,7 +178,7 @@ static int run_serve(struct agent *a) {
         r = agent_load_all(a, err, sizeof err);
         if (r < 0) {
                 log_error("%s", err);
-                return r == -EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+                return exit_code_for(r);
         }
         return daemon_run(a) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }
