@@ -100,8 +100,11 @@ class Sim:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        text = self.logtext()
         if cleanup:
             shutil.rmtree(self.dir, ignore_errors=True)
+        if "Traceback" in text:
+            raise AssertionError("simulator logged an internal error:\n" + text[-4000:])
         return self.proc.returncode
 
     # ---- raw HTTP ---------------------------------------------------------------

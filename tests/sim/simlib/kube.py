@@ -646,6 +646,12 @@ class KubeApp:
                 opts["propagationPolicy"] = req.q1("propagationPolicy")
             with self.w.lock:
                 res = self.s.delete(rt, ns, name, opts, dry)
+                gone = dry or self.s.objs[rt.key].get((ns or "", name)) is None
+            if gone and rt.key not in (("", "pods"), ("", "namespaces")):
+                d = {"name": name, "kind": rt.plural, "uid": res["metadata"].get("uid")}
+                if rt.group:
+                    d["group"] = rt.group
+                res = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d}
             return req.reply_json(200, res)
         if m == "DELETE":
             label_reqs, field_reqs = self._selectors(req, rt)
