@@ -162,6 +162,7 @@ class Host:
     def endpoint_entry(self):
         e = {"region": self.region, "root": self.root, "pve_config_dir": self.conf_dir,
              "pve_run_dir": self.run_dir, "iso_dir": self.iso_dir, "topology": self.topo.name,
+             "corosync_conf": os.path.join(self.root, "etc", "pve", "corosync.conf"),
              "ip": "127.0.0.1"}
         if self.topo.fsroot:
             e["fsroot"] = self.topo.fsroot

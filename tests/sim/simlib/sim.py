@@ -535,6 +535,13 @@ def build(args):
             vm.created_at -= 3600
             region.vms[vmid] = vm
             vm.save()
+    for rn, region in w.regions.items():
+        text = corosync_conf(rn, list(region.hosts))
+        for host in region.hosts.values():
+            for rel in (("etc", "pve"), ("etc", "corosync")):
+                d = os.path.join(host.root, *rel)
+                os.makedirs(d, exist_ok=True)
+                util.atomic_write(os.path.join(d, "corosync.conf"), text)
     w.kube = kube.Store(w)
     w.kube_hooks = kubehooks.KubeHooks(w)
     w.kube_token = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
@@ -587,6 +594,19 @@ def _reaper(w):
             w.reap()
         except Exception as e:
             util.log("reaper error: %r" % e)
+
+
+def corosync_conf(cluster, nodes):
+    """/etc/pve/corosync.conf as PVE writes it (cluster_name = region)."""
+    out = ["logging {", "  debug: off", "  to_syslog: yes", "}", "", "nodelist {"]
+    for i, n in enumerate(nodes):
+        out += ["  node {", "    name: %s" % n, "    nodeid: %d" % (i + 1), "    quorum_votes: 1",
+                "    ring0_addr: 127.0.0.1", "  }"]
+    out += ["}", "", "quorum {", "  provider: corosync_votequorum", "}", "", "totem {",
+            "  cluster_name: %s" % cluster, "  config_version: %d" % (len(nodes) + 1), "  interface {",
+            "    linknumber: 0", "  }", "  ip_version: ipv4-6", "  link_mode: passive", "  secauth: on",
+            "  version: 2", "}", ""]
+    return "\n".join(out)
 
 
 def write_kubeconfig(path, ca, port, token):
