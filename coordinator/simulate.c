@@ -275,6 +275,7 @@ static void ctx_done(struct ctx *c) {
         free(c->class_of_pod);
         free(c->group_of_sig);
         free(c->class_of_sig);
+        free(c->selected_key);
         free(c->zone_ids);
         free(c->st.strs);
         free(c->st.slots);

@@ -295,10 +295,25 @@ static void sig_pod_terms(struct sigbuf *b, const struct sim_pod_term *t, size_t
         }
 }
 
-static void pod_signature(const struct sim_pod *p, struct sigbuf *b) {
+static bool key_selected(struct ctx *c, const char *key) {
+        uint32_t id = simulate__intern(c, key);
+        return id < c->selected_key_cap && c->selected_key[id];
+}
+
+/* Only labels some selector reads tell pods apart: a StatefulSet's per-pod labels do not split classes. */
+static void sig_selected_labels(struct ctx *c, struct sigbuf *b, const struct sim_label *l, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (key_selected(c, l[i].key)) {
+                        sig_put(b, l[i].key);
+                        sig_put(b, l[i].value);
+                }
+        sig_put(b, "/");
+}
+
+static void pod_signature(struct ctx *c, const struct sim_pod *p, struct sigbuf *b) {
         b->n = 0;
         sig_put(b, p->namespace);
-        sig_labels(b, p->labels, p->n_labels);
+        sig_selected_labels(c, b, p->labels, p->n_labels);
         sig_labels(b, p->node_selector, p->n_node_selector);
         sig_int(b, (int64_t)p->n_affinity);
         for (size_t i = 0; i < p->n_affinity; i++)
@@ -418,8 +433,41 @@ static void compile_spread(struct ctx *c, struct pclass *pc, const struct sim_po
         }
 }
 
+static struct kv *compile_selected_labels(struct ctx *c, const struct sim_label *l, size_t n, uint32_t *ret_n) {
+        struct kv *out = scratch(c, (n + 1) * sizeof *out);
+        uint32_t k = 0;
+        for (size_t i = 0; out && i < n; i++)
+                if (key_selected(c, l[i].key))
+                        out[k++] = (struct kv){ simulate__intern(c, l[i].key), simulate__intern(c, l[i].value) };
+        if (out)
+                qsort(out, k, sizeof *out, cmp_kv);
+        *ret_n = k;
+        return out;
+}
+
+static void select_keys(struct ctx *c, const struct sim_selector *sel) {
+        for (size_t i = 0; i < sel->n_match_labels + sel->n_exprs; i++) {
+                const char *key = i < sel->n_match_labels ? sel->match_labels[i].key : sel->exprs[i - sel->n_match_labels].key;
+                uint32_t id = simulate__intern(c, key);
+                if (!id || simulate__grow(&c->selected_key, &c->selected_key_cap, (size_t)id + 1, 1) < 0) {
+                        c->error = -ENOMEM;
+                        return;
+                }
+                c->selected_key[id] = 1;
+        }
+}
+
+static void select_pod_keys(struct ctx *c, const struct sim_pod *p) {
+        for (size_t i = 0; i < p->n_pod_affinity; i++)
+                select_keys(c, &p->pod_affinity[i].selector);
+        for (size_t i = 0; i < p->n_pod_anti_affinity; i++)
+                select_keys(c, &p->pod_anti_affinity[i].selector);
+        for (size_t i = 0; i < p->n_spread; i++)
+                select_keys(c, &p->spread[i].selector);
+}
+
 static uint32_t class_for(struct ctx *c, const struct sim_pod *p, struct sigbuf *b) {
-        pod_signature(p, b);
+        pod_signature(c, p, b);
         uint32_t id = b->s ? simulate__intern(c, b->s) : 0;
         if (!id)
                 return c->error = -ENOMEM, 0;
@@ -430,8 +478,7 @@ static uint32_t class_for(struct ctx *c, const struct sim_pod *p, struct sigbuf 
                 return c->error = -ENOMEM, 0;
         struct pclass *pc = &c->classes[c->n_classes];
         *pc = (struct pclass){ .example = p, .ns = simulate__intern(c, p->namespace) };
-        pc->labels = compile_labels(c, p->labels, p->n_labels);
-        pc->n_labels = (uint32_t)p->n_labels;
+        pc->labels = compile_selected_labels(c, p->labels, p->n_labels, &pc->n_labels);
         compile_terms(c, p, pc);
         pc->aff = compile_pod_terms(c, pc, p->pod_affinity, p->n_pod_affinity, "pod affinity");
         pc->n_aff = (uint32_t)p->n_pod_affinity;
@@ -480,6 +527,8 @@ static int compile_classes(struct ctx *c) {
         c->class_of_pod = calloc(in->n_pods + 1, sizeof(uint32_t));
         if (!c->class_of_pod)
                 return -ENOMEM;
+        for (size_t i = 0; i < in->n_pods; i++)
+                select_pod_keys(c, in->pods[i]);
         for (size_t i = 0; i < in->n_pods && !c->error; i++)
                 c->class_of_pod[i] = class_for(c, in->pods[i], &b);
         free(b.s);

@@ -198,6 +198,8 @@ struct ctx {
         size_t group_of_sig_cap;
         uint32_t *class_of_sig;
         size_t class_of_sig_cap;
+        uint8_t *selected_key; /* string id -> some pod selector reads this label key */
+        size_t selected_key_cap;
         struct slot *slots;
         size_t n_slots, cap_slots;
         size_t counts_cap; /* slots the per-group arrays hold */

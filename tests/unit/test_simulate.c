@@ -495,6 +495,22 @@ static void test_zone_anti_affinity(void **state) {
         assert_reason("z2", "pod anti-affinity excludes every zone with room");
 }
 
+static void test_per_pod_labels_still_select(void **state) {
+        (void)state;
+        add_host("pve1", 64, 256);
+        add_pool("default", "");
+        add_pod("db-0", "2", "1Gi", "'app': 'db', 'statefulset.kubernetes.io/pod-name': 'db-0'", ANTI(HOST, "db"));
+        add_pod("db-1", "2", "1Gi", "'app': 'db', 'statefulset.kubernetes.io/pod-name': 'db-1'", ANTI(HOST, "db"));
+        /* avoids only the node of db-0, selected by its per-pod label */
+        add_pod("backup", "1", "1Gi", "'app': 'backup'",
+                "'affinity': {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [{'topologyKey': '" HOST
+                "', 'labelSelector': {'matchLabels': {'statefulset.kubernetes.io/pod-name': 'db-0'}}}]}}");
+        run();
+        assert_ptr_not_equal(claim_of("db-0"), claim_of("db-1"));
+        assert_ptr_equal(claim_of("backup"), claim_of("db-1"));
+        assert_int_equal(res->n_claims, 2);
+}
+
 static void test_symmetric_anti_affinity(void **state) {
         (void)state;
         add_node("n1", "pve1", "8", "16Gi", "", "");
@@ -943,6 +959,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_hostname_anti_affinity, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_zone_anti_affinity, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_symmetric_anti_affinity, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_per_pod_labels_still_select, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hostname_self_affinity, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_zone_affinity_to_running_pods, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_zone_spread, setup, teardown),
