@@ -43,170 +43,6 @@ void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf
                 snprintf(buf + n, len - n, "]");
 }
 
-/* ---- hosts ---- */
-
-static int32_t *offers_for(struct ctx *c, const struct sim_host *h, const struct shape_catalog *cat) {
-        int32_t *left = simulate__arena_alloc(c->arena, ((cat ? cat->n : 0) + 1) * sizeof *left);
-        for (size_t s = 0; left && cat && s < cat->n; s++) {
-                left[s] = h->has_offers ? 0 : -1;
-                for (size_t o = 0; h->has_offers && o < h->n_offers; o++)
-                        if (h->offers[o].shape && strcmp(h->offers[o].shape, cat->items[s].name) == 0)
-                                left[s] = (int32_t)h->offers[o].count;
-        }
-        return left;
-}
-
-static bool numa_fits(const struct host_c *h, const struct shape *s, int *ret_numa) {
-        const struct sim_host *src = h->src;
-        int64_t biggest = 0, best_free = INT64_MAX;
-        int best = -1;
-        for (size_t i = 0; i < src->n_numa; i++) {
-                int64_t total = src->numa[i].total_cpus ? src->numa[i].total_cpus : src->numa[i].free_cpus;
-                if (total > biggest)
-                        biggest = total;
-        }
-        if ((int64_t)s->vcpus > biggest) {
-                *ret_numa = -1; /* larger than any NUMA node: the VM spans nodes */
-                return true;
-        }
-        for (size_t i = 0; i < src->n_numa; i++)
-                if (h->numa_cpus[i] >= s->vcpus && h->numa_mem[i] >= (int64_t)s->vm_memory_bytes &&
-                    h->numa_cpus[i] < best_free) {
-                        best = (int)i;
-                        best_free = h->numa_cpus[i];
-                }
-        *ret_numa = best;
-        return best >= 0;
-}
-
-enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
-
-static enum room host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa) {
-        *ret_numa = -1;
-        if (h->free_cpus < s->vcpus)
-                return ROOM_CPUS;
-        if (h->free_mem < (int64_t)s->vm_memory_bytes)
-                return ROOM_MEMORY;
-        if (h->offer_left[nc][si] == 0)
-                return ROOM_OFFER;
-        if (h->src->n_numa && !numa_fits(h, s, ret_numa))
-                return ROOM_NUMA;
-        return ROOM_OK;
-}
-
-static void span_take(struct host_c *h, const struct shape *s, int64_t *span) {
-        int64_t cpus = s->vcpus, mem = (int64_t)s->vm_memory_bytes;
-        size_t n = h->src->n_numa;
-        memset(span, 0, 2 * n * sizeof *span);
-        while (cpus > 0) {
-                size_t best = 0;
-                for (size_t i = 1; i < n; i++)
-                        if (h->numa_cpus[i] > h->numa_cpus[best])
-                                best = i;
-                int64_t take = h->numa_cpus[best] < cpus ? h->numa_cpus[best] : cpus;
-                if (take <= 0)
-                        take = cpus; /* host-wide room was checked; charge the rest to the biggest node */
-                int64_t m = cpus == take ? mem : (int64_t)s->vm_memory_bytes * take / s->vcpus;
-                span[best] += take;
-                span[n + best] += m;
-                h->numa_cpus[best] -= take;
-                h->numa_mem[best] -= m;
-                cpus -= take;
-                mem -= m;
-        }
-}
-
-static void host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
-        h->room_dirty = true;
-        h->free_cpus -= s->vcpus;
-        h->free_mem -= (int64_t)s->vm_memory_bytes;
-        if (h->offer_left[nc][si] > 0)
-                h->offer_left[nc][si]--;
-        if (cl->numa >= 0) {
-                h->numa_cpus[cl->numa] -= s->vcpus;
-                h->numa_mem[cl->numa] -= (int64_t)s->vm_memory_bytes;
-        } else if (h->src->n_numa) {
-                span_take(h, s, cl->span);
-        }
-}
-
-static void host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
-        size_t n = h->src->n_numa;
-        h->room_dirty = true;
-        h->free_cpus += s->vcpus;
-        h->free_mem += (int64_t)s->vm_memory_bytes;
-        if (h->offer_left[nc][si] >= 0)
-                h->offer_left[nc][si]++;
-        if (cl->numa >= 0) {
-                h->numa_cpus[cl->numa] += s->vcpus;
-                h->numa_mem[cl->numa] += (int64_t)s->vm_memory_bytes;
-                return;
-        }
-        for (size_t i = 0; i < n; i++) {
-                h->numa_cpus[i] += cl->span[i];
-                h->numa_mem[i] += cl->span[n + i];
-        }
-}
-
-static bool any_shape_fits(const struct ctx *c, const struct host_c *h) {
-        int numa;
-        for (size_t nc = 0; nc < c->n_ncs; nc++)
-                for (size_t s = 0; c->ncs[nc].shapes && s < c->ncs[nc].shapes->n; s++)
-                        if (host_fits(h, (int)nc, s, &c->ncs[nc].shapes->items[s], &numa) == ROOM_OK)
-                                return true;
-        return false;
-}
-
-static int prepare_host(struct ctx *c, size_t i) {
-        const struct sim_host *src = c->in->hosts[i];
-        struct host_c *h = &c->hosts[i];
-        size_t n = src->n_numa;
-        *h = (struct host_c){ .src = src, .free_cpus = src->free_cpus, .free_mem = (int64_t)src->free_memory_bytes };
-        h->zone = simulate__zone_index(c, simulate__intern(c, src->name), true);
-        h->region = simulate__intern(c, src->region);
-        h->numa_cpus = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
-        h->numa_mem = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
-        h->offer_left = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(int32_t *));
-        if (!h->numa_cpus || !h->numa_mem || !h->offer_left)
-                return c->error = -ENOMEM;
-        for (size_t k = 0; k < n; k++) {
-                h->numa_cpus[k] = src->numa[k].free_cpus;
-                h->numa_mem[k] = (int64_t)src->numa[k].free_memory_bytes;
-        }
-        for (size_t nc = 0; nc < c->n_ncs; nc++)
-                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)))
-                        return c->error = -ENOMEM;
-        h->room_at_start = h->room_now = any_shape_fits(c, h);
-        return 0;
-}
-
-bool simulate__host_has_room(struct ctx *c, size_t h) {
-        struct host_c *hc = &c->hosts[h];
-        if (hc->room_dirty) {
-                hc->room_now = any_shape_fits(c, hc);
-                hc->room_dirty = false;
-        }
-        return hc->room_now;
-}
-
-int simulate__prepare_hosts(struct ctx *c) {
-        c->hosts = simulate__arena_alloc(c->arena, (c->in->n_hosts + 1) * sizeof(struct host_c));
-        if (!c->hosts)
-                return c->error = -ENOMEM;
-        for (size_t i = 0; i < c->in->n_hosts; i++)
-                if (prepare_host(c, i) < 0)
-                        return c->error;
-        c->n_hosts = c->in->n_hosts;
-        c->host_of_zone = simulate__arena_alloc(c->arena, (c->n_zones + 1) * sizeof(int32_t));
-        if (!c->host_of_zone)
-                return c->error = -ENOMEM;
-        for (size_t z = 0; z < c->n_zones; z++)
-                c->host_of_zone[z] = -1;
-        for (size_t h = 0; h < c->n_hosts; h++)
-                c->host_of_zone[c->hosts[h].zone] = (int32_t)h;
-        return 0;
-}
-
 /* ---- requirements ---- */
 
 bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool) {
@@ -339,17 +175,17 @@ static long claim_pick_shape(struct ctx *c, struct claim_c *cl, const uint64_t *
         const struct shape *cur = claim_shape(c, cl, cl->shape);
         long found = -1;
         int which, numa;
-        host_release(h, cl->nc, cl->shape, cur, cl);
+        simulate__host_release(h, cl->nc, cl->shape, cur, cl);
         for (size_t si = 0; si < c->ncs[cl->nc].shapes->n && found < 0; si++) {
                 const struct shape *s = claim_shape(c, cl, si);
                 if (!(mask[si / 64] >> (si % 64) & 1) || !resources_fit(need, &(struct resources){ 0 }, &s->allocatable))
                         continue;
                 if (si != cl->shape && !limits_ok(&c->pools[cl->pool], cur, s, 0, &which))
                         continue;
-                if (host_fits(h, cl->nc, si, s, &numa) == ROOM_OK)
+                if (simulate__host_fits(h, cl->nc, si, s, &numa) == ROOM_OK)
                         found = (long)si;
         }
-        host_take(h, cl->nc, cl->shape, cur, cl);
+        simulate__host_take(h, cl->nc, cl->shape, cur, cl);
         return found;
 }
 
@@ -358,10 +194,10 @@ static void claim_set_shape(struct ctx *c, struct claim_c *cl, size_t si) {
         struct pool_c *p = &c->pools[cl->pool];
         const struct shape *old = claim_shape(c, cl, cl->shape), *s = claim_shape(c, cl, si);
         int numa;
-        host_release(h, cl->nc, cl->shape, old, cl);
-        host_fits(h, cl->nc, si, s, &numa);
+        simulate__host_release(h, cl->nc, cl->shape, old, cl);
+        simulate__host_fits(h, cl->nc, si, s, &numa);
         cl->numa = numa;
-        host_take(h, cl->nc, si, s, cl);
+        simulate__host_take(h, cl->nc, si, s, cl);
         p->used_cpu += s->capacity.v[RESOURCE_CPU] - old->capacity.v[RESOURCE_CPU];
         p->used_mem += s->capacity.v[RESOURCE_MEMORY] - old->capacity.v[RESOURCE_MEMORY];
         cl->shape = si;
@@ -557,7 +393,7 @@ static int create_claim(struct ctx *c, struct pclass *pc, const struct sim_pod *
         cl->ds = *ds_overhead(c, ch->pool, h);
         cl->packed = cl->ds;
         resources_add(&cl->packed, &pod->requests);
-        host_take(h, p->nc, ch->shape, s, cl);
+        simulate__host_take(h, p->nc, ch->shape, s, cl);
         p->used_cpu += s->capacity.v[RESOURCE_CPU];
         p->used_mem += s->capacity.v[RESOURCE_MEMORY];
         p->used_nodes++;
@@ -737,7 +573,7 @@ static long pick_host(struct ctx *c, const struct pclass *pc, const struct sim_p
                 if (!resources_fit(&need, &(struct resources){ 0 }, &s->allocatable))
                         continue;
                 *ret_fits = true;
-                enum room r = host_fits(h, p->nc, si, s, &numa);
+                enum room r = simulate__host_fits(h, p->nc, si, s, &numa);
                 if (r != ROOM_OK) {
                         scan_note(hs, h, r);
                         continue;

@@ -234,8 +234,17 @@ int simulate__ensure_counts(struct ctx *c, size_t slots);
 int simulate__add_slot(struct ctx *c, struct slot **ret);
 void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, int delta);
 
-/* simulate_claims.c */
+/* simulate_hosts.c */
+enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
+/* Room for shape si (of node class nc) on h: ROOM_OK and *ret_numa (the NUMA node, -1 when spanning). */
+enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa);
+void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl);
+void simulate__host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl);
 int simulate__prepare_hosts(struct ctx *c);
+/* Does any shape of any node class fit host h now? */
+bool simulate__host_has_room(struct ctx *c, size_t h);
+
+/* simulate_claims.c */
 int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
                         const char **ret_reason);
 int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *pc, const struct sim_pod *pod,
@@ -261,7 +270,5 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
 enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, const int32_t *mins, bool soft,
                                  size_t slot, int32_t zone);
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
-/* Does any shape of any node class fit host h now? */
-bool simulate__host_has_room(struct ctx *c, size_t h);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
