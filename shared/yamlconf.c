@@ -82,34 +82,44 @@ static int parse_sequence(struct yaml_reader *rd, int depth, json_t **ret) {
         }
 }
 
+/* Read one key event: 0 with a plain-string key in *key (caller deletes it), 1 at the end of the mapping,
+ * or a negative errno (nothing to delete). */
+static int next_key(struct yaml_reader *rd, const json_t *obj, yaml_event_t *key) {
+        int r = next_event(rd, key);
+        if (r < 0)
+                return r;
+        if (key->type == YAML_MAPPING_END_EVENT)
+                r = 1;
+        else if (key->type != YAML_SCALAR_EVENT)
+                r = reader_fail(rd, &key->start_mark, "mapping keys must be plain strings");
+        else if (json_object_get(obj, (const char *)key->data.scalar.value))
+                r = reader_fail(rd, &key->start_mark, "duplicate key");
+        if (r != 0)
+                yaml_event_delete(key);
+        return r;
+}
+
 static int parse_mapping(struct yaml_reader *rd, int depth, json_t **ret) {
         json_t *obj = json_object();
         for (;;) {
-                yaml_event_t key;
-                int r = next_event(rd, &key);
-                if (r == 0 && key.type == YAML_MAPPING_END_EVENT) {
-                        yaml_event_delete(&key);
+                yaml_event_t key, ev;
+                int r = next_key(rd, obj, &key);
+                if (r == 1) {
                         *ret = obj;
                         return 0;
                 }
-                if (r == 0 && key.type != YAML_SCALAR_EVENT) {
-                        r = reader_fail(rd, &key.start_mark, "mapping keys must be plain strings");
-                        yaml_event_delete(&key);
-                }
-                if (r == 0 && json_object_get(obj, (const char *)key.data.scalar.value)) {
-                        r = reader_fail(rd, &key.start_mark, "duplicate key");
-                        yaml_event_delete(&key);
-                }
                 json_t *value = NULL;
-                yaml_event_t ev;
-                if (r == 0 && (r = next_event(rd, &ev)) == 0)
-                        r = parse_node(rd, &ev, depth + 1, &value);
+                if (r == 0) {
+                        if ((r = next_event(rd, &ev)) == 0)
+                                r = parse_node(rd, &ev, depth + 1, &value);
+                        if (r == 0)
+                                json_object_set_new(obj, (const char *)key.data.scalar.value, value);
+                        yaml_event_delete(&key);
+                }
                 if (r < 0) {
                         json_decref(obj);
                         return r;
                 }
-                json_object_set_new(obj, (const char *)key.data.scalar.value, value);
-                yaml_event_delete(&key);
         }
 }
 
