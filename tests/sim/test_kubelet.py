@@ -3,6 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -35,6 +36,7 @@ class KubeletTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.sim.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def secret(self, tid, tsecret, expires_in=3600, usage="true"):
         exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + expires_in))

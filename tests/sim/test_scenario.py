@@ -3,6 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +65,7 @@ class ProcessTest(unittest.TestCase):
 
     def test_bad_cli_exits_2(self):
         d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
         for args in (["--hosts", "pve1=no-such-topology"], ["--hosts", "garbage"], ["--set", "nope=1"]):
             r = subprocess.run([sys.executable, simtest.RUN, "--state-dir", d] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=30)
@@ -86,7 +88,6 @@ class ProcessTest(unittest.TestCase):
             self.assertTrue(os.path.exists(conf))
             self.assertFalse(os.path.exists(os.path.join(sim.ep["hosts"]["pve1"]["pve_run_dir"], "101.pid")))
         finally:
-            import shutil
             shutil.rmtree(sim.dir, ignore_errors=True)
 
     def test_crashed_vm_process_is_noticed(self):
@@ -167,6 +168,7 @@ class ScenarioTest(unittest.TestCase):
             "end": {"when": "all_running", "timeout": 20},
         }
         d = tempfile.mkdtemp(prefix="sim-scenario-")
+        self.addCleanup(shutil.rmtree, d, True)
         path = os.path.join(d, "scenario.json")
         with open(path, "w") as f:
             json.dump(scenario, f)
