@@ -1,0 +1,76 @@
+/* gotmpl: the engine's public entry points (parse, execute, render, free) and error positions. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "gotmpl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gotmpl_internal.h"
+
+void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size) {
+        size_t line = 1, col = 1;
+        if (pos > t->len)
+                pos = t->len;
+        for (size_t i = 0; i < pos; i++) {
+                col++;
+                if (t->text[i] == '\n') {
+                        line++;
+                        col = 1;
+                }
+        }
+        snprintf(buf, size, "%s:%zu:%zu: ", t->name, line, col);
+}
+
+void gotmpl_free(struct gotmpl *tmpl) {
+        if (!tmpl)
+                return;
+        gt_list_done(&tmpl->root);
+        free(tmpl->name);
+        free(tmpl->text);
+        free(tmpl);
+}
+
+const char *gotmpl_name(const struct gotmpl *tmpl) {
+        return tmpl->name;
+}
+
+int gotmpl_parse(const char *name, const char *text, size_t len, struct gotmpl **ret_tmpl, char *err,
+                 size_t errlen) {
+        char dummy[1];
+        struct gotmpl *t = calloc(1, sizeof *t);
+        if (!err) {
+                err = dummy;
+                errlen = sizeof dummy;
+        }
+        if (!t)
+                return -ENOMEM;
+        t->name = strdup(name ? name : "template");
+        t->text = malloc(len + 1);
+        if (!t->name || !t->text) {
+                gotmpl_free(t);
+                return -ENOMEM;
+        }
+        memcpy(t->text, text, len);
+        t->text[len] = 0;
+        t->len = len;
+        int r = gt_parse(t, err, errlen);
+        if (r < 0) {
+                gotmpl_free(t);
+                return r;
+        }
+        *ret_tmpl = t;
+        return 0;
+}
+
+int gotmpl_render(const char *name, const char *text, json_t *data, const struct gotmpl_options *options,
+                  char **ret_text, char *err, size_t errlen) {
+        struct gotmpl *t;
+        int r = gotmpl_parse(name, text, strlen(text), &t, err, errlen);
+        if (r < 0)
+                return r;
+        r = gotmpl_execute(t, data, options, ret_text, NULL, err, errlen);
+        gotmpl_free(t);
+        return r;
+}
