@@ -687,10 +687,11 @@ static int parse_inside(struct parser *p, size_t pos, struct gt_list *into, enum
 
 static int add_text(struct gt_list *list, const struct gt_token *t) {
         struct gt_node *n = node_new(GT_NODE_TEXT, t->pos);
-        if (!n || !(n->text = strndup(t->text, t->len))) {
+        if (!n || !(n->text = malloc(t->len))) { /* text may hold NUL bytes: no strndup */
                 free(n);
                 return -ENOMEM;
         }
+        memcpy(n->text, t->text, t->len);
         n->text_len = t->len;
         return list_add(list, n);
 }
