@@ -8,6 +8,7 @@
 #include "capacity.h"
 #include "inventory.h"
 #include "ledger.h"
+#include "metrics.h"
 #include "node_settings.h"
 #include "pin_service.h"
 #include "topology.h"
@@ -21,6 +22,7 @@ struct agent {
         struct capacity *capacity; /* what is left for new placements (reservations charged) */
         struct ledger *ledger;
         struct pin_state pins;
+        struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         char *token;          /* API bearer token; NULL for one-shot commands */
         /* Cached response bodies, rebuilt when the state they show changes. */

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "auth.h"
 #include "jsonutil.h"
+#include "ui.h"
 
 struct route {
         const char *method;
@@ -134,8 +136,27 @@ static void post_vm_pin(struct agent *a, const struct http_request *req, struct 
                 api_reply(resp, 200, report);
 }
 
+static void get_metrics(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)req;
+        char *text = metrics_render(&a->metrics, a);
+        if (!text) {
+                api_error(resp, 500, "internal error", "out of memory");
+                return;
+        }
+        http_response_take(resp, 200, METRICS_CONTENT_TYPE, text);
+}
+
+/* The page is a static shell with no data and no secret; it reads the API with the token the user types. */
+static void get_ui(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)a;
+        (void)req;
+        http_response_set(resp, 200, UI_CONTENT_TYPE, ui_page());
+}
+
 static const struct route routes[] = {
         { "GET", "/healthz", get_healthz },
+        { "GET", "/metrics", get_metrics },
+        { "GET", "/ui", get_ui },
         { "GET", "/v1/topology", get_topology },
         { "GET", "/v1/capacity", get_capacity },
         { "GET", "/v1/vms", get_vms },
@@ -170,26 +191,51 @@ static bool needs_auth(const char *path) {
         return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0;
 }
 
-void api_handle(void *userdata, const struct http_request *req, struct http_response *resp) {
-        struct agent *a = userdata;
+/* A browser opening /v1/topology gets the page shell (no data), which then asks for the token. */
+static bool wants_page(const struct http_request *req) {
+        return strcmp(req->method, "GET") == 0 && strcmp(req->path, "/v1/topology") == 0 &&
+               ui_wants_html(http_request_header(req, "Accept"));
+}
+
+/* Route the request; returns the matched route pattern (for metrics), or "unmatched". */
+static const char *dispatch(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        if (wants_page(req)) {
+                get_ui(a, req, resp);
+                return "/ui";
+        }
         if (needs_auth(req->path) && !auth_bearer_ok(http_request_header(req, "Authorization"), a->token)) {
                 api_error(resp, 401, "unauthorized", "send Authorization: Bearer <token>");
                 resp->extra_header_name = "WWW-Authenticate";
                 resp->extra_header_value = "Bearer realm=\"pvescale-agent\"";
-                return;
+                return "unauthorized";
         }
-        bool path_known = false;
+        const char *known = NULL;
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
                 if (!path_matches(routes[i].path, req->path))
                         continue;
-                path_known = true;
+                known = routes[i].path;
                 if (strcmp(routes[i].method, req->method) == 0) {
                         routes[i].fn(a, req, resp);
-                        return;
+                        return known;
                 }
         }
-        if (path_known)
+        if (known)
                 api_error(resp, 405, "method not allowed", req->method);
         else
                 api_error(resp, 404, "not found", req->path);
+        return known ? known : "unmatched";
+}
+
+static double seconds_since(const struct timespec *start) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+}
+
+void api_handle(void *userdata, const struct http_request *req, struct http_response *resp) {
+        struct agent *a = userdata;
+        struct timespec start;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        const char *route = dispatch(a, req, resp);
+        metrics_observe_request(&a->metrics, route, req->method, resp->status, seconds_since(&start));
 }

@@ -107,6 +107,33 @@ class AgentApiTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["name"], "web")
 
+    def test_metrics_count_requests_by_route(self):
+        for _ in range(3):
+            self.get("/v1/capacity")
+        self.get("/v1/vms/101")
+        status, text = self.get("/metrics", token=False)
+        self.assertEqual(status, 200)
+        self.assertIn("# TYPE pvescale_agent_http_requests_total counter", text)
+        lines = [l for l in text.splitlines() if l.startswith("pvescale_agent_http_requests_total{")]
+        cap = [l for l in lines if 'route="/v1/capacity"' in l and 'status="200"' in l]
+        self.assertEqual(len(cap), 1, lines)
+        self.assertGreaterEqual(float(cap[0].rsplit(" ", 1)[1]), 3)
+        self.assertTrue(any('route="/v1/vms/*"' in l for l in lines), lines)  # ids never become labels
+        self.assertFalse(any("101" in l for l in lines))
+        self.assertIn("pvescale_agent_build_info", text)
+
+    def test_ui_page_is_a_shell_without_secrets(self):
+        status, html = self.get("/ui", token=False)
+        self.assertEqual(status, 200)
+        self.assertIn("<html", html.lower())
+        self.assertNotIn(self.token, html)
+        self.assertNotIn("http://", html.replace("http://www.w3.org", ""))  # no external assets
+        status, html = agentlib.curl(self.base + "/v1/topology", ca=self.ca, extra=("-H", "Accept: text/html"))
+        self.assertEqual(status, 200)
+        self.assertIn("<html", html.lower())
+        status, _ = agentlib.curl(self.base + "/v1/topology", ca=self.ca, extra=("-H", "Accept: application/json"))
+        self.assertEqual(status, 401)
+
     def test_inotify_sees_new_vm_without_polling(self):
         path = os.path.join(self.conf_dir, "150.conf")
         with open(path, "w") as f:
