@@ -1,0 +1,156 @@
+/* cloudinit_iso: the NoCloud seed image ("cidata", ISO 9660 with Rock Ridge and Joliet) built with libisofs,
+ * in memory or written atomically to a file. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#define LIBISOFS_WITHOUT_LIBBURN 1
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <libisofs/libisofs.h> /* needs stdint.h and sys/types.h first */
+
+#include "cloudinit.h"
+#include "fileio.h"
+
+#define ISO_BLOCK 2048
+#define FILE_MODE 0644
+
+static int iso_fail(char *err, size_t errlen, const char *what, int code) {
+        if (err && errlen)
+                snprintf(err, errlen, "cloud-init ISO: %s: %s", what, iso_error_to_msg(code));
+        return code == (int)ISO_OUT_OF_MEM ? -ENOMEM : -EIO;
+}
+
+/* Add one file with a copy of the text. */
+static int add_file(IsoImage *image, const char *name, const char *text, size_t len, char *err, size_t errlen) {
+        IsoStream *stream = NULL;
+        IsoFile *file = NULL;
+        unsigned char *copy = malloc(len ? len : 1);
+        if (!copy)
+                return -ENOMEM;
+        memcpy(copy, text, len);
+        int r = iso_memory_stream_new(copy, len, &stream);
+        if (r < 0) {
+                free(copy);
+                return iso_fail(err, errlen, name, r);
+        }
+        r = iso_image_add_new_file(image, iso_image_get_root(image), name, stream, &file);
+        if (r < 0) {
+                iso_stream_unref(stream); /* on success the new file took our reference */
+                return iso_fail(err, errlen, name, r);
+        }
+        iso_node_set_permissions((IsoNode *)file, FILE_MODE);
+        return 0;
+}
+
+static int make_opts(IsoWriteOpts **ret, char *err, size_t errlen) {
+        IsoWriteOpts *opts = NULL;
+        int r = iso_write_opts_new(&opts, 0);
+        if (r < 0)
+                return iso_fail(err, errlen, "options", r);
+        iso_write_opts_set_iso_level(opts, 2);
+        iso_write_opts_set_rockridge(opts, 1);
+        iso_write_opts_set_joliet(opts, 1);
+        iso_write_opts_set_always_gmt(opts, 1);
+        iso_write_opts_set_relaxed_vol_atts(opts, 1); /* keep the volume id "cidata" lower case */
+        /* owner root, files 0644 whatever the process umask and ids */
+        iso_write_opts_set_replace_mode(opts, 2, 2, 2, 2);
+        iso_write_opts_set_default_dir_mode(opts, 0755);
+        iso_write_opts_set_default_file_mode(opts, FILE_MODE);
+        iso_write_opts_set_default_uid(opts, 0);
+        iso_write_opts_set_default_gid(opts, 0);
+        *ret = opts;
+        return 0;
+}
+
+/* Drain the image generator into a malloc'ed buffer. */
+static int read_image(struct burn_source *src, unsigned char **ret_image, size_t *ret_len) {
+        size_t cap = (size_t)src->get_size(src), len = 0;
+        unsigned char *buf = malloc(cap > 0 ? cap : ISO_BLOCK);
+        int r = buf ? 0 : -ENOMEM;
+        cap = cap > 0 ? cap : ISO_BLOCK;
+        while (r >= 0) {
+                if (len + ISO_BLOCK > cap) {
+                        unsigned char *b = realloc(buf, cap * 2);
+                        if (!b) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        buf = b;
+                        cap *= 2;
+                }
+                int n = src->read_xt(src, buf + len, ISO_BLOCK);
+                if (n < 0)
+                        r = -EIO;
+                if (n <= 0)
+                        break;
+                len += (size_t)n;
+        }
+        if (r < 0) {
+                if (src->cancel)
+                        src->cancel(src);
+                free(buf);
+                return r;
+        }
+        *ret_image = buf;
+        *ret_len = len;
+        return 0;
+}
+
+static int build(IsoImage *image, const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len,
+                 char *err, size_t errlen) {
+        IsoWriteOpts *opts = NULL;
+        struct burn_source *src = NULL;
+        int r = 0;
+        for (int i = 0; i < CLOUDINIT_N_FILES && r >= 0; i++)
+                r = add_file(image, cloudinit_file_name(i), files->text[i] ? files->text[i] : "", files->len[i],
+                             err, errlen);
+        if (r >= 0)
+                r = make_opts(&opts, err, errlen);
+        if (r < 0)
+                return r;
+        r = iso_image_create_burn_source(image, opts, &src);
+        iso_write_opts_free(opts);
+        if (r < 0)
+                return iso_fail(err, errlen, "write", r);
+        r = read_image(src, ret_image, ret_len);
+        if (r == -EIO && err && errlen)
+                snprintf(err, errlen, "cloud-init ISO: image generation failed");
+        src->free_data(src);
+        free(src);
+        return r;
+}
+
+int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
+                        size_t errlen) {
+        IsoImage *image = NULL;
+        int r = iso_init_with_flag(1); /* bit0: leave the process locale alone */
+        if (r < 0)
+                return iso_fail(err, errlen, "init", r);
+        iso_set_msgs_severities("NEVER", "NEVER", "libisofs");
+        r = iso_image_new(CLOUDINIT_VOLUME_ID, &image);
+        if (r < 0)
+                r = iso_fail(err, errlen, "image", r);
+        else
+                r = build(image, files, ret_image, ret_len, err, errlen);
+        if (image)
+                iso_image_unref(image);
+        iso_finish();
+        return r;
+}
+
+int cloudinit_iso_write(const struct cloudinit_files *files, const char *path, char *err, size_t errlen) {
+        unsigned char *image = NULL;
+        size_t len = 0;
+        int r = cloudinit_iso_build(files, &image, &len, err, errlen);
+        if (r < 0)
+                return r;
+        r = fileio_write_atomic(path, image, len, FILE_MODE);
+        if (r < 0 && err && errlen)
+                snprintf(err, errlen, "cloud-init ISO: writing %s: %s", path, strerror(-r));
+        free(image);
+        return r;
+}
