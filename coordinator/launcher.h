@@ -45,6 +45,10 @@ struct launcher_options {
         int64_t token_ttl_s;             /* [3600] bootstrap token expiration */
 };
 
+/* The finalizer every NodeClaim carries from its creation (the controller sets it; the launcher adds it if it is
+ * missing). The launcher removes it once the claim's VM, reservation, token and ISO are gone. */
+#define LAUNCHER_FINALIZER "pvescale.io/termination"
+
 struct launcher;
 
 int launcher_new(const struct launcher_env *env, const struct launcher_options *opts, struct launcher **ret);
