@@ -30,6 +30,10 @@ struct launcher_env {
         /* The Node whose spec.providerID is provider_id, from the controller's cache; borrowed; NULL if none. */
         const json_t *(*node_by_provider_id)(void *userdata, const char *provider_id);
         void *userdata;
+        /* The Kubernetes client of the calling thread (launcher_reconcile and launcher_collect_garbage run on
+         * worker threads and a kube_client is not thread-safe). NULL = use kube, and then never call the
+         * launcher from two threads at once. */
+        struct kube_client *(*kube_for_thread)(void *userdata);
         /* Wall clock in milliseconds since the epoch; tests may fake it. NULL = the real clock. */
         int64_t (*now_ms)(void *userdata);
 };
