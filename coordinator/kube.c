@@ -376,13 +376,17 @@ static int fail_transport(struct kube_client *c, const char *method, const char 
 
 /* ---- requests ---- */
 
-static bool retryable(const char *method, int r, long status) {
+/* GET is safe to repeat on 429, 5xx and transport failures. Other methods only when nothing was applied: a
+ * refused connection, or a 429/5xx whose Retry-After asks for a retry (as client-go does). An eviction refused
+ * by a PodDisruptionBudget (429 without Retry-After) is returned at once. */
+static bool retryable(const char *method, int r, const struct http_client_response *resp) {
         if (r == -ECANCELED || r == -ENOMEM || r == -EFBIG || r == -EINVAL || r == -EKEYREJECTED)
                 return false;
         bool get = strcmp(method, "GET") == 0;
         if (r < 0)
                 return get || r == -ECONNREFUSED;
-        return status == 429 || (get && status >= 500);
+        bool busy = resp->status == 429 || resp->status >= 500;
+        return busy && (get || resp->retry_after_ms >= 0);
 }
 
 static char *url_of(const struct kube_client *c, const char *path) {
@@ -403,7 +407,7 @@ static int send_retrying(struct kube_client *c, const char *method, const char *
         for (unsigned attempt = 0;; attempt++) {
                 refresh_token(c, false);
                 r = http_client_request(c->http, method, url, headers, body, body ? strlen(body) : 0, resp);
-                if (attempt >= c->max_retries || !retryable(method, r, r == 0 ? resp->status : 0))
+                if (attempt >= c->max_retries || !retryable(method, r, resp))
                         break;
                 long delay = backoff_delay_ms(attempt, c->backoff_base_ms, c->backoff_max_ms,
                                               (uint32_t)kube_client_seed(c));

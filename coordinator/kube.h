@@ -100,8 +100,9 @@ const char *kube_client_last_reason(const struct kube_client *c);
  * 422 -EINVAL, 429 -EBUSY, 5xx -EIO, plus the transport errors of http_client_request. Pure. */
 int kube_errno_from_status(long status, const char *reason);
 
-/* Retries (inside every call): GET on 429, 5xx and transport failures; other methods on 429 and refused
- * connections only (nothing was applied). Delays are backoff_delay_ms with Retry-After honoured. */
+/* Retries (inside every call, up to max_retries): GET on 429, 5xx and transport failures; other methods on a
+ * refused connection, or a 429/5xx that carries Retry-After. Delays are backoff_delay_ms with Retry-After
+ * honoured. */
 
 /* Raw call: method, path (with query), optional JSON body with content_type (NULL = application/json).
  * 0 with the response object (new reference; NULL when the body was empty and ret_obj is NULL-safe). */
@@ -168,7 +169,7 @@ int kube_modify(struct kube_client *c, const struct kube_resource *rt, const cha
 
 /* POST pods/<name>/eviction (policy/v1 Eviction). -EBUSY (429) when a PodDisruptionBudget forbids it. */
 int kube_evict(struct kube_client *c, const char *ns, const char *pod, const struct kube_delete_options *o);
-/* POST pods/<name>/binding to node. -EEXIST (409) when the pod is already bound. */
+/* POST pods/<name>/binding to node. -ESTALE (409 Conflict) when the pod is already bound. */
 int kube_bind_pod(struct kube_client *c, const char *ns, const char *pod, const char *node);
 
 /* Record a core/v1 Event about obj (of kind rt): type "Normal" or "Warning", reason (CamelCase), message,

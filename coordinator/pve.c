@@ -133,7 +133,8 @@ static int take_data(struct pve_client *c, const struct pve_request *r, const st
                 return -EBADMSG;
         }
         json_t *data = json_object_get(doc, "data");
-        *ret_data = data ? json_incref(data) : json_null();
+        if (ret_data)
+                *ret_data = data ? json_incref(data) : json_null();
         json_decref(doc);
         return 0;
 }

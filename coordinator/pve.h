@@ -168,9 +168,9 @@ const char *pve_client_error(const struct pve_client *c);
 /* The HTTP status of the last call (0 = no response). */
 long pve_client_last_status(const struct pve_client *c);
 
-/* Send a request. Returns 0 with the "data" member (a new reference; JSON null when PVE returned null) or a
- * negative errno (pve_errno_from_status, or the transport errors of http_client_request). Never sends a
- * body with GET or DELETE. */
+/* Send a request. Returns 0 with the "data" member in *ret_data when ret_data is not NULL (a new reference;
+ * JSON null when PVE returned null), or a negative errno (pve_errno_from_status, or the transport errors of
+ * http_client_request). Never sends a body with GET or DELETE. */
 int pve_send(struct pve_client *c, const struct pve_request *r, json_t **ret_data);
 
 /* Task status: running, and once stopped its exit status. */
