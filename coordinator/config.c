@@ -110,9 +110,11 @@ static const struct duration_unit *duration_unit(const char *s, size_t *ret_len)
 
 /* One "<number><unit>" term at *s ("1", "1.5", ".5" then a unit), added to *total_ns. */
 static int duration_term(const char **s, long double *total_ns) {
-        size_t digits = strspn(*s, "0123456789."), ulen;
+        size_t digits = strspn(*s, "0123456789."), ulen, dots = 0;
         char number[32];
-        if (digits == 0 || digits >= sizeof number || memchr(*s, '.', digits) != memrchr(*s, '.', digits))
+        for (size_t i = 0; i < digits; i++)
+                dots += (*s)[i] == '.';
+        if (digits == 0 || digits >= sizeof number || dots > 1)
                 return -EINVAL;
         memcpy(number, *s, digits);
         number[digits] = '\0';
