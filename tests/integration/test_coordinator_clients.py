@@ -12,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "sim"))
 import agentlib  # noqa: E402
+import http_stub  # noqa: E402
 import simtest  # noqa: E402
 
 HOSTS = "pve1=32intel64-2p8co2t+8ve"
@@ -44,6 +45,14 @@ class CoordinatorClients(unittest.TestCase):
         self.assertIn("PASSED", out)
         self.assertNotIn("FAILED", out)
         return out
+
+    def test_http_client(self):
+        stub = http_stub.Server().start()
+        try:
+            self.env["PVESCALE_TEST_STUB_URL"] = stub.url
+            self.run_program("test_http_client")
+        finally:
+            stub.stop()
 
     def test_kube_client(self):
         self.run_program("test_kube_client")
