@@ -1,0 +1,514 @@
+/* launcher_boot: the join token and the cloud-init ISO (rendered, built, uploaded, attached), the firewall
+ * security groups, the VM start and the bind of the agent reservation to the VM. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launcher_internal.h"
+
+#include <errno.h>
+#include <gnutls/gnutls.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cloudinit.h"
+#include "log.h"
+#include "tokens.h"
+#include "yamlconf.h"
+
+#define MIB (1024ULL * 1024ULL)
+#define DEFAULT_SECRET_NAMESPACE "kube-system"
+
+static json_t *nc_spec(const struct lctx *c) {
+        return json_object_get(c->nodeclass, "spec");
+}
+
+int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long timeout_ms) {
+        if (!upid)
+                return 0;
+        struct pve_wait w = { .poll_ms = 500, .timeout_ms = timeout_ms };
+        int r = pve_task_wait(c->pve, upid, &w);
+        return r < 0 ? launcher_errf(c, r, "%s: %s", what, pve_client_error(c->pve)) : 0;
+}
+
+/* ---- join token ---- */
+
+static int token_from_secret(const json_t *secret, char token[32]) {
+        const char *id = NULL;
+        char value[TOKENS_SECRET_LEN + 1];
+        const char *b64 = json_string_value(json_object_get(json_object_get(secret, "data"), "token-id"));
+        gnutls_datum_t in = { (unsigned char *)(uintptr_t)b64, b64 ? (unsigned)strlen(b64) : 0 }, out = { 0 };
+        if (!b64 || gnutls_base64_decode2(&in, &out) < 0 || out.size != TOKENS_ID_LEN) {
+                gnutls_free(out.data);
+                return -EINVAL;
+        }
+        id = (const char *)out.data;
+        int r = tokens_secret_value(secret, value);
+        if (r == 0)
+                snprintf(token, 32, "%.*s.%s", TOKENS_ID_LEN, id, value);
+        gnutls_free(out.data);
+        return r;
+}
+
+/* A token Secret of this claim left by an earlier run (created before its id was recorded). */
+static int adopt_token(struct lctx *c, char token[32]) {
+        char selector[128];
+        json_t *list = NULL;
+        snprintf(selector, sizeof selector, TOKENS_LABEL_CLAIM_UID "=%s", c->uid);
+        struct kube_list_options o = { .label_selector = selector };
+        int r = kube_list(c->kube, &kube_secrets, TOKENS_NAMESPACE, &o, &list);
+        if (r < 0)
+                return launcher_errf(c, r, "list join tokens: %s", kube_client_error(c->kube));
+        r = -ENOENT;
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(list, "items"), i, s)
+                if (r < 0)
+                        r = token_from_secret(s, token);
+        json_decref(list);
+        return r < 0 ? -ENOENT : 0;
+}
+
+static int create_token(struct lctx *c, char token[32]) {
+        char id[TOKENS_ID_LEN + 1], secret[TOKENS_SECRET_LEN + 1];
+        int r = tokens_generate(id, secret);
+        if (r < 0)
+                return launcher_errf(c, r, "random token: %s", strerror(-r));
+        json_t *obj = tokens_secret(id, secret, c->now + c->l->o.token_ttl_s * 1000, NULL, c->name, c->uid);
+        r = obj ? kube_create(c->kube, &kube_secrets, TOKENS_NAMESPACE, obj, NULL) : -ENOMEM;
+        json_decref(obj);
+        explicit_bzero(secret, sizeof secret);
+        if (r < 0)
+                return launcher_errf(c, r, "create join token: %s", kube_client_error(c->kube));
+        snprintf(token, 32, "%s.%s", id, secret);
+        return 0;
+}
+
+static int recorded_token(struct lctx *c, const char *id, char token[32]) {
+        char name[64];
+        json_t *s = NULL;
+        snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", id);
+        int r = kube_get(c->kube, &kube_secrets, TOKENS_NAMESPACE, name, &s);
+        if (r == 0)
+                r = token_from_secret(s, token) < 0 ? -ENOENT : 0;
+        json_decref(s);
+        if (r < 0 && r != -ENOENT)
+                return launcher_errf(c, r, "join token %s: %s", id, kube_client_error(c->kube));
+        return r;
+}
+
+/* The claim's join token "<id>.<secret>": the recorded one, one an earlier run created, or a new one. */
+static int ensure_token(struct lctx *c, char token[32]) {
+        const char *id = launcher_status_str(c, "tokenID");
+        int r = id[0] ? recorded_token(c, id, token) : adopt_token(c, token);
+        if (r == -ENOENT)
+                r = create_token(c, token);
+        if (r < 0)
+                return r;
+        if (strncmp(id, token, TOKENS_ID_LEN) == 0 && strlen(id) == TOKENS_ID_LEN)
+                return 0;
+        json_t *ch = json_pack("{s:s#}", "tokenID", token, (int)TOKENS_ID_LEN);
+        return launcher_commit(c, ch);
+}
+
+/* ---- template data ---- */
+
+static char *b64_decode(const char *b64, size_t *ret_len) {
+        gnutls_datum_t in = { (unsigned char *)(uintptr_t)b64, (unsigned)strlen(b64) }, out = { 0 };
+        if (gnutls_base64_decode2(&in, &out) < 0)
+                return NULL;
+        char *s = malloc(out.size + 1);
+        if (s) {
+                memcpy(s, out.data, out.size);
+                s[out.size] = '\0';
+                *ret_len = out.size;
+        }
+        gnutls_free(out.data);
+        return s;
+}
+
+/* The API server and CA nodes join with, from kube-public/cluster-info (what kubeadm discovery reads). */
+static int cluster_info(struct lctx *c, char **ret_server, char **ret_ca) {
+        json_t *cm = NULL, *doc = NULL;
+        char err[256];
+        size_t len;
+        int r = kube_get(c->kube, &kube_configmaps, "kube-public", "cluster-info", &cm);
+        if (r < 0)
+                return launcher_errf(c, r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
+                                     kube_client_error(c->kube));
+        const char *kc = json_string_value(json_object_get(json_object_get(cm, "data"), "kubeconfig"));
+        r = kc ? yamlconf_parse(kc, strlen(kc), &doc, err, sizeof err) : -EINVAL;
+        json_t *cluster = json_object_get(json_array_get(json_object_get(doc, "clusters"), 0), "cluster");
+        const char *server = json_string_value(json_object_get(cluster, "server"));
+        const char *ca = json_string_value(json_object_get(cluster, "certificate-authority-data"));
+        *ret_server = server ? strdup(server) : NULL;
+        *ret_ca = ca ? b64_decode(ca, &len) : NULL;
+        json_decref(doc);
+        json_decref(cm);
+        if (r == 0 && *ret_server && *ret_ca)
+                return 0;
+        free(*ret_server);
+        free(*ret_ca);
+        return launcher_errf(c, -EINVAL, "kube-public/cluster-info: data.kubeconfig has no server and CA");
+}
+
+static char *kubernetes_version(struct lctx *c) {
+        json_t *v = NULL;
+        char *out = NULL;
+        if (kube_request(c->kube, "GET", "/version", NULL, NULL, &v) == 0 &&
+            json_is_string(json_object_get(v, "gitVersion")))
+                out = strdup(json_string_value(json_object_get(v, "gitVersion")));
+        json_decref(v);
+        return out;
+}
+
+/* A Secret named by a NodeClass reference ({name, namespace}); -ENOENT when ref is NULL. */
+static int ref_secret(struct lctx *c, const json_t *ref, json_t **ret) {
+        const char *name = json_string_value(json_object_get(ref, "name"));
+        const char *ns = json_string_value(json_object_get(ref, "namespace"));
+        if (!name)
+                return -ENOENT;
+        int r = kube_get(c->kube, &kube_secrets, ns ? ns : DEFAULT_SECRET_NAMESPACE, name, ret);
+        return r < 0 ? launcher_errf(c, r, "Secret %s: %s", name, kube_client_error(c->kube)) : 0;
+}
+
+/* {"key": "decoded value", ...} of a Secret's data. */
+static json_t *secret_strings(const json_t *secret) {
+        json_t *out = json_object(), *v;
+        const char *k;
+        size_t len;
+        json_object_foreach(json_object_get((json_t *)secret, "data"), k, v) {
+                char *s = json_is_string(v) ? b64_decode(json_string_value(v), &len) : NULL;
+                if (s)
+                        json_object_set_new(out, k, json_stringn(s, len));
+                free(s);
+        }
+        return out;
+}
+
+static json_t *tag_list(const struct lctx *c) {
+        int err = 0;
+        char *tags = launcher_tags(c->nodepool, c->name, json_object_get(nc_spec(c), "tags"), &err), *save = NULL;
+        json_t *arr = json_array();
+        for (char *t = tags ? strtok_r(tags, ";", &save) : NULL; t; t = strtok_r(NULL, ";", &save))
+                json_array_append_new(arr, json_string(t));
+        free(tags);
+        return arr;
+}
+
+/* Labels and taints a new node registers with (the kubelet accepts only some kubernetes.io labels; the rest are
+ * set on the Node after registration). Defined in launcher_join.c. */
+json_t *launcher_wanted_labels(struct lctx *c, bool kubelet_only);
+json_t *launcher_wanted_taints(struct lctx *c, bool with_startup);
+
+struct tdata {
+        char *server, *ca, *version;
+        json_t *values, *labels, *taints, *tags;
+};
+
+static void tdata_done(struct tdata *t) {
+        free(t->server);
+        free(t->ca);
+        free(t->version);
+        json_decref(t->values);
+        json_decref(t->labels);
+        json_decref(t->taints);
+        json_decref(t->tags);
+}
+
+static int tdata_load(struct lctx *c, struct tdata *t) {
+        json_t *secret = NULL;
+        int r = cluster_info(c, &t->server, &t->ca);
+        if (r < 0)
+                return r;
+        t->version = kubernetes_version(c);
+        r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "valuesRef"), &secret);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        t->values = secret ? secret_strings(secret) : json_object();
+        json_decref(secret);
+        t->labels = launcher_wanted_labels(c, true);
+        t->taints = launcher_wanted_taints(c, true);
+        t->tags = tag_list(c);
+        return t->values && t->labels && t->taints && t->tags ? 0 : -ENOMEM;
+}
+
+static int template_data(struct lctx *c, const char *token, const struct tdata *t, json_t **ret) {
+        char err[512];
+        const char *nc = json_string_value(json_object_get(json_object_get(c->nodeclass, "metadata"), "name"));
+        struct cloudinit_node n = {
+                .hostname = c->name, .vmid = (uint32_t)launcher_status_int(c, "vmid"),
+                .instance_type = c->shape.name, .region = c->region, .zone = c->host, .node_class = nc,
+                .cpu = c->shape.vcpus, .memory_mib = c->shape.vm_memory_bytes / MIB,
+                .kubernetes_version = t->version, .root_ca = t->ca, .bootstrap_token = token, .api_server = t->server,
+                .kubelet_configuration = json_object_get(nc_spec(c), "kubeletConfiguration"), .labels = t->labels,
+                .taints = t->taints, .values = t->values,
+        };
+        const char *tags[32];
+        size_t i;
+        json_t *e;
+        json_array_foreach(t->tags, i, e)
+                if (i < 32)
+                        tags[n.n_tags++] = json_string_value(e);
+        n.tags = tags;
+        int r = cloudinit_data(&n, ret, err, sizeof err);
+        return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "%s", err) : r;
+}
+
+static int template_set(struct lctx *c, struct cloudinit_set **ret) {
+        json_t *secret = NULL, *files = NULL;
+        struct cloudinit_templates t = { { 0 } };
+        char err[512];
+        int r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        files = secret ? secret_strings(secret) : NULL;
+        for (int f = 0; f < CLOUDINIT_N_FILES; f++)
+                t.text[f] = json_string_value(json_object_get(files, cloudinit_file_name((enum cloudinit_file)f)));
+        r = cloudinit_set_new(&t, ret, err, sizeof err);
+        json_decref(files);
+        json_decref(secret);
+        return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "templates: %s", err) : r;
+}
+
+/* The rendered user-data, meta-data and network-config as a cidata ISO image. */
+static int build_iso(struct lctx *c, const char *token, unsigned char **ret_img, size_t *ret_len) {
+        struct tdata t = { 0 };
+        struct cloudinit_set *set = NULL;
+        struct cloudinit_files files = { { 0 } };
+        json_t *data = NULL;
+        char err[512] = "";
+        int r = tdata_load(c, &t);
+        if (r == 0)
+                r = template_data(c, token, &t, &data);
+        if (r == 0)
+                r = template_set(c, &set);
+        if (r == 0 && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
+                r = launcher_failf(c, "InvalidCloudInit", "%s", err);
+        if (r == 0) {
+                pthread_mutex_lock(&c->l->iso_mu);
+                r = cloudinit_iso_build(&files, ret_img, ret_len, err, sizeof err);
+                pthread_mutex_unlock(&c->l->iso_mu);
+                if (r < 0)
+                        launcher_errf(c, r, "cloud-init ISO: %s", err);
+        }
+        cloudinit_files_done(&files);
+        cloudinit_set_free(set);
+        json_decref(data);
+        tdata_done(&t);
+        return r;
+}
+
+/* ---- upload and attach ---- */
+
+static bool has_content(const char *list, const char *what) {
+        size_t n = strlen(what);
+        for (const char *s = list; s && *s;) {
+                size_t len = strcspn(s, ",");
+                if (len == n && strncmp(s, what, n) == 0)
+                        return true;
+                s += len + (s[len] ? 1 : 0);
+        }
+        return false;
+}
+
+/* The host's storage for ISO images: "local" when it holds ISOs, else the first one that does. */
+static int iso_storage(struct lctx *c, char storage[64]) {
+        json_t *list = NULL, *e;
+        size_t i;
+        int r = pve_cluster_resources(c->pve, "storage", &list);
+        if (r < 0)
+                return launcher_errf(c, r, "storages: %s", pve_client_error(c->pve));
+        storage[0] = '\0';
+        json_array_foreach(list, i, e) {
+                const char *node = json_string_value(json_object_get(e, "node"));
+                const char *name = json_string_value(json_object_get(e, "storage"));
+                if (!node || !name || strcmp(node, c->host) != 0 ||
+                    !has_content(json_string_value(json_object_get(e, "content")), "iso"))
+                        continue;
+                if (!storage[0] || strcmp(name, "local") == 0)
+                        snprintf(storage, 64, "%s", name);
+        }
+        json_decref(list);
+        return storage[0] ? 0 : launcher_failf(c, "NoISOStorage", "host %s has no storage for ISO images", c->host);
+}
+
+static int upload_iso(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
+        char volume[192], *upid = NULL;
+        snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
+        int r = launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err); /* an older upload */
+        if (r < 0)
+                return r;
+        r = pve_storage_upload(c->pve, c->host, storage, "iso", file, img, len, &upid);
+        if (r < 0)
+                return launcher_errf(c, r, "upload %s: %s", file, pve_client_error(c->pve));
+        r = launcher_task_wait(c, "upload", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        free(upid);
+        return r;
+}
+
+static int attach_iso(struct lctx *c, uint32_t vmid, const char *volume) {
+        struct pve_params p = PVE_PARAMS_INIT;
+        char *upid = NULL;
+        pve_params_addf(&p, "ide2", "%s,media=cdrom", volume);
+        int r = pve_vm_config_post(c->pve, c->host, vmid, &p, &upid);
+        pve_params_done(&p);
+        if (r < 0)
+                return launcher_errf(c, r, "attach %s to VM %u: %s", volume, vmid, pve_client_error(c->pve));
+        r = launcher_task_wait(c, "attach ISO", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        free(upid);
+        return r;
+}
+
+static int deliver_iso(struct lctx *c, const char *token) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        unsigned char *img = NULL;
+        size_t len = 0;
+        char storage[64], file[128], volume[200];
+        int r = build_iso(c, token, &img, &len);
+        if (r == 0)
+                r = iso_storage(c, storage);
+        if (r == 0) {
+                snprintf(file, sizeof file, "pvescale-%.80s-%.8s.iso", c->name, c->uid);
+                snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
+                r = upload_iso(c, storage, file, img, len);
+        }
+        free(img);
+        if (r == 0)
+                r = attach_iso(c, vmid, volume);
+        return r != 0 ? r : launcher_set_step(c, STEP_CLOUDINIT, json_pack("{s:s}", "isoVolume", volume));
+}
+
+int launcher_step_cloudinit(struct lctx *c) {
+        char token[32];
+        int r = launcher_need_nodeclass(c);
+        if (r != 0)
+                return r;
+        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
+        if (!type || strcmp(type, "cdrom") != 0)
+                return launcher_set_step(c, STEP_CLOUDINIT, NULL); /* the template joins by itself */
+        r = launcher_need_shape(c);
+        if (r == 0)
+                r = launcher_need_pool(c);
+        if (r == 0)
+                r = ensure_token(c, token);
+        if (r == 0)
+                r = deliver_iso(c, token);
+        explicit_bzero(token, sizeof token);
+        return r;
+}
+
+/* ---- firewall ---- */
+
+static bool has_group_rule(const json_t *rules, const char *group, const char *iface) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(rules, i, e) {
+                const char *t = json_string_value(json_object_get(e, "type"));
+                const char *a = json_string_value(json_object_get(e, "action"));
+                const char *f = json_string_value(json_object_get(e, "iface"));
+                if (t && a && strcmp(t, "group") == 0 && strcmp(a, group) == 0 && f && strcmp(f, iface) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static int add_group_rules(struct lctx *c, uint32_t vmid, const json_t *groups) {
+        json_t *rules = NULL, *g;
+        size_t i;
+        int r = pve_vm_firewall_rules(c->pve, c->host, vmid, &rules);
+        json_array_foreach(groups, i, g) {
+                const char *name = json_string_value(json_object_get(g, "name"));
+                const char *iface = json_string_value(json_object_get(g, "interface"));
+                struct pve_firewall_rule rule = { .type = "group", .action = name, .iface = iface ? iface : "net0",
+                                                  .enable = true, .comment = "pvescale" };
+                if (r == 0 && name && !has_group_rule(rules, name, rule.iface))
+                        r = pve_vm_firewall_rule_add(c->pve, c->host, vmid, &rule);
+        }
+        json_decref(rules);
+        return r < 0 ? launcher_errf(c, r, "firewall rules of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
+}
+
+int launcher_step_firewall(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        struct pve_params p = PVE_PARAMS_INIT;
+        int r = launcher_need_nodeclass(c);
+        if (r != 0)
+                return r;
+        json_t *groups = json_object_get(nc_spec(c), "securityGroups");
+        if (json_array_size(groups) == 0)
+                return launcher_set_step(c, STEP_FIREWALL, NULL);
+        pve_params_add_bool(&p, "enable", true);
+        r = pve_vm_firewall_options_set(c->pve, c->host, vmid, &p);
+        pve_params_done(&p);
+        if (r < 0)
+                return launcher_errf(c, r, "firewall options of VM %u: %s", vmid, pve_client_error(c->pve));
+        r = add_group_rules(c, vmid, groups);
+        return r != 0 ? r : launcher_set_step(c, STEP_FIREWALL, NULL);
+}
+
+/* ---- start and bind ---- */
+
+int launcher_step_start(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        json_t *st = NULL;
+        char *upid = NULL, when[40];
+        int r = pve_vm_status_current(c->pve, c->host, vmid, &st);
+        const char *s = json_string_value(json_object_get(st, "status"));
+        bool running = r == 0 && s && strcmp(s, "running") == 0;
+        json_decref(st);
+        if (r < 0)
+                return launcher_errf(c, r, "status of VM %u: %s", vmid, pve_client_error(c->pve));
+        if (!running) {
+                r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
+                if (r < 0)
+                        return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
+                r = launcher_task_wait(c, "start", upid, LAUNCHER_TASK_TIMEOUT_MS);
+                free(upid);
+                if (r != 0)
+                        return r;
+        }
+        log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
+        return launcher_set_step(c, STEP_STARTED,
+                                 json_pack("{s:s}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when)));
+}
+
+/* bind answered -EEXIST or -ENOENT: is the reservation already ours, still there, or gone? */
+static int bind_check(struct lctx *c, const char *id, uint32_t vmid, int bind_err) {
+        json_t *res = NULL;
+        int r = agents_reservation_get(c->agent, id, &res);
+        json_int_t bound = json_integer_value(json_object_get(res, "vmid"));
+        json_decref(res);
+        if (r == -ENOENT)
+                return launcher_failf(c, "ReservationLost", "reservation %s on %s expired or was released", id, c->host);
+        if (r < 0)
+                return launcher_errf(c, r, "reservation %s: %s", id, agents_client_error(c->agent));
+        if (bound == (json_int_t)vmid)
+                return 0;
+        if (bind_err == -EEXIST)
+                return launcher_failf(c, "ReservationLost", "reservation %s is bound to VM %lld", id, (long long)bound);
+        return launcher_wait(c, 500); /* the agent does not see the VM config yet */
+}
+
+static int bind_reservation(struct lctx *c, uint32_t vmid) {
+        const char *id = launcher_status_str(c, "reservationID");
+        if (!c->agent)
+                return launcher_errf(c, -ENOTCONN, "no agent for host %s to bind reservation %s", c->host, id);
+        int r = agents_bind(c->agent, id, vmid, NULL);
+        if (r == -EEXIST || r == -ENOENT)
+                return bind_check(c, id, vmid, r);
+        return r < 0 ? launcher_errf(c, r, "bind %s to VM %u: %s", id, vmid, agents_client_error(c->agent)) : 0;
+}
+
+int launcher_step_bind(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        int r = 0;
+        if (strcmp(launcher_status_str(c, "reservationMode"), "agent") == 0 && launcher_status_str(c, "reservationID")[0])
+                r = bind_reservation(c, vmid);
+        if (r != 0)
+                return r;
+        launcher_backoff_clear(c->l, c->nodepool, c->host);
+        json_t *ch = json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "conditions", "type", "Launched",
+                               "status", "True", "reason", "Launched", "message", "VM started and pinned", "type",
+                               "Registered", "status", "Unknown", "reason", "AwaitingNode", "message",
+                               "waiting for the Node to register");
+        return launcher_set_step(c, STEP_LAUNCHED, ch);
+}

@@ -1,0 +1,276 @@
+/* launcher_gc: periodic clean-up of what no NodeClaim owns any more: VMs tagged pvescale, agent reservations,
+ * join token Secrets and cloud-init ISOs.
+ *
+ * How ownership and age are known: every VM a launch creates carries, from the clone on, a description with
+ * "pvescale-nodeclaim: <name>", "uid: <claim uid>" and "created: <RFC 3339 time of the launch>"; the config step
+ * adds the tag pvescale. A VM is owned when a claim records its (region, vmid) or has the UID of its description.
+ * Its age is now - created; a VM without a readable time is timed from when this process first saw it
+ * unowned (so a restart only delays its deletion). Reservations name their claim in owner
+ * ("nodeclaim/<uid>/<name>") and carry created_at; tokens carry the claim UID label; ISOs are named
+ * pvescale-<claim>-<first 8 characters of the UID>.iso and carry the upload time. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launcher_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "tokens.h"
+
+struct gc {
+        struct launcher *l;
+        struct kube_client *kube;
+        const json_t *claims;
+        int64_t now;
+        int err; /* first error */
+};
+
+static void gc_error(struct gc *g, int r) {
+        if (r < 0 && g->err == 0)
+                g->err = r;
+}
+
+/* ---- owners ---- */
+
+static const char *claim_uid(const json_t *claim) {
+        return json_string_value(json_object_get(json_object_get(claim, "metadata"), "uid"));
+}
+
+static bool uid_owned(const struct gc *g, const char *uid, size_t n) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(g->claims, i, c) {
+                const char *u = claim_uid(c);
+                if (u && strlen(u) >= n && strncmp(u, uid, n) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static bool vm_owned(const struct gc *g, const char *region, uint32_t vmid) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(g->claims, i, c) {
+                const json_t *st = json_object_get(c, "status");
+                const char *r = json_string_value(json_object_get(st, "region"));
+                if (json_integer_value(json_object_get(st, "vmid")) == (json_int_t)vmid && r && strcmp(r, region) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* ---- VMs ---- */
+
+static bool has_tag(const char *tags, const char *tag) {
+        size_t n = strlen(tag);
+        for (const char *s = tags; s && *s;) {
+                size_t len = strcspn(s, ";, ");
+                if (len == n && strncmp(s, tag, n) == 0)
+                        return true;
+                s += len + (s[len] ? 1 : 0);
+        }
+        return false;
+}
+
+static struct launcher_seen *seen_find(struct launcher *l, const char *region, uint32_t vmid) {
+        for (size_t i = 0; i < l->n_seen; i++)
+                if (l->seen[i].vmid == vmid && strcmp(l->seen[i].region, region) == 0)
+                        return &l->seen[i];
+        return NULL;
+}
+
+static struct launcher_seen *seen_add(struct launcher *l) {
+        if (l->n_seen == l->cap_seen) {
+                size_t cap = l->cap_seen ? 2 * l->cap_seen : 8;
+                struct launcher_seen *a = realloc(l->seen, cap * sizeof *a);
+                if (!a)
+                        return NULL;
+                l->seen = a;
+                l->cap_seen = cap;
+        }
+        return &l->seen[l->n_seen++];
+}
+
+/* When this process first saw an unowned VM that has no creation time. */
+static int64_t first_seen(struct launcher *l, const char *region, uint32_t vmid, int64_t now) {
+        pthread_mutex_lock(&l->mu);
+        struct launcher_seen *s = seen_find(l, region, vmid);
+        if (!s && (s = seen_add(l))) {
+                snprintf(s->region, sizeof s->region, "%s", region);
+                s->vmid = vmid;
+                s->first_ms = now;
+        }
+        int64_t when = s ? s->first_ms : now;
+        pthread_mutex_unlock(&l->mu);
+        return when;
+}
+
+/* Its age in ms, or -1 when a claim owns it. */
+static int64_t orphan_age(struct gc *g, struct pve_client *pve, const char *region, const char *node, uint32_t vmid) {
+        json_t *config = NULL;
+        char uid[LAUNCHER_UID_MAX];
+        int64_t created = -1;
+        int r = pve_vm_config_get(pve, node, vmid, &config);
+        const char *desc = json_string_value(json_object_get(config, "description"));
+        bool described = r == 0 && launcher_description_parse(desc, uid, &created) == 0;
+        bool locked = json_object_get(config, "lock") != NULL;
+        json_decref(config);
+        if (r < 0 || locked || (described && uid_owned(g, uid, strlen(uid))))
+                return -1;
+        if (created < 0)
+                created = first_seen(g->l, region, vmid, g->now);
+        return g->now - created;
+}
+
+static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, const json_t *vm) {
+        const char *node = json_string_value(json_object_get(vm, "node"));
+        json_int_t vmid = json_integer_value(json_object_get(vm, "vmid"));
+        json_t *tmpl = json_object_get(vm, "template");
+        char err[512];
+        if (!node || vmid <= 0 || json_integer_value(tmpl) == 1 || json_is_true(tmpl) ||
+            !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG) ||
+            vm_owned(g, region, (uint32_t)vmid))
+                return;
+        int64_t age = orphan_age(g, pve, region, node, (uint32_t)vmid);
+        if (age < g->l->o.orphan_vm_age_ms)
+                return;
+        log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
+                 (long long)vmid, region, node, (long long)(age / 1000));
+        gc_error(g, launcher_delete_vm(pve, node, (uint32_t)vmid, err, sizeof err) < 0
+                            ? log_error_errno(-EIO, "launcher: GC: %s", err)
+                            : 0);
+}
+
+/* ---- reservations and ISOs of one host ---- */
+
+static void gc_reservations(struct gc *g, const char *region, const char *node) {
+        const struct launcher_env *e = &g->l->env;
+        struct agents_client *a = e->agent_for_host ? e->agent_for_host(e->userdata, region, node) : NULL;
+        json_t *list = NULL, *res;
+        char uid[LAUNCHER_UID_MAX];
+        size_t i;
+        if (!a || agents_reservations(a, &list) < 0) {
+                json_decref(list);
+                return;
+        }
+        json_array_foreach(json_object_get(list, "reservations"), i, res) {
+                const char *id = json_string_value(json_object_get(res, "id"));
+                int64_t created = json_integer_value(json_object_get(res, "created_at")) * 1000;
+                if (!id || launcher_owner_uid(json_string_value(json_object_get(res, "owner")), uid) < 0 ||
+                    uid_owned(g, uid, strlen(uid)) || g->now - created < LAUNCHER_RESERVATION_GRACE_MS)
+                        continue;
+                log_info("launcher: GC: releasing reservation %s on %s: its NodeClaim is gone", id, node);
+                int r = agents_release(a, id);
+                gc_error(g, r == -ENOENT ? 0 : r);
+        }
+        json_decref(list);
+}
+
+/* "pvescale-<claim>-<uid8>.iso" → its uid8. */
+static bool iso_uid8(const char *volid, char uid8[9]) {
+        const char *file = strstr(volid, ":iso/pvescale-");
+        size_t n = file ? strlen(file) : 0;
+        if (n < 5 + 9 + 8 + 4 || strcmp(file + n - 4, ".iso") != 0 || file[n - 13] != '-')
+                return false;
+        memcpy(uid8, file + n - 12, 8);
+        uid8[8] = '\0';
+        return true;
+}
+
+static void gc_isos(struct gc *g, struct pve_client *pve, const char *node, const char *storage) {
+        json_t *list = NULL, *e;
+        char uid8[9], err[512];
+        size_t i;
+        if (pve_storage_content(pve, node, storage, "iso", &list) < 0)
+                return;
+        json_array_foreach(list, i, e) {
+                const char *volid = json_string_value(json_object_get(e, "volid"));
+                int64_t ctime = json_integer_value(json_object_get(e, "ctime")) * 1000;
+                if (!volid || !iso_uid8(volid, uid8) || uid_owned(g, uid8, 8) ||
+                    g->now - ctime < g->l->o.orphan_vm_age_ms)
+                        continue;
+                log_info("launcher: GC: deleting %s on %s: its NodeClaim is gone", volid, node);
+                gc_error(g, launcher_delete_iso(pve, node, volid, err, sizeof err));
+        }
+        json_decref(list);
+}
+
+static void gc_hosts(struct gc *g, struct pve_client *pve, const char *region) {
+        json_t *list = NULL, *e;
+        size_t i;
+        if (pve_cluster_resources(pve, "storage", &list) < 0) {
+                gc_error(g, -EIO);
+                return;
+        }
+        json_array_foreach(list, i, e) {
+                const char *node = json_string_value(json_object_get(e, "node"));
+                const char *storage = json_string_value(json_object_get(e, "storage"));
+                const char *content = json_string_value(json_object_get(e, "content"));
+                if (node && storage && content && has_tag(content, "iso"))
+                        gc_isos(g, pve, node, storage);
+        }
+        json_decref(list);
+        list = NULL;
+        if (pve_nodes(pve, &list) < 0)
+                return;
+        json_array_foreach(list, i, e) {
+                const char *node = json_string_value(json_object_get(e, "node"));
+                if (node)
+                        gc_reservations(g, region, node);
+        }
+        json_decref(list);
+}
+
+static void gc_region(struct gc *g, const char *region) {
+        const struct launcher_env *e = &g->l->env;
+        struct pve_client *pve = e->pve_for_region(e->userdata, region);
+        json_t *list = NULL, *vm;
+        size_t i;
+        if (!pve)
+                return;
+        int r = pve_cluster_resources(pve, "vm", &list);
+        if (r < 0) {
+                gc_error(g, log_error_errno(r, "launcher: GC: VMs of %s: %s", region, pve_client_error(pve)));
+                return;
+        }
+        json_array_foreach(list, i, vm)
+                gc_vm(g, pve, region, vm);
+        json_decref(list);
+        gc_hosts(g, pve, region);
+}
+
+/* ---- tokens ---- */
+
+static void gc_tokens(struct gc *g) {
+        json_t *list = NULL, *s;
+        size_t i;
+        struct kube_list_options o = { .label_selector = TOKENS_LABEL_CLAIM_UID };
+        if (kube_list(g->kube, &kube_secrets, TOKENS_NAMESPACE, &o, &list) < 0) {
+                gc_error(g, -EIO);
+                return;
+        }
+        json_array_foreach(json_object_get(list, "items"), i, s) {
+                const json_t *meta = json_object_get(s, "metadata");
+                const char *name = json_string_value(json_object_get(meta, "name"));
+                const char *uid = json_string_value(json_object_get(json_object_get(meta, "labels"), TOKENS_LABEL_CLAIM_UID));
+                if (!name || !uid || uid_owned(g, uid, strlen(uid)))
+                        continue;
+                log_info("launcher: GC: deleting join token %s: its NodeClaim is gone", name);
+                int r = kube_delete(g->kube, &kube_secrets, TOKENS_NAMESPACE, name, NULL, NULL);
+                gc_error(g, r == -ENOENT ? 0 : r);
+        }
+        json_decref(list);
+}
+
+int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
+        struct gc g = { .l = l, .claims = claims, .now = launcher_now(l) };
+        g.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
+        if (!json_is_array(claims) || !g.kube)
+                return -EINVAL;
+        for (size_t i = 0; l->env.cfg && i < l->env.cfg->n_clusters; i++)
+                gc_region(&g, l->env.cfg->clusters[i].region);
+        gc_tokens(&g);
+        return g.err;
+}

@@ -1,0 +1,94 @@
+/* launcher_plan: the pure parts of a launch (VM config values, names, description, fallback accounting, back-off,
+ * NodeClaim conditions), kept apart from the I/O so that they can be tested on their own. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pve.h"
+
+#define LAUNCHER_TAG "pvescale"
+#define LAUNCHER_OWNER_PREFIX "nodeclaim/"
+#define LAUNCHER_DESCRIPTION_MARK "pvescale-nodeclaim"
+#define LAUNCHER_UID_MAX 64
+#define LAUNCHER_NAME_MAX 254
+#define LAUNCHER_MAX_NUMA 8
+
+/* One guest NUMA node of a placement, as kept in the claim's status.placement.numa. */
+struct launcher_numa {
+        unsigned host_node;
+        char guest_cpus[64]; /* cpulist of guest vCPUs, "0-3" */
+        uint64_t memory_mib;
+};
+
+/* The agent's reservation numa array ([{node, guest_cpus, memory_bytes}]) into the status form
+ * ([{hostNode, guestCPUs, memoryMiB}]). memory_bytes must be whole MiB. New reference or NULL (-EINVAL/-ENOMEM
+ * in *ret_err). */
+json_t *launcher_placement_numa_from_agent(const json_t *agent_numa, int *ret_err);
+
+/* Parse status.placement.numa. 0 with *ret_n entries (0..LAUNCHER_MAX_NUMA), or -EINVAL. */
+int launcher_numa_parse(const json_t *numa, struct launcher_numa *ret, size_t *ret_n);
+
+/* Add numa=1 and numa<i>=cpus=<a-b;c>,hostnodes=<n>,memory=<MiB>,policy=bind for every entry, and a delete of
+ * every numa<k> in current_config that is not set here (appended to *deletes, comma-separated). The memories
+ * must add up exactly to vm_memory_mib (Proxmox refuses to start the VM otherwise): -ERANGE if not. */
+int launcher_numa_params(const struct launcher_numa *numa, size_t n, uint64_t vm_memory_mib,
+                         const json_t *current_config, struct pve_params *p, char **deletes);
+
+/* A net<n> value with queues=<queues> (replacing any queues=). malloc'd or NULL. */
+char *launcher_net_with_queues(const char *net, unsigned queues);
+
+/* "pvescale;<nodepool>;<claim>;<extra...>": lower-cased, deduplicated, every tag checked against PVE's
+ * pve-tag-list rule ([a-z0-9_][a-z0-9_+.-]*). extra is a JSON array of strings or NULL. malloc'd, or NULL with
+ * -EINVAL/-ENOMEM in *ret_err. */
+char *launcher_tags(const char *nodepool, const char *claim, const json_t *extra, int *ret_err);
+
+/* The VM description: names the claim, its UID and the launch time, which is how garbage collection knows
+ * who owns a VM and how old it is. */
+char *launcher_description(const char *claim, const char *uid, int64_t created_ms);
+/* Read it back. 0 with the UID (and the creation time in ms, or -1 when absent), or -ENOENT when text is not a
+ * pvescale description. */
+int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int64_t *ret_created_ms);
+
+/* The reservation owner "nodeclaim/<uid>/<name>" (at most 253 characters) and its UID part. */
+int launcher_owner(const char *claim, const char *uid, char *buf, size_t len);
+int launcher_owner_uid(const char *owner, char uid[LAUNCHER_UID_MAX]);
+
+/* The boot disk of a VM config: the first disk of boot order= that is not a CD-ROM, else the first of scsi0,
+ * virtio0, sata0, ide0. 0 with the key (static storage in the config) and its size in bytes (0 when the
+ * config has no size=), or -ENOENT. */
+int launcher_boot_disk(const json_t *config, char key[16], uint64_t *ret_bytes);
+
+/* A NodeClass bootDevice.size ("30Gi", "1T") as Proxmox's resize argument ("30G") and bytes. */
+int launcher_disk_size(const char *size, char arg[32], uint64_t *ret_bytes);
+
+/* Host room from PVE data, for launches without an agent. */
+struct launcher_room {
+        int64_t cpus;         /* host CPUs minus every other VM's vCPUs and in-flight claims */
+        int64_t memory_bytes; /* host memory minus the same */
+};
+/* node_status: GET /nodes/{n}/status; vms: GET /nodes/{n}/qemu (templates skipped; VMs in skip_vmids, which
+ * in-flight claims already count, skipped); inflight_cpus/bytes: claims on this host that count before this
+ * one. Pure. */
+int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const uint32_t *skip_vmids, size_t n_skip,
+                           int64_t inflight_cpus, int64_t inflight_bytes, struct launcher_room *ret);
+
+/* The pause after the n-th consecutive failure (n >= 1): base * 2^(n-1), at most max. */
+int64_t launcher_backoff_delay(unsigned failures, int64_t base_ms, int64_t max_ms);
+
+/* "2026-07-01T12:00:00Z" of a time in ms since the epoch. buf needs 32 bytes. */
+char *launcher_rfc3339(int64_t ms, char *buf, size_t len);
+/* The same with milliseconds: "2026-07-01T12:00:00.250Z". */
+char *launcher_rfc3339_ms(int64_t ms, char *buf, size_t len);
+/* Parse an RFC 3339 UTC time ("...Z", fraction allowed). 0 or -EINVAL. */
+int launcher_parse_rfc3339(const char *s, int64_t *ret_ms);
+
+/* Set a condition in status.conditions (created when missing): lastTransitionTime changes only when the
+ * status changes. status is "True", "False" or "Unknown". */
+int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,
+                           const char *message, int64_t now_ms);
+/* True when status.conditions has type with status "True". */
+bool launcher_condition_true(const json_t *status, const char *type);

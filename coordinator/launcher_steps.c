@@ -1,0 +1,477 @@
+/* launcher_steps: reserve (agent, or PVE accounting without one), VMID, clone (+ boot disk resize) and the VM
+ * config of a NodeClaim. Every step can run again after a crash and finds what an earlier run left. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launcher_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define MIB (1024ULL * 1024ULL)
+
+static json_t *nc_spec(const struct lctx *c) {
+        return json_object_get(c->nodeclass, "spec");
+}
+
+/* ---- reserve ---- */
+
+static bool agent_unreachable(int r) {
+        return r == -ECONNREFUSED || r == -ETIMEDOUT || r == -EHOSTUNREACH || r == -ECONNRESET || r == -EHOSTDOWN ||
+               r == -ENETUNREACH;
+}
+
+static json_t *own_reservation(struct lctx *c, const char *owner, int *ret_err) {
+        json_t *list = NULL, *e, *found = NULL;
+        size_t i;
+        *ret_err = agents_reservations(c->agent, &list);
+        json_array_foreach(json_object_get(list, "reservations"), i, e) {
+                const char *o = json_string_value(json_object_get(e, "owner"));
+                if (!found && o && strcmp(o, owner) == 0)
+                        found = json_incref(e);
+        }
+        json_decref(list);
+        return found;
+}
+
+static int record_agent_reservation(struct lctx *c, const json_t *res) {
+        int err = 0;
+        const char *id = json_string_value(json_object_get(res, "id"));
+        json_t *numa = launcher_placement_numa_from_agent(json_object_get(res, "numa"), &err);
+        if (!id || !numa) {
+                json_decref(numa);
+                return launcher_errf(c, -EINVAL, "agent on %s: malformed reservation", c->host);
+        }
+        json_t *placement = json_pack("{s:o}", "numa", numa);
+        json_t *cpus = json_object_get(res, "cpus");
+        if (placement && json_is_string(cpus))
+                json_object_set(placement, "cpus", cpus);
+        json_t *ch = json_pack("{s:s, s:s, s:o, s:[{s:s, s:s, s:s, s:s}]}", "reservationID", id, "reservationMode",
+                               "agent", "placement", placement, "conditions", "type", "Launched", "status", "Unknown",
+                               "reason", "Launching", "message", "reserved on the host agent");
+        return launcher_set_step(c, STEP_RESERVED, ch);
+}
+
+/* -ENOTCONN: the agent cannot be reached (use the fallback). */
+static int reserve_with_agent(struct lctx *c) {
+        char owner[254];
+        json_t *res = NULL;
+        int r = launcher_owner(c->name, c->uid, owner, sizeof owner);
+        if (r == 0)
+                res = own_reservation(c, owner, &r);
+        if (!res && r == 0) {
+                struct agents_reserve req = { .vcpus = c->shape.vcpus, .memory_bytes = c->shape.vm_memory_bytes,
+                                              .ttl_seconds = (unsigned)c->l->o.reservation_ttl_s, .owner = owner };
+                r = agents_reserve(c->agent, &req, &res);
+        }
+        if (agent_unreachable(r)) {
+                log_error("launcher: NodeClaim %s: agent on %s unreachable (%s); accounting from Proxmox data", c->name,
+                          c->host, agents_client_error(c->agent));
+                return -ENOTCONN;
+        }
+        if (r == -ENOSPC)
+                return launcher_failf(c, "InsufficientCapacity", "host %s: %s", c->host, agents_client_error(c->agent));
+        if (r < 0)
+                return launcher_errf(c, r, "agent on %s: %s", c->host, agents_client_error(c->agent));
+        r = record_agent_reservation(c, res);
+        json_decref(res);
+        return r;
+}
+
+/* ---- reserve without an agent: host room from /nodes/{n}/status and the VM list, minus in-flight claims ---- */
+
+struct inflight {
+        int64_t cpus, bytes;
+        uint32_t skip[512];
+        size_t n_skip;
+};
+
+static bool step_before_configured(const char *step) {
+        static const char *const early[] = { STEP_RESERVED, STEP_VMID, STEP_CLONING, STEP_CLONED, NULL };
+        for (size_t i = 0; early[i]; i++)
+                if (strcmp(step, early[i]) == 0)
+                        return true;
+        return false;
+}
+
+static const char *meta_str(const json_t *o, const char *key) {
+        const char *s = json_string_value(json_object_get(json_object_get(o, "metadata"), key));
+        return s ? s : "";
+}
+
+/* Does other count before the claim being reserved? Claims that reserved already always do; claims that have
+ * not reserved yet do when they are older (then by name), so two launches never both take the last room. */
+static bool counts_before(const struct lctx *c, const json_t *other, const char *step) {
+        if (step[0])
+                return true;
+        int cmp = strcmp(meta_str(other, "creationTimestamp"), meta_str(c->claim, "creationTimestamp"));
+        return cmp < 0 || (cmp == 0 && strcmp(meta_str(other, "name"), c->name) < 0);
+}
+
+static bool same_host(const struct lctx *c, const json_t *status) {
+        const char *h = json_string_value(json_object_get(status, "host"));
+        const char *r = json_string_value(json_object_get(status, "region"));
+        return h && r && strcmp(h, c->host) == 0 && strcmp(r, c->region) == 0;
+}
+
+static int other_shape(struct lctx *c, const json_t *other, struct shape *ret) {
+        struct lctx o = { .l = c->l, .kube = c->kube, .claim = (json_t *)other };
+        int r = launcher_need_shape(&o);
+        if (r == 0)
+                *ret = o.shape;
+        json_decref(o.nodeclass);
+        return r == 0 ? 0 : -EINVAL;
+}
+
+static void count_claim(struct lctx *c, const json_t *other, struct inflight *in) {
+        const json_t *status = json_object_get(other, "status");
+        const char *step = json_string_value(json_object_get(status, "launchStep"));
+        struct shape s;
+        step = step ? step : "";
+        if (strcmp(meta_str(other, "uid"), c->uid) == 0 || !same_host(c, status) ||
+            json_object_get(json_object_get(other, "metadata"), "deletionTimestamp") ||
+            (step[0] && !step_before_configured(step)) || !counts_before(c, other, step) || other_shape(c, other, &s) < 0)
+                return;
+        in->cpus += s.vcpus;
+        in->bytes += (int64_t)s.vm_memory_bytes;
+        json_int_t vmid = json_integer_value(json_object_get(status, "vmid"));
+        if (vmid > 0 && in->n_skip < sizeof in->skip / sizeof in->skip[0])
+                in->skip[in->n_skip++] = (uint32_t)vmid;
+}
+
+static int inflight_claims(struct lctx *c, struct inflight *in) {
+        json_t *list = NULL, *e;
+        size_t i;
+        int r = kube_list(c->kube, &kube_nodeclaims, NULL, NULL, &list);
+        if (r < 0)
+                return launcher_errf(c, r, "list NodeClaims: %s", kube_client_error(c->kube));
+        json_array_foreach(json_object_get(list, "items"), i, e)
+                count_claim(c, e, in);
+        json_decref(list);
+        return 0;
+}
+
+static int reserve_from_pve(struct lctx *c) {
+        json_t *status = NULL, *vms = NULL;
+        struct inflight in = { 0 };
+        struct launcher_room room;
+        int r = pve_node_status(c->pve, c->host, &status);
+        if (r == 0)
+                r = pve_vm_list(c->pve, c->host, &vms);
+        if (r < 0)
+                launcher_errf(c, r, "host %s: %s", c->host, pve_client_error(c->pve));
+        if (r == 0)
+                r = inflight_claims(c, &in);
+        if (r == 0)
+                r = launcher_room_from_pve(status, vms, in.skip, in.n_skip, in.cpus, in.bytes, &room);
+        json_decref(status);
+        json_decref(vms);
+        if (r < 0)
+                return c->err[0] ? r : launcher_errf(c, r, "host %s: unreadable status", c->host);
+        if (room.cpus < (int64_t)c->shape.vcpus || room.memory_bytes < (int64_t)c->shape.vm_memory_bytes)
+                return launcher_failf(c, "InsufficientCapacity",
+                                      "host %s: %lld CPUs and %lld MiB free (Proxmox accounting), %u and %llu needed",
+                                      c->host, (long long)room.cpus, (long long)(room.memory_bytes / (int64_t)MIB),
+                                      c->shape.vcpus, (unsigned long long)(c->shape.vm_memory_bytes / MIB));
+        json_t *ch = json_pack("{s:s, s:n, s:[{s:s, s:s, s:s, s:s}]}", "reservationMode", "pve", "reservationID",
+                               "conditions", "type", "Launched", "status", "Unknown", "reason", "Launching", "message",
+                               "reserved by Proxmox accounting (no host agent)");
+        return launcher_set_step(c, STEP_RESERVED, ch);
+}
+
+int launcher_step_reserve(struct lctx *c) {
+        int r = launcher_need_shape(c);
+        if (r == 0)
+                r = launcher_need_pve(c);
+        if (r != 0)
+                return r;
+        if (c->agent) {
+                r = reserve_with_agent(c);
+                if (r != -ENOTCONN)
+                        return r;
+        }
+        return reserve_from_pve(c);
+}
+
+/* ---- VMID ---- */
+
+int launcher_step_vmid(struct lctx *c) {
+        uint32_t vmid;
+        char pid[300], when[40];
+        int r = launcher_need_pve(c);
+        if (r == 0)
+                r = launcher_pick_vmid(c, &vmid);
+        if (r != 0)
+                return r;
+        snprintf(pid, sizeof pid, "proxmox://%s/%u", c->region, vmid);
+        json_t *ch = json_pack("{s:i, s:s}", "vmid", (int)vmid, "providerID", pid);
+        if (ch && !launcher_status_str(c, "cloneStartedAt")[0])
+                json_object_set_new(ch, "cloneStartedAt", json_string(launcher_rfc3339_ms(c->now, when, sizeof when)));
+        return launcher_set_step(c, STEP_VMID, ch);
+}
+
+/* Give up the VMID (someone else has it) and pick another. */
+static int repick_vmid(struct lctx *c, uint32_t vmid) {
+        log_info("launcher: NodeClaim %s: VMID %u is taken by another VM; picking another", c->name, vmid);
+        json_t *ch = json_pack("{s:n, s:n, s:n}", "vmid", "cloneTask", "providerID");
+        return launcher_set_step(c, STEP_RESERVED, ch);
+}
+
+/* ---- clone ---- */
+
+static int clone_timeout(struct lctx *c, int64_t *ret_left_ms) {
+        int64_t started = launcher_status_time(c, "cloneStartedAt");
+        int64_t left = started ? started + c->l->o.clone_timeout_ms - c->now : c->l->o.clone_timeout_ms;
+        if (left <= 0)
+                return launcher_failf(c, "CloneTimeout", "the clone of VM %lld did not finish within %lld s",
+                                      (long long)launcher_status_int(c, "vmid"),
+                                      (long long)(c->l->o.clone_timeout_ms / 1000));
+        *ret_left_ms = left;
+        return 0;
+}
+
+static int wait_for_clone(struct lctx *c) {
+        int64_t left = 0;
+        int r = clone_timeout(c, &left);
+        return r != 0 ? r : launcher_wait(c, left < LAUNCHER_POLL_MS ? left : LAUNCHER_POLL_MS);
+}
+
+/* 1: the VM is this claim's, 0: cannot tell yet (being cloned), -1: someone else's. */
+static int vm_owner(const struct lctx *c, const json_t *config) {
+        char uid[LAUNCHER_UID_MAX];
+        int64_t created;
+        const char *desc = json_string_value(json_object_get(config, "description"));
+        if (launcher_description_parse(desc, uid, &created) == 0)
+                return strcmp(uid, c->uid) == 0 ? 1 : -1;
+        return json_object_get(config, "lock") ? 0 : -1;
+}
+
+static int resize_boot_disk(struct lctx *c, uint32_t vmid, const json_t *config) {
+        const char *size = json_string_value(json_object_get(json_object_get(nc_spec(c), "bootDevice"), "size"));
+        char arg[32], key[16], *upid = NULL;
+        uint64_t want, have;
+        if (!size)
+                return 0;
+        if (launcher_disk_size(size, arg, &want) < 0)
+                return launcher_failf(c, "InvalidNodeClass", "spec.bootDevice.size: invalid size \"%s\"", size);
+        if (launcher_boot_disk(config, key, &have) < 0)
+                return launcher_failf(c, "InvalidTemplate", "the template has no boot disk");
+        if (want <= have)
+                return 0;
+        int r = pve_vm_resize(c->pve, c->host, vmid, key, arg, &upid);
+        if (r < 0)
+                return launcher_errf(c, r, "resize %s of VM %u: %s", key, vmid, pve_client_error(c->pve));
+        r = launcher_task_wait(c, "resize", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        free(upid);
+        return r;
+}
+
+/* The clone exists and is done: resize its boot disk. */
+static int finish_clone(struct lctx *c, uint32_t vmid, const json_t *config) {
+        int r = launcher_need_nodeclass(c);
+        if (r == 0)
+                r = resize_boot_disk(c, vmid, config);
+        return r != 0 ? r : launcher_set_step(c, STEP_CLONED, json_pack("{s:n}", "cloneTask"));
+}
+
+static int find_template(struct lctx *c, uint32_t *ret_vmid) {
+        json_t *ref = json_object_get(nc_spec(c), "instanceTemplateRef"), *list = NULL, *t;
+        const char *tags[11] = { 0 };
+        size_t i;
+        json_array_foreach(json_object_get(ref, "tags"), i, t)
+                if (i < 10)
+                        tags[i] = json_string_value(t);
+        const char *name = json_string_value(json_object_get(ref, "name"));
+        int r = pve_vm_list(c->pve, c->host, &list);
+        if (r < 0)
+                return launcher_errf(c, r, "VMs of %s: %s", c->host, pve_client_error(c->pve));
+        r = pve_find_template(list, name, tags[0] ? tags : NULL, ret_vmid);
+        json_decref(list);
+        if (r < 0)
+                return launcher_failf(c, "TemplateNotFound", "no template %s%s%s on host %s", name ? name : "",
+                                      name ? "" : "with tags ", name ? "" : (tags[0] ? tags[0] : ""), c->host);
+        return 0;
+}
+
+static void clone_options(struct lctx *c, struct pve_clone *o) {
+        json_t *boot = json_object_get(nc_spec(c), "bootDevice");
+        o->name = c->name;
+        o->pool = json_string_value(json_object_get(nc_spec(c), "resourcePool"));
+        o->storage = json_string_value(json_object_get(boot, "storage"));
+        o->full = o->storage != NULL; /* a linked clone stays on the template's storage */
+}
+
+static int issue_clone(struct lctx *c, uint32_t vmid) {
+        uint32_t tmpl;
+        char *upid = NULL, image[160];
+        int r = launcher_need_nodeclass(c);
+        if (r == 0)
+                r = find_template(c, &tmpl);
+        if (r != 0)
+                return r;
+        char *desc = launcher_description(c->name, c->uid, launcher_status_time(c, "cloneStartedAt") ?: c->now);
+        struct pve_clone o = { .newid = vmid, .description = desc };
+        clone_options(c, &o);
+        r = desc ? pve_vm_clone(c->pve, c->host, tmpl, &o, &upid) : -ENOMEM;
+        free(desc);
+        launcher_unpick_vmid(c); /* Proxmox holds the id now, or refused it */
+        if (r == -EEXIST)
+                return repick_vmid(c, vmid);
+        if (r < 0)
+                return launcher_errf(c, r, "clone %u to %u on %s: %s", tmpl, vmid, c->host, pve_client_error(c->pve));
+        log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
+        snprintf(image, sizeof image, "%s/%u", c->host, tmpl);
+        json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", image);
+        free(upid);
+        return launcher_set_step(c, STEP_CLONING, ch);
+}
+
+/* The VMID already has a config: ours from an earlier run, someone's clone in progress, or someone else's. */
+static int existing_vm(struct lctx *c, uint32_t vmid, const json_t *config) {
+        int owner = vm_owner(c, config);
+        if (owner < 0)
+                return repick_vmid(c, vmid);
+        if (owner == 0 || json_object_get(config, "lock"))
+                return wait_for_clone(c);
+        return finish_clone(c, vmid, config);
+}
+
+int launcher_step_clone(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        json_t *config = NULL;
+        int r = launcher_need_pve(c);
+        if (r != 0)
+                return r;
+        if (vmid == 0)
+                return launcher_set_step(c, STEP_RESERVED, NULL);
+        r = pve_vm_config_get(c->pve, c->host, vmid, &config);
+        if (r == 0) {
+                r = existing_vm(c, vmid, config);
+                json_decref(config);
+                return r;
+        }
+        if (r != -ENOENT)
+                return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
+        return issue_clone(c, vmid);
+}
+
+/* The clone task failed: count the attempt and clone again from the VMID step. */
+static int clone_failed(struct lctx *c, const char *why) {
+        int64_t attempts = launcher_status_int(c, "attempts") + 1;
+        if (attempts >= LAUNCHER_MAX_ATTEMPTS)
+                return launcher_failf(c, "CloneFailed", "clone failed %lld times; last: %s", (long long)attempts, why);
+        log_error("launcher: NodeClaim %s: clone failed (attempt %lld): %s", c->name, (long long)attempts, why);
+        json_t *ch = json_pack("{s:s, s:n, s:I, s:s}", "launchStep", STEP_VMID, "cloneTask", "attempts",
+                               (json_int_t)attempts, "lastError", why);
+        int r = launcher_commit(c, ch);
+        return r < 0 ? r : launcher_wait(c, launcher_backoff_delay((unsigned)attempts, 1000, LAUNCHER_RETRY_MAX_MS));
+}
+
+static int clone_done(struct lctx *c, uint32_t vmid) {
+        json_t *config = NULL;
+        int r = pve_vm_config_get(c->pve, c->host, vmid, &config);
+        if (r < 0)
+                return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
+        r = vm_owner(c, config) == 1 ? finish_clone(c, vmid, config) : repick_vmid(c, vmid);
+        json_decref(config);
+        return r;
+}
+
+int launcher_step_cloning(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        const char *upid = launcher_status_str(c, "cloneTask");
+        struct pve_task_status ts;
+        int r = launcher_need_pve(c);
+        if (r != 0)
+                return r;
+        r = pve_task_status(c->pve, upid, &ts);
+        if (r == -EINVAL || r == -ENOENT) /* Proxmox forgot the task: look at the VM instead */
+                return launcher_set_step(c, STEP_VMID, json_pack("{s:n}", "cloneTask"));
+        if (r < 0)
+                return launcher_errf(c, r, "clone task of VM %u: %s", vmid, pve_client_error(c->pve));
+        if (ts.running)
+                return wait_for_clone(c);
+        if (strstr(ts.exitstatus, "already exists"))
+                return repick_vmid(c, vmid);
+        if (!pve_task_exit_ok(ts.exitstatus))
+                return clone_failed(c, ts.exitstatus);
+        return clone_done(c, vmid);
+}
+
+/* ---- config ---- */
+
+static int add_nets(struct pve_params *p, const json_t *config, unsigned queues) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)config, k, v) {
+                if (strncmp(k, "net", 3) != 0 || !json_is_string(v) || !strstr(json_string_value(v), "virtio"))
+                        continue;
+                char *net = launcher_net_with_queues(json_string_value(v), queues > 64 ? 64 : queues);
+                if (!net)
+                        return -ENOMEM;
+                pve_params_add(p, k, net);
+                free(net);
+        }
+        return p->error;
+}
+
+static int config_params(struct lctx *c, const json_t *config, struct pve_params *p) {
+        struct launcher_numa numa[LAUNCHER_MAX_NUMA];
+        size_t n = 0;
+        char *deletes = NULL, *tags, *desc;
+        int err = 0;
+        uint64_t mib = c->shape.vm_memory_bytes / MIB;
+        if (launcher_numa_parse(json_object_get(json_object_get(launcher_status(c), "placement"), "numa"), numa, &n) < 0)
+                return launcher_failf(c, "InvalidNodeClaim", "status.placement.numa: malformed");
+        pve_params_add_int(p, "cores", c->shape.vcpus);
+        pve_params_add_int(p, "sockets", 1);
+        pve_params_add_int(p, "memory", (long long)mib);
+        pve_params_add_int(p, "balloon", 0);
+        int r = launcher_numa_params(numa, n, mib, config, p, &deletes);
+        if (r == -ERANGE)
+                return launcher_failf(c, "InvalidPlacement", "NUMA memories do not add up to %llu MiB",
+                                      (unsigned long long)mib);
+        tags = launcher_tags(c->nodepool, c->name, json_object_get(nc_spec(c), "tags"), &err);
+        desc = launcher_description(c->name, c->uid, launcher_status_time(c, "cloneStartedAt") ?: c->now);
+        if (tags)
+                pve_params_add(p, "tags", tags);
+        if (desc)
+                pve_params_add(p, "description", desc);
+        if (deletes)
+                pve_params_add(p, "delete", deletes);
+        free(tags);
+        free(desc);
+        free(deletes);
+        if (err == -EINVAL)
+                return launcher_failf(c, "InvalidNodeClass", "a tag is not a valid Proxmox tag");
+        return r < 0 ? r : add_nets(p, config, c->shape.vcpus);
+}
+
+int launcher_step_config(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        struct pve_params p = PVE_PARAMS_INIT;
+        json_t *config = NULL;
+        char *upid = NULL;
+        int r = launcher_need_shape(c);
+        if (r == 0)
+                r = launcher_need_pve(c);
+        if (r != 0)
+                return r;
+        r = pve_vm_config_get(c->pve, c->host, vmid, &config);
+        if (r < 0)
+                return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
+        r = config_params(c, config, &p);
+        json_decref(config);
+        if (r == 0)
+                r = pve_vm_config_post(c->pve, c->host, vmid, &p, &upid);
+        pve_params_done(&p);
+        if (r < 0)
+                return launcher_errf(c, r, "configure VM %u: %s", vmid, pve_client_error(c->pve));
+        if (r != 0)
+                return r;
+        r = launcher_task_wait(c, "configure", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        free(upid);
+        return r != 0 ? r : launcher_set_step(c, STEP_CONFIGURED, NULL);
+}

@@ -1,0 +1,232 @@
+/* Tests for coordinator/launcher_plan and tokens: numaN values and their sums, net queues, tags, description and
+ * owner round trips, boot disk, disk sizes, PVE accounting, back-off, times, conditions, token Secrets. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "launcher_plan.h"
+#include "tokens.h"
+
+static json_t *parse(const char *text) {
+        json_error_t e;
+        json_t *v = json_loads(text, 0, &e);
+        if (!v)
+                fail_msg("bad test JSON: %s", e.text);
+        return v;
+}
+
+static void test_numa_from_agent_and_params(void **state) {
+        (void)state;
+        int err = 0;
+        json_t *agent = parse("[{\"node\": 1, \"guest_cpus\": \"0-5\", \"memory_bytes\": 6442450944},"
+                              " {\"node\": 3, \"guest_cpus\": \"6-9,12\", \"memory_bytes\": 4294967296}]");
+        json_t *numa = launcher_placement_numa_from_agent(agent, &err);
+        assert_non_null(numa);
+        struct launcher_numa n[LAUNCHER_MAX_NUMA];
+        size_t count = 0;
+        assert_int_equal(launcher_numa_parse(numa, n, &count), 0);
+        assert_int_equal(count, 2);
+        assert_int_equal(n[0].host_node, 1);
+        assert_int_equal(n[1].memory_mib, 4096);
+        /* The template has numa0..numa2: numa2 must go. */
+        json_t *config = parse("{\"numa0\": \"cpus=0\", \"numa1\": \"cpus=1\", \"numa2\": \"cpus=2\"}");
+        struct pve_params p = PVE_PARAMS_INIT;
+        char *deletes = NULL;
+        assert_int_equal(launcher_numa_params(n, count, 10240, config, &p, &deletes), 0);
+        assert_string_equal(pve_params_get(&p, "numa"), "1");
+        assert_string_equal(pve_params_get(&p, "numa0"), "cpus=0-5,hostnodes=1,memory=6144,policy=bind");
+        assert_string_equal(pve_params_get(&p, "numa1"), "cpus=6-9;12,hostnodes=3,memory=4096,policy=bind");
+        assert_string_equal(deletes, "numa2");
+        /* The memories must add up exactly (the seed's defect 1). */
+        struct pve_params q = PVE_PARAMS_INIT;
+        char *d2 = NULL;
+        assert_int_equal(launcher_numa_params(n, count, 10241, NULL, &q, &d2), -ERANGE);
+        free(deletes);
+        free(d2);
+        pve_params_done(&p);
+        pve_params_done(&q);
+        json_decref(config);
+        json_decref(numa);
+        json_decref(agent);
+}
+
+static void test_numa_bad_input(void **state) {
+        (void)state;
+        int err = 0;
+        json_t *odd = parse("[{\"node\": 0, \"guest_cpus\": \"0\", \"memory_bytes\": 1000}]");
+        assert_null(launcher_placement_numa_from_agent(odd, &err));
+        assert_int_equal(err, -EINVAL);
+        json_t *bad = parse("[{\"hostNode\": 0, \"guestCPUs\": \"0;1\", \"memoryMiB\": 10}]");
+        struct launcher_numa n[LAUNCHER_MAX_NUMA];
+        size_t count;
+        assert_int_equal(launcher_numa_parse(bad, n, &count), -EINVAL);
+        json_t *empty = launcher_placement_numa_from_agent(NULL, &err);
+        assert_int_equal(json_array_size(empty), 0);
+        json_decref(empty);
+        json_decref(odd);
+        json_decref(bad);
+}
+
+static void test_net_queues(void **state) {
+        (void)state;
+        char *s = launcher_net_with_queues("virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1", 4);
+        assert_string_equal(s, "virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1,queues=4");
+        free(s);
+        s = launcher_net_with_queues("virtio=BC:24:11:00:00:01,queues=2,bridge=vmbr0", 8);
+        assert_string_equal(s, "virtio=BC:24:11:00:00:01,bridge=vmbr0,queues=8");
+        free(s);
+}
+
+static void test_tags(void **state) {
+        (void)state;
+        int err = 0;
+        json_t *extra = parse("[\"K8s\", \"pvescale\", \"team.a\"]");
+        char *t = launcher_tags("default", "default-x7k2p", extra, &err);
+        assert_string_equal(t, "pvescale;default;default-x7k2p;k8s;team.a");
+        free(t);
+        json_t *bad = parse("[\"-nope\"]");
+        assert_null(launcher_tags("default", "c", bad, &err));
+        assert_int_equal(err, -EINVAL);
+        json_decref(extra);
+        json_decref(bad);
+}
+
+static void test_description_and_owner(void **state) {
+        (void)state;
+        char uid[LAUNCHER_UID_MAX], buf[254];
+        int64_t created;
+        char *d = launcher_description("default-abc", "0b5c7a2e-1111-2222-3333-444455556666", 1782900000123);
+        assert_int_equal(launcher_description_parse(d, uid, &created), 0);
+        assert_string_equal(uid, "0b5c7a2e-1111-2222-3333-444455556666");
+        assert_int_equal(created, 1782900000000); /* whole seconds */
+        assert_int_equal(launcher_description_parse("some VM\nuid: x\n", uid, &created), -ENOENT);
+        assert_int_equal(launcher_description_parse(NULL, uid, &created), -ENOENT);
+        free(d);
+        assert_int_equal(launcher_owner("default-abc", "u-1", buf, sizeof buf), 0);
+        assert_string_equal(buf, "nodeclaim/u-1/default-abc");
+        assert_int_equal(launcher_owner_uid(buf, uid), 0);
+        assert_string_equal(uid, "u-1");
+        assert_int_equal(launcher_owner_uid("someone-else", uid), -ENOENT);
+}
+
+static void test_boot_disk_and_size(void **state) {
+        (void)state;
+        char key[16], arg[32];
+        uint64_t bytes;
+        json_t *c = parse("{\"boot\": \"order=ide2;virtio1;net0\", \"ide2\": \"local:iso/x.iso,media=cdrom\","
+                          " \"virtio1\": \"local-lvm:vm-1-disk-1,size=8G\", \"scsi0\": \"local-lvm:vm-1-disk-0,size=20G\"}");
+        assert_int_equal(launcher_boot_disk(c, key, &bytes), 0);
+        assert_string_equal(key, "virtio1");
+        assert_int_equal(bytes, 8ULL << 30);
+        json_object_del(c, "boot");
+        assert_int_equal(launcher_boot_disk(c, key, &bytes), 0);
+        assert_string_equal(key, "scsi0");
+        json_t *none = parse("{\"ide2\": \"none,media=cdrom\"}");
+        assert_int_equal(launcher_boot_disk(none, key, &bytes), -ENOENT);
+        assert_int_equal(launcher_disk_size("30Gi", arg, &bytes), 0);
+        assert_string_equal(arg, "30G");
+        assert_int_equal(bytes, 30ULL << 30);
+        assert_int_equal(launcher_disk_size("1T", arg, &bytes), 0);
+        assert_string_equal(arg, "1T");
+        assert_int_equal(launcher_disk_size("30Mi", arg, &bytes), -EINVAL);
+        json_decref(c);
+        json_decref(none);
+}
+
+static void test_room_from_pve(void **state) {
+        (void)state;
+        json_t *st = parse("{\"cpuinfo\": {\"cpus\": 16, \"cores\": 8}, \"memory\": {\"total\": 68719476736}}");
+        json_t *vms = parse("[{\"vmid\": 9000, \"template\": 1, \"maxcpu\": 2, \"maxmem\": 2147483648},"
+                            " {\"vmid\": 100, \"cpus\": 4, \"maxmem\": 8589934592},"
+                            " {\"vmid\": 101, \"maxcpu\": 2, \"maxmem\": 2147483648}]");
+        struct launcher_room room;
+        uint32_t skip[] = { 101 };
+        assert_int_equal(launcher_room_from_pve(st, vms, skip, 1, 8, 16LL << 30, &room), 0);
+        assert_int_equal(room.cpus, 16 - 4 - 8);
+        assert_int_equal(room.memory_bytes, (64LL - 8 - 16) << 30);
+        assert_int_equal(launcher_room_from_pve(vms, vms, NULL, 0, 0, 0, &room), -EINVAL);
+        json_decref(st);
+        json_decref(vms);
+}
+
+static void test_backoff_and_times(void **state) {
+        (void)state;
+        assert_int_equal(launcher_backoff_delay(1, 30000, 1800000), 30000);
+        assert_int_equal(launcher_backoff_delay(3, 30000, 1800000), 120000);
+        assert_int_equal(launcher_backoff_delay(30, 30000, 1800000), 1800000);
+        char buf[40];
+        int64_t ms;
+        assert_string_equal(launcher_rfc3339(0, buf, sizeof buf), "1970-01-01T00:00:00Z");
+        assert_string_equal(launcher_rfc3339_ms(1782900000123, buf, sizeof buf), "2026-07-01T10:00:00.123Z");
+        assert_int_equal(launcher_parse_rfc3339(buf, &ms), 0);
+        assert_int_equal(ms, 1782900000123);
+        assert_int_equal(launcher_parse_rfc3339("2026-07-01T10:00:00+02:00", &ms), -EINVAL);
+}
+
+static void test_conditions(void **state) {
+        (void)state;
+        json_t *status = json_object();
+        assert_int_equal(launcher_condition_set(status, "Launched", "Unknown", "Launching", "", 1000), 0);
+        assert_false(launcher_condition_true(status, "Launched"));
+        assert_int_equal(launcher_condition_set(status, "Launched", "True", "Launched", "ok", 5000000), 0);
+        assert_true(launcher_condition_true(status, "Launched"));
+        json_t *c = json_array_get(json_object_get(status, "conditions"), 0);
+        assert_string_equal(json_string_value(json_object_get(c, "lastTransitionTime")), "1970-01-01T01:23:20Z");
+        /* Same status again: the transition time stays. */
+        assert_int_equal(launcher_condition_set(status, "Launched", "True", "Launched", "again", 9000000), 0);
+        assert_string_equal(json_string_value(json_object_get(c, "lastTransitionTime")), "1970-01-01T01:23:20Z");
+        assert_int_equal(json_array_size(json_object_get(status, "conditions")), 1);
+        json_decref(status);
+}
+
+static void test_tokens(void **state) {
+        (void)state;
+        char id[TOKENS_ID_LEN + 1], secret[TOKENS_SECRET_LEN + 1], id2[TOKENS_ID_LEN + 1], back[TOKENS_SECRET_LEN + 1];
+        assert_int_equal(tokens_generate(id, secret), 0);
+        assert_int_equal(strlen(id), 6);
+        assert_int_equal(strspn(secret, "abcdefghijklmnopqrstuvwxyz0123456789"), 16);
+        assert_int_equal(tokens_generate(id2, back), 0);
+        assert_string_not_equal(secret, back);
+        json_t *s = tokens_secret(id, secret, 1782900000000, NULL, "default-abc", "uid-1");
+        assert_string_equal(json_string_value(json_object_get(s, "type")), "bootstrap.kubernetes.io/token");
+        json_t *sd = json_object_get(s, "stringData");
+        assert_string_equal(json_string_value(json_object_get(sd, "usage-bootstrap-signing")), "true");
+        assert_string_equal(json_string_value(json_object_get(sd, "usage-bootstrap-authentication")), "true");
+        assert_string_equal(json_string_value(json_object_get(sd, "expiration")), "2026-07-01T10:00:00Z");
+        assert_string_equal(json_string_value(json_object_get(sd, "auth-extra-groups")), TOKENS_DEFAULT_GROUPS);
+        char name[64];
+        snprintf(name, sizeof name, "bootstrap-token-%s", id);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(s, "metadata"), "name")), name);
+        /* data as the API server returns it: base64 */
+        json_t *stored = parse("{\"data\": {\"token-secret\": \"MDEyMzQ1Njc4OWFiY2RlZg==\"}}");
+        assert_int_equal(tokens_secret_value(stored, back), 0);
+        assert_string_equal(back, "0123456789abcdef");
+        json_t *bad = parse("{\"data\": {\"token-secret\": \"c2hvcnQ=\"}}");
+        assert_int_equal(tokens_secret_value(bad, back), -EINVAL);
+        json_decref(s);
+        json_decref(stored);
+        json_decref(bad);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_numa_from_agent_and_params),
+                cmocka_unit_test(test_numa_bad_input),
+                cmocka_unit_test(test_net_queues),
+                cmocka_unit_test(test_tags),
+                cmocka_unit_test(test_description_and_owner),
+                cmocka_unit_test(test_boot_disk_and_size),
+                cmocka_unit_test(test_room_from_pve),
+                cmocka_unit_test(test_backoff_and_times),
+                cmocka_unit_test(test_conditions),
+                cmocka_unit_test(test_tokens),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
