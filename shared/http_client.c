@@ -4,7 +4,6 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +49,6 @@ struct transfer {
         struct timespec last_data;
         bool idle_hit, canceled, too_big;
 };
-
-static pthread_once_t global_once = PTHREAD_ONCE_INIT;
-static CURLcode global_result = CURLE_FAILED_INIT;
-
-static void global_init(void) {
-        global_result = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* ---- small helpers ---- */
 
@@ -154,12 +146,14 @@ static int client_init(struct http_client *c, const struct http_client_options *
 
 int http_client_new(const struct http_client_options *opts, struct http_client **ret_client) {
         static const struct http_client_options defaults = { 0 };
-        pthread_once(&global_once, global_init);
-        if (global_result != CURLE_OK)
+        /* Reference-counted inside libcurl, and thread-safe since 7.84 (CURL_VERSION_THREADSAFE). */
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
                 return -EIO;
         struct http_client *c = calloc(1, sizeof *c);
-        if (!c)
+        if (!c) {
+                curl_global_cleanup();
                 return -ENOMEM;
+        }
         int r = client_init(c, opts ? opts : &defaults);
         if (r < 0) {
                 http_client_free(c);
@@ -182,6 +176,7 @@ void http_client_free(struct http_client *c) {
         free(c->cert_file);
         free(c->key_file);
         free(c);
+        curl_global_cleanup();
 }
 
 int http_client_set_bearer(struct http_client *c, const char *token) {

@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 /* Threads: a client owns one CURL easy handle and its connection cache, so it is NOT thread-safe.
- * Each thread creates and uses its own client (creating clients from several threads is safe:
- * libcurl's global init runs once, before the first handle). */
+ * Each thread creates and uses its own client. Creating and freeing clients from several threads at once is
+ * safe with a thread-safe libcurl (7.84 or later, built "threadsafe", as Debian bookworm's 7.88 is). */
 
 struct http_client_options {
         const char *ca_file;                /* PEM CA bundle that signs the server; NULL = system store */
