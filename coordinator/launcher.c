@@ -315,7 +315,13 @@ int launcher_set_step(struct lctx *c, const char *step, json_t *changes) {
         json_object_set_new(changes, "attempts", json_null());
         json_object_set_new(changes, "lastError", json_null());
         log_info("launcher: NodeClaim %s: %s", c->name, step);
-        return launcher_commit(c, changes);
+        const struct launcher_env *e = &c->l->env;
+        if (e->on_step)
+                e->on_step(e->userdata, c->name, step, false);
+        int r = launcher_commit(c, changes);
+        if (r == 0 && e->on_step)
+                e->on_step(e->userdata, c->name, step, true);
+        return r;
 }
 
 int launcher_errf(struct lctx *c, int r, const char *fmt, ...) {

@@ -34,6 +34,9 @@ struct launcher_env {
          * worker threads and a kube_client is not thread-safe). NULL = use kube, and then never call the
          * launcher from two threads at once. */
         struct kube_client *(*kube_for_thread)(void *userdata);
+        /* Called just before (recorded false) and just after (recorded true) a launch step is written to a
+         * claim's status.launchStep; NULL = none. For metrics, and for tests that crash the process at a step. */
+        void (*on_step)(void *userdata, const char *claim, const char *step, bool recorded);
         /* Wall clock in milliseconds since the epoch; tests may fake it. NULL = the real clock. */
         int64_t (*now_ms)(void *userdata);
 };
