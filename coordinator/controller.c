@@ -1,0 +1,483 @@
+/* controller: the coordinator's control loop: informers feeding a cache, intake batching, provisioning rounds,
+ * a worker pool that drives the launcher, garbage collection and leader election. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "controller.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller_internal.h"
+#include "leader.h"
+#include "log.h"
+#include "provisioner.h"
+
+#define DEFAULT_WORKERS 4
+#define DEFAULT_GC_INTERVAL_MS 60000
+#define DEFAULT_RESYNC_MS 30000
+#define LOOP_TICK_MS 1000
+#define NOT_READY_TICK_MS 100
+#define HEALTHY_WITHIN_MS 30000
+
+static const struct kube_resource *const KIND_RT[K_N] = {
+        [K_PODS] = &kube_pods,          [K_NODES] = &kube_nodes,           [K_CLAIMS] = &kube_nodeclaims,
+        [K_POOLS] = &kube_nodepools,    [K_CLASSES] = &kube_nodeclasses,   [K_DAEMONSETS] = &kube_daemonsets,
+};
+
+int64_t controller__mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t controller__wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void deadline_ts(int64_t mono_ms, struct timespec *ts) {
+        ts->tv_sec = mono_ms / 1000;
+        ts->tv_nsec = (mono_ms % 1000) * 1000000;
+}
+
+static const char *meta_str(const json_t *o, const char *key) {
+        return json_string_value(json_object_get(json_object_get(o, "metadata"), key));
+}
+
+static void store_key(const json_t *obj, char *buf, size_t len) {
+        const char *ns = meta_str(obj, "namespace"), *name = meta_str(obj, "name");
+        if (ns && *ns)
+                snprintf(buf, len, "%s/%s", ns, name ? name : "");
+        else
+                snprintf(buf, len, "%s", name ? name : "");
+}
+
+static bool all_synced_locked(const struct controller *c) {
+        for (int k = 0; k < K_N; k++)
+                if (!c->synced[k])
+                        return false;
+        return true;
+}
+
+/* ---- reacting to watch events (c->mu held) ---- */
+
+static void trigger_locked(struct controller *c) {
+        if (json_object_size(c->candidates) > 0)
+                intake_batch_add(&c->batch, controller__mono_ms());
+}
+
+static void pod_changed(struct controller *c, enum kube_watch_event ev, const json_t *pod) {
+        char key[512];
+        const char *uid = meta_str(pod, "uid");
+        if (uid)
+                snprintf(key, sizeof key, "%s", uid);
+        else
+                store_key(pod, key, sizeof key);
+        if (ev != KUBE_EVENT_DELETED && intake_pod_is_candidate(pod)) {
+                if (!json_object_get(c->candidates, key))
+                        intake_batch_add(&c->batch, controller__mono_ms());
+                json_object_set(c->candidates, key, (json_t *)pod);
+        } else {
+                json_object_del(c->candidates, key);
+        }
+        stats_set(c->stats, STATS_PENDING_PODS, (int64_t)json_object_size(c->candidates));
+}
+
+static bool initialized(const json_t *claim) {
+        size_t i;
+        json_t *cond;
+        json_array_foreach(json_object_get(json_object_get(claim, "status"), "conditions"), i, cond) {
+                const char *type = json_string_value(json_object_get(cond, "type"));
+                const char *st = json_string_value(json_object_get(cond, "status"));
+                if (type && st && strcmp(type, "Initialized") == 0)
+                        return strcmp(st, "True") == 0;
+        }
+        return false;
+}
+
+static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {
+        bool was = prev && initialized(prev);
+        if (ev == KUBE_EVENT_DELETED) {
+                if (!was)
+                        stats_add(c->stats, STATS_LAUNCH_FAILED, 1);
+                controller__forget_locked(c, meta_str(claim, "name"));
+                trigger_locked(c); /* its room is free again, or its launch failed */
+        } else {
+                if (initialized(claim) && !was)
+                        stats_add(c->stats, STATS_LAUNCH_INITIALIZED, 1);
+                controller__enqueue_locked(c, claim);
+        }
+        stats_set(c->stats, STATS_NODECLAIMS, (int64_t)json_object_size(c->store[K_CLAIMS]));
+}
+
+/* A Node came, changed or went: reconcile the claim that launched it. */
+static void node_changed(struct controller *c, enum kube_watch_event ev, const json_t *node) {
+        const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
+        const char *key;
+        json_t *claim;
+        if (ev == KUBE_EVENT_DELETED)
+                trigger_locked(c);
+        if (!pid || !*pid)
+                return;
+        json_object_foreach(c->store[K_CLAIMS], key, claim) {
+                const char *cp = json_string_value(json_object_get(json_object_get(claim, "status"), "providerID"));
+                if (cp && strcmp(cp, pid) == 0)
+                        controller__enqueue_locked(c, claim);
+        }
+}
+
+/* Added, deleted, or a new generation (status-only updates, such as our own NodePool usage, do not count). */
+static bool spec_changed(enum kube_watch_event ev, const json_t *obj, const json_t *prev) {
+        const json_t *g = json_object_get(json_object_get(obj, "metadata"), "generation");
+        const json_t *pg = json_object_get(json_object_get(prev, "metadata"), "generation");
+        return ev != KUBE_EVENT_MODIFIED || !prev || !json_equal((json_t *)g, (json_t *)pg);
+}
+
+static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watch_event ev, const json_t *obj) {
+        char key[512];
+        store_key(obj, key, sizeof key);
+        json_t *prev = json_incref(json_object_get(c->store[kind], key));
+        if (ev == KUBE_EVENT_DELETED)
+                json_object_del(c->store[kind], key);
+        else
+                json_object_set(c->store[kind], key, (json_t *)obj);
+        if (kind == K_PODS)
+                pod_changed(c, ev, obj);
+        else if (kind == K_CLAIMS)
+                claim_changed(c, ev, obj, prev);
+        else if (kind == K_NODES)
+                node_changed(c, ev, obj);
+        else if ((kind == K_POOLS || kind == K_CLASSES) && c->synced[kind] && spec_changed(ev, obj, prev))
+                trigger_locked(c);
+        json_decref(prev);
+}
+
+static int on_event(enum kube_watch_event ev, const json_t *obj, void *userdata) {
+        struct ctl_watcher *w = userdata;
+        struct controller *c = w->ctl;
+        pthread_mutex_lock(&c->mu);
+        if (ev == KUBE_EVENT_SYNCED) {
+                if (!c->synced[w->kind])
+                        log_info("%s: listed (%zu)", KIND_RT[w->kind]->plural, json_object_size(c->store[w->kind]));
+                c->synced[w->kind] = true;
+                atomic_store(&w->sw->synced, 1);
+                stats_set(c->stats, STATS_READY, all_synced_locked(c));
+        } else if (obj) {
+                apply_event(c, w->kind, ev, obj);
+        }
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+}
+
+/* ---- informer threads ---- */
+
+static void copy_watch_stats(struct ctl_watcher *w) {
+        const struct kube_informer_stats *s = kube_informer_stats(w->inf);
+        atomic_store(&w->sw->lists, s->lists);
+        atomic_store(&w->sw->relists_410, s->relists_410);
+        atomic_store(&w->sw->watches, s->watches);
+        atomic_store(&w->sw->resumes, s->resumes);
+        atomic_store(&w->sw->failures, s->failures);
+}
+
+static void *watcher_main(void *arg) {
+        struct ctl_watcher *w = arg;
+        while (!atomic_load(&w->ctl->stop)) {
+                int r = kube_informer_step(w->inf);
+                copy_watch_stats(w);
+                if (r == -ECANCELED)
+                        break;
+                if (r < 0)
+                        log_error("informer %s: %s", KIND_RT[w->kind]->plural, strerror(-r));
+        }
+        return NULL;
+}
+
+static int watcher_new(struct controller *c, enum ctl_kind kind) {
+        struct ctl_watcher *w = &c->watchers[kind];
+        *w = (struct ctl_watcher){ .ctl = c, .kind = kind };
+        w->sw = stats_watch_add(c->stats, KIND_RT[kind]->plural);
+        int r = kube_client_new(c->kcfg, NULL, &w->kube);
+        if (r < 0)
+                return log_error_errno(r, "kubernetes client: %s", strerror(-r));
+        kube_client_set_cancel(w->kube, &c->stop);
+        r = kube_informer_new(w->kube, KIND_RT[kind], NULL, NULL, on_event, w, &w->inf);
+        return r < 0 ? log_error_errno(r, "informer: %s", strerror(-r)) : 0;
+}
+
+/* ---- the control loop ---- */
+
+struct snapshot {
+        struct provisioner_snapshot s;
+        json_t *arrays[K_N + 2];
+};
+
+static json_t *values(const json_t *obj) {
+        json_t *arr = json_array();
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)obj, key, v) {
+                json_array_append(arr, v);
+        }
+        return arr;
+}
+
+static bool bound_and_running(const json_t *pod) {
+        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+        return node && *node && !(phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
+}
+
+static json_t *bound_pods(const json_t *pods) {
+        json_t *arr = json_array();
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)pods, key, v) {
+                if (bound_and_running(v))
+                        json_array_append(arr, v);
+        }
+        return arr;
+}
+
+static void snapshot_take_locked(struct controller *c, struct snapshot *s) {
+        for (int k = 0; k < K_N; k++)
+                s->arrays[k] = k == K_PODS ? bound_pods(c->store[k]) : values(c->store[k]);
+        s->arrays[K_N] = values(c->candidates);
+        s->s = (struct provisioner_snapshot){ .candidates = s->arrays[K_N], .bound = s->arrays[K_PODS],
+                                              .nodes = s->arrays[K_NODES], .claims = s->arrays[K_CLAIMS],
+                                              .pools = s->arrays[K_POOLS], .classes = s->arrays[K_CLASSES],
+                                              .daemonsets = s->arrays[K_DAEMONSETS] };
+}
+
+static void snapshot_done(struct snapshot *s) {
+        for (int k = 0; k < K_N + 2; k++)
+                json_decref(s->arrays[k]);
+}
+
+static void claim_created(void *userdata, const json_t *claim) {
+        struct controller *c = userdata;
+        const char *name = meta_str(claim, "name");
+        pthread_mutex_lock(&c->mu);
+        if (name && !json_object_get(c->store[K_CLAIMS], name)) {
+                json_object_set(c->store[K_CLAIMS], name, (json_t *)claim);
+                controller__enqueue_locked(c, claim);
+        }
+        pthread_mutex_unlock(&c->mu);
+}
+
+static void host_address(void *userdata, const char *region, const char *host, const char *address) {
+        struct controller *c = userdata;
+        char key[512];
+        snprintf(key, sizeof key, "%s/%s", region, host);
+        pthread_mutex_lock(&c->mu);
+        json_object_set_new(c->addresses, key, json_string(address));
+        pthread_mutex_unlock(&c->mu);
+}
+
+static void round_locked(struct controller *c, struct provisioner *p) {
+        struct snapshot s;
+        struct provisioner_outcome out = { 0 };
+        size_t n = intake_batch_close(&c->batch);
+        snapshot_take_locked(c, &s);
+        pthread_mutex_unlock(&c->mu);
+        int r = provisioner_run(p, &s.s, &out);
+        if (r == 0)
+                log_info("batch of %zu new: %zu pending pods: %zu fit nodes, %zu in-flight claims, %zu on %zu new claims, "
+                         "%zu stay pending; %zu hosts (%zu by agents); simulation %.1f ms",
+                         n, out.candidates, out.on_nodes, out.on_inflight, out.on_new, out.claims_created, out.unplaced,
+                         out.hosts, out.hosts_from_agents, out.simulate_seconds * 1000);
+        snapshot_done(&s);
+        pthread_mutex_lock(&c->mu);
+        c->last_round_ms = controller__mono_ms();
+        c->last_unplaced = r < 0 ? 1 : out.unplaced + out.failures;
+        stats_set(c->stats, STATS_UNPLACED_PODS, (int64_t)out.unplaced);
+}
+
+static int64_t loop_deadline_locked(const struct controller *c, int64_t now, int64_t next_lease) {
+        int64_t d = now + LOOP_TICK_MS, b = intake_batch_deadline(&c->batch);
+        if (b >= 0 && b < d)
+                d = b <= now ? now + NOT_READY_TICK_MS : b;
+        if (c->o.leader_elect && next_lease < d)
+                d = next_lease;
+        return d;
+}
+
+static void lease_locked(struct controller *c, struct leader *l, struct kube_client *kube, int64_t *next_lease) {
+        int64_t now = controller__mono_ms();
+        if (!c->o.leader_elect || now < *next_lease)
+                return;
+        pthread_mutex_unlock(&c->mu);
+        bool lead = leader_step(l, kube, now);
+        pthread_mutex_lock(&c->mu);
+        *next_lease = now + l->o.retry_ms;
+        if (lead != c->leader) {
+                c->leader = lead;
+                stats_set(c->stats, STATS_LEADER, lead);
+                controller__wake_workers_locked(c);
+        }
+}
+
+static void loop_locked(struct controller *c, struct provisioner *p, struct leader *l, struct kube_client *kube) {
+        int64_t next_lease = 0;
+        while (!atomic_load(&c->stop)) {
+                int64_t now = controller__mono_ms();
+                atomic_store(&c->heartbeat_ms, now);
+                lease_locked(c, l, kube, &next_lease);
+                if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, controller__mono_ms()))
+                        round_locked(c, p);
+                now = controller__mono_ms();
+                if (c->last_unplaced > 0 && !c->batch.open && now - c->last_round_ms >= c->o.resync_ms)
+                        trigger_locked(c);
+                struct timespec ts;
+                deadline_ts(loop_deadline_locked(c, now, next_lease), &ts);
+                pthread_cond_timedwait(&c->cond, &c->mu, &ts);
+        }
+}
+
+static void *loop_main(void *arg) {
+        struct controller *c = arg;
+        struct kube_client *kube = NULL;
+        struct provisioner *p = NULL;
+        struct leader l;
+        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity });
+        if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
+                log_error("kubernetes client for the control loop: out of memory");
+                return NULL;
+        }
+        kube_client_set_cancel(kube, &c->stop);
+        struct provisioner_env env = { .cfg = c->cfg, .kube = kube, .stats = c->stats, .claim_created = claim_created,
+                                       .host_address = host_address, .userdata = c };
+        if (c->launcher && c->ops->backoff_active)
+                env.backoff_active = controller__backoff_active;
+        if (provisioner_new(&env, &p) == 0) {
+                pthread_mutex_lock(&c->mu);
+                loop_locked(c, p, &l, kube);
+                pthread_mutex_unlock(&c->mu);
+        }
+        provisioner_free(p);
+        kube_client_free(kube);
+        return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static void names_from_env(struct controller *c) {
+        const char *ns = c->o.lease_namespace ? c->o.lease_namespace : getenv("POD_NAMESPACE");
+        const char *id = c->o.identity ? c->o.identity : getenv("POD_NAME");
+        char host[256] = "pvescale-coordinator";
+        if (!ns || !*ns)
+                ns = c->kcfg->namespace && *c->kcfg->namespace ? c->kcfg->namespace : "default";
+        if (!id || !*id) {
+                gethostname(host, sizeof host - 1);
+                id = host;
+        }
+        snprintf(c->lease_namespace, sizeof c->lease_namespace, "%s", ns);
+        snprintf(c->identity, sizeof c->identity, "%s", id);
+}
+
+int controller_new(const struct config *cfg, const struct kube_config *kube, const struct controller_options *o,
+                   const struct controller_launcher_ops *ops, struct stats *stats, struct controller **ret) {
+        struct controller *c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        *c = (struct controller){ .cfg = cfg, .kcfg = kube, .o = *o, .ops = o->launch ? ops : NULL, .stats = stats };
+        c->o.workers = o->workers ? o->workers : DEFAULT_WORKERS;
+        c->o.gc_interval_ms = o->gc_interval_ms > 0 ? o->gc_interval_ms : DEFAULT_GC_INTERVAL_MS;
+        c->o.resync_ms = o->resync_ms > 0 ? o->resync_ms : DEFAULT_RESYNC_MS;
+        c->leader = !o->leader_elect;
+        stats_set(stats, STATS_LEADER, c->leader);
+        names_from_env(c);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&c->mu, NULL);
+        pthread_cond_init(&c->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        intake_batch_init(&c->batch, cfg->batch_idle_ms, cfg->batch_max_ms);
+        int r = 0;
+        for (int k = 0; k < K_N && r == 0; k++)
+                r = (c->store[k] = json_object()) ? 0 : -ENOMEM;
+        c->candidates = json_object();
+        c->addresses = json_object();
+        if (r == 0 && (!c->candidates || !c->addresses))
+                r = -ENOMEM;
+        for (int k = 0; k < K_N && r == 0; k++)
+                r = watcher_new(c, (enum ctl_kind)k);
+        if (r == 0 && c->ops)
+                r = controller__workers_new(c);
+        if (r < 0) {
+                controller_free(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}
+
+int controller_start(struct controller *c) {
+        log_info("controller: launch %s, leader election %s (lease %s/%s, identity %s), %zu workers",
+                 c->ops ? "on" : "off", c->o.leader_elect ? "on" : "off", c->lease_namespace, LEADER_DEFAULT_NAME,
+                 c->identity, c->ops ? c->n_workers : 0);
+        for (int k = 0; k < K_N; k++) {
+                if (pthread_create(&c->watchers[k].thread, NULL, watcher_main, &c->watchers[k]) != 0)
+                        return log_error_errno(-EAGAIN, "cannot start an informer thread");
+                c->watchers[k].started = true;
+        }
+        if (c->ops && controller__workers_start(c) < 0)
+                return -EAGAIN;
+        if (pthread_create(&c->loop, NULL, loop_main, c) != 0)
+                return log_error_errno(-EAGAIN, "cannot start the control loop");
+        c->loop_started = true;
+        return 0;
+}
+
+void controller_stop(struct controller *c) {
+        atomic_store(&c->stop, true);
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cond);
+        controller__wake_workers_locked(c);
+        pthread_mutex_unlock(&c->mu);
+        if (c->loop_started)
+                pthread_join(c->loop, NULL);
+        c->loop_started = false;
+        for (size_t i = 0; i < c->n_workers; i++)
+                if (c->workers[i].started) {
+                        pthread_join(c->workers[i].thread, NULL);
+                        c->workers[i].started = false;
+                }
+        for (int k = 0; k < K_N; k++)
+                if (c->watchers[k].started) {
+                        pthread_join(c->watchers[k].thread, NULL);
+                        c->watchers[k].started = false;
+                }
+}
+
+void controller_free(struct controller *c) {
+        if (!c)
+                return;
+        controller_stop(c);
+        controller__workers_free(c);
+        for (int k = 0; k < K_N; k++) {
+                kube_informer_free(c->watchers[k].inf);
+                kube_client_free(c->watchers[k].kube);
+                json_decref(c->store[k]);
+        }
+        json_decref(c->candidates);
+        json_decref(c->addresses);
+        pthread_cond_destroy(&c->cond);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+}
+
+void controller_get_status(struct controller *c, struct controller_status *ret) {
+        pthread_mutex_lock(&c->mu);
+        *ret = (struct controller_status){ .ready = all_synced_locked(c), .leader = c->leader,
+                                           .pending_pods = json_object_size(c->candidates),
+                                           .nodeclaims = json_object_size(c->store[K_CLAIMS]) };
+        pthread_mutex_unlock(&c->mu);
+        ret->healthy = controller__mono_ms() - atomic_load(&c->heartbeat_ms) < HEALTHY_WITHIN_MS;
+}

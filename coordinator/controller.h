@@ -1,0 +1,55 @@
+/* controller: the coordinator's control loop: informers feeding a cache, intake batching, provisioning rounds,
+ * a worker pool that drives the launcher, garbage collection and leader election. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kube.h"
+#include "launcher.h"
+#include "stats.h"
+
+/* The launcher as a table of functions, set up in main: the daemon runs without one (--launch=false), and the
+ * launcher (coordinator/launcher.c) plugs in without the controller naming its symbols. */
+struct controller_launcher_ops {
+        int (*create)(const struct launcher_env *env, const struct launcher_options *opts, struct launcher **ret);
+        void (*destroy)(struct launcher *l);
+        int (*reconcile)(struct launcher *l, const json_t *claim, int64_t *ret_requeue_ms);
+        int (*collect_garbage)(struct launcher *l, const json_t *claims);
+        bool (*backoff_active)(const struct launcher *l, const char *nodepool, const char *host, int64_t now_ms,
+                               int64_t *ret_until_ms);
+};
+
+struct controller_options {
+        bool launch;                 /* run the launcher; false: stop once NodeClaims are created */
+        bool leader_elect;           /* act only while holding the Lease */
+        unsigned workers;            /* launcher worker threads; 0 = 4 */
+        const char *lease_namespace; /* NULL: POD_NAMESPACE, else the kubeconfig's namespace */
+        const char *identity;        /* NULL: POD_NAME, else the host name */
+        int64_t gc_interval_ms;      /* launcher_collect_garbage period; 0 = 60 s */
+        int64_t resync_ms;           /* run a round again this long after one that left pods pending; 0 = 30 s */
+        struct launcher_options launcher;
+};
+
+struct controller_status {
+        bool ready;    /* every informer has listed */
+        bool leader;
+        bool healthy;  /* the control loop went round within the last 30 s */
+        size_t pending_pods, nodeclaims;
+};
+
+struct controller;
+
+/* cfg, kube and stats are borrowed and must outlive the controller; ops may be NULL when launch is false. */
+int controller_new(const struct config *cfg, const struct kube_config *kube, const struct controller_options *o,
+                   const struct controller_launcher_ops *ops, struct stats *stats, struct controller **ret);
+/* Start the informer, worker and control-loop threads. 0 or a negative errno (logged). */
+int controller_start(struct controller *c);
+/* Stop every thread (transfers are cancelled) and wait for them. Safe to call twice. */
+void controller_stop(struct controller *c);
+void controller_free(struct controller *c);
+void controller_get_status(struct controller *c, struct controller_status *ret);

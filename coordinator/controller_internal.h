@@ -1,0 +1,94 @@
+/* controller_internal: the controller's state, shared by controller.c (cache, informers, control loop) and
+ * controller_work.c (workers and the launcher's environment). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "agents.h"
+#include "controller.h"
+#include "intake.h"
+#include "pve.h"
+
+enum ctl_kind { K_PODS, K_NODES, K_CLAIMS, K_POOLS, K_CLASSES, K_DAEMONSETS, K_N };
+
+struct ctl_watcher {
+        struct controller *ctl;
+        enum ctl_kind kind;
+        pthread_t thread;
+        bool started;
+        struct kube_client *kube;
+        struct kube_informer *inf;
+        struct stats_watch *sw;
+};
+
+struct ctl_item {
+        char *name;          /* NodeClaim */
+        int64_t due_ms;      /* monotonic */
+        bool running, dirty, gone;
+        unsigned failures;
+};
+
+struct ctl_agent {
+        char *region, *host;
+        struct agents_client *client;
+};
+
+struct ctl_worker {
+        struct controller *ctl;
+        size_t index;
+        pthread_t thread;
+        bool started;
+        pthread_cond_t cond;
+        struct kube_client *kube;
+        struct pve_client **pve; /* per config cluster, lazily */
+        struct ctl_agent *agents;
+        size_t n_agents;
+        json_t *held_node;       /* the last node_by_provider_id answer, kept alive for the launcher */
+        struct ctl_item *items;  /* claims routed to this worker */
+        size_t n_items, cap_items;
+        int64_t next_gc_ms;
+};
+
+struct controller {
+        const struct config *cfg;
+        const struct kube_config *kcfg;
+        struct controller_options o;
+        const struct controller_launcher_ops *ops;
+        struct stats *stats;
+        atomic_bool stop;
+        atomic_int_fast64_t heartbeat_ms;
+
+        pthread_mutex_t mu; /* everything below */
+        pthread_cond_t cond;
+        json_t *store[K_N];  /* "ns/name" or "name" → object (immutable once stored) */
+        bool synced[K_N];
+        json_t *candidates;  /* pod uid → pod */
+        struct intake_batch batch;
+        json_t *addresses;   /* "region/host" → /cluster/status IP */
+        bool leader;
+        size_t last_unplaced;
+        int64_t last_round_ms;
+
+        struct ctl_watcher watchers[K_N];
+        struct ctl_worker *workers;
+        size_t n_workers;
+        struct launcher *launcher;
+        struct kube_client *launcher_kube; /* for launcher calls outside workers */
+        pthread_t loop;
+        bool loop_started;
+        char lease_namespace[254], identity[254];
+};
+
+int64_t controller__mono_ms(void);
+int64_t controller__wall_ms(void);
+
+/* controller_work.c; the ones named _locked need c->mu held. */
+int controller__workers_new(struct controller *c);
+int controller__workers_start(struct controller *c);
+void controller__workers_free(struct controller *c);
+void controller__enqueue_locked(struct controller *c, const json_t *claim);
+void controller__forget_locked(struct controller *c, const char *name);
+void controller__wake_workers_locked(struct controller *c);
+bool controller__backoff_active(void *userdata, const char *nodepool, const char *host);

@@ -1,0 +1,400 @@
+/* controller_work: the worker pool that drives the launcher (a work queue of NodeClaims with requeue times and
+ * per-key exclusivity), periodic garbage collection, and the launcher's environment of per-thread clients. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller_internal.h"
+#include "log.h"
+#include "provisioner.h"
+
+#define IDLE_TICK_MS 1000
+#define ERROR_RETRY_BASE_MS 1000
+#define ERROR_RETRY_MAX_MS 60000
+
+/* The worker running on this thread (NULL on other threads): the launcher's callbacks find their clients here. */
+static _Thread_local struct ctl_worker *tl_worker;
+
+/* ---- the queue (c->mu held) ---- */
+
+static uint64_t fnv1a(const char *s, uint64_t h) {
+        for (; s && *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+/* Claims of one (node pool, host) pair always go to the same worker. */
+static struct ctl_worker *route(struct controller *c, const json_t *claim) {
+        const char *pool = json_string_value(json_object_get(json_object_get(claim, "spec"), "nodePool"));
+        uint64_t h = fnv1a(provisioner_claim_host(claim), fnv1a(pool, 1469598103934665603ULL));
+        return &c->workers[h % c->n_workers];
+}
+
+static struct ctl_item *find_item(struct ctl_worker *w, const char *name) {
+        for (size_t i = 0; i < w->n_items; i++)
+                if (strcmp(w->items[i].name, name) == 0)
+                        return &w->items[i];
+        return NULL;
+}
+
+static struct ctl_item *find_any(struct controller *c, const char *name, struct ctl_worker **ret_w) {
+        for (size_t i = 0; i < c->n_workers; i++) {
+                struct ctl_item *it = find_item(&c->workers[i], name);
+                if (it) {
+                        *ret_w = &c->workers[i];
+                        return it;
+                }
+        }
+        return NULL;
+}
+
+static struct ctl_item *add_item(struct ctl_worker *w, const char *name) {
+        if (w->n_items == w->cap_items) {
+                size_t cap = w->cap_items ? w->cap_items * 2 : 16;
+                struct ctl_item *items = realloc(w->items, cap * sizeof *items);
+                if (!items)
+                        return NULL;
+                w->items = items;
+                w->cap_items = cap;
+        }
+        struct ctl_item *it = &w->items[w->n_items];
+        *it = (struct ctl_item){ .name = strdup(name) };
+        if (!it->name)
+                return NULL;
+        w->n_items++;
+        return it;
+}
+
+static void remove_item(struct ctl_worker *w, struct ctl_item *it) {
+        free(it->name);
+        *it = w->items[--w->n_items];
+}
+
+void controller__enqueue_locked(struct controller *c, const json_t *claim) {
+        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        struct ctl_worker *w = NULL;
+        if (!c->ops || !name)
+                return;
+        struct ctl_item *it = find_any(c, name, &w);
+        if (!it) {
+                w = route(c, claim);
+                if (!(it = add_item(w, name)))
+                        return;
+                it->due_ms = controller__mono_ms();
+        } else if (it->running) {
+                it->dirty = true;
+        } else {
+                it->due_ms = controller__mono_ms();
+        }
+        pthread_cond_signal(&w->cond);
+}
+
+void controller__forget_locked(struct controller *c, const char *name) {
+        struct ctl_worker *w;
+        struct ctl_item *it = c->ops && name ? find_any(c, name, &w) : NULL;
+        if (it && it->running)
+                it->gone = true;
+        else if (it)
+                remove_item(w, it);
+}
+
+void controller__wake_workers_locked(struct controller *c) {
+        for (size_t i = 0; i < c->n_workers; i++)
+                pthread_cond_broadcast(&c->workers[i].cond);
+}
+
+static struct ctl_item *next_due(struct ctl_worker *w, int64_t now, int64_t *ret_next) {
+        struct ctl_item *best = NULL;
+        for (size_t i = 0; i < w->n_items; i++) {
+                struct ctl_item *it = &w->items[i];
+                if (it->running)
+                        continue;
+                if (it->due_ms <= now && (!best || it->due_ms < best->due_ms))
+                        best = it;
+                else if (it->due_ms > now && it->due_ms < *ret_next)
+                        *ret_next = it->due_ms;
+        }
+        return best;
+}
+
+/* After a reconcile: drop the item, or schedule it again. */
+static void finish_locked(struct ctl_worker *w, const char *name, bool exists, int r, int64_t requeue_ms) {
+        struct ctl_item *it = find_item(w, name);
+        int64_t now = controller__mono_ms();
+        if (!it)
+                return;
+        it->running = false;
+        if (it->gone || !exists) {
+                remove_item(w, it);
+        } else if (it->dirty) {
+                it->dirty = false;
+                it->due_ms = now;
+        } else if (r < 0) {
+                unsigned shift = it->failures < 6 ? it->failures : 6;
+                int64_t delay = (int64_t)ERROR_RETRY_BASE_MS << shift;
+                it->failures++;
+                it->due_ms = now + (delay < ERROR_RETRY_MAX_MS ? delay : ERROR_RETRY_MAX_MS);
+        } else if (requeue_ms > 0) {
+                it->failures = 0;
+                it->due_ms = now + requeue_ms;
+        } else {
+                remove_item(w, it);
+        }
+}
+
+/* ---- one piece of work ---- */
+
+static void reconcile(struct controller *c, const char *name, const json_t *claim, int *ret_r, int64_t *ret_requeue) {
+        int64_t requeue = 0;
+        int r = c->ops->reconcile(c->launcher, claim, &requeue);
+        stats_add(c->stats, r < 0 ? STATS_RECONCILE_ERROR : STATS_RECONCILE_OK, 1);
+        if (r < 0 && r != -ECANCELED)
+                log_error("NodeClaim %s: launch step failed: %s", name, strerror(-r));
+        *ret_r = r;
+        *ret_requeue = requeue;
+}
+
+static void collect_garbage(struct controller *c, json_t *claims) {
+        int r = c->ops->collect_garbage(c->launcher, claims);
+        stats_add(c->stats, STATS_GC_RUNS, 1);
+        if (r < 0 && r != -ECANCELED)
+                log_error("garbage collection: %s", strerror(-r));
+}
+
+static json_t *all_claims_locked(const struct controller *c) {
+        json_t *arr = json_array();
+        const char *key;
+        json_t *v;
+        json_object_foreach(c->store[K_CLAIMS], key, v) {
+                json_array_append(arr, v);
+        }
+        return arr;
+}
+
+/* Run one due item or a garbage collection; false when there was nothing to do (then *ret_next says when). */
+static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
+        struct controller *c = w->ctl;
+        int64_t now = controller__mono_ms();
+        bool synced = c->synced[K_CLAIMS] && c->synced[K_NODES];
+        if (!c->leader || !synced)
+                return false;
+        if (w->index == 0 && c->ops->collect_garbage && now >= w->next_gc_ms) {
+                json_t *claims = all_claims_locked(c);
+                w->next_gc_ms = now + c->o.gc_interval_ms;
+                pthread_mutex_unlock(&c->mu);
+                collect_garbage(c, claims);
+                json_decref(claims);
+                pthread_mutex_lock(&c->mu);
+                return true;
+        }
+        if (w->index == 0 && w->next_gc_ms < *ret_next)
+                *ret_next = w->next_gc_ms;
+        struct ctl_item *it = next_due(w, now, ret_next);
+        if (!it)
+                return false;
+        char *name = strdup(it->name);
+        if (!name)
+                return false;
+        it->running = true; /* it may move while the lock is released: find it again by name */
+        json_t *claim = json_incref(json_object_get(c->store[K_CLAIMS], name));
+        int r = 0;
+        int64_t requeue = 0;
+        pthread_mutex_unlock(&c->mu);
+        if (claim)
+                reconcile(c, name, claim, &r, &requeue);
+        json_decref(w->held_node);
+        w->held_node = NULL;
+        pthread_mutex_lock(&c->mu);
+        finish_locked(w, name, claim != NULL, r, requeue);
+        json_decref(claim);
+        free(name);
+        return true;
+}
+
+static void *worker_main(void *arg) {
+        struct ctl_worker *w = arg;
+        struct controller *c = w->ctl;
+        tl_worker = w;
+        pthread_mutex_lock(&c->mu);
+        while (!atomic_load(&c->stop)) {
+                int64_t next = controller__mono_ms() + IDLE_TICK_MS;
+                if (work_once_locked(w, &next))
+                        continue;
+                struct timespec ts = { .tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000 };
+                pthread_cond_timedwait(&w->cond, &c->mu, &ts);
+        }
+        pthread_mutex_unlock(&c->mu);
+        return NULL;
+}
+
+/* ---- the launcher's environment (called on worker threads) ---- */
+
+static struct kube_client *kube_for_thread(void *userdata) {
+        struct controller *c = userdata;
+        return tl_worker ? tl_worker->kube : c->launcher_kube;
+}
+
+static struct pve_client *pve_for_region(void *userdata, const char *region) {
+        struct controller *c = userdata;
+        struct ctl_worker *w = tl_worker;
+        for (size_t i = 0; w && region && i < c->cfg->n_clusters; i++) {
+                const struct config_cluster *cl = &c->cfg->clusters[i];
+                if (strcmp(cl->region, region) != 0)
+                        continue;
+                struct pve_options o = { .url = cl->url, .token_id = cl->token_id, .token_secret = cl->token_secret,
+                                         .ca_file = cl->ca_file, .insecure = cl->insecure };
+                if (!w->pve[i] && pve_client_new(&o, &w->pve[i]) == 0)
+                        pve_client_set_cancel(w->pve[i], &c->stop);
+                return w->pve[i];
+        }
+        return NULL;
+}
+
+/* The host's agent address: config agents.hosts, else its /cluster/status IP (as seen by the provisioner, or
+ * asked now). Malloc'd or NULL. */
+static char *agent_address(struct controller *c, const char *region, const char *host) {
+        for (size_t i = 0; i < c->cfg->agents.n_hosts; i++)
+                if (strcmp(c->cfg->agents.hosts[i].node, host) == 0)
+                        return strdup(c->cfg->agents.hosts[i].address);
+        char key[512];
+        snprintf(key, sizeof key, "%s/%s", region, host);
+        pthread_mutex_lock(&c->mu);
+        const char *ip = json_string_value(json_object_get(c->addresses, key));
+        char *out = ip ? strdup(ip) : NULL;
+        pthread_mutex_unlock(&c->mu);
+        struct pve_client *pve = out ? NULL : pve_for_region(c, region);
+        json_t *st = NULL;
+        if (pve && pve_cluster_status(pve, &st) == 0 && pve_cluster_node_ip(st, host))
+                out = strdup(pve_cluster_node_ip(st, host));
+        json_decref(st);
+        return out;
+}
+
+static struct agents_client *agent_for_host(void *userdata, const char *region, const char *host) {
+        struct controller *c = userdata;
+        struct ctl_worker *w = tl_worker;
+        if (!w || !c->cfg->agents.enabled || !region || !host)
+                return NULL;
+        for (size_t i = 0; i < w->n_agents; i++)
+                if (strcmp(w->agents[i].region, region) == 0 && strcmp(w->agents[i].host, host) == 0)
+                        return w->agents[i].client;
+        char *address = agent_address(c, region, host), *url = NULL;
+        struct ctl_agent *arr = realloc(w->agents, (w->n_agents + 1) * sizeof *arr);
+        struct agents_client *client = NULL;
+        if (arr)
+                w->agents = arr;
+        struct agents_options o = { .token = c->cfg->agents.token, .ca_file = c->cfg->agents.ca_file };
+        if (arr && address && agents_url(address, c->cfg->agents.port, &url) == 0 &&
+            (o.url = url, agents_client_new(&o, &client) == 0)) {
+                agents_client_set_cancel(client, &c->stop);
+                arr[w->n_agents++] = (struct ctl_agent){ strdup(region), strdup(host), client };
+        }
+        free(address);
+        free(url);
+        return client;
+}
+
+static const json_t *node_by_provider_id(void *userdata, const char *provider_id) {
+        struct controller *c = userdata;
+        struct ctl_worker *w = tl_worker;
+        const char *key;
+        json_t *node, *found = NULL;
+        if (!w || !provider_id)
+                return NULL;
+        pthread_mutex_lock(&c->mu);
+        json_object_foreach(c->store[K_NODES], key, node) {
+                const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
+                if (pid && strcmp(pid, provider_id) == 0) {
+                        found = json_incref(node);
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&c->mu);
+        json_decref(w->held_node);
+        w->held_node = found;
+        return found;
+}
+
+bool controller__backoff_active(void *userdata, const char *nodepool, const char *host) {
+        struct controller *c = userdata;
+        int64_t until;
+        return c->launcher && c->ops->backoff_active &&
+               c->ops->backoff_active(c->launcher, nodepool, host, controller__wall_ms(), &until);
+}
+
+/* ---- lifecycle ---- */
+
+static int worker_new(struct controller *c, struct ctl_worker *w, size_t index) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        *w = (struct ctl_worker){ .ctl = c, .index = index };
+        pthread_cond_init(&w->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        w->pve = calloc(c->cfg->n_clusters + 1, sizeof *w->pve);
+        if (!w->pve || kube_client_new(c->kcfg, NULL, &w->kube) < 0)
+                return -ENOMEM;
+        kube_client_set_cancel(w->kube, &c->stop);
+        return 0;
+}
+
+int controller__workers_new(struct controller *c) {
+        c->workers = calloc(c->o.workers, sizeof *c->workers);
+        if (!c->workers)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->o.workers; i++) {
+                c->n_workers = i + 1;
+                if (worker_new(c, &c->workers[i], i) < 0)
+                        return log_error_errno(-ENOMEM, "cannot set up launcher worker %zu", i);
+        }
+        if (kube_client_new(c->kcfg, NULL, &c->launcher_kube) < 0)
+                return -ENOMEM;
+        kube_client_set_cancel(c->launcher_kube, &c->stop);
+        struct launcher_env env = { .kube = c->launcher_kube, .cfg = c->cfg, .pve_for_region = pve_for_region,
+                                    .agent_for_host = agent_for_host, .node_by_provider_id = node_by_provider_id,
+                                    .userdata = c, .kube_for_thread = kube_for_thread };
+        int r = c->ops->create(&env, &c->o.launcher, &c->launcher);
+        return r < 0 ? log_error_errno(r, "cannot set up the launcher: %s", strerror(-r)) : 0;
+}
+
+int controller__workers_start(struct controller *c) {
+        for (size_t i = 0; i < c->n_workers; i++) {
+                if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0)
+                        return log_error_errno(-EAGAIN, "cannot start worker %zu", i);
+                c->workers[i].started = true;
+        }
+        return 0;
+}
+
+static void worker_free(struct controller *c, struct ctl_worker *w) {
+        for (size_t i = 0; w->pve && i < c->cfg->n_clusters; i++)
+                pve_client_free(w->pve[i]);
+        free(w->pve);
+        for (size_t i = 0; i < w->n_agents; i++) {
+                agents_client_free(w->agents[i].client);
+                free(w->agents[i].region);
+                free(w->agents[i].host);
+        }
+        free(w->agents);
+        for (size_t i = 0; i < w->n_items; i++)
+                free(w->items[i].name);
+        free(w->items);
+        json_decref(w->held_node);
+        kube_client_free(w->kube);
+        pthread_cond_destroy(&w->cond);
+}
+
+void controller__workers_free(struct controller *c) {
+        if (c->launcher && c->ops)
+                c->ops->destroy(c->launcher);
+        c->launcher = NULL;
+        for (size_t i = 0; i < c->n_workers; i++)
+                worker_free(c, &c->workers[i]);
+        free(c->workers);
+        c->workers = NULL;
+        c->n_workers = 0;
+        kube_client_free(c->launcher_kube);
+        c->launcher_kube = NULL;
+}

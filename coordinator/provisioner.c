@@ -1,0 +1,533 @@
+/* provisioner: one provisioning round against the cluster: host room from the agents (or Proxmox), the
+ * simulation, NodeClaims, events on pods and NodePool usage. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "provisioner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "agents.h"
+#include "log.h"
+#include "pve.h"
+#include "simulate_json.h"
+#include "stats.h"
+
+#define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
+#define CLAIM_NAME_ATTEMPTS 3
+#define COMPONENT "pvescale-coordinator"
+
+struct agent_conn {
+        char *region, *host, *url;
+        struct agents_client *client;
+        json_t *topology;      /* fetched once */
+        int64_t retry_at_ms;   /* while down: when to try again */
+};
+
+struct provisioner {
+        struct provisioner_env env;
+        struct pve_client **pve; /* per config cluster, lazily */
+        struct agent_conn *agents;
+        size_t n_agents;
+        json_t *verdicts; /* pod key → the last verdict we told the pod ("nominated:<claim>", "unplaced:<text>") */
+        json_t *logged;   /* problems already logged */
+        uint64_t rnd;
+};
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t next_random(struct provisioner *p) {
+        p->rnd ^= p->rnd << 13; /* xorshift64 */
+        p->rnd ^= p->rnd >> 7;
+        p->rnd ^= p->rnd << 17;
+        return p->rnd;
+}
+
+int provisioner_new(const struct provisioner_env *env, struct provisioner **ret) {
+        struct provisioner *p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        p->env = *env;
+        p->pve = calloc(env->cfg->n_clusters + 1, sizeof *p->pve);
+        p->verdicts = json_object();
+        p->logged = json_object();
+        if (getrandom(&p->rnd, sizeof p->rnd, 0) != sizeof p->rnd)
+                p->rnd = (uint64_t)time(NULL) * 2654435761u;
+        p->rnd |= 1;
+        if (!p->pve || !p->verdicts || !p->logged) {
+                provisioner_free(p);
+                return -ENOMEM;
+        }
+        *ret = p;
+        return 0;
+}
+
+void provisioner_free(struct provisioner *p) {
+        if (!p)
+                return;
+        for (size_t i = 0; p->pve && i < p->env.cfg->n_clusters; i++)
+                pve_client_free(p->pve[i]);
+        free(p->pve);
+        for (size_t i = 0; i < p->n_agents; i++) {
+                agents_client_free(p->agents[i].client);
+                json_decref(p->agents[i].topology);
+                free(p->agents[i].region);
+                free(p->agents[i].host);
+                free(p->agents[i].url);
+        }
+        free(p->agents);
+        json_decref(p->verdicts);
+        json_decref(p->logged);
+        free(p);
+}
+
+/* ---- clients ---- */
+
+static struct pve_client *pve_for(struct provisioner *p, size_t i) {
+        const struct config_cluster *c = &p->env.cfg->clusters[i];
+        if (p->pve[i])
+                return p->pve[i];
+        struct pve_options o = { .url = c->url, .token_id = c->token_id, .token_secret = c->token_secret,
+                                 .ca_file = c->ca_file, .insecure = c->insecure };
+        if (pve_client_new(&o, &p->pve[i]) < 0)
+                log_error("region %s: cannot create the Proxmox client", c->region);
+        return p->pve[i];
+}
+
+static const char *agent_address(const struct config *cfg, const char *host, const char *ip) {
+        for (size_t i = 0; i < cfg->agents.n_hosts; i++)
+                if (strcmp(cfg->agents.hosts[i].node, host) == 0)
+                        return cfg->agents.hosts[i].address;
+        return ip;
+}
+
+static struct agent_conn *agent_find(struct provisioner *p, const char *region, const char *host) {
+        for (size_t i = 0; i < p->n_agents; i++)
+                if (strcmp(p->agents[i].region, region) == 0 && strcmp(p->agents[i].host, host) == 0)
+                        return &p->agents[i];
+        return NULL;
+}
+
+static struct agent_conn *agent_conn(struct provisioner *p, const char *region, const char *host, const char *ip) {
+        const struct config *cfg = p->env.cfg;
+        const char *address = agent_address(cfg, host, ip);
+        struct agent_conn *a = agent_find(p, region, host);
+        if (a || !address)
+                return a;
+        struct agent_conn *arr = realloc(p->agents, (p->n_agents + 1) * sizeof *arr);
+        if (!arr)
+                return NULL;
+        p->agents = arr;
+        a = &arr[p->n_agents];
+        *a = (struct agent_conn){ .region = strdup(region), .host = strdup(host) };
+        struct agents_options o = { .token = cfg->agents.token, .ca_file = cfg->agents.ca_file };
+        if (!a->region || !a->host || agents_url(address, cfg->agents.port, &a->url) < 0 ||
+            (o.url = a->url, agents_client_new(&o, &a->client) < 0)) {
+                free(a->region);
+                free(a->host);
+                free(a->url);
+                return NULL;
+        }
+        p->n_agents++;
+        return a;
+}
+
+/* ---- host room ---- */
+
+static struct agents_shape *agent_shapes(const struct provisioner_shapes *shapes) {
+        struct agents_shape *out = calloc(shapes->n + 1, sizeof *out);
+        for (size_t i = 0; out && i < shapes->n; i++)
+                out[i] = (struct agents_shape){ shapes->items[i].vcpus, shapes->items[i].memory_bytes,
+                                                shapes->items[i].hugepage_kib };
+        return out;
+}
+
+static void agent_failed(struct provisioner *p, struct agent_conn *a) {
+        if (a->retry_at_ms == 0)
+                log_error("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
+                          agents_client_error(a->client));
+        a->retry_at_ms = mono_ms() + AGENT_RETRY_MS;
+        stats_add(p->env.stats, STATS_AGENT_ERRORS, 1);
+}
+
+/* The agent's view of the host, or NULL (then Proxmox's accounting is used). */
+static json_t *agent_room(struct provisioner *p, struct agent_conn *a, const struct provisioner_shapes *shapes) {
+        json_t *cap = NULL, *offers = NULL, *room = NULL;
+        if (!a || (a->retry_at_ms && mono_ms() < a->retry_at_ms))
+                return NULL;
+        struct agents_shape *as = agent_shapes(shapes);
+        int r = as ? 0 : -ENOMEM;
+        if (r == 0 && !a->topology)
+                r = agents_topology(a->client, &a->topology);
+        if (r == 0)
+                r = agents_capacity(a->client, &cap);
+        if (r == 0 && shapes->n > 0)
+                r = agents_offers(a->client, as, shapes->n, 0, &offers);
+        if (r == 0)
+                room = provisioner_host_from_agent(a->host, a->region, cap, offers, a->topology, shapes);
+        if (r < 0 && r != -ENOMEM)
+                agent_failed(p, a);
+        else if (room && a->retry_at_ms) {
+                log_info("agent %s/%s answers again", a->region, a->host);
+                a->retry_at_ms = 0;
+        }
+        free(as);
+        json_decref(cap);
+        json_decref(offers);
+        return room;
+}
+
+static json_t *vmid_list(const json_t *vms) {
+        json_t *ids = json_array();
+        size_t i;
+        json_t *vm;
+        json_array_foreach(vms, i, vm) {
+                json_t *id = json_object_get(vm, "vmid");
+                if (json_is_number(id))
+                        json_array_append_new(ids, json_integer((json_int_t)json_number_value(id)));
+        }
+        return ids;
+}
+
+/* Proxmox's accounting of the host, or NULL. *ret_vmids: the VMs it counted. */
+static json_t *pve_room(struct provisioner *p, struct pve_client *pve, const char *region, const char *host,
+                        json_t **ret_vmids) {
+        json_t *status = NULL, *vms = NULL, *room = NULL;
+        if (pve_node_status(pve, host, &status) < 0 || pve_vm_list(pve, host, &vms) < 0) {
+                log_error("region %s host %s: %s", region, host, pve_client_error(pve));
+                stats_add(p->env.stats, STATS_PVE_ERRORS, 1);
+        } else {
+                room = provisioner_host_from_pve(host, region, status, vms);
+                *ret_vmids = vmid_list(vms);
+        }
+        json_decref(status);
+        json_decref(vms);
+        return room;
+}
+
+struct host_ctx {
+        struct provisioner *p;
+        struct provisioner_round *round;
+        const struct provisioner_snapshot *snap;
+        const struct provisioner_shapes *shapes;
+        struct provisioner_outcome *out;
+};
+
+static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host, const char *ip) {
+        struct provisioner *p = hc->p;
+        json_t *vmids = NULL, *room = NULL;
+        bool agent = false;
+        if (p->env.cfg->agents.enabled) {
+                room = agent_room(p, agent_conn(p, region, host, ip), hc->shapes);
+                agent = room != NULL;
+                if (!agent)
+                        stats_add(p->env.stats, STATS_AGENT_FALLBACKS, 1);
+        }
+        if (!room)
+                room = pve_room(p, pve, region, host, &vmids);
+        if (room) {
+                char err[256];
+                provisioner_host_charge_pending(room, hc->round, hc->snap->claims, agent, vmids, hc->shapes);
+                if (simulate_json_host(hc->round->in, room, NULL, err, sizeof err) < 0)
+                        log_error("host %s/%s: %s", region, host, err);
+                else {
+                        hc->out->hosts++;
+                        hc->out->hosts_from_agents += agent;
+                }
+        }
+        json_decref(room);
+        json_decref(vmids);
+}
+
+static void add_region(struct host_ctx *hc, size_t ci) {
+        struct provisioner *p = hc->p;
+        const char *region = p->env.cfg->clusters[ci].region;
+        struct pve_client *pve = pve_for(p, ci);
+        json_t *st = NULL;
+        if (!pve)
+                return;
+        if (pve_cluster_status(pve, &st) < 0) {
+                log_error("region %s: %s", region, pve_client_error(pve));
+                stats_add(p->env.stats, STATS_PVE_ERRORS, 1);
+                return;
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach(st, i, e) {
+                const char *type = json_string_value(json_object_get(e, "type"));
+                const char *name = json_string_value(json_object_get(e, "name"));
+                const char *ip = json_string_value(json_object_get(e, "ip"));
+                if (!type || strcmp(type, "node") != 0 || !name || json_integer_value(json_object_get(e, "online")) != 1)
+                        continue;
+                if (ip && p->env.host_address)
+                        p->env.host_address(p->env.userdata, region, name, ip);
+                add_host(hc, pve, region, name, ip);
+        }
+        json_decref(st);
+}
+
+/* ---- claims ---- */
+
+static json_t *create_claim(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                            size_t i) {
+        const char *pool = r->in->pools[res->claims[i].nodepool]->name;
+        for (int attempt = 0; attempt < CLAIM_NAME_ATTEMPTS; attempt++) {
+                char name[128];
+                json_t *stored = NULL;
+                json_t *obj = provisioner_claim_object(r, res, i, provisioner_claim_name(pool, next_random(p), name,
+                                                                                         sizeof name));
+                int rc = obj ? kube_create(p->env.kube, &kube_nodeclaims, NULL, obj, &stored) : -ENOMEM;
+                json_decref(obj);
+                if (rc == 0)
+                        return stored;
+                if (rc != -EEXIST) {
+                        log_error("create NodeClaim %s: %s", name, kube_client_error(p->env.kube));
+                        stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                        return NULL;
+                }
+        }
+        return NULL;
+}
+
+/* Write host, region, capacity and allocatable; returns the stored claim (or the created one on failure). */
+static json_t *claim_status(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                            size_t i, json_t *claim) {
+        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        json_t *patch = json_pack("{s:o}", "status", provisioner_claim_status(r, res, i)), *stored = NULL;
+        if (patch && kube_patch(p->env.kube, &kube_nodeclaims, NULL, name, "status", KUBE_PATCH_MERGE, patch,
+                                &stored) == 0) {
+                json_decref(patch);
+                json_decref(claim);
+                return stored;
+        }
+        log_error("NodeClaim %s: status: %s", name, kube_client_error(p->env.kube));
+        stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+        json_decref(patch);
+        return claim;
+}
+
+/* Create every planned claim; names[i] is its name, or NULL when it could not be created. */
+static void create_claims(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                          char **names, struct provisioner_outcome *out) {
+        for (size_t i = 0; i < res->n_claims; i++) {
+                json_t *claim = create_claim(p, r, res, i);
+                if (!claim) {
+                        out->failures++;
+                        continue;
+                }
+                claim = claim_status(p, r, res, i, claim);
+                names[i] = strdup(json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
+                const struct sim_claim *c = &res->claims[i];
+                log_info("NodeClaim %s: %s on %s (%s), %zu pods", names[i], c->shape->name, r->in->hosts[c->host]->name,
+                         r->in->pools[c->nodepool]->name, c->n_pods);
+                if (p->env.claim_created)
+                        p->env.claim_created(p->env.userdata, claim);
+                stats_add(p->env.stats, STATS_CLAIMS_CREATED, 1);
+                out->claims_created++;
+                json_decref(claim);
+        }
+}
+
+/* ---- events ---- */
+
+static void pod_key(const json_t *pod, char *buf, size_t len) {
+        const json_t *m = json_object_get(pod, "metadata");
+        const char *uid = json_string_value(json_object_get(m, "uid"));
+        if (uid)
+                snprintf(buf, len, "%s", uid);
+        else
+                snprintf(buf, len, "%s/%s", json_string_value(json_object_get(m, "namespace")),
+                         json_string_value(json_object_get(m, "name")));
+}
+
+/* Tell the pod, unless it was told the same thing last time. */
+static void tell(struct provisioner *p, const json_t *pod, const char *verdict, const char *type, const char *reason,
+                 const char *message, json_t *seen, struct provisioner_outcome *out) {
+        char key[256];
+        pod_key(pod, key, sizeof key);
+        json_object_set_new(seen, key, json_true());
+        const char *last = json_string_value(json_object_get(p->verdicts, key));
+        if (last && strcmp(last, verdict) == 0)
+                return;
+        if (kube_event_emit(p->env.kube, &kube_pods, pod, type, reason, message, COMPONENT) < 0) {
+                log_error("event %s on pod %s: %s", reason, key, kube_client_error(p->env.kube));
+                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                out->failures++;
+                return;
+        }
+        json_object_set_new(p->verdicts, key, json_string(verdict));
+        stats_add(p->env.stats, strcmp(type, "Normal") == 0 ? STATS_PODS_NOMINATED : STATS_PODS_UNPLACED, 1);
+}
+
+static void nominate(struct provisioner *p, const json_t *pod, const char *claim, const char *detail, json_t *seen,
+                     struct provisioner_outcome *out) {
+        char verdict[300], msg[512];
+        snprintf(verdict, sizeof verdict, "nominated:%s", claim);
+        snprintf(msg, sizeof msg, "Pod should schedule on: nodeclaim/%s%s", claim, detail);
+        tell(p, pod, verdict, "Normal", PROVISIONER_REASON_NOMINATED, msg, seen, out);
+}
+
+static void unplaced(struct provisioner *p, const json_t *pod, const char *why, json_t *seen,
+                     struct provisioner_outcome *out) {
+        char verdict[600], msg[600];
+        snprintf(verdict, sizeof verdict, "unplaced:%s", why);
+        snprintf(msg, sizeof msg, "Cannot provision a node for the pod: %s", why);
+        tell(p, pod, verdict, "Warning", provisioner_unplaced_reason(why), msg, seen, out);
+}
+
+static void tell_pods(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                      char *const *names, struct provisioner_outcome *out) {
+        json_t *seen = json_object();
+        for (size_t i = 0; seen && i < r->n_candidates; i++) {
+                const struct sim_placement *pl = &res->placements[i];
+                const struct sim_node *n = pl->target == SIM_TARGET_NODE ? r->in->nodes[pl->index] : NULL;
+                char detail[160] = "";
+                if (pl->target == SIM_TARGET_CLAIM && names[pl->index]) {
+                        const struct sim_claim *c = &res->claims[pl->index];
+                        snprintf(detail, sizeof detail, " (%s on %s)", c->shape->name, r->in->hosts[c->host]->name);
+                        nominate(p, r->pods[i], names[pl->index], detail, seen, out);
+                } else if (n && n->in_flight) {
+                        nominate(p, r->pods[i], n->name, "", seen, out);
+                } else if (pl->target == SIM_TARGET_UNPLACED) {
+                        unplaced(p, r->pods[i], pl->reason, seen, out);
+                }
+        }
+        /* Forget pods that are no longer pending. */
+        const char *key;
+        json_t *v, *tmp;
+        json_object_foreach_safe(p->verdicts, tmp, key, v) {
+                if (seen && !json_object_get(seen, key))
+                        json_object_del(p->verdicts, key);
+        }
+        json_decref(seen);
+}
+
+/* ---- pools ---- */
+
+static void update_pools(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                         struct provisioner_outcome *out) {
+        for (size_t i = 0; i < r->in->n_pools; i++) {
+                json_t *usage = provisioner_pool_usage(r, res, i);
+                const json_t *now = json_object_get(json_object_get(r->pools[i], "status"), "resources");
+                if (usage && !json_equal(usage, (json_t *)now)) {
+                        json_t *patch = json_pack("{s:{s:O}}", "status", "resources", usage);
+                        if (!patch || kube_patch(p->env.kube, &kube_nodepools, NULL, r->in->pools[i]->name, "status",
+                                                 KUBE_PATCH_MERGE, patch, NULL) < 0) {
+                                log_error("NodePool %s: status: %s", r->in->pools[i]->name, kube_client_error(p->env.kube));
+                                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                                out->failures++;
+                        }
+                        json_decref(patch);
+                }
+                json_decref(usage);
+        }
+}
+
+/* ---- the round ---- */
+
+static void log_problems(struct provisioner *p, const json_t *problems) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(problems, i, v) {
+                const char *s = json_string_value(v);
+                if (s && !json_object_get(p->logged, s)) {
+                        log_error("left out of provisioning: %s", s);
+                        json_object_set_new(p->logged, s, json_true());
+                }
+        }
+}
+
+static int simulate(struct provisioner *p, struct provisioner_round *r, struct sim_result **ret,
+                    struct provisioner_outcome *out) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = simulate_run(r->in, ret);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        out->simulate_seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+        stats_observe_simulate(p->env.stats, out->simulate_seconds);
+        if (rc < 0)
+                log_error("simulation failed: %s", strerror(-rc));
+        return rc;
+}
+
+static void count(const struct provisioner_round *r, const struct sim_result *res, struct provisioner_outcome *out) {
+        out->candidates = r->n_candidates;
+        for (size_t i = 0; i < r->n_candidates; i++) {
+                const struct sim_placement *pl = &res->placements[i];
+                if (pl->target == SIM_TARGET_CLAIM)
+                        out->on_new++;
+                else if (pl->target == SIM_TARGET_UNPLACED)
+                        out->unplaced++;
+                else if (pl->target == SIM_TARGET_NODE && r->in->nodes[pl->index]->in_flight)
+                        out->on_inflight++;
+                else if (pl->target == SIM_TARGET_NODE)
+                        out->on_nodes++;
+        }
+}
+
+/* Pools whose launches on a host are paused keep off that host this round. */
+static int exclude_backoff(struct provisioner *p, struct provisioner_round *r) {
+        for (size_t i = 0; p->env.backoff_active && i < r->in->n_pools; i++) {
+                json_t *hosts = json_array();
+                for (size_t h = 0; hosts && h < r->in->n_hosts; h++)
+                        if (p->env.backoff_active(p->env.userdata, r->in->pools[i]->name, r->in->hosts[h]->name))
+                                json_array_append_new(hosts, json_string(r->in->hosts[h]->name));
+                int rc = hosts ? provisioner_round_exclude_hosts(r, i, hosts) : -ENOMEM;
+                json_decref(hosts);
+                if (rc < 0)
+                        return rc;
+        }
+        return 0;
+}
+
+static int plan(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap,
+                struct provisioner_outcome *out) {
+        struct provisioner_shapes shapes;
+        if (provisioner_shapes_collect(r, &shapes) < 0)
+                return -ENOMEM;
+        struct host_ctx hc = { p, r, snap, &shapes, out };
+        for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
+                add_region(&hc, i);
+        struct sim_result *res = NULL;
+        int rc = exclude_backoff(p, r);
+        if (rc == 0)
+                rc = simulate(p, r, &res, out);
+        provisioner_shapes_done(&shapes);
+        if (rc < 0)
+                return rc;
+        count(r, res, out);
+        char **names = calloc(res->n_claims + 1, sizeof *names);
+        if (names) {
+                create_claims(p, r, res, names, out);
+                tell_pods(p, r, res, names, out);
+                update_pools(p, r, res, out);
+                for (size_t i = 0; i < res->n_claims; i++)
+                        free(names[i]);
+        }
+        free(names);
+        simulate_result_free(res);
+        return names ? 0 : -ENOMEM;
+}
+
+int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap, struct provisioner_outcome *ret) {
+        struct provisioner_outcome out = { 0 };
+        struct provisioner_round *r;
+        int rc = provisioner_round_new(snap, &r);
+        if (rc < 0)
+                return log_error_errno(rc, "cannot build the simulation input: %s", strerror(-rc));
+        log_problems(p, r->problems);
+        rc = plan(p, r, snap, &out);
+        provisioner_round_free(r);
+        stats_add(p->env.stats, STATS_BATCHES, 1);
+        if (rc == 0)
+                *ret = out;
+        return rc;
+}

@@ -1,0 +1,168 @@
+/* provisioner: turns a closed batch of pending pods into NodeClaims: host room from the agents (or Proxmox),
+ * the scheduling simulation, the claims, events on the pods, and NodePool usage. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kube.h"
+#include "shapes.h"
+#include "simulate.h"
+
+/* Set on every NodeClaim at creation; the launcher removes it once the VM, reservation, token and ISO are
+ * gone. */
+#define PROVISIONER_CLAIM_FINALIZER "pvescale.io/termination"
+
+/* Event reasons (docs/coordinator.md, "Provisioning and events"). */
+#define PROVISIONER_REASON_NOMINATED "Nominated"                   /* Normal: pod planned onto a claim */
+#define PROVISIONER_REASON_LIMIT "NodePoolLimitReached"            /* Warning: a NodePool limit blocks it */
+#define PROVISIONER_REASON_HOST_ROOM "InsufficientHostCapacity"    /* Warning: no PVE host has the room */
+#define PROVISIONER_REASON_NO_POOL "NoCompatibleNodePool"          /* Warning: no pool/shape can take it */
+#define PROVISIONER_REASON_TOPOLOGY "TopologyConstraintsUnsatisfied" /* Warning: spread or (anti-)affinity */
+#define PROVISIONER_REASON_FAILED "FailedProvisioning"             /* Warning: anything else */
+
+/* ---- the round's input (pure) ---- */
+
+/* What one round looks at: the controller's cache when the batch closed. JSON arrays of objects, borrowed. */
+struct provisioner_snapshot {
+        const json_t *candidates; /* pending pods (intake candidates) */
+        const json_t *bound;      /* pods bound to a node, not finished */
+        const json_t *nodes, *claims, *pools, *classes, *daemonsets;
+};
+
+/* One round: the simulation input and what it was built from. */
+struct provisioner_round {
+        struct sim_input *in;
+        const json_t **pods;      /* per input pod, its JSON (borrowed from the snapshot) */
+        const json_t **nodes;     /* per input node (Node or in-flight NodeClaim) */
+        const json_t **pools;     /* per input pool */
+        struct shape_catalog **catalogs; /* per input class (owned) */
+        size_t n_catalogs;
+        size_t n_candidates;      /* pending pods that entered the input (the first n_candidates pods) */
+        json_t *problems;         /* ["Pod default/x: spec...: invalid quantity", ...]: objects left out */
+};
+
+/* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, NodeClaims without
+ * a Node yet (not being deleted), NodePools, node classes and daemon sets. Malformed objects are left out and
+ * named in problems. 0 or -ENOMEM. */
+int provisioner_round_new(const struct provisioner_snapshot *snap, struct provisioner_round **ret);
+void provisioner_round_free(struct provisioner_round *r);
+
+/* Keep pool i off these hosts (a zone NotIn requirement): launches of the pool there are paused after
+ * failures (launcher_backoff_active). hosts: a JSON array of host names. 0 or -ENOMEM. */
+int provisioner_round_exclude_hosts(struct provisioner_round *r, size_t pool, const json_t *hosts);
+
+/* The catalog of a node class by name, or NULL. */
+const struct shape_catalog *provisioner_round_catalog(const struct provisioner_round *r, const char *nodeclass);
+
+/* ---- host room (pure) ---- */
+
+/* A VM size to ask the agents about, and the shape names it stands for. */
+struct provisioner_shape {
+        uint32_t vcpus;
+        uint64_t memory_bytes;
+        uint64_t hugepage_kib;
+        const char **names; /* shape names with this VM size */
+        size_t n_names;
+};
+
+struct provisioner_shapes {
+        struct provisioner_shape *items;
+        size_t n;
+};
+
+/* The distinct VM sizes of every catalog in the round. 0 or -ENOMEM. */
+int provisioner_shapes_collect(const struct provisioner_round *r, struct provisioner_shapes *ret);
+void provisioner_shapes_done(struct provisioner_shapes *s);
+
+/* Host room for simulate_json_host from an agent's answers: /v1/capacity (free CPUs and memory, per NUMA
+ * node), /v1/offers for shapes (counts by shape name) and, optionally, /v1/topology (NUMA node sizes). NULL
+ * when capacity is unusable. New reference. */
+json_t *provisioner_host_from_agent(const char *host, const char *region, const json_t *capacity,
+                                    const json_t *offers, const json_t *topology,
+                                    const struct provisioner_shapes *shapes);
+
+/* Host room from Proxmox's own accounting: /nodes/{n}/status (cpuinfo.cpus, memory.total) minus the cores
+ * (cores x sockets, or cpus/maxcpu) and memory of every VM in /nodes/{n}/qemu except templates. No NUMA
+ * breakdown and no offers. NULL when status is unusable. New reference. */
+json_t *provisioner_host_from_pve(const char *host, const char *region, const json_t *node_status,
+                                  const json_t *vm_list);
+
+/* Take a VM that is planned but not yet charged by the host (a claim without a reservation or VM yet) out of
+ * a host's room, and cap offer counts by what is left. */
+void provisioner_host_charge(json_t *host, uint32_t vcpus, uint64_t memory_bytes,
+                             const struct provisioner_shapes *shapes);
+
+/* Charge the claims of the round's snapshot that are planned on this host but that the host does not know yet:
+ * without status.reservationID when the room came from the agent (agent = true), else without a status.vmid
+ * among the host's VMs (vmids: a JSON array of integers; may be NULL). Claims being deleted are skipped. */
+void provisioner_host_charge_pending(json_t *host, const struct provisioner_round *r, const json_t *claims,
+                                     bool agent, const json_t *vmids, const struct provisioner_shapes *shapes);
+
+/* The PVE host a claim is planned on: status.host, else its zone requirement; NULL when neither. */
+const char *provisioner_claim_host(const json_t *claim);
+
+/* ---- claims, events, usage (pure) ---- */
+
+/* "<pool>-<5 letters/digits>" from a random number. Returns buf. */
+char *provisioner_claim_name(const char *pool, uint64_t rnd, char *buf, size_t len);
+
+/* The NodeClaim for planned claim i of res: metadata (name, labels, finalizer), spec (nodePool, nodeClassRef,
+ * instanceType, requirements, resources.requests, taints, startupTaints, expireAfter). New reference. */
+json_t *provisioner_claim_object(const struct provisioner_round *r, const struct sim_result *res, size_t i,
+                                 const char *name);
+/* Its status: host, region, capacity and allocatable of the shape. New reference. */
+json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
+
+/* The Event reason for a pod the simulation left pending, from its reason text. Static string. */
+const char *provisioner_unplaced_reason(const char *text);
+
+/* What pool p holds: capacity of its nodes and in-flight claims plus the claims planned in res (may be
+ * NULL): {"cpu", "memory", "ephemeral-storage", "pods", "nodes"} as quantities. New reference. */
+json_t *provisioner_pool_usage(const struct provisioner_round *r, const struct sim_result *res, size_t pool);
+
+/* ---- one round against the cluster (I/O) ---- */
+
+struct stats;
+
+struct provisioner_env {
+        const struct config *cfg;
+        struct kube_client *kube;          /* the calling thread's */
+        struct stats *stats;               /* may be NULL */
+        /* A claim was created (the stored object): put it into the cache at once, so that the next round
+         * counts it even before its watch event arrives. May be NULL. */
+        void (*claim_created)(void *userdata, const json_t *claim);
+        /* A host's address from /cluster/status (for the agents). May be NULL. */
+        void (*host_address)(void *userdata, const char *region, const char *host, const char *address);
+        /* True while launches of nodepool on host are paused (launcher_backoff_active). May be NULL. */
+        bool (*backoff_active)(void *userdata, const char *nodepool, const char *host);
+        void *userdata;
+};
+
+struct provisioner_outcome {
+        size_t candidates;     /* pending pods considered */
+        size_t on_nodes;       /* fit existing nodes (kube-scheduler will bind them) */
+        size_t on_inflight;    /* fit claims launched earlier */
+        size_t on_new;         /* fit claims created this round */
+        size_t unplaced;       /* stay pending, with a reason */
+        size_t claims_created;
+        size_t failures;       /* claims, events or status updates that failed (the next round retries) */
+        size_t hosts, hosts_from_agents;
+        double simulate_seconds;
+};
+
+struct provisioner;
+
+/* Clients (PVE per region, agent per host) are created lazily and belong to the calling thread. */
+int provisioner_new(const struct provisioner_env *env, struct provisioner **ret);
+void provisioner_free(struct provisioner *p);
+
+/* One round: host room, simulate, create claims (with the finalizer, then their status), Nominated events
+ * on placed pods, a Warning event with the reason on each pod left pending (only when its verdict changed
+ * since the last round), NodePool status.resources. 0 or a negative errno (already logged). */
+int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap,
+                    struct provisioner_outcome *ret);

@@ -1,0 +1,493 @@
+/* provisioner_plan: the pure half of a provisioning round: the simulation input from cached objects, NodeClaim
+ * objects, pool usage and event reasons. No I/O. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "provisioner.h"
+#include "quantity.h"
+#include "simulate_json.h"
+
+#define API_VERSION "pvescale.io/v1alpha1"
+#define ERR_LEN 256
+#define NAME_MAX_LEN 63
+#define NAME_SUFFIX_LEN 5
+
+static const char *str_at(const json_t *o, const char *key) {
+        return json_string_value(json_object_get(o, key));
+}
+
+static const char *meta_str(const json_t *o, const char *key) {
+        return str_at(json_object_get(o, "metadata"), key);
+}
+
+static bool is_set(const json_t *v) {
+        return v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0);
+}
+
+static int problem(struct provisioner_round *r, const char *kind, const json_t *obj, const char *err) {
+        const char *ns = meta_str(obj, "namespace"), *name = meta_str(obj, "name");
+        json_t *s = json_sprintf("%s %s%s%s: %s", kind, ns ? ns : "", ns ? "/" : "", name ? name : "(unnamed)", err);
+        return s && json_array_append_new(r->problems, s) == 0 ? 0 : -ENOMEM;
+}
+
+/* 0 when added, 1 when left out as malformed, -ENOMEM. */
+static int verdict(struct provisioner_round *r, int rc, const char *kind, const json_t *obj, const char *err) {
+        if (rc == -ENOMEM)
+                return rc;
+        if (rc < 0)
+                return problem(r, kind, obj, err) < 0 ? -ENOMEM : 1;
+        return 0;
+}
+
+/* ---- input ---- */
+
+static int add_classes(struct provisioner_round *r, const json_t *classes) {
+        struct shape_options base;
+        shapes_options_default(&base);
+        r->catalogs = calloc(json_array_size(classes) + 1, sizeof *r->catalogs);
+        if (!r->catalogs)
+                return -ENOMEM;
+        size_t i;
+        json_t *nc;
+        json_array_foreach(classes, i, nc) {
+                struct shape_catalog *cat = NULL;
+                char err[ERR_LEN];
+                int rc = verdict(r, simulate_json_nodeclass(r->in, nc, &base, NULL, &cat, err, sizeof err),
+                                 "ProxmoxNodeClass", nc, err);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        r->catalogs[r->n_catalogs++] = cat;
+        }
+        return 0;
+}
+
+const struct shape_catalog *provisioner_round_catalog(const struct provisioner_round *r, const char *nodeclass) {
+        for (size_t i = 0; nodeclass && i < r->in->n_classes && i < r->n_catalogs; i++)
+                if (strcmp(r->in->classes[i]->name, nodeclass) == 0)
+                        return r->catalogs[i];
+        return NULL;
+}
+
+int provisioner_round_exclude_hosts(struct provisioner_round *r, size_t pool, const json_t *hosts) {
+        struct sim_nodepool *p = r->in->pools[pool];
+        size_t n = json_array_size(hosts);
+        if (n == 0)
+                return 0;
+        const char **values = simulate_alloc(r->in, n * sizeof *values);
+        struct sim_requirement *reqs = simulate_alloc(r->in, (p->n_reqs + 1) * sizeof *reqs);
+        if (!values || !reqs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (!(values[i] = simulate_strdup(r->in, json_string_value(json_array_get(hosts, i)))))
+                        return -ENOMEM;
+        memcpy(reqs, p->reqs, p->n_reqs * sizeof *reqs);
+        reqs[p->n_reqs] = (struct sim_requirement){ SIM_LABEL_ZONE, SIM_OP_NOT_IN, values, n };
+        p->reqs = reqs;
+        p->n_reqs++;
+        return 0;
+}
+
+static int add_pools(struct provisioner_round *r, const struct provisioner_snapshot *snap) {
+        r->pools = calloc(json_array_size(snap->pools) + 1, sizeof *r->pools);
+        if (!r->pools)
+                return -ENOMEM;
+        size_t i;
+        json_t *pool;
+        json_array_foreach(snap->pools, i, pool) {
+                char err[ERR_LEN];
+                int rc = verdict(r, simulate_json_nodepool(r->in, pool, NULL, err, sizeof err), "NodePool", pool, err);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        r->pools[r->in->n_pools - 1] = pool;
+        }
+        return 0;
+}
+
+static int add_daemonsets(struct provisioner_round *r, const json_t *daemonsets) {
+        size_t i;
+        json_t *ds;
+        json_array_foreach(daemonsets, i, ds) {
+                char err[ERR_LEN];
+                int rc = verdict(r, simulate_json_daemonset(r->in, ds, NULL, err, sizeof err), "DaemonSet", ds, err);
+                if (rc < 0)
+                        return rc;
+        }
+        return 0;
+}
+
+/* Provider IDs ("p:<id>") and names ("n:<name>") of the Nodes, to tell registered claims from in-flight ones. */
+static json_t *node_index(const json_t *nodes) {
+        json_t *idx = json_object();
+        size_t i;
+        json_t *node;
+        char key[512];
+        json_array_foreach(nodes, i, node) {
+                const char *pid = str_at(json_object_get(node, "spec"), "providerID"), *name = meta_str(node, "name");
+                if (pid && *pid && snprintf(key, sizeof key, "p:%s", pid) < (int)sizeof key)
+                        json_object_set_new(idx, key, json_true());
+                if (name && snprintf(key, sizeof key, "n:%s", name) < (int)sizeof key)
+                        json_object_set_new(idx, key, json_true());
+        }
+        return idx;
+}
+
+static bool claim_registered(const json_t *claim, const json_t *idx) {
+        const json_t *st = json_object_get(claim, "status");
+        const char *pid = str_at(st, "providerID"), *node = str_at(st, "nodeName");
+        char key[512];
+        if (pid && *pid && snprintf(key, sizeof key, "p:%s", pid) < (int)sizeof key && json_object_get(idx, key))
+                return true;
+        return node && *node && snprintf(key, sizeof key, "n:%s", node) < (int)sizeof key && json_object_get(idx, key);
+}
+
+static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) {
+        char err[ERR_LEN];
+        int rc;
+        if (claim) {
+                const char *nc = str_at(json_object_get(json_object_get(obj, "spec"), "nodeClassRef"), "name");
+                rc = simulate_json_nodeclaim(r->in, obj, provisioner_round_catalog(r, nc), NULL, err, sizeof err);
+        } else {
+                rc = simulate_json_node(r->in, obj, NULL, err, sizeof err);
+        }
+        rc = verdict(r, rc, claim ? "NodeClaim" : "Node", obj, err);
+        if (rc == 0)
+                r->nodes[r->in->n_nodes - 1] = obj;
+        return rc < 0 ? rc : 0;
+}
+
+static int add_nodes(struct provisioner_round *r, const struct provisioner_snapshot *snap) {
+        r->nodes = calloc(json_array_size(snap->nodes) + json_array_size(snap->claims) + 1, sizeof *r->nodes);
+        json_t *idx = node_index(snap->nodes);
+        int rc = r->nodes && idx ? 0 : -ENOMEM;
+        size_t i;
+        json_t *o;
+        json_array_foreach(snap->nodes, i, o) {
+                if (rc == 0)
+                        rc = add_node(r, o, false);
+        }
+        json_array_foreach(snap->claims, i, o) {
+                if (rc == 0 && !is_set(json_object_get(json_object_get(o, "metadata"), "deletionTimestamp")) &&
+                    !claim_registered(o, idx))
+                        rc = add_node(r, o, true);
+        }
+        json_decref(idx);
+        return rc;
+}
+
+static int add_pods(struct provisioner_round *r, const json_t *pods, bool pending) {
+        size_t i;
+        json_t *pod;
+        json_array_foreach(pods, i, pod) {
+                struct sim_pod *sp;
+                char err[ERR_LEN];
+                int rc = verdict(r, simulate_json_pod(r->in, pod, &sp, err, sizeof err), "Pod", pod, err);
+                if (rc < 0)
+                        return rc;
+                if (rc > 0)
+                        continue;
+                if (pending)
+                        sp->node_name = NULL;
+                else if (!sp->node_name)
+                        r->in->n_pods--; /* not bound after all: leave it out */
+                if (pending || sp->node_name)
+                        r->pods[r->in->n_pods - 1] = pod;
+        }
+        return 0;
+}
+
+int provisioner_round_new(const struct provisioner_snapshot *snap, struct provisioner_round **ret) {
+        struct provisioner_round *r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->in = simulate_input_new();
+        r->problems = json_array();
+        r->pods = calloc(json_array_size(snap->candidates) + json_array_size(snap->bound) + 1, sizeof *r->pods);
+        int rc = r->in && r->problems && r->pods ? 0 : -ENOMEM;
+        if (rc == 0)
+                rc = add_classes(r, snap->classes);
+        if (rc == 0)
+                rc = add_pools(r, snap);
+        if (rc == 0)
+                rc = add_daemonsets(r, snap->daemonsets);
+        if (rc == 0)
+                rc = add_nodes(r, snap);
+        if (rc == 0)
+                rc = add_pods(r, snap->candidates, true);
+        r->n_candidates = r->in ? r->in->n_pods : 0;
+        if (rc == 0)
+                rc = add_pods(r, snap->bound, false);
+        if (rc < 0) {
+                provisioner_round_free(r);
+                return rc;
+        }
+        *ret = r;
+        return 0;
+}
+
+void provisioner_round_free(struct provisioner_round *r) {
+        if (!r)
+                return;
+        simulate_input_free(r->in);
+        for (size_t i = 0; i < r->n_catalogs; i++)
+                shapes_catalog_free(r->catalogs[i]);
+        free(r->catalogs);
+        free(r->pods);
+        free(r->nodes);
+        free(r->pools);
+        json_decref(r->problems);
+        free(r);
+}
+
+/* ---- VM sizes ---- */
+
+static uint64_t hugepage_kib(const struct shape *s) {
+        if (s->capacity.v[RESOURCE_HUGEPAGES_1GI] > 0)
+                return 1024 * 1024;
+        return s->capacity.v[RESOURCE_HUGEPAGES_2MI] > 0 ? 2048 : 0;
+}
+
+static struct provisioner_shape *find_size(struct provisioner_shapes *s, uint32_t vcpus, uint64_t mem, uint64_t hp) {
+        for (size_t i = 0; i < s->n; i++)
+                if (s->items[i].vcpus == vcpus && s->items[i].memory_bytes == mem && s->items[i].hugepage_kib == hp)
+                        return &s->items[i];
+        return NULL;
+}
+
+static int add_name(struct provisioner_shape *ps, const char *name) {
+        for (size_t i = 0; i < ps->n_names; i++)
+                if (strcmp(ps->names[i], name) == 0)
+                        return 0;
+        const char **n = realloc(ps->names, (ps->n_names + 1) * sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        n[ps->n_names++] = name;
+        ps->names = n;
+        return 0;
+}
+
+static int add_size(struct provisioner_shapes *s, const struct shape *sh) {
+        uint64_t hp = hugepage_kib(sh);
+        struct provisioner_shape *ps = find_size(s, sh->vcpus, sh->vm_memory_bytes, hp);
+        if (!ps) {
+                struct provisioner_shape *items = realloc(s->items, (s->n + 1) * sizeof *items);
+                if (!items)
+                        return -ENOMEM;
+                s->items = items;
+                ps = &s->items[s->n++];
+                *ps = (struct provisioner_shape){ sh->vcpus, sh->vm_memory_bytes, hp, NULL, 0 };
+        }
+        return add_name(ps, sh->name);
+}
+
+int provisioner_shapes_collect(const struct provisioner_round *r, struct provisioner_shapes *ret) {
+        struct provisioner_shapes s = { 0 };
+        for (size_t c = 0; c < r->n_catalogs; c++)
+                for (size_t i = 0; i < r->catalogs[c]->n; i++)
+                        if (add_size(&s, &r->catalogs[c]->items[i]) < 0) {
+                                provisioner_shapes_done(&s);
+                                return -ENOMEM;
+                        }
+        *ret = s;
+        return 0;
+}
+
+void provisioner_shapes_done(struct provisioner_shapes *s) {
+        for (size_t i = 0; i < s->n; i++)
+                free(s->items[i].names);
+        free(s->items);
+        *s = (struct provisioner_shapes){ 0 };
+}
+
+/* ---- claims ---- */
+
+char *provisioner_claim_name(const char *pool, uint64_t rnd, char *buf, size_t len) {
+        static const char alphabet[] = "bcdfghjklmnpqrstvwxz2456789"; /* as Kubernetes' generateName */
+        char suffix[NAME_SUFFIX_LEN + 1];
+        for (int i = 0; i < NAME_SUFFIX_LEN; i++) {
+                suffix[i] = alphabet[rnd % (sizeof alphabet - 1)];
+                rnd /= sizeof alphabet - 1;
+        }
+        suffix[NAME_SUFFIX_LEN] = '\0';
+        int keep = NAME_MAX_LEN - NAME_SUFFIX_LEN - 1;
+        snprintf(buf, len, "%.*s-%s", keep, pool, suffix);
+        return buf;
+}
+
+static void set_quantity(json_t *obj, enum resource_kind k, int64_t v) {
+        char buf[64];
+        if (k == RESOURCE_CPU)
+                quantity_format_milli(v, buf, sizeof buf);
+        else if (k == RESOURCE_PODS)
+                snprintf(buf, sizeof buf, "%" PRId64, v);
+        else
+                quantity_format_bytes(v, buf, sizeof buf);
+        json_object_set_new(obj, resources_name(k), json_string(buf));
+}
+
+/* A resource list; zero values are left out except cpu, memory and pods. */
+static json_t *resource_list(const struct resources *res) {
+        json_t *o = json_object();
+        for (int k = 0; o && k < RESOURCE_COUNT; k++)
+                if (res->v[k] != 0 || k == RESOURCE_CPU || k == RESOURCE_MEMORY || k == RESOURCE_PODS)
+                        set_quantity(o, (enum resource_kind)k, res->v[k]);
+        return o;
+}
+
+static json_t *requirement(const char *key, const char *value) {
+        return json_pack("{s:s, s:s, s:[s]}", "key", key, "operator", "In", "values", value);
+}
+
+/* Copy the template's taints, startupTaints and expireAfter into spec. */
+static void copy_template(json_t *spec, const json_t *pool) {
+        static const char *const keys[] = { "taints", "startupTaints", "expireAfter" };
+        const json_t *ts = json_object_get(json_object_get(json_object_get(pool, "spec"), "template"), "spec");
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+                json_t *v = json_object_get(ts, keys[i]);
+                if (is_set(v) && !(json_is_array(v) && json_array_size(v) == 0))
+                        json_object_set_new(spec, keys[i], json_deep_copy(v));
+        }
+}
+
+json_t *provisioner_claim_object(const struct provisioner_round *r, const struct sim_result *res, size_t i,
+                                 const char *name) {
+        const struct sim_claim *c = &res->claims[i];
+        const struct sim_nodepool *sp = r->in->pools[c->nodepool];
+        json_t *labels = json_object(), *reqs = json_array();
+        for (size_t k = 0; labels && reqs && k < c->n_labels; k++) {
+                json_object_set_new(labels, c->labels[k].key, json_string(c->labels[k].value));
+                json_array_append_new(reqs, requirement(c->labels[k].key, c->labels[k].value));
+        }
+        json_t *spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:o, s:{s:o}}", "nodePool", sp->name, "nodeClassRef",
+                                 "group", "pvescale.io", "kind", "ProxmoxNodeClass", "name", sp->nodeclass,
+                                 "instanceType", c->shape->name, "requirements", reqs, "resources", "requests",
+                                 resource_list(&c->requests));
+        if (!spec) {
+                json_decref(labels);
+                return NULL;
+        }
+        copy_template(spec, r->pools[c->nodepool]);
+        return json_pack("{s:s, s:s, s:{s:s, s:o, s:[s]}, s:o}", "apiVersion", API_VERSION, "kind", "NodeClaim",
+                         "metadata", "name", name, "labels", labels, "finalizers", PROVISIONER_CLAIM_FINALIZER, "spec",
+                         spec);
+}
+
+json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {
+        const struct sim_claim *c = &res->claims[i];
+        const struct sim_host *h = r->in->hosts[c->host];
+        json_t *st = json_pack("{s:s, s:o, s:o}", "host", h->name, "capacity", resource_list(&c->shape->capacity),
+                               "allocatable", resource_list(&c->shape->allocatable));
+        if (st && h->region)
+                json_object_set_new(st, "region", json_string(h->region));
+        return st;
+}
+
+/* ---- pools ---- */
+
+json_t *provisioner_pool_usage(const struct provisioner_round *r, const struct sim_result *res, size_t pool) {
+        const char *name = r->in->pools[pool]->name;
+        struct resources sum = { 0 };
+        int64_t nodes = 0;
+        for (size_t i = 0; i < r->in->n_nodes; i++) {
+                const struct sim_node *n = r->in->nodes[i];
+                if (n->nodepool && strcmp(n->nodepool, name) == 0) {
+                        resources_add(&sum, &n->capacity);
+                        nodes++;
+                }
+        }
+        for (size_t i = 0; res && i < res->n_claims; i++)
+                if (res->claims[i].nodepool == pool) {
+                        resources_add(&sum, &res->claims[i].shape->capacity);
+                        nodes++;
+                }
+        json_t *o = resource_list(&sum);
+        if (o)
+                json_object_set_new(o, "nodes", json_sprintf("%" PRId64, nodes));
+        return o;
+}
+
+/* ---- reasons ---- */
+
+static bool starts(const char *s, const char *prefix) {
+        return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+const char *provisioner_unplaced_reason(const char *t) {
+        if (!t)
+                return PROVISIONER_REASON_FAILED;
+        if (strstr(t, " limit ") && strstr(t, " reached"))
+                return PROVISIONER_REASON_LIMIT;
+        if (starts(t, "no host ") || starts(t, "no agent offers") || strstr(t, ": no host in a zone"))
+                return PROVISIONER_REASON_HOST_ROOM;
+        if (starts(t, "topology spread") || starts(t, "no zone ") || strstr(t, "affinity"))
+                return PROVISIONER_REASON_TOPOLOGY;
+        if (starts(t, "no NodePool") || starts(t, "NodePool ") || strstr(t, "no instance type"))
+                return PROVISIONER_REASON_NO_POOL;
+        return PROVISIONER_REASON_FAILED;
+}
+
+/* ---- claims the hosts do not know yet ---- */
+
+/* status.<status_key>, else the single value of the claim's In requirement on label. */
+static const char *claim_place(const json_t *claim, const char *status_key, const char *label) {
+        const char *v = str_at(json_object_get(claim, "status"), status_key);
+        if (v && *v)
+                return v;
+        size_t i;
+        json_t *req;
+        json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, req) {
+                const char *key = str_at(req, "key"), *op = str_at(req, "operator");
+                json_t *values = json_object_get(req, "values");
+                if (key && op && strcmp(key, label) == 0 && strcmp(op, "In") == 0 && json_array_size(values) == 1)
+                        return json_string_value(json_array_get(values, 0));
+        }
+        return NULL;
+}
+
+const char *provisioner_claim_host(const json_t *claim) {
+        return claim_place(claim, "host", SIM_LABEL_ZONE);
+}
+
+static bool vmid_listed(const json_t *vmids, json_int_t vmid) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(vmids, i, v) {
+                if (json_integer_value(v) == vmid)
+                        return true;
+        }
+        return false;
+}
+
+/* Is the claim's VM already charged by the host's own accounting? */
+static bool host_knows(const json_t *claim, bool agent, const json_t *vmids) {
+        const json_t *st = json_object_get(claim, "status");
+        if (agent)
+                return is_set(json_object_get(st, "reservationID"));
+        json_t *vmid = json_object_get(st, "vmid");
+        return json_is_integer(vmid) && vmid_listed(vmids, json_integer_value(vmid));
+}
+
+void provisioner_host_charge_pending(json_t *host, const struct provisioner_round *r, const json_t *claims,
+                                     bool agent, const json_t *vmids, const struct provisioner_shapes *shapes) {
+        const char *name = str_at(host, "name"), *region = str_at(host, "region");
+        size_t i;
+        json_t *c;
+        json_array_foreach(claims, i, c) {
+                const json_t *spec = json_object_get(c, "spec");
+                const char *h = provisioner_claim_host(c), *reg = claim_place(c, "region", SIM_LABEL_REGION);
+                if (!name || !h || strcmp(h, name) != 0 || (region && reg && strcmp(region, reg) != 0) ||
+                    host_knows(c, agent, vmids) ||
+                    is_set(json_object_get(json_object_get(c, "metadata"), "deletionTimestamp")))
+                        continue;
+                const struct shape_catalog *cat =
+                        provisioner_round_catalog(r, str_at(json_object_get(spec, "nodeClassRef"), "name"));
+                const struct shape *s = cat ? shapes_catalog_find(cat, str_at(spec, "instanceType")) : NULL;
+                if (s)
+                        provisioner_host_charge(host, s->vcpus, s->vm_memory_bytes, shapes);
+        }
+}

@@ -1,0 +1,158 @@
+/* stats: the coordinator's Prometheus metrics: counters and gauges any thread may update, rendered as text. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "stats.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PREFIX "pvescale_coordinator_"
+
+static const double BUCKETS[STATS_N_BUCKETS] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                 0.05,   0.1,   0.25,   0.5,   1,    5 };
+
+struct metric_doc {
+        const char *name, *help, *labels; /* labels: NULL or `key="value"` */
+};
+
+static const struct metric_doc COUNTERS[STATS_N_COUNTERS] = {
+        [STATS_BATCHES] = { "batches_total", "Provisioning rounds run (closed batches).", NULL },
+        [STATS_CLAIMS_CREATED] = { "nodeclaims_created_total", "NodeClaims created.", NULL },
+        [STATS_PODS_NOMINATED] = { "pods_nominated_total", "Nominated events sent to pods.", NULL },
+        [STATS_PODS_UNPLACED] = { "pods_unplaced_events_total", "Warning events sent to pods left pending.", NULL },
+        [STATS_LAUNCH_INITIALIZED] = { "launches_total", "NodeClaims by launch result.", "result=\"initialized\"" },
+        [STATS_LAUNCH_FAILED] = { "launches_total", NULL, "result=\"failed\"" },
+        [STATS_RECONCILE_OK] = { "launcher_reconciles_total", "launcher_reconcile calls by result.", "result=\"ok\"" },
+        [STATS_RECONCILE_ERROR] = { "launcher_reconciles_total", NULL, "result=\"error\"" },
+        [STATS_KUBE_ERRORS] = { "api_errors_total", "Failed API calls by peer.", "api=\"kubernetes\"" },
+        [STATS_PVE_ERRORS] = { "api_errors_total", NULL, "api=\"proxmox\"" },
+        [STATS_AGENT_ERRORS] = { "api_errors_total", NULL, "api=\"agent\"" },
+        [STATS_AGENT_FALLBACKS] = { "agent_fallbacks_total",
+                                    "Hosts accounted from Proxmox data because their agent did not answer.", NULL },
+        [STATS_GC_RUNS] = { "garbage_collections_total", "launcher_collect_garbage calls.", NULL },
+};
+
+static const struct metric_doc GAUGES[STATS_N_GAUGES] = {
+        [STATS_PENDING_PODS] = { "pending_pods", "Pods kube-scheduler marked Unschedulable (intake candidates).", NULL },
+        [STATS_UNPLACED_PODS] = { "unplaced_pods", "Pods the last round could not place.", NULL },
+        [STATS_NODECLAIMS] = { "nodeclaims", "NodeClaims in the cache.", NULL },
+        [STATS_LEADER] = { "leader", "1 while this replica holds the leader lease.", NULL },
+        [STATS_READY] = { "ready", "1 once every informer has listed its resource.", NULL },
+};
+
+void stats_init(struct stats *s) {
+        memset(s, 0, sizeof *s);
+}
+
+void stats_add(struct stats *s, enum stats_counter c, uint64_t n) {
+        if (s && (unsigned)c < STATS_N_COUNTERS)
+                atomic_fetch_add(&s->counters[c], n);
+}
+
+void stats_set(struct stats *s, enum stats_gauge g, int64_t v) {
+        if (s && (unsigned)g < STATS_N_GAUGES)
+                atomic_store(&s->gauges[g], v);
+}
+
+uint64_t stats_get(const struct stats *s, enum stats_counter c) {
+        return (unsigned)c < STATS_N_COUNTERS ? atomic_load(&s->counters[c]) : 0;
+}
+
+void stats_observe_simulate(struct stats *s, double seconds) {
+        if (!s)
+                return;
+        size_t b = 0;
+        while (b < STATS_N_BUCKETS && seconds > BUCKETS[b])
+                b++;
+        atomic_fetch_add(&s->sim_buckets[b], 1);
+        atomic_fetch_add(&s->sim_count, 1);
+        atomic_fetch_add(&s->sim_sum_us, (uint64_t)(seconds * 1e6));
+}
+
+struct stats_watch *stats_watch_add(struct stats *s, const char *resource) {
+        unsigned i = atomic_load(&s->n_watches);
+        if (i >= STATS_MAX_WATCHES)
+                return NULL;
+        snprintf(s->watches[i].resource, sizeof s->watches[i].resource, "%s", resource);
+        atomic_store(&s->n_watches, i + 1);
+        return &s->watches[i];
+}
+
+/* ---- rendering ---- */
+
+static void header(FILE *f, const char *name, const char *help, const char *type) {
+        fprintf(f, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", name, help, name, type);
+}
+
+static void sample(FILE *f, const char *name, const char *labels, long long v) {
+        if (labels)
+                fprintf(f, PREFIX "%s{%s} %lld\n", name, labels, v);
+        else
+                fprintf(f, PREFIX "%s %lld\n", name, v);
+}
+
+static void render_counters(FILE *f, const struct stats *s) {
+        for (int c = 0; c < STATS_N_COUNTERS; c++) {
+                if (COUNTERS[c].help)
+                        header(f, COUNTERS[c].name, COUNTERS[c].help, "counter");
+                sample(f, COUNTERS[c].name, COUNTERS[c].labels, (long long)atomic_load(&s->counters[c]));
+        }
+        for (int g = 0; g < STATS_N_GAUGES; g++) {
+                header(f, GAUGES[g].name, GAUGES[g].help, "gauge");
+                sample(f, GAUGES[g].name, NULL, (long long)atomic_load(&s->gauges[g]));
+        }
+}
+
+static void render_histogram(FILE *f, const struct stats *s) {
+        uint64_t cum = 0;
+        header(f, "simulate_duration_seconds", "Time spent in the scheduling simulation per round.", "histogram");
+        for (int b = 0; b < STATS_N_BUCKETS; b++) {
+                cum += atomic_load(&s->sim_buckets[b]);
+                fprintf(f, PREFIX "simulate_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[b], (unsigned long long)cum);
+        }
+        cum += atomic_load(&s->sim_buckets[STATS_N_BUCKETS]);
+        fprintf(f, PREFIX "simulate_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        fprintf(f, PREFIX "simulate_duration_seconds_sum %.6f\n", (double)atomic_load(&s->sim_sum_us) / 1e6);
+        fprintf(f, PREFIX "simulate_duration_seconds_count %llu\n", (unsigned long long)atomic_load(&s->sim_count));
+}
+
+static void render_watch_field(FILE *f, const struct stats *s, const char *name, const char *help, const char *type,
+                               size_t offset) {
+        unsigned n = atomic_load(&s->n_watches);
+        header(f, name, help, type);
+        for (unsigned i = 0; i < n; i++) {
+                const atomic_uint *v = (const atomic_uint *)((const char *)&s->watches[i] + offset);
+                fprintf(f, PREFIX "%s{resource=\"%s\"} %u\n", name, s->watches[i].resource, atomic_load(v));
+        }
+}
+
+static void render_watches(FILE *f, const struct stats *s) {
+        render_watch_field(f, s, "watch_lists_total", "Full lists (first list and relists) per resource.", "counter",
+                           offsetof(struct stats_watch, lists));
+        render_watch_field(f, s, "watch_relists_410_total", "Relists because the resource version expired (410).",
+                           "counter", offsetof(struct stats_watch, relists_410));
+        render_watch_field(f, s, "watch_requests_total", "Watch requests per resource.", "counter",
+                           offsetof(struct stats_watch, watches));
+        render_watch_field(f, s, "watch_resumes_total", "Watches resumed from the last resource version.", "counter",
+                           offsetof(struct stats_watch, resumes));
+        render_watch_field(f, s, "watch_failures_total", "Failed lists or watches (each backed off).", "counter",
+                           offsetof(struct stats_watch, failures));
+        render_watch_field(f, s, "informer_synced", "1 once the resource has been listed.", "gauge",
+                           offsetof(struct stats_watch, synced));
+}
+
+char *stats_render(const struct stats *s) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f)
+                return NULL;
+        render_counters(f, s);
+        render_histogram(f, s);
+        render_watches(f, s);
+        if (fclose(f) != 0) {
+                free(text);
+                return NULL;
+        }
+        return text;
+}

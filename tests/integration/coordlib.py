@@ -1,0 +1,286 @@
+"""coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
+# SPDX-License-Identifier: Apache-2.0
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("PVESCALE_SOURCE_DIR") or os.path.join(HERE, "..", "..")
+BUILD = os.environ.get("PVESCALE_BUILD_DIR") or os.path.join(SRC, "build")
+sys.path.insert(0, os.path.join(SRC, "tests", "sim"))
+sys.path.insert(0, HERE)
+import agentlib  # noqa: E402
+import simtest  # noqa: E402
+from simtest import wait_for  # noqa: E402,F401
+
+COORDINATOR = os.path.join(BUILD, "coordinator", "pvescale-coordinator")
+AGENT = os.path.join(BUILD, "agent", "pvescale-agent")
+YAML2JSON = os.path.join(BUILD, "tests", "integration", "yaml2json")
+CRDS = [os.path.join(SRC, "deploy", "crds", f) for f in
+        ("pvescale.io_nodepools.yaml", "pvescale.io_proxmoxnodeclasses.yaml", "pvescale.io_nodeclaims.yaml")]
+GROUP = "/apis/pvescale.io/v1alpha1"
+
+
+def yaml_docs(*paths):
+    """The YAML files as JSON objects (read by the repository's own YAML reader)."""
+    out = subprocess.run([YAML2JSON] + list(paths), check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_free_on(port, hosts):
+    for h in hosts:
+        with socket.socket() as s:
+            try:
+                s.bind((h, port))
+            except OSError:
+                return False
+    return True
+
+
+def make_tls(dirpath, ips):
+    """A CA and one server certificate valid for localhost and every IP in ips. Returns (ca, cert, key)."""
+    run = agentlib.run
+    ca_key, ca = os.path.join(dirpath, "ca.key"), os.path.join(dirpath, "ca.pem")
+    key, csr, cert = (os.path.join(dirpath, n) for n in ("agent.key", "agent.csr", "agent.pem"))
+    ext = os.path.join(dirpath, "san.ext")
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=pvescale agents test CA"])
+    run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-keyout", key, "-out", csr, "-subj", "/CN=localhost"])
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost," + ",".join("IP:" + ip for ip in ips) + "\n")
+    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-out", cert, "-days", "2", "-extfile", ext])
+    return ca, cert, key
+
+
+class Cluster:
+    """The simulator with the pvescale CRDs, optionally one real agent per host (HTTPS, each on its own
+    loopback address and a shared port), and config.yaml for the coordinator."""
+
+    def __init__(self, hosts, agents=True, knobs=()):
+        self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
+        self.sim = simtest.Sim(hosts=hosts, knobs=knobs)
+        self.agents = {}
+        self.procs = []
+        try:
+            for crd in yaml_docs(*CRDS):
+                r = self.sim.kube("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+                assert r.status == 201, r
+            if agents:
+                self._start_agents()
+            self.config = self.write_config()
+        except BaseException:
+            self.stop()
+            raise
+
+    # ---- agents ----------------------------------------------------------------------------
+    def _start_agents(self):
+        names = sorted(self.sim.ep["hosts"])
+        ips = ["127.0.0.%d" % (i + 2) for i in range(len(names))]
+        self.ca, cert, key = make_tls(self.tmp, ips)
+        self.token_file, self.token = agentlib.write_token(self.tmp)
+        port = free_port()
+        while not port_free_on(port, ips):
+            port = free_port()
+        self.agent_port = port
+        for name, ip in zip(names, ips):
+            h = self.sim.ep["hosts"][name]
+            state = os.path.join(self.tmp, "agent-" + name)
+            os.makedirs(state)
+            args = [AGENT, "serve", "--config", os.devnull, "--port", str(port), "--bind-address", ip,
+                    "--tls-cert", cert, "--tls-key", key, "--token-file", self.token_file,
+                    "--node-name", name, "--pve-config-dir", h["pve_config_dir"], "--pve-run-dir", h["pve_run_dir"],
+                    "--corosync-conf", h["corosync_conf"], "--state-dir", state, "--node-policy", "static"]
+            args += ["--fsroot", h["fsroot"]] if "fsroot" in h else ["--topology-xml", h["topology_xml"]]
+            log = open(os.path.join(self.tmp, "agent-%s.log" % name), "w")
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.procs.append(p)
+            self.agents[name] = {"ip": ip, "proc": p, "log": log.name}
+        for name, a in self.agents.items():
+            wait_for(lambda: "listening on port" in open(a["log"]).read() or a["proc"].poll() is not None, 20,
+                     what="agent %s" % name)
+            assert a["proc"].poll() is None, open(a["log"]).read()
+
+    def stop_agent(self, name):
+        p = self.agents[name]["proc"]
+        p.terminate()
+        p.wait(15)
+
+    # ---- config -------------------------------------------------------------------------------
+    def write_config(self, extra=None, name="config.yaml"):
+        lines = ["clusters:"]
+        for region, e in sorted(self.sim.ep["pve"].items()):
+            lines += ["  - url: %s" % e["url"], "    token_id: \"%s\"" % e["token_id"],
+                      "    token_secret: \"%s\"" % e["token_secret"], "    region: %s" % region,
+                      "    ca_file: %s" % self.sim.ep["ca_file"]]
+        if self.agents:
+            lines += ["agents:", "  port: %d" % self.agent_port, "  token_file: %s" % self.token_file,
+                      "  ca_file: %s" % self.ca, "  hosts:"]
+            lines += ["    %s: %s" % (n, a["ip"]) for n, a in sorted(self.agents.items())]
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write("\n".join(lines + list(extra or [])) + "\n")
+        return path
+
+    # ---- Kubernetes helpers ------------------------------------------------------------------------
+    def create(self, path, obj):
+        r = self.sim.kube("POST", path, obj)
+        assert r.status == 201, r
+        return r.json
+
+    def items(self, path):
+        r = self.sim.kube("GET", path)
+        assert r.status == 200, r
+        return r.json["items"]
+
+    def claims(self):
+        return self.items(GROUP + "/nodeclaims")
+
+    def pod_events(self, name, ns="default"):
+        evs = self.items("/api/v1/namespaces/%s/events?fieldSelector=involvedObject.name=%s" % (ns, name))
+        return [e for e in evs if e.get("involvedObject", {}).get("kind") == "Pod"]
+
+    def vms(self):
+        """Every non-template VM of every region."""
+        out = []
+        for region, e in self.sim.ep["pve"].items():
+            for node in e["nodes"]:
+                r = self.sim.pve("GET", "/nodes/%s/qemu" % node, region=region)
+                assert r.status == 200, r
+                out += [vm for vm in r.data if not vm.get("template")]
+        return out
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for a in self.agents.values():
+            pass
+        rc = self.sim.stop() if hasattr(self, "sim") else None
+        subprocess.run(["rm", "-rf", self.tmp])
+        return rc
+
+
+class Coordinator:
+    """A running pvescale-coordinator with its own metrics and health ports."""
+
+    def __init__(self, cluster, args=(), env=None, wait_ready=True):
+        self.metrics_port, self.health_port = free_port(), free_port()
+        while self.health_port == self.metrics_port:
+            self.health_port = free_port()
+        self.log_path = os.path.join(cluster.tmp, "coordinator-%d.log" % time.time_ns())
+        self.log = open(self.log_path, "w")
+        cmd = [COORDINATOR, "--config", cluster.config, "--kubeconfig", cluster.sim.ep["kube"]["kubeconfig"],
+               "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)] + list(args)
+        full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "LAUNCH", "LEADER_ELECT")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        if wait_ready:
+            try:
+                wait_for(lambda: self.ready() or self.proc.poll() is not None, 30, what="coordinator /readyz")
+                assert self.proc.poll() is None, "coordinator exited: " + self.logtext()
+            except BaseException:
+                self.stop()
+                raise
+
+    def logtext(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def get(self, port, path):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def ready(self):
+        return self.get(self.health_port, "/readyz")[0] == 200
+
+    def metrics(self):
+        """{"name{labels}": value} from /metrics."""
+        status, text = self.get(self.metrics_port, "/metrics")
+        assert status == 200, (status, text)
+        out = {}
+        for line in text.splitlines():
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def metric(self, name):
+        return self.metrics().get("pvescale_coordinator_" + name, 0.0)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("coordinator did not stop within %ds:\n%s" % (timeout, self.logtext()))
+        self.log.close()
+        return self.proc.returncode
+
+
+# ---- objects ---------------------------------------------------------------------------------------
+
+def nodeclass(name="default", **spec):
+    s = {"instanceTemplateRef": {"name": "k8s-template"}}
+    s.update(spec)
+    return {"apiVersion": "pvescale.io/v1alpha1", "kind": "ProxmoxNodeClass", "metadata": {"name": name}, "spec": s}
+
+
+def nodepool(name="default", nodeclass_name="default", labels=None, requirements=None, limits=None, weight=None,
+             taints=None):
+    spec = {"template": {"spec": {"nodeClassRef": {"group": "pvescale.io", "kind": "ProxmoxNodeClass",
+                                                   "name": nodeclass_name}}}}
+    if labels:
+        spec["template"]["metadata"] = {"labels": labels}
+    if requirements:
+        spec["template"]["spec"]["requirements"] = requirements
+    if taints:
+        spec["template"]["spec"]["taints"] = taints
+    if limits:
+        spec["limits"] = limits
+    if weight is not None:
+        spec["weight"] = weight
+    return {"apiVersion": "pvescale.io/v1alpha1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
+
+
+def pod(name, cpu="500m", memory="512Mi", labels=None, **spec):
+    p = simtest.pod(name, cpu=cpu, memory=memory, **spec)
+    if labels is not None:
+        p["metadata"]["labels"] = labels
+    return p
+
+
+def unschedulable(p):
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return c.get("status") == "False" and c.get("reason") == "Unschedulable"
+    return False
