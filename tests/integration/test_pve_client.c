@@ -359,6 +359,32 @@ static void test_task_timeout_and_faults(void **state) {
         pve_client_free(c);
 }
 
+static void test_clone_into_pool(void **state) {
+        (void)state;
+        struct pve_client *c = client();
+        struct pve_request r = { .method = "POST", .endpoint = "/pools", .path = strdup("/pools") };
+        pve_params_add(&r.params, "poolid", "k8s");
+        assert_int_equal(pve_send(c, &r, NULL), 0);
+        pve_request_done(&r);
+        uint32_t vmid;
+        char *upid;
+        assert_int_equal(pve_nextid(c, &vmid), 0);
+        struct pve_clone o = { .newid = vmid, .name = "client-pool", .pool = "k8s", .target = NODE, .full = true,
+                               .storage = "local-lvm", .format = "raw" };
+        assert_int_equal(pve_vm_clone(c, NODE, template_id, &o, &upid), 0);
+        assert_int_equal(wait_task(c, upid), 0);
+        json_t *pool;
+        assert_int_equal(pve_pool_get(c, "k8s", &pool), 0);
+        bool member = false;
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(pool, "members"), i, m) member |= json_integer_value(json_object_get(m, "vmid")) == vmid;
+        assert_true(member);
+        json_decref(pool);
+        delete_vm(c, vmid);
+        pve_client_free(c);
+}
+
 static void test_wrong_token(void **state) {
         (void)state;
         struct pve_client *c = client_with("00000000-0000-0000-0000-000000000000");
@@ -377,6 +403,7 @@ int main(void) {
                 cmocka_unit_test(test_iso_upload_attach_delete),
                 cmocka_unit_test(test_firewall),
                 cmocka_unit_test(test_task_timeout_and_faults),
+                cmocka_unit_test(test_clone_into_pool),
                 cmocka_unit_test(test_wrong_token),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
