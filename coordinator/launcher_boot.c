@@ -75,10 +75,11 @@ static int create_token(struct lctx *c, char token[32]) {
         json_t *obj = tokens_secret(id, secret, c->now + c->l->o.token_ttl_s * 1000, NULL, c->name, c->uid);
         r = obj ? kube_create(c->kube, &kube_secrets, TOKENS_NAMESPACE, obj, NULL) : -ENOMEM;
         json_decref(obj);
+        if (r == 0)
+                snprintf(token, 32, "%s.%s", id, secret);
         explicit_bzero(secret, sizeof secret);
         if (r < 0)
                 return launcher_errf(c, r, "create join token: %s", kube_client_error(c->kube));
-        snprintf(token, 32, "%s.%s", id, secret);
         return 0;
 }
 
