@@ -35,6 +35,7 @@ struct provisioner {
         size_t n_agents;
         json_t *verdicts; /* pod key → the last verdict we told the pod ("nominated:<claim>", "unplaced:<text>") */
         json_t *logged;   /* problems already logged */
+        bool seeded;      /* verdicts read back from Nominated events (once, after start) */
         uint64_t rnd;
 };
 
@@ -396,6 +397,8 @@ static void tell_pods(struct provisioner *p, const struct provisioner_round *r, 
                         nominate(p, r->pods[i], names[pl->index], detail, seen, out);
                 } else if (n && n->in_flight) {
                         nominate(p, r->pods[i], n->name, "", seen, out);
+                } else if (pl->target == SIM_TARGET_BOUND && r->in->pods[i]->node_name) {
+                        nominate(p, r->pods[i], r->in->pods[i]->node_name, "", seen, out); /* kept on its claim */
                 } else if (pl->target == SIM_TARGET_UNPLACED) {
                         unplaced(p, r->pods[i], pl->reason, seen, out);
                 }
@@ -466,7 +469,8 @@ static void count(const struct provisioner_round *r, const struct sim_result *re
                         out->on_new++;
                 else if (pl->target == SIM_TARGET_UNPLACED)
                         out->unplaced++;
-                else if (pl->target == SIM_TARGET_NODE && r->in->nodes[pl->index]->in_flight)
+                else if ((pl->target == SIM_TARGET_NODE && r->in->nodes[pl->index]->in_flight) ||
+                         pl->target == SIM_TARGET_BOUND)
                         out->on_inflight++;
                 else if (pl->target == SIM_TARGET_NODE)
                         out->on_nodes++;
@@ -517,15 +521,68 @@ static int plan(struct provisioner *p, struct provisioner_round *r, const struct
         return names ? 0 : -ENOMEM;
 }
 
+/* After a restart: what earlier rounds told pods, from our Nominated events (the in-memory record is gone). */
+static void seed_verdicts(struct provisioner *p) {
+        json_t *list = NULL;
+        struct kube_list_options o = { .field_selector = "reason=" PROVISIONER_REASON_NOMINATED };
+        p->seeded = true;
+        if (kube_list(p->env.kube, &kube_events, NULL, &o, &list) < 0) {
+                log_error("list Nominated events: %s", kube_client_error(p->env.kube));
+                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                return;
+        }
+        json_t *newest = json_object(); /* uid → resourceVersion of the event kept */
+        size_t i;
+        json_t *ev;
+        json_array_foreach(json_object_get(list, "items"), i, ev) {
+                const char *comp = json_string_value(json_object_get(json_object_get(ev, "source"), "component"));
+                const char *uid = json_string_value(json_object_get(json_object_get(ev, "involvedObject"), "uid"));
+                const char *msg = json_string_value(json_object_get(ev, "message"));
+                const char *rv = json_string_value(json_object_get(json_object_get(ev, "metadata"), "resourceVersion"));
+                const char *at = msg ? strstr(msg, "nodeclaim/") : NULL;
+                long long v = rv ? strtoll(rv, NULL, 10) : 0;
+                char verdict[300];
+                if (!comp || strcmp(comp, COMPONENT) != 0 || !uid || !at ||
+                    (json_object_get(newest, uid) && json_integer_value(json_object_get(newest, uid)) > v))
+                        continue;
+                snprintf(verdict, sizeof verdict, "nominated:%.*s", (int)strcspn(at + 10, " "), at + 10);
+                json_object_set_new(p->verdicts, uid, json_string(verdict));
+                json_object_set_new(newest, uid, json_integer(v));
+        }
+        json_decref(newest);
+        json_decref(list);
+}
+
+/* {"<pod uid>": "<claim>"} from the verdicts. */
+static json_t *nominations(const struct provisioner *p) {
+        json_t *out = json_object();
+        const char *key;
+        json_t *v;
+        json_object_foreach(p->verdicts, key, v) {
+                const char *s = json_string_value(v);
+                if (s && strncmp(s, "nominated:", 10) == 0)
+                        json_object_set_new(out, key, json_string(s + 10));
+        }
+        return out;
+}
+
 int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap, struct provisioner_outcome *ret) {
         struct provisioner_outcome out = { 0 };
         struct provisioner_round *r;
-        int rc = provisioner_round_new(snap, &r);
-        if (rc < 0)
+        if (!p->seeded)
+                seed_verdicts(p);
+        struct provisioner_snapshot s = *snap;
+        json_t *nominated = nominations(p);
+        s.nominated = nominated;
+        int rc = provisioner_round_new(&s, &r);
+        if (rc < 0) {
+                json_decref(nominated);
                 return log_error_errno(rc, "cannot build the simulation input: %s", strerror(-rc));
+        }
         log_problems(p, r->problems);
-        rc = plan(p, r, snap, &out);
+        rc = plan(p, r, &s, &out);
         provisioner_round_free(r);
+        json_decref(nominated);
         stats_add(p->env.stats, STATS_BATCHES, 1);
         if (rc == 0)
                 *ret = out;

@@ -32,6 +32,9 @@ struct provisioner_snapshot {
         const json_t *candidates; /* pending pods (intake candidates) */
         const json_t *bound;      /* pods bound to a node, not finished */
         const json_t *nodes, *claims, *pools, *classes, *daemonsets;
+        /* {"<pod uid>": "<claim>"}: pods nominated to a claim in an earlier round (may be NULL). While that claim
+         * is in flight they stay on it, as if bound, so a new round (or a restart) never re-packs them. */
+        const json_t *nominated;
 };
 
 /* One round: the simulation input and what it was built from. */
@@ -47,8 +50,9 @@ struct provisioner_round {
 };
 
 /* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, NodeClaims without
- * a Node yet (not being deleted), NodePools, node classes and daemon sets. Malformed objects are left out and
- * named in problems. 0 or -ENOMEM. */
+ * a Node yet (not being deleted), NodePools, node classes and daemon sets. A pending pod nominated to an
+ * in-flight claim enters bound to it (its placement is then SIM_TARGET_BOUND, node_name the claim). Malformed
+ * objects are left out and named in problems. 0 or -ENOMEM. */
 int provisioner_round_new(const struct provisioner_snapshot *snap, struct provisioner_round **ret);
 void provisioner_round_free(struct provisioner_round *r);
 

@@ -180,7 +180,17 @@ static int add_nodes(struct provisioner_round *r, const struct provisioner_snaps
         return rc;
 }
 
-static int add_pods(struct provisioner_round *r, const json_t *pods, bool pending) {
+/* The in-flight claim a pending pod was nominated to, if it is still in the input. */
+static const char *nominated_claim(const struct provisioner_round *r, const json_t *nominated, const json_t *pod) {
+        const char *uid = meta_str(pod, "uid");
+        const char *claim = uid ? json_string_value(json_object_get(nominated, uid)) : NULL;
+        for (size_t i = 0; claim && i < r->in->n_nodes; i++)
+                if (r->in->nodes[i]->in_flight && strcmp(r->in->nodes[i]->name, claim) == 0)
+                        return r->in->nodes[i]->name;
+        return NULL;
+}
+
+static int add_pods(struct provisioner_round *r, const json_t *pods, bool pending, const json_t *nominated) {
         size_t i;
         json_t *pod;
         json_array_foreach(pods, i, pod) {
@@ -192,7 +202,7 @@ static int add_pods(struct provisioner_round *r, const json_t *pods, bool pendin
                 if (rc > 0)
                         continue;
                 if (pending)
-                        sp->node_name = NULL;
+                        sp->node_name = nominated_claim(r, nominated, pod);
                 else if (!sp->node_name)
                         r->in->n_pods--; /* not bound after all: leave it out */
                 if (pending || sp->node_name)
@@ -218,10 +228,10 @@ int provisioner_round_new(const struct provisioner_snapshot *snap, struct provis
         if (rc == 0)
                 rc = add_nodes(r, snap);
         if (rc == 0)
-                rc = add_pods(r, snap->candidates, true);
+                rc = add_pods(r, snap->candidates, true, snap->nominated);
         r->n_candidates = r->in ? r->in->n_pods : 0;
         if (rc == 0)
-                rc = add_pods(r, snap->bound, false);
+                rc = add_pods(r, snap->bound, false, NULL);
         if (rc < 0) {
                 provisioner_round_free(r);
                 return rc;

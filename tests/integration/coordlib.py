@@ -106,14 +106,19 @@ class Cluster:
                     "--node-name", name, "--pve-config-dir", h["pve_config_dir"], "--pve-run-dir", h["pve_run_dir"],
                     "--corosync-conf", h["corosync_conf"], "--state-dir", state, "--node-policy", "static"]
             args += ["--fsroot", h["fsroot"]] if "fsroot" in h else ["--topology-xml", h["topology_xml"]]
-            log = open(os.path.join(self.tmp, "agent-%s.log" % name), "w")
-            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            log_path = os.path.join(self.tmp, "agent-%s.log" % name)
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
             self.procs.append(p)
-            self.agents[name] = {"ip": ip, "proc": p, "log": log.name}
+            self.agents[name] = {"ip": ip, "proc": p, "log": log_path}
         for name, a in self.agents.items():
-            wait_for(lambda: "listening on port" in open(a["log"]).read() or a["proc"].poll() is not None, 20,
+            wait_for(lambda: "listening on port" in self.agent_log(name) or a["proc"].poll() is not None, 20,
                      what="agent %s" % name)
-            assert a["proc"].poll() is None, open(a["log"]).read()
+            assert a["proc"].poll() is None, self.agent_log(name)
+
+    def agent_log(self, name):
+        with open(self.agents[name]["log"]) as f:
+            return f.read()
 
     def stop_agent(self, name):
         p = self.agents[name]["proc"]
@@ -173,8 +178,6 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-        for a in self.agents.values():
-            pass
         rc = self.sim.stop() if hasattr(self, "sim") else None
         subprocess.run(["rm", "-rf", self.tmp])
         return rc

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+# pvescale-coordinator keeps an exact picture of the cluster through watch disconnects (resume from the last
+# resource version) and expired resource versions (410 Gone: relist): while the simulator cuts every watch again
+# and again (first with a long watch history, then with almost none), pods created and deleted meanwhile are all
+# seen: the coordinator's pending-pod count matches the API, every pending pod is nominated, deleted pods are
+# forgotten.
+# SPDX-License-Identifier: Apache-2.0
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coordlib as cl  # noqa: E402
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+class WatchTest(unittest.TestCase):
+    def setUp(self):
+        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", agents=False,
+                            knobs=["bookmark_interval_seconds=60"])
+        self.co = None
+        self.created, self.deleted = [], []
+
+    def tearDown(self):
+        rc = self.co.stop() if self.co else 0
+        self.c.stop()
+        self.assertEqual(rc, 0)
+
+    def pending_in_api(self):
+        return sorted(p["metadata"]["name"] for p in self.c.items(PODS) if cl.unschedulable(p))
+
+    def nominated(self, name):
+        return any(e["reason"] == "Nominated" for e in self.c.pod_events(name))
+
+    def churn(self, phase, waves):
+        """Each wave: cut every watch, create 3 pods, delete an earlier one."""
+        c = self.c
+        for wave in range(waves):
+            r = c.sim.admin("POST", "/actions/disconnect-watches")
+            self.assertEqual(r.status, 200, r)
+            for i in range(3):
+                name = "%s%d-%d" % (phase, wave, i)
+                c.create(PODS, cl.pod(name, cpu="250m", memory="256Mi"))
+                self.created.append(name)
+            victim = next(n for n in self.created if n not in self.deleted)
+            r = c.sim.kube("DELETE", PODS + "/" + victim)
+            self.assertIn(r.status, (200, 202), r)
+            self.deleted.append(victim)
+            time.sleep(0.4)
+        c.sim.admin("POST", "/actions/disconnect-watches")
+
+    def settled(self):
+        """The coordinator's picture equals the API's."""
+        want = sorted(set(self.created) - set(self.deleted))
+        cl.wait_for(lambda: self.pending_in_api() == want, 20, what="the scheduler's verdicts")
+        cl.wait_for(lambda: self.co.metric("pending_pods") == len(want), 20, what="coordinator pending count")
+        cl.wait_for(lambda: all(self.nominated(n) for n in want), 30, what="every pending pod nominated")
+        cl.wait_for(lambda: self.co.metric("nodeclaims") == len(self.c.claims()), 10, what="claim count")
+
+    def test_no_event_lost_across_disconnects_and_relists(self):
+        c = self.c
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass())
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        self.co = cl.Coordinator(c, ["--launch=false", "--batch-idle-duration=300ms", "--batch-max-duration=2s"])
+        # Phase 1: the history is long, so every cut watch resumes from its resource version.
+        self.churn("a", 4)
+        self.settled()
+        self.assertEqual(self.co.metric('watch_relists_410_total{resource="pods"}'), 0)
+        self.assertGreaterEqual(self.co.metric('watch_resumes_total{resource="pods"}'), 4)
+        self.assertEqual(self.co.metric('watch_lists_total{resource="pods"}'), 1)
+        # Phase 2: 3 events of history for all kinds together: reconnecting watches find their resource version
+        # expired (410 Gone) and list again; deletions in between come out of the difference.
+        c.sim.knobs(watch_history_size=3)
+        self.churn("b", 5)
+        self.settled()
+        self.assertGreater(self.co.metric('watch_relists_410_total{resource="pods"}'), 0)
+        m = self.co.metrics()
+        relists = sum(v for k, v in m.items() if k.startswith("pvescale_coordinator_watch_relists_410_total"))
+        self.assertGreaterEqual(relists, 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
