@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "jsonutil.h"
 #include "placement.h"
 
@@ -69,16 +70,6 @@ json_t *placement_to_json(const struct placement *p) {
 
 /* ---- validation ---- */
 
-static int fail(char *reason, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *reason, size_t len, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(reason, len, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
 static int topo_numa_index(const struct topology *t, int id) {
         for (size_t i = 0; i < t->n_numa_nodes; i++)
                 if (t->numa_nodes[i].id == id)
@@ -95,12 +86,12 @@ static int check_map(const struct placement *p, char *reason, size_t len) {
         for (unsigned v = 0; r >= 0 && v < p->n_vcpus; v++) {
                 int cpu = p->vcpu_map[v];
                 if (cpu < 0 || cpu > CPUSET_MAX_CPU || cpuset_test(seen, (unsigned)cpu))
-                        r = fail(reason, len, "vcpu_map: host CPU %d appears twice or is out of range", cpu);
+                        r = errmsg_invalid(reason, len, "vcpu_map: host CPU %d appears twice or is out of range", cpu);
                 else
                         r = cpuset_set(seen, (unsigned)cpu);
         }
         if (r >= 0 && !cpuset_equal(seen, p->cpus))
-                r = fail(reason, len, "cpus does not match vcpu_map (%u vCPUs)", p->n_vcpus);
+                r = errmsg_invalid(reason, len, "cpus does not match vcpu_map (%u vCPUs)", p->n_vcpus);
         cpuset_free(seen);
         return r;
 }
@@ -109,28 +100,28 @@ static int check_numa_node(const struct topology *t, const struct placement *p, 
                            char *reason, size_t len) {
         const struct placement_numa *pn = &p->numa[j];
         if (pn->first_vcpu != first || pn->n_vcpus == 0 || first + pn->n_vcpus > p->n_vcpus)
-                return fail(reason, len, "numa[%zu]: guest vCPUs must continue the previous node's range", j);
+                return errmsg_invalid(reason, len, "numa[%zu]: guest vCPUs must continue the previous node's range", j);
         if (pn->memory_bytes == 0 || pn->memory_bytes % PLACEMENT_MIB)
-                return fail(reason, len, "numa[%zu]: memory_bytes must be a positive whole number of MiB", j);
+                return errmsg_invalid(reason, len, "numa[%zu]: memory_bytes must be a positive whole number of MiB", j);
         for (size_t m = 0; m < j; m++)
                 if (p->numa[m].node == pn->node)
-                        return fail(reason, len, "numa: host node %d is used twice", pn->node);
+                        return errmsg_invalid(reason, len, "numa: host node %d is used twice", pn->node);
         int i = topo_numa_index(t, pn->node);
         if (i < 0)
-                return fail(reason, len, "numa: host node %d does not exist", pn->node);
+                return errmsg_invalid(reason, len, "numa: host node %d does not exist", pn->node);
         for (unsigned v = first; v < first + pn->n_vcpus; v++) {
                 if (!cpuset_test(pn->guest_cpus, v) || !t->numa_nodes[i].cpus ||
                     !cpuset_test(t->numa_nodes[i].cpus, (unsigned)p->vcpu_map[v]))
-                        return fail(reason, len, "guest vCPU %u is not on its guest node's host node", v);
+                        return errmsg_invalid(reason, len, "guest vCPU %u is not on its guest node's host node", v);
         }
         if (cpuset_count(pn->guest_cpus) != pn->n_vcpus)
-                return fail(reason, len, "numa[%zu]: guest_cpus does not match its vCPU range", j);
+                return errmsg_invalid(reason, len, "numa[%zu]: guest_cpus does not match its vCPU range", j);
         return 0;
 }
 
 int placement_validate(const struct topology *t, const struct placement *p, char *reason, size_t reasonlen) {
         if (p->n_vcpus == 0 || p->n_numa == 0 || p->n_numa > PLACEMENT_MAX_NUMA)
-                return fail(reason, reasonlen, "a placement needs vCPUs and 1 to %d guest NUMA nodes",
+                return errmsg_invalid(reason, reasonlen, "a placement needs vCPUs and 1 to %d guest NUMA nodes",
                             PLACEMENT_MAX_NUMA);
         int r = check_map(p, reason, reasonlen);
         if (r < 0)
@@ -145,9 +136,9 @@ int placement_validate(const struct topology *t, const struct placement *p, char
                 mem += p->numa[j].memory_bytes;
         }
         if (first != p->n_vcpus)
-                return fail(reason, reasonlen, "numa: guest nodes cover %u vCPUs, not all of them", first);
+                return errmsg_invalid(reason, reasonlen, "numa: guest nodes cover %u vCPUs, not all of them", first);
         if (mem != p->memory_bytes)
-                return fail(reason, reasonlen, "numa: memory adds up to %llu MiB, not the VM memory",
+                return errmsg_invalid(reason, reasonlen, "numa: memory adds up to %llu MiB, not the VM memory",
                             (unsigned long long)(mem / PLACEMENT_MIB));
         return 0;
 }
@@ -166,7 +157,7 @@ static int parse_cpus(const json_t *obj, const char *key, struct cpuset **ret, c
 static int parse_map(const json_t *arr, struct placement *p, char *reason, size_t len) {
         size_t n = json_array_size(arr);
         if (!json_is_array(arr) || n == 0 || n > PLACEMENT_MAX_VCPUS)
-                return fail(reason, len, "vcpu_map must be a non-empty array of at most %u CPUs",
+                return errmsg_invalid(reason, len, "vcpu_map must be a non-empty array of at most %u CPUs",
                             PLACEMENT_MAX_VCPUS);
         p->vcpu_map = calloc(n, sizeof(int));
         if (!p->vcpu_map)
@@ -175,7 +166,7 @@ static int parse_map(const json_t *arr, struct placement *p, char *reason, size_
         for (size_t v = 0; v < n; v++) {
                 json_t *e = json_array_get(arr, v);
                 if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > CPUSET_MAX_CPU)
-                        return fail(reason, len, "vcpu_map[%zu] must be a host CPU number", v);
+                        return errmsg_invalid(reason, len, "vcpu_map[%zu] must be a host CPU number", v);
                 p->vcpu_map[v] = (int)json_integer_value(e);
         }
         return 0;
@@ -186,7 +177,7 @@ static int parse_numa_node(const json_t *o, struct placement_numa *pn, char *rea
         uint64_t mem = 0;
         if (!json_is_object(o) || !json_is_integer(node) || json_integer_value(node) < 0 ||
             json_integer_value(node) > 1 << 20)
-                return fail(reason, len, "numa: node must be a host NUMA node id");
+                return errmsg_invalid(reason, len, "numa: node must be a host NUMA node id");
         pn->node = (int)json_integer_value(node);
         int r = get_field_u64(o, "memory_bytes", true, &mem, reason, len);
         if (r < 0)
@@ -204,7 +195,7 @@ static int parse_numa_node(const json_t *o, struct placement_numa *pn, char *rea
 static int parse_numa(const json_t *arr, struct placement *p, char *reason, size_t len) {
         size_t n = json_array_size(arr);
         if (!json_is_array(arr) || n == 0 || n > PLACEMENT_MAX_NUMA)
-                return fail(reason, len, "numa must be an array of 1 to %d guest nodes", PLACEMENT_MAX_NUMA);
+                return errmsg_invalid(reason, len, "numa must be an array of 1 to %d guest nodes", PLACEMENT_MAX_NUMA);
         for (size_t j = 0; j < n; j++) {
                 int r = parse_numa_node(json_array_get(arr, j), &p->numa[j], reason, len);
                 p->n_numa = j + (p->numa[j].guest_cpus != NULL);
@@ -218,7 +209,7 @@ static int parse_numa(const json_t *arr, struct placement *p, char *reason, size
 int placement_from_json(const struct topology *t, const json_t *obj, struct placement **ret_p, char *reason,
                         size_t reasonlen) {
         if (!json_is_object(obj))
-                return fail(reason, reasonlen, "placement must be a JSON object");
+                return errmsg_invalid(reason, reasonlen, "placement must be a JSON object");
         struct placement *p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errmsg.h"
 #include "fileio.h"
 
 /*
@@ -47,17 +48,6 @@
 
 /* ---------- small helpers ---------- */
 
-static int set_err(char *err, size_t errlen, int r, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int set_err(char *err, size_t errlen, int r, const char *fmt, ...) {
-        if (err && errlen > 0) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(err, errlen, fmt, ap);
-                va_end(ap);
-        }
-        return r;
-}
-
 static bool root_is_slash(const char *root) {
         return !root || !*root || strcmp(root, "/") == 0;
 }
@@ -88,17 +78,17 @@ static int check_source(const struct topology_source *src, char *err, size_t err
         struct stat st;
         char path[PATH_MAX];
         if (src->fsroot && src->xml_file)
-                return set_err(err, errlen, -EINVAL, "--fsroot and --topology-xml are mutually exclusive");
+                return errmsg_set(err, errlen, -EINVAL, "--fsroot and --topology-xml are mutually exclusive");
         if (src->xml_file && access(src->xml_file, R_OK) < 0) {
                 int r = -errno;
-                return set_err(err, errlen, r, "topology XML %s: %s", src->xml_file, strerror(-r));
+                return errmsg_set(err, errlen, r, "topology XML %s: %s", src->xml_file, strerror(-r));
         }
         if (!src->fsroot)
                 return 0;
         if (path_under(path, sizeof path, src->fsroot, SYSFS_CPU) < 0)
-                return set_err(err, errlen, -ENAMETOOLONG, "fsroot %s: path too long", src->fsroot);
+                return errmsg_set(err, errlen, -ENAMETOOLONG, "fsroot %s: path too long", src->fsroot);
         if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-                return set_err(err, errlen, -ENOENT,
+                return errmsg_set(err, errlen, -ENOENT,
                                "fsroot %s: no sys/devices/system/cpu below it (not a gathered /sys tree, or the "
                                "parent of its top directory?)", src->fsroot);
         return 0;
@@ -138,14 +128,14 @@ static int configure_hwloc(hwloc_topology_t topo, const struct topology_source *
 static int open_hwloc(const struct topology_source *src, hwloc_topology_t *ret_topo, char *err, size_t errlen) {
         hwloc_topology_t topo;
         if (hwloc_topology_init(&topo) < 0)
-                return set_err(err, errlen, -ENOMEM, "hwloc: cannot initialise a topology");
+                return errmsg_set(err, errlen, -ENOMEM, "hwloc: cannot initialise a topology");
         int r = configure_hwloc(topo, src);
         if (r == 0)
                 r = load_with_fsroot(topo, src->fsroot);
         if (r < 0) {
                 hwloc_topology_destroy(topo);
                 const char *what = src->xml_file ? src->xml_file : src->fsroot ? src->fsroot : "this machine";
-                return set_err(err, errlen, r, "hwloc could not load the topology of %s: %s", what, strerror(-r));
+                return errmsg_set(err, errlen, r, "hwloc could not load the topology of %s: %s", what, strerror(-r));
         }
         *ret_topo = topo;
         return 0;
@@ -405,14 +395,14 @@ static int read_cpu_state(struct topology *t, const char *root, char *err, size_
         if (r == -ENOENT)
                 r = (online = cpuset_dup(t->cpus)) ? 0 : -ENOMEM;
         if (r < 0)
-                return set_err(err, errlen, r, "%s" SYSFS_CPU "/online: %s", root_is_slash(root) ? "" : root, strerror(-r));
+                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/online: %s", root_is_slash(root) ? "" : root, strerror(-r));
         cpuset_and(online, t->cpus);
         r = t->kind == TOPOLOGY_KIND_XML ? -ENOENT : read_cpulist_under(root, SYSFS_CPU "/isolated", &isolated);
         if (r == -ENOENT)
                 r = (isolated = cpuset_new()) ? 0 : -ENOMEM;
         if (r < 0) {
                 cpuset_free(online);
-                return set_err(err, errlen, r, "%s" SYSFS_CPU "/isolated: %s", root_is_slash(root) ? "" : root,
+                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/isolated: %s", root_is_slash(root) ? "" : root,
                                strerror(-r));
         }
         t->online = online;
@@ -460,7 +450,7 @@ static int load_live_counts(struct topology *t, const struct topology_source *sr
                 return r;
         r = topology_refresh_memory(t, src);
         if (r < 0)
-                return set_err(err, errlen, r, "reading per-node memory under %s: %s",
+                return errmsg_set(err, errlen, r, "reading per-node memory under %s: %s",
                                root_is_slash(src->fsroot) ? "/" : src->fsroot, strerror(-r));
         return 0;
 }
@@ -478,13 +468,13 @@ int topology_load(const struct topology_source *src, struct topology **ret_topol
         struct topology *t = calloc(1, sizeof *t);
         if (!t) {
                 hwloc_topology_destroy(topo);
-                return set_err(err, errlen, -ENOMEM, "out of memory");
+                return errmsg_set(err, errlen, -ENOMEM, "out of memory");
         }
         t->kind = source_kind(src);
         r = build_from_hwloc(t, topo);
         hwloc_topology_destroy(topo);
         if (r < 0)
-                r = set_err(err, errlen, r, "hwloc topology: %s", r == -ENODEV ? "no CPUs" : strerror(-r));
+                r = errmsg_set(err, errlen, r, "hwloc topology: %s", r == -ENODEV ? "no CPUs" : strerror(-r));
         else
                 r = load_live_counts(t, src, err, errlen);
         if (r < 0) {

@@ -114,26 +114,11 @@ long agents_client_last_status(const struct agents_client *c) {
 }
 
 int agents_errno_from_status(long status, const char *error, const char *detail) {
-        if (status >= 200 && status < 300)
-                return 0;
-        switch (status) {
-        case 400:
-                return -EINVAL;
-        case 401:
-                return -EACCES;
-        case 403:
-                return -EPERM;
-        case 404:
-                return -ENOENT;
-        case 405:
-                return -EOPNOTSUPP;
-        case 409:
-                if (error && strcmp(error, "insufficient capacity") == 0)
-                        return -ENOSPC;
-                return detail && strstr(detail, "has no config") ? -ENOENT : -EEXIST;
-        default:
-                return -EIO;
-        }
+        if (status != 409)
+                return http_status_errno(status);
+        if (error && strcmp(error, "insufficient capacity") == 0)
+                return -ENOSPC;
+        return detail && strstr(detail, "has no config") ? -ENOENT : -EEXIST;
 }
 
 static int record_failure(struct agents_client *c, const char *method, const char *path,

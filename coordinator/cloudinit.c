@@ -12,6 +12,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "errmsg.h"
 #define LABEL_VALUE_MAX 63
 #define LABEL_PREFIX_MAX 253
 #define HOSTNAME_MAX 253
@@ -117,17 +118,6 @@ const char *cloudinit_default_template(enum cloudinit_file f) {
 
 /* ---- validation ---- */
 
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (err && errlen) {
-                va_start(ap, fmt);
-                vsnprintf(err, errlen, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
-}
-
 static bool is_lower_alnum(char c) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
@@ -204,22 +194,22 @@ static bool url_char(char c) {
 
 static int check_required(const struct cloudinit_node *n, char *err, size_t errlen) {
         if (!valid_hostname(n->hostname))
-                return failf(err, errlen, "hostname: \"%s\" is not a valid node name (RFC 1123 subdomain)",
+                return errmsg_invalid(err, errlen, "hostname: \"%s\" is not a valid node name (RFC 1123 subdomain)",
                              n->hostname ? n->hostname : "");
         if (n->vmid == 0)
-                return failf(err, errlen, "vmid: must be set");
+                return errmsg_invalid(err, errlen, "vmid: must be set");
         if (!valid_name(n->region) || !valid_name(n->zone))
-                return failf(err, errlen, "%s: must be a non-empty name of [A-Za-z0-9._-]",
+                return errmsg_invalid(err, errlen, "%s: must be a non-empty name of [A-Za-z0-9._-]",
                              valid_name(n->region) ? "zone" : "region");
         if (!valid_token(n->bootstrap_token))
-                return failf(err, errlen, "bootstrapToken: must be <6 of [a-z0-9]>.<16 of [a-z0-9]>");
+                return errmsg_invalid(err, errlen, "bootstrapToken: must be <6 of [a-z0-9]>.<16 of [a-z0-9]>");
         if (!n->api_server || strncmp(n->api_server, "https://", 8) != 0 || !n->api_server[8] ||
             !all_of(n->api_server, strlen(n->api_server), url_char))
-                return failf(err, errlen, "apiServer: must be an https:// URL");
+                return errmsg_invalid(err, errlen, "apiServer: must be an https:// URL");
         if (!n->root_ca || !strstr(n->root_ca, "-----BEGIN CERTIFICATE-----"))
-                return failf(err, errlen, "rootCA: must be a PEM certificate");
+                return errmsg_invalid(err, errlen, "rootCA: must be a PEM certificate");
         if (n->instance_id && !valid_name(n->instance_id))
-                return failf(err, errlen, "instanceID: must be a name of [A-Za-z0-9._-]");
+                return errmsg_invalid(err, errlen, "instanceID: must be a name of [A-Za-z0-9._-]");
         return 0;
 }
 
@@ -256,7 +246,7 @@ static int labels_flag(FILE *f, json_t *labels, char *err, size_t errlen) {
         if (!labels)
                 return 0;
         if (!json_is_object(labels))
-                return failf(err, errlen, "labels: must be an object");
+                return errmsg_invalid(err, errlen, "labels: must be an object");
         if (json_object_size(labels) == 0)
                 return 0;
         if (!(keys = sorted_keys(labels, &n)))
@@ -266,7 +256,7 @@ static int labels_flag(FILE *f, json_t *labels, char *err, size_t errlen) {
         for (size_t i = 0; i < n && r >= 0; i++) {
                 const char *v = json_string_value(json_object_get(labels, keys[i]));
                 if (!valid_label_key(keys[i]) || !v || !valid_label_value(v, strlen(v), true))
-                        r = failf(err, errlen, "labels.%s: invalid label (key or value)", keys[i]);
+                        r = errmsg_invalid(err, errlen, "labels.%s: invalid label (key or value)", keys[i]);
                 else
                         fprintf(f, "%s%s=%s", i ? "," : "", keys[i], v);
         }
@@ -284,7 +274,7 @@ static int one_taint(FILE *f, json_t *t, size_t i, bool *has_unregistered, char 
         const char *effect = json_string_value(json_object_get(t, "effect"));
         if (!key || !valid_label_key(key) || (value && !valid_label_value(value, strlen(value), true)) ||
             !valid_effect(effect))
-                return failf(err, errlen, "taints[%zu]: needs a valid key, value and effect", i);
+                return errmsg_invalid(err, errlen, "taints[%zu]: needs a valid key, value and effect", i);
         if (strcmp(key, CLOUDINIT_UNREGISTERED_TAINT_KEY) == 0)
                 *has_unregistered = true;
         fprintf(f, "%s%s%s%s:%s", i ? "," : "", key, value && *value ? "=" : "", value ? value : "", effect);
@@ -296,7 +286,7 @@ static int taints_flag(FILE *f, json_t *taints, char *err, size_t errlen) {
         size_t i;
         json_t *t;
         if (taints && !json_is_array(taints))
-                return failf(err, errlen, "taints: must be an array");
+                return errmsg_invalid(err, errlen, "taints: must be an array");
         fputs(" --register-with-taints=", f);
         json_array_foreach(taints, i, t) {
                 int r = one_taint(f, t, i, &has_unregistered, err, errlen);
@@ -317,7 +307,7 @@ static int map_flag(FILE *f, json_t *kc, const char *field, const char *flag, co
         if (!obj || json_object_size(obj) == 0)
                 return 0;
         if (!json_is_object(obj))
-                return failf(err, errlen, "kubeletConfiguration.%s: must be an object", field);
+                return errmsg_invalid(err, errlen, "kubeletConfiguration.%s: must be an object", field);
         if (!(keys = sorted_keys(obj, &n)))
                 return -ENOMEM;
         int r = 0;
@@ -325,7 +315,7 @@ static int map_flag(FILE *f, json_t *kc, const char *field, const char *flag, co
         for (size_t i = 0; i < n && r >= 0; i++) {
                 const char *v = json_string_value(json_object_get(obj, keys[i]));
                 if (!flag_safe(keys[i]) || !flag_safe(v))
-                        r = failf(err, errlen, "kubeletConfiguration.%s.%s: must be a string of [A-Za-z0-9._%%/+-]",
+                        r = errmsg_invalid(err, errlen, "kubeletConfiguration.%s.%s: must be a string of [A-Za-z0-9._%%/+-]",
                                   field, keys[i]);
                 else
                         fprintf(f, "%s%s%s%s", i ? "," : "", keys[i], sep, v);
@@ -338,10 +328,10 @@ static int kubelet_config_flags(FILE *f, json_t *kc, char *err, size_t errlen) {
         if (!kc)
                 return 0;
         if (!json_is_object(kc))
-                return failf(err, errlen, "kubeletConfiguration: must be an object");
+                return errmsg_invalid(err, errlen, "kubeletConfiguration: must be an object");
         json_t *max_pods = json_object_get(kc, "maxPods");
         if (max_pods && (!json_is_integer(max_pods) || json_integer_value(max_pods) <= 0))
-                return failf(err, errlen, "kubeletConfiguration.maxPods: must be a positive integer");
+                return errmsg_invalid(err, errlen, "kubeletConfiguration.maxPods: must be a positive integer");
         if (max_pods)
                 fprintf(f, " --max-pods=%" JSON_INTEGER_FORMAT, json_integer_value(max_pods));
         int r = map_flag(f, kc, "kubeReserved", "kube-reserved", "=", err, errlen);
@@ -437,7 +427,7 @@ static json_t *kubernetes(const struct cloudinit_node *n, const char *flags) {
 
 static int check_objects(const struct cloudinit_node *n, char *err, size_t errlen) {
         if (n->values && !json_is_object(n->values))
-                return failf(err, errlen, "values: must be an object");
+                return errmsg_invalid(err, errlen, "values: must be an object");
         return 0;
 }
 
@@ -512,7 +502,7 @@ static int check_yaml(const char *name, const char *text, size_t len, char *err,
         yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
         for (bool done = false; !done && r >= 0;) {
                 if (!yaml_parser_parse(&parser, &ev)) {
-                        r = failf(err, errlen, "%s:%zu:%zu: rendered file is not valid YAML: %s %s", name,
+                        r = errmsg_invalid(err, errlen, "%s:%zu:%zu: rendered file is not valid YAML: %s %s", name,
                                   parser.problem_mark.line + 1, parser.problem_mark.column + 1,
                                   parser.problem ? parser.problem : "", parser.context ? parser.context : "");
                         break;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "fileio.h"
 #include "yamlconf.h"
 
@@ -16,16 +17,6 @@
 #define DURATION_MAX_MS (366ULL * 24 * 3600 * 1000)
 #define TOKEN_FILE_MAX 4096
 #define API_SUFFIX "/api2/json"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
 
 /* ---- lifecycle ---- */
 
@@ -262,7 +253,7 @@ static int apply_named(struct config *cfg, const struct setting *s, const char *
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return fail(err, errlen, "%s: %s (got \"%s\")", name, setting_hint(s->id), value);
+                return errmsg_invalid(err, errlen, "%s: %s (got \"%s\")", name, setting_hint(s->id), value);
         return 0;
 }
 
@@ -301,12 +292,12 @@ static int parse_one_flag(struct config *cfg, int argc, char *const *argv, int *
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const struct setting *s = find_flag(name, len);
         if (!s)
-                return fail(err, errlen, "%s: unknown flag (see --help)", arg);
+                return errmsg_invalid(err, errlen, "%s: unknown flag (see --help)", arg);
         char flag[64];
         snprintf(flag, sizeof flag, "--%s", s->flag);
         const char *value = eq ? eq + 1 : NULL;
         if (!value && *i + 1 >= argc)
-                return fail(err, errlen, "%s: needs a value", flag);
+                return errmsg_invalid(err, errlen, "%s: needs a value", flag);
         if (!value)
                 value = argv[++*i];
         return apply_named(cfg, s, flag, value, err, errlen);
@@ -320,7 +311,7 @@ int config_parse_args(struct config *cfg, int argc, char *const *argv, char *err
                 if (strcmp(a, "--version") == 0 || strcmp(a, "-version") == 0)
                         return CONFIG_VERSION;
                 if (a[0] != '-' || a[1] == '\0')
-                        return fail(err, errlen, "%s: unexpected argument (see --help)", a);
+                        return errmsg_invalid(err, errlen, "%s: unexpected argument (see --help)", a);
                 int r = parse_one_flag(cfg, argc, argv, &i, err, errlen);
                 if (r < 0)
                         return r;
@@ -339,7 +330,7 @@ static int check_keys(const json_t *obj, const char *path, const char *const *al
                 for (const char *const *a = allowed; *a && !ok; a++)
                         ok = strcmp(*a, key) == 0;
                 if (!ok)
-                        return fail(err, errlen, "%s%s%s: unknown key", path, *path ? "." : "", key);
+                        return errmsg_invalid(err, errlen, "%s%s%s: unknown key", path, *path ? "." : "", key);
         }
         return 0;
 }
@@ -350,14 +341,14 @@ static int get_string(const json_t *obj, const char *key, const char *path, bool
         json_t *v = json_object_get(obj, key);
         if (!v || json_is_null(v)) {
                 if (required)
-                        return fail(err, errlen, "%s.%s: required", path, key);
+                        return errmsg_invalid(err, errlen, "%s.%s: required", path, key);
                 *ret = NULL;
                 return 0;
         }
         if (!json_is_string(v))
-                return fail(err, errlen, "%s.%s: expected a string", path, key);
+                return errmsg_invalid(err, errlen, "%s.%s: expected a string", path, key);
         if (json_string_length(v) == 0)
-                return fail(err, errlen, "%s.%s: must not be empty", path, key);
+                return errmsg_invalid(err, errlen, "%s.%s: must not be empty", path, key);
         *ret = strdup(json_string_value(v));
         return *ret ? 0 : -ENOMEM;
 }
@@ -367,7 +358,7 @@ static int get_bool(const json_t *obj, const char *key, const char *path, bool *
         if (!v || json_is_null(v))
                 return 0;
         if (!json_is_boolean(v))
-                return fail(err, errlen, "%s.%s: expected true or false", path, key);
+                return errmsg_invalid(err, errlen, "%s.%s: expected true or false", path, key);
         *ret = json_is_true(v);
         return 0;
 }
@@ -401,13 +392,13 @@ static bool url_ok(const char *url) {
 static int cluster_strings(const json_t *o, const char *path, struct config_cluster *c, char *err, size_t errlen) {
         int r = get_string(o, "url", path, true, &c->url, err, errlen);
         if (r == 0 && !url_ok(c->url))
-                r = fail(err, errlen, "%s.url: expected an https:// URL such as https://pve1:8006/api2/json", path);
+                r = errmsg_invalid(err, errlen, "%s.url: expected an https:// URL such as https://pve1:8006/api2/json", path);
         if (r == 0)
                 r = normalize_url(&c->url);
         if (r == 0)
                 r = get_string(o, "token_id", path, true, &c->token_id, err, errlen);
         if (r == 0 && !token_id_ok(c->token_id))
-                r = fail(err, errlen, "%s.token_id: expected user@realm!tokenid (got \"%s\")", path, c->token_id);
+                r = errmsg_invalid(err, errlen, "%s.token_id: expected user@realm!tokenid (got \"%s\")", path, c->token_id);
         if (r == 0)
                 r = get_string(o, "token_secret", path, false, &c->token_secret, err, errlen);
         if (r == 0)
@@ -425,16 +416,16 @@ static int parse_cluster(const json_t *o, size_t i, struct config_cluster *c, ch
         char path[32];
         snprintf(path, sizeof path, "clusters[%zu]", i);
         if (!json_is_object(o))
-                return fail(err, errlen, "%s: expected a mapping with url, token_id, token_secret and region", path);
+                return errmsg_invalid(err, errlen, "%s: expected a mapping with url, token_id, token_secret and region", path);
         int r = check_keys(o, path, allowed, err, errlen);
         if (r == 0)
                 r = cluster_strings(o, path, c, err, errlen);
         if (r == 0)
                 r = get_bool(o, "insecure", path, &c->insecure, err, errlen);
         if (r == 0 && !c->token_secret && !c->token_secret_file)
-                r = fail(err, errlen, "%s.token_secret: required (or token_secret_file)", path);
+                r = errmsg_invalid(err, errlen, "%s.token_secret: required (or token_secret_file)", path);
         if (r == 0 && c->token_secret && c->token_secret_file)
-                r = fail(err, errlen, "%s.token_secret_file: give token_secret or token_secret_file, not both", path);
+                r = errmsg_invalid(err, errlen, "%s.token_secret_file: give token_secret or token_secret_file, not both", path);
         return r;
 }
 
@@ -442,14 +433,14 @@ static int check_regions(const struct config_cluster *cl, size_t n, char *err, s
         for (size_t i = 0; i < n; i++)
                 for (size_t j = 0; j < i; j++)
                         if (strcmp(cl[i].region, cl[j].region) == 0)
-                                return fail(err, errlen, "clusters[%zu].region: \"%s\" is already used by clusters[%zu]",
+                                return errmsg_invalid(err, errlen, "clusters[%zu].region: \"%s\" is already used by clusters[%zu]",
                                             i, cl[i].region, j);
         return 0;
 }
 
 static int parse_clusters(const json_t *arr, struct config_cluster **ret, size_t *ret_n, char *err, size_t errlen) {
         if (!json_is_array(arr) || json_array_size(arr) == 0)
-                return fail(err, errlen, "clusters: expected a list of at least one Proxmox cluster");
+                return errmsg_invalid(err, errlen, "clusters: expected a list of at least one Proxmox cluster");
         size_t n = json_array_size(arr);
         struct config_cluster *cl = calloc(n, sizeof *cl);
         if (!cl)
@@ -472,7 +463,7 @@ static int parse_agent_hosts(const json_t *o, struct config_agents *a, char *err
         if (!o || json_is_null(o))
                 return 0;
         if (!json_is_object(o))
-                return fail(err, errlen, "agents.hosts: expected a mapping of node name to address");
+                return errmsg_invalid(err, errlen, "agents.hosts: expected a mapping of node name to address");
         a->hosts = calloc(json_object_size(o) + 1, sizeof *a->hosts);
         if (!a->hosts)
                 return -ENOMEM;
@@ -480,7 +471,7 @@ static int parse_agent_hosts(const json_t *o, struct config_agents *a, char *err
         json_t *v;
         json_object_foreach((json_t *)o, node, v) {
                 if (!json_is_string(v) || json_string_length(v) == 0)
-                        return fail(err, errlen, "agents.hosts.%s: expected a host name or IP address", node);
+                        return errmsg_invalid(err, errlen, "agents.hosts.%s: expected a host name or IP address", node);
                 struct config_agent_host *h = &a->hosts[a->n_hosts++];
                 h->node = strdup(node);
                 h->address = strdup(json_string_value(v));
@@ -495,7 +486,7 @@ static int parse_agent_port(const json_t *o, unsigned *port, char *err, size_t e
         if (!v || json_is_null(v))
                 return 0;
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535)
-                return fail(err, errlen, "agents.port: expected a port from 1 to 65535");
+                return errmsg_invalid(err, errlen, "agents.port: expected a port from 1 to 65535");
         *port = (unsigned)json_integer_value(v);
         return 0;
 }
@@ -506,7 +497,7 @@ static int parse_agents(const json_t *o, struct config_agents *a, char *err, siz
         if (!o || json_is_null(o))
                 return 0;
         if (!json_is_object(o))
-                return fail(err, errlen, "agents: expected a mapping with port, token_file, ca_file and hosts");
+                return errmsg_invalid(err, errlen, "agents: expected a mapping with port, token_file, ca_file and hosts");
         a->enabled = true;
         int r = check_keys(o, "agents", allowed, err, errlen);
         if (r == 0)
@@ -523,7 +514,7 @@ static int parse_agents(const json_t *o, struct config_agents *a, char *err, siz
 int config_parse_document(struct config *cfg, const json_t *doc, char *err, size_t errlen) {
         static const char *const allowed[] = { "clusters", "agents", NULL };
         if (!json_is_object(doc))
-                return fail(err, errlen, "the config file must be a mapping with clusters and agents");
+                return errmsg_invalid(err, errlen, "the config file must be a mapping with clusters and agents");
         int r = check_keys(doc, "", allowed, err, errlen);
         if (r < 0)
                 return r;
@@ -548,10 +539,10 @@ int config_parse_document(struct config *cfg, const json_t *doc, char *err, size
 
 int config_check(const struct config *cfg, char *err, size_t errlen) {
         if (cfg->batch_idle_ms > cfg->batch_max_ms)
-                return fail(err, errlen, "--batch-idle-duration: %llums is longer than --batch-max-duration (%llums)",
+                return errmsg_invalid(err, errlen, "--batch-idle-duration: %llums is longer than --batch-max-duration (%llums)",
                             (unsigned long long)cfg->batch_idle_ms, (unsigned long long)cfg->batch_max_ms);
         if (cfg->metrics_port == cfg->health_port)
-                return fail(err, errlen, "--health-port: %u is also the metrics port", cfg->health_port);
+                return errmsg_invalid(err, errlen, "--health-port: %u is also the metrics port", cfg->health_port);
         return 0;
 }
 
@@ -572,7 +563,7 @@ static int read_secret(const char *path, const char *key, char **ret, char *err,
                 n--;
         if (n == 0) {
                 free(text);
-                return fail(err, errlen, "%s: %s is empty", key, path);
+                return errmsg_invalid(err, errlen, "%s: %s is empty", key, path);
         }
         *ret = strndup(start, n);
         free(text);

@@ -302,30 +302,9 @@ uint64_t kube_client_seed(struct kube_client *c) {
 /* ---- errors ---- */
 
 int kube_errno_from_status(long status, const char *reason) {
-        if (status >= 200 && status < 300)
-                return 0;
-        switch (status) {
-        case 400:
-        case 422:
-                return -EINVAL;
-        case 401:
-                return -EACCES;
-        case 403:
-                return -EPERM;
-        case 404:
-                return -ENOENT;
-        case 405:
-        case 415:
-                return -EOPNOTSUPP;
-        case 409:
+        if (status == 409) /* a stale resourceVersion is a conflict, not an existing object */
                 return reason && strcmp(reason, "AlreadyExists") == 0 ? -EEXIST : -ESTALE;
-        case 410:
-                return -EIDRM;
-        case 429:
-                return -EBUSY;
-        default:
-                return -EIO;
-        }
+        return http_status_errno(status);
 }
 
 /* "GET /api/v1/pods?watch=1" → "GET /api/v1/pods" for messages. */

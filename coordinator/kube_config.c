@@ -9,22 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "fileio.h"
 #include "kube.h"
 #include "yamlconf.h"
 
 #define SA_DIR "var/run/secrets/kubernetes.io/serviceaccount"
 #define KUBE_FILE_MAX (1u << 20)
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
 
 void kube_config_done(struct kube_config *cfg) {
         if (!cfg)
@@ -87,7 +78,7 @@ static int file_or_data(const json_t *o, const char *key, const char *where, con
         const char *file = str(o, key), *data = str(o, data_key);
         if (data) {
                 int r = decode_base64(data, ret_data);
-                return r == -EINVAL ? fail(err, errlen, "kubeconfig: %s.%s: not valid base64", where, data_key) : r;
+                return r == -EINVAL ? errmsg_invalid(err, errlen, "kubeconfig: %s.%s: not valid base64", where, data_key) : r;
         }
         return file ? resolve(base_dir, file, ret_file) : 0;
 }
@@ -97,12 +88,12 @@ static int parse_cluster(const json_t *cl, const char *name, const char *base_di
         char where[200];
         snprintf(where, sizeof where, "clusters[%s].cluster", name);
         if (!json_is_object(cl))
-                return fail(err, errlen, "kubeconfig: clusters: no cluster named \"%s\"", name);
+                return errmsg_invalid(err, errlen, "kubeconfig: clusters: no cluster named \"%s\"", name);
         const char *server = str(cl, "server");
         if (!server || !*server)
-                return fail(err, errlen, "kubeconfig: %s.server: required", where);
+                return errmsg_invalid(err, errlen, "kubeconfig: %s.server: required", where);
         if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0)
-                return fail(err, errlen, "kubeconfig: %s.server: expected an https:// URL", where);
+                return errmsg_invalid(err, errlen, "kubeconfig: %s.server: expected an https:// URL", where);
         cfg->server = strdup(server);
         if (!cfg->server)
                 return -ENOMEM;
@@ -115,9 +106,9 @@ static int parse_user(const json_t *u, const char *name, const char *base_dir, s
         char where[200];
         snprintf(where, sizeof where, "users[%s].user", name);
         if (!json_is_object(u))
-                return fail(err, errlen, "kubeconfig: users: no user named \"%s\"", name);
+                return errmsg_invalid(err, errlen, "kubeconfig: users: no user named \"%s\"", name);
         if (json_object_get(u, "exec") || json_object_get(u, "auth-provider"))
-                return fail(err, errlen, "kubeconfig: %s: exec and auth-provider plugins are not supported; "
+                return errmsg_invalid(err, errlen, "kubeconfig: %s: exec and auth-provider plugins are not supported; "
                                          "use a token or a client certificate", where);
         if (str(u, "token") && !(cfg->token = strdup(str(u, "token"))))
                 return -ENOMEM;
@@ -128,7 +119,7 @@ static int parse_user(const json_t *u, const char *name, const char *base_dir, s
                 r = file_or_data(u, "client-key", where, base_dir, &cfg->key_file, &cfg->key_data, err, errlen);
         bool cert = cfg->cert_file || cfg->cert_data, key = cfg->key_file || cfg->key_data;
         if (r == 0 && cert != key)
-                r = fail(err, errlen, "kubeconfig: %s: client-certificate and client-key go together", where);
+                r = errmsg_invalid(err, errlen, "kubeconfig: %s: client-certificate and client-key go together", where);
         return r;
 }
 
@@ -136,10 +127,10 @@ static int parse_context(const json_t *doc, const char *context, const char *bas
                          char *err, size_t errlen) {
         const json_t *ctx = named_entry(doc, "contexts", "context", context);
         if (!json_is_object(ctx))
-                return fail(err, errlen, "kubeconfig: contexts: no context named \"%s\"", context);
+                return errmsg_invalid(err, errlen, "kubeconfig: contexts: no context named \"%s\"", context);
         const char *cluster = str(ctx, "cluster"), *user = str(ctx, "user"), *ns = str(ctx, "namespace");
         if (!cluster)
-                return fail(err, errlen, "kubeconfig: contexts[%s].context.cluster: required", context);
+                return errmsg_invalid(err, errlen, "kubeconfig: contexts[%s].context.cluster: required", context);
         int r = parse_cluster(named_entry(doc, "clusters", "cluster", cluster), cluster, base_dir, cfg, err, errlen);
         if (r == 0 && user)
                 r = parse_user(named_entry(doc, "users", "user", user), user, base_dir, cfg, err, errlen);
@@ -152,10 +143,10 @@ int kube_config_parse_kubeconfig(const json_t *doc, const char *base_dir, const 
                                  struct kube_config *ret, char *err, size_t errlen) {
         struct kube_config cfg = { 0 };
         if (!json_is_object(doc))
-                return fail(err, errlen, "kubeconfig: expected a mapping (apiVersion: v1, kind: Config)");
+                return errmsg_invalid(err, errlen, "kubeconfig: expected a mapping (apiVersion: v1, kind: Config)");
         const char *name = context ? context : str(doc, "current-context");
         if (!name || !*name)
-                return fail(err, errlen, "kubeconfig: current-context: required");
+                return errmsg_invalid(err, errlen, "kubeconfig: current-context: required");
         int r = parse_context(doc, name, base_dir, &cfg, err, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
@@ -192,7 +183,7 @@ static int sa_path(const char *root, const char *file, char **ret) {
 
 static int in_cluster_server(const char *host, const char *port, struct kube_config *cfg, char *err, size_t errlen) {
         if (!host || !*host || !port || !*port)
-                return fail(err, errlen, "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set "
+                return errmsg_invalid(err, errlen, "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set "
                                          "(not running in a pod? use --kubeconfig)");
         bool v6 = strchr(host, ':') != NULL;
         if (asprintf(&cfg->server, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port) < 0) {

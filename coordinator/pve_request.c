@@ -508,28 +508,13 @@ bool pve_task_exit_ok(const char *exitstatus) {
 }
 
 int pve_errno_from_status(long status, const char *message) {
-        if (status >= 200 && status < 300)
-                return 0;
-        switch (status) {
-        case 400:
-                return -EINVAL;
-        case 401:
-                return -EACCES;
-        case 403:
-                return -EPERM;
-        case 404:
-                return -ENOENT;
-        case 501:
-                return -EOPNOTSUPP;
-        case 595:
-        case 596:
+        if (status == 595 || status == 596) /* pveproxy: the target node cannot be reached */
                 return -EHOSTDOWN;
-        default:
-                break;
-        }
-        if (status == 500 && message && strstr(message, "already exists"))
+        if (status != 500)
+                return http_status_errno(status);
+        if (message && strstr(message, "already exists"))
                 return -EEXIST;
-        if (status == 500 && message && strstr(message, "does not exist"))
+        if (message && strstr(message, "does not exist"))
                 return -ENOENT;
         return -EIO;
 }

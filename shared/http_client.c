@@ -589,3 +589,31 @@ int http_client_stream(struct http_client *c, const char *url, const char *const
         transfer_done(&t);
         return r;
 }
+
+int http_status_errno(long status) {
+        if (status >= 200 && status < 300)
+                return 0;
+        switch (status) {
+        case 400:
+        case 422:
+                return -EINVAL;
+        case 401:
+                return -EACCES;
+        case 403:
+                return -EPERM;
+        case 404:
+                return -ENOENT;
+        case 405:
+        case 415:
+        case 501:
+                return -EOPNOTSUPP;
+        case 409:
+                return -EEXIST;
+        case 410:
+                return -EIDRM;
+        case 429:
+                return -EBUSY;
+        default:
+                return -EIO;
+        }
+}

@@ -94,3 +94,8 @@ void http_client_response_done(struct http_client_response *r);
 /* Percent-encode s for a URL query value or a form field (everything except A-Z a-z 0-9 - . _ ~).
  * Returns a malloc'd string or NULL on ENOMEM. */
 char *http_client_escape(const char *s);
+
+/* The errno a plain HTTP status means: 2xx 0, 400/422 -EINVAL, 401 -EACCES, 403 -EPERM, 404 -ENOENT,
+ * 405/415/501 -EOPNOTSUPP, 409 -EEXIST, 410 -EIDRM, 429 -EBUSY, anything else -EIO. Each API client
+ * refines the cases its server gives a special meaning. Pure. */
+int http_status_errno(long status);

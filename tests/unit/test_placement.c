@@ -43,29 +43,6 @@ static struct topology *topo_new(void) {
         return t;
 }
 
-static void topo_free(struct topology *t) {
-        if (!t)
-                return;
-        for (size_t i = 0; i < t->n_packages; i++)
-                cpuset_free(t->packages[i].cpus);
-        for (size_t i = 0; i < t->n_numa_nodes; i++) {
-                cpuset_free(t->numa_nodes[i].cpus);
-                free(t->numa_nodes[i].hugepages);
-        }
-        for (size_t i = 0; i < t->n_l3_caches; i++)
-                cpuset_free(t->l3_caches[i].cpus);
-        for (size_t i = 0; i < t->n_cores; i++)
-                cpuset_free(t->cores[i].cpus);
-        free(t->packages);
-        free(t->numa_nodes);
-        free(t->l3_caches);
-        free(t->cores);
-        cpuset_free(t->cpus);
-        cpuset_free(t->online);
-        cpuset_free(t->isolated);
-        free(t);
-}
-
 static void topo_node(struct topology *t, int id, int pkg, const char *cpus, uint64_t mem) {
         struct topology_numa_node *n = &t->numa_nodes[t->n_numa_nodes++];
         n->id = id;
@@ -468,7 +445,7 @@ static void run_case(const struct pcase *k) {
                 fail_msg("%s: reason \"%s\" lacks \"%s\"", k->name, why, k->reason);
         placement_free(p);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 static void test_table(void **state) {
@@ -507,7 +484,7 @@ static void test_charge(void **state) {
         assert_int_equal(placement_charge(c, &bogus), -EINVAL);
         assert_int_equal(cpuset_count(c->free_cpus), 4);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* The capacity's own isolated set (capacity_compute fills it) wins over the topology's; charging keeps
@@ -535,7 +512,7 @@ static void test_capacity_isolated(void **state) {
         cpuset_free(c->isolated_cpus);
         c->isolated_cpus = NULL;
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* Requests must be whole MiB; a reason names the field. */
@@ -624,7 +601,7 @@ static void test_json_roundtrip(void **state) {
         json_decref(j);
         placement_free(p);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* A defect-1 placement (the whole memory in both numaN) fails validation. */
@@ -649,7 +626,7 @@ static void test_validate_defect1(void **state) {
         assert_non_null(strstr(why, "host node"));
         placement_free(p);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* ---------- offers ---------- */
@@ -696,7 +673,7 @@ static void test_offer(void **state) {
         req.vcpus = 0;
         assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), -EINVAL);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* A clean one-node placement scores above a split one and above one on broken cores. */
@@ -729,7 +706,7 @@ static void test_score_order(void **state) {
         placement_free(p);
         cap_free(broken);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* ---------- the dry-run CLI protocol ---------- */
@@ -779,7 +756,7 @@ static void test_place_command(void **state) {
         assert_true(cpuset_is_empty(c->free_cpus));
         free(out);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* ---------- invariants over random streams ---------- */
@@ -902,7 +879,7 @@ static void test_random_streams(void **state) {
         for (int k = 0; k < 300; k++) {
                 struct topology *t = topo_random(&seed);
                 run_stream(t, &seed, true);
-                topo_free(t);
+                topology_free(t);
         }
 }
 
@@ -933,7 +910,7 @@ static void test_fewest_nodes_one_package(void **state) {
         assert_valid(t, p);
         placement_free(p);
         cap_free(c);
-        topo_free(t);
+        topology_free(t);
 }
 
 /* ---------- the reference topologies (topology_load) ---------- */
