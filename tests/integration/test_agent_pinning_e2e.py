@@ -55,10 +55,11 @@ class PinningEndToEndTest(unittest.TestCase):
         os.makedirs(self.run_dir)
         self.qemu_pid = None
         # The real host is the topology here: no --fsroot.
-        self.agent = agentlib.Agent(["--config", os.devnull, "--tls-cert", cert, "--tls-key", key,
+        self.agent_args = (["--config", os.devnull, "--tls-cert", cert, "--tls-key", key,
                                      "--token-file", token_file, "--pve-config-dir", self.conf_dir,
                                      "--pve-run-dir", self.run_dir, "--state-dir", self.tmp,
                                      "--node-policy", "static", "--pin-interval", "3600"])
+        self.agent = agentlib.Agent(self.agent_args)
         self.client = Client(self.agent.port, self.ca, token)
 
     def tearDown(self):
@@ -134,6 +135,12 @@ class PinningEndToEndTest(unittest.TestCase):
         status, report = self.client.request("POST", "/v1/vms/%d/pin" % VMID)
         self.assertEqual(status, 200, report)
         self.wait_pinned(new_pid, vcpu_map, within=1)
+        # kill -9 the agent, un-pin everything, start it again: it reloads the binding and pins at start.
+        self.agent.stop(signal.SIGKILL)
+        for t in os.listdir("/proc/%d/task" % new_pid):
+            os.sched_setaffinity(int(t), {0, 1})
+        self.agent = agentlib.Agent(self.agent_args)
+        self.wait_pinned(new_pid, vcpu_map, within=2)
 
 
 def _read(path):
