@@ -23,6 +23,8 @@ from simtest import wait_for  # noqa: E402,F401
 COORDINATOR = os.path.join(BUILD, "coordinator", "pvescale-coordinator")
 AGENT = os.path.join(BUILD, "agent", "pvescale-agent")
 YAML2JSON = os.path.join(BUILD, "tests", "integration", "yaml2json")
+HELM_RENDER = os.path.join(BUILD, "tests", "unit", "helm_render")
+CHART = os.path.join(SRC, "deploy", "helm", "pvescale-coordinator")
 CRDS = [os.path.join(SRC, "deploy", "crds", f) for f in
         ("pvescale.io_nodepools.yaml", "pvescale.io_proxmoxnodeclasses.yaml", "pvescale.io_nodeclaims.yaml")]
 GROUP = "/apis/pvescale.io/v1alpha1"
@@ -280,6 +282,52 @@ def pod(name, cpu="500m", memory="512Mi", labels=None, **spec):
     if labels is not None:
         p["metadata"]["labels"] = labels
     return p
+
+
+def rbac_rules():
+    """Every rule of the chart's ClusterRoles and Roles, rendered with default values."""
+    out = subprocess.run([HELM_RENDER, CHART], check=True, capture_output=True, text=True).stdout
+    rules = []
+    for d in json.loads(out):
+        if d["object"]["kind"] in ("ClusterRole", "Role"):
+            rules += d["object"]["rules"]
+    return rules
+
+
+def api_call(route):
+    """A simulator call-count route ("PATCH /apis/g/v/nodeclaims/{name}/status") as (group, resource, verb)."""
+    method, path = route.split(" ", 1)
+    watch = path.endswith("?watch")
+    segs = [s for s in path.replace("?watch", "").split("/") if s]
+    if segs[:1] == ["api"]:
+        group, rest = "", segs[2:]
+    elif segs[:1] == ["apis"]:
+        group, rest = segs[1], segs[3:]
+    else:
+        return None, "/" + "/".join(segs), method.lower()
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if method == "GET":
+        verb = "watch" if watch else ("get" if len(rest) > 1 else "list")
+    return group, resource, verb
+
+
+def uncovered_calls(sim, rules=None):
+    """Kubernetes calls the simulator counted that no rule of the chart allows."""
+    rules = rules if rules is not None else rbac_rules()
+    r = sim.admin("GET", "/calls")
+    assert r.status == 200, r
+    bad = []
+    for route in r.json["kube"]:
+        group, resource, verb = api_call(route)
+        ok = any((group is None and resource in rule.get("nonResourceURLs", []) or
+                  group in rule.get("apiGroups", []) and resource in rule.get("resources", [])) and
+                 verb in rule.get("verbs", []) for rule in rules)
+        if not ok:
+            bad.append(route)
+    return bad
 
 
 def unschedulable(p):

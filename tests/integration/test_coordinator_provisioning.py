@@ -4,6 +4,7 @@
 # placed; a NodePool at its limit leaves pods pending with the limit reason until the limit is raised.
 # SPDX-License-Identifier: Apache-2.0
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -93,6 +94,9 @@ class ProvisioningTest(unittest.TestCase):
         placeable = [n for n in names if n != "huge-0"]
         self.pods_pending(names)
 
+        # From here on the test itself only lists (as the coordinator may): every call counted must be one the
+        # Helm chart's RBAC rules allow.
+        self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)
         self.co = cl.Coordinator(c, ["--launch=false"])
         cl.wait_for(lambda: len(self.nominations(placeable)) == len(placeable), 30, what="Nominated events")
         claims = {cl_["metadata"]["name"]: cl_ for cl_ in c.claims()}
@@ -158,6 +162,16 @@ class ProvisioningTest(unittest.TestCase):
         self.assertEqual(sorted(x["metadata"]["name"] for x in c.claims()), sorted(claims))
         self.assertEqual(self.co.metric("nodeclaims_created_total"), 0)
         self.assertEqual(self.nominations(placeable), nominated)
+        calls = c.sim.admin("GET", "/calls").json["kube"]
+        for route in ("POST /apis/pvescale.io/v1alpha1/nodeclaims", "GET /api/v1/pods?watch",
+                      "PATCH /apis/pvescale.io/v1alpha1/nodeclaims/{name}/status",
+                      "PUT /apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"):
+            self.assertIn(route, calls)
+        self.assertEqual(cl.uncovered_calls(c.sim), [], "calls the Helm chart's RBAC does not allow")
+        status, text = self.co.get(self.co.metrics_port, "/metrics")
+        if os.access("/usr/bin/promtool", os.X_OK):
+            p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_nodepool_limit_leaves_pods_pending_with_the_reason(self):
         c = self.c

@@ -1,0 +1,414 @@
+/* Tests for deploy/helm/pvescale-coordinator: the chart renders (with the project's Go-template engine) into valid
+ * YAML with the expected objects for default and non-default values; the Deployment's flags parse as the
+ * coordinator parses them; the config Secret round-trips; crds/ is a copy of deploy/crds; and the RBAC rules grant
+ * exactly the API calls the coordinator (controller, provisioner, launcher) makes. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "fileio.h"
+#include "helmrender.h"
+#include "options.h"
+#include "yamlconf.h"
+
+#define NS "pvescale-system"
+
+static char chart[2048], crds_dir[2048];
+
+static int setup(void **state) {
+        (void)state;
+        const char *src = getenv("PVESCALE_SOURCE_DIR");
+        snprintf(chart, sizeof chart, "%s/deploy/helm/pvescale-coordinator", src ? src : ".");
+        snprintf(crds_dir, sizeof crds_dir, "%s/deploy/crds", src ? src : ".");
+        return 0;
+}
+
+static json_t *render(const char *overrides) {
+        json_t *o = overrides ? json_loads(overrides, 0, NULL) : NULL, *docs;
+        char err[512];
+        if (overrides && !o)
+                fail_msg("bad overrides JSON");
+        if (helmrender_chart(chart, o, NS, &docs, err, sizeof err) < 0)
+                fail_msg("render: %s", err);
+        json_decref(o);
+        return docs;
+}
+
+/* The rendered objects of a kind (borrowed from docs, in order). */
+static json_t *of_kind(const json_t *docs, const char *kind) {
+        json_t *out = json_array();
+        size_t i;
+        json_t *d;
+        json_array_foreach(docs, i, d) {
+                json_t *obj = json_object_get(d, "object");
+                if (strcmp(json_string_value(json_object_get(obj, "kind")), kind) == 0)
+                        json_array_append(out, obj);
+        }
+        return out;
+}
+
+static size_t count_kind(const json_t *docs, const char *kind) {
+        json_t *a = of_kind(docs, kind);
+        size_t n = json_array_size(a);
+        json_decref(a);
+        return n;
+}
+
+static json_t *container(const json_t *docs) {
+        json_t *deps = of_kind(docs, "Deployment");
+        assert_int_equal(json_array_size(deps), 1);
+        json_t *c = json_array_get(json_object_get(json_object_get(json_object_get(json_object_get(
+                                           json_array_get(deps, 0), "spec"), "template"), "spec"), "containers"), 0);
+        json_incref(c);
+        json_decref(deps);
+        return c;
+}
+
+static void test_chart_metadata(void **state) {
+        (void)state;
+        json_t *meta;
+        char err[256];
+        assert_int_equal(helmrender_chart_meta(chart, &meta, err, sizeof err), 0);
+        assert_string_equal(json_string_value(json_object_get(meta, "APIVersion")), "v2");
+        assert_string_equal(json_string_value(json_object_get(meta, "Name")), "pvescale-coordinator");
+        assert_non_null(json_string_value(json_object_get(meta, "Version")));
+        assert_non_null(json_string_value(json_object_get(meta, "AppVersion")));
+        json_decref(meta);
+}
+
+static void test_default_render(void **state) {
+        (void)state;
+        json_t *docs = render(NULL);
+        static const struct {
+                const char *kind;
+                size_t n;
+        } want[] = { { "Deployment", 1 }, { "ServiceAccount", 1 }, { "Secret", 1 }, { "ClusterRole", 1 },
+                     { "ClusterRoleBinding", 1 }, { "Role", 2 }, { "RoleBinding", 2 }, { "Service", 0 },
+                     { "PodDisruptionBudget", 0 }, { "NodePool", 0 }, { "ProxmoxNodeClass", 0 } };
+        size_t total = 0;
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+                if (count_kind(docs, want[i].kind) != want[i].n)
+                        fail_msg("%s: %zu, want %zu", want[i].kind, count_kind(docs, want[i].kind), want[i].n);
+                total += want[i].n;
+        }
+        assert_int_equal(json_array_size(docs), total);
+        /* Every object has a name; namespaced ones live in the release namespace (or kube-system for tokens). */
+        size_t i;
+        json_t *d;
+        json_array_foreach(docs, i, d) {
+                json_t *m = json_object_get(json_object_get(d, "object"), "metadata");
+                assert_non_null(json_string_value(json_object_get(m, "name")));
+                const char *ns = json_string_value(json_object_get(m, "namespace"));
+                assert_true(!ns || strcmp(ns, NS) == 0 || strcmp(ns, "kube-system") == 0);
+        }
+        json_t *c = container(docs);
+        assert_string_equal(json_string_value(json_object_get(c, "image")), "ghcr.io/pvescale/pvescale-coordinator:0.1.0");
+        json_decref(c);
+        json_decref(docs);
+}
+
+/* The container's args, as the coordinator parses them: the controller's flags, then config_parse_args. */
+static void parse_args(const json_t *c, struct options *o, struct config *cfg) {
+        const json_t *args = json_object_get(c, "args");
+        char *argv[40] = { "pvescale-coordinator" };
+        int argc = 1;
+        for (size_t i = 0; i < json_array_size(args) && argc < 39; i++)
+                argv[argc++] = (char *)json_string_value(json_array_get(args, i));
+        char err[256];
+        options_init(o);
+        assert_int_equal(config_init(cfg), 0);
+        if (options_parse(o, &argc, argv, NULL, err, sizeof err) < 0 || config_parse_args(cfg, argc, argv, err, sizeof err) != 0)
+                fail_msg("the chart's flags do not parse: %s", err);
+}
+
+static void test_flags_parse(void **state) {
+        (void)state;
+        json_t *docs = render("{\"settings\": {\"launch\": false, \"workers\": 7, \"batchIdleDuration\": \"2s\"},"
+                              " \"logVerbosityLevel\": \"debug\", \"metrics\": {\"port\": 9100}}");
+        json_t *c = container(docs);
+        struct options o;
+        struct config cfg;
+        parse_args(c, &o, &cfg);
+        assert_false(o.launch);
+        assert_true(o.leader_elect);
+        assert_int_equal(o.workers, 7);
+        assert_int_equal(cfg.batch_idle_ms, 2000);
+        assert_int_equal(cfg.batch_max_ms, 10000);
+        assert_int_equal(cfg.metrics_port, 9100);
+        assert_int_equal(cfg.log_level, LOG_LEVEL_DEBUG);
+        assert_string_equal(cfg.config_file, "/etc/pvescale/config.yaml");
+        assert_null(cfg.kubeconfig); /* in-cluster */
+        config_done(&cfg);
+        json_decref(c);
+        json_decref(docs);
+}
+
+static void test_everything_on(void **state) {
+        (void)state;
+        json_t *docs = render("{\"metrics\": {\"enabled\": true}, \"podDisruptionBudget\": {\"enabled\": true},"
+                              " \"existingConfigSecret\": \"my-config\", \"existingConfigSecretKey\": \"pvescale.yaml\","
+                              " \"agentsSecret\": \"agent-creds\", \"serviceAccount\": {\"name\": \"sa\"},"
+                              " \"customResources\": {\"nodeClass\": {\"default\": {\"enabled\": true}},"
+                              " \"nodePools\": {\"default\": {\"enabled\": true}}}, \"extraArgs\": [\"--log-level=error\"]}");
+        assert_int_equal(count_kind(docs, "Service"), 1);
+        assert_int_equal(count_kind(docs, "PodDisruptionBudget"), 1);
+        assert_int_equal(count_kind(docs, "Secret"), 0);
+        assert_int_equal(count_kind(docs, "NodePool"), 1);
+        assert_int_equal(count_kind(docs, "ProxmoxNodeClass"), 1);
+        json_t *deps = of_kind(docs, "Deployment");
+        const json_t *pod = json_object_get(json_object_get(json_object_get(json_array_get(deps, 0), "spec"), "template"),
+                                            "spec");
+        assert_string_equal(json_string_value(json_object_get(pod, "serviceAccountName")), "sa");
+        const json_t *vol = json_object_get(json_array_get(json_object_get(pod, "volumes"), 0), "secret");
+        assert_string_equal(json_string_value(json_object_get(vol, "secretName")), "my-config");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(vol, "items"), 0), "key")),
+                            "pvescale.yaml");
+        assert_int_equal(json_array_size(json_object_get(pod, "volumes")), 2);
+        json_t *c = container(docs);
+        struct options o;
+        struct config cfg;
+        parse_args(c, &o, &cfg);
+        assert_int_equal(cfg.log_level, LOG_LEVEL_ERROR); /* extraArgs come last and win */
+        config_done(&cfg);
+        json_t *sas = of_kind(docs, "ServiceAccount");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(sas, 0), "metadata"), "name")),
+                            "sa");
+        json_decref(sas);
+        json_decref(c);
+        json_decref(deps);
+        json_decref(docs);
+}
+
+/* base64 decoding for the Secret's data. */
+static char *b64decode(const char *in) {
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        size_t n = strlen(in), k = 0;
+        char *out = calloc(n, 1);
+        unsigned acc = 0, bits = 0;
+        for (size_t i = 0; i < n && in[i] != '='; i++) {
+                const char *p = strchr(tbl, in[i]);
+                assert_non_null(p);
+                acc = acc << 6 | (unsigned)(p - tbl);
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[k++] = (char)(acc >> bits & 0xff);
+                }
+        }
+        return out;
+}
+
+static void test_config_secret_round_trip(void **state) {
+        (void)state;
+        json_t *docs = render("{\"config\": {\"clusters\": [{\"url\": \"https://pve1:8006/api2/json\", \"token_id\":"
+                              " \"pvescale@pve!coordinator\", \"token_secret\": \"s3cret\", \"region\": \"cluster-1\"}],"
+                              " \"agents\": {\"port\": 8207, \"token_file\": \"/etc/pvescale/agents/token\","
+                              " \"hosts\": {\"pve1\": \"10.0.0.11\"}}}}");
+        json_t *secrets = of_kind(docs, "Secret");
+        const char *b64 = json_string_value(json_object_get(json_object_get(json_array_get(secrets, 0), "data"), "config.yaml"));
+        assert_non_null(b64);
+        char *yaml = b64decode(b64), err[256];
+        json_t *doc;
+        assert_int_equal(yamlconf_parse(yaml, strlen(yaml), &doc, err, sizeof err), 0);
+        struct config cfg;
+        assert_int_equal(config_init(&cfg), 0);
+        if (config_parse_document(&cfg, doc, err, sizeof err) < 0)
+                fail_msg("config.yaml from the chart: %s", err);
+        assert_int_equal(cfg.n_clusters, 1);
+        assert_string_equal(cfg.clusters[0].region, "cluster-1");
+        assert_string_equal(cfg.agents.hosts[0].address, "10.0.0.11");
+        config_done(&cfg);
+        json_decref(doc);
+        free(yaml);
+        json_decref(secrets);
+        json_decref(docs);
+}
+
+static void test_crds_are_copies(void **state) {
+        (void)state;
+        char path[2100];
+        snprintf(path, sizeof path, "%s/crds", chart);
+        DIR *d = opendir(crds_dir);
+        assert_non_null(d);
+        struct dirent *e;
+        size_t n = 0;
+        while ((e = readdir(d))) {
+                if (!strstr(e->d_name, ".yaml"))
+                        continue;
+                char a[4608], b[4608], *ta, *tb;
+                size_t la, lb;
+                snprintf(a, sizeof a, "%s/%s", crds_dir, e->d_name);
+                snprintf(b, sizeof b, "%s/%s", path, e->d_name);
+                assert_int_equal(fileio_read(a, 1 << 20, &ta, &la), 0);
+                if (fileio_read(b, 1 << 20, &tb, &lb) < 0)
+                        fail_msg("%s is missing from the chart (copy deploy/crds/%s)", b, e->d_name);
+                if (la != lb || memcmp(ta, tb, la) != 0)
+                        fail_msg("%s differs from deploy/crds/%s: copy it again", b, e->d_name);
+                free(ta);
+                free(tb);
+                n++;
+        }
+        closedir(d);
+        assert_int_equal(n, 3);
+        d = opendir(path);
+        size_t m = 0;
+        while ((e = readdir(d)))
+                m += strstr(e->d_name, ".yaml") != NULL;
+        closedir(d);
+        assert_int_equal(m, n);
+}
+
+/* ---- RBAC ---- */
+
+/* Every API call the coordinator makes, by where it is allowed: "" = cluster-wide (ClusterRole), else the
+ * namespace of a Role ("@release" = the release namespace). */
+static const struct api_call {
+        const char *group, *resource, *verbs, *where, *who;
+} CALLS[] = {
+        { "", "pods", "list watch", "", "controller informer" },
+        { "", "nodes", "list watch", "", "controller informer; launcher (registration)" },
+        { "", "nodes", "get update", "", "launcher: labels/taints of its Node (kube_modify)" },
+        { "", "nodes", "delete", "", "launcher: teardown" },
+        { "", "events", "create", "", "provisioner: Nominated/Warning on pods; launcher: on NodeClaims" },
+        { "", "events", "list", "", "provisioner: Nominated events read back after a restart" },
+        { "", "secrets", "get", "", "launcher: NodeClass templatesRef/valuesRef" },
+        { "", "configmaps", "get", "", "launcher: kube-public/cluster-info" },
+        { "apps", "daemonsets", "list watch", "", "controller informer" },
+        { "pvescale.io", "nodeclaims", "list watch", "", "controller informer" },
+        { "pvescale.io", "nodeclaims", "create", "", "provisioner" },
+        { "pvescale.io", "nodeclaims", "get update delete", "", "launcher: finalizer, failed launch" },
+        { "pvescale.io", "nodeclaims/status", "patch", "", "provisioner: host, region, capacity" },
+        { "pvescale.io", "nodeclaims/status", "update", "", "launcher: steps" },
+        { "pvescale.io", "nodepools", "list watch get", "", "controller informer; launcher" },
+        { "pvescale.io", "nodepools/status", "patch", "", "provisioner: resources in use" },
+        { "pvescale.io", "proxmoxnodeclasses", "list watch get", "", "controller informer; launcher" },
+        { "coordination.k8s.io", "leases", "get create update", "@release", "leader election" },
+        { "", "secrets", "get list create delete", "kube-system", "launcher: bootstrap tokens" },
+};
+
+static bool has(const json_t *arr, const char *s) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(arr, i, v) {
+                const char *x = json_string_value(v);
+                if (x && (strcmp(x, s) == 0 || strcmp(x, "*") == 0))
+                        return true;
+        }
+        return false;
+}
+
+/* The rules of the (Cluster)Roles of kind bound to our ServiceAccount, for namespace ns ("" = cluster roles). */
+static json_t *rules_for(const json_t *docs, const char *where) {
+        bool cluster = !*where;
+        json_t *roles = of_kind(docs, cluster ? "ClusterRole" : "Role");
+        json_t *bindings = of_kind(docs, cluster ? "ClusterRoleBinding" : "RoleBinding"), *rules = json_array();
+        const char *ns = strcmp(where, "@release") == 0 ? NS : where;
+        size_t i, j;
+        json_t *b, *r;
+        json_array_foreach(bindings, i, b) {
+                const json_t *sub = json_array_get(json_object_get(b, "subjects"), 0);
+                const char *bns = json_string_value(json_object_get(json_object_get(b, "metadata"), "namespace"));
+                const char *role = json_string_value(json_object_get(json_object_get(b, "roleRef"), "name"));
+                assert_string_equal(json_string_value(json_object_get(sub, "kind")), "ServiceAccount");
+                assert_string_equal(json_string_value(json_object_get(sub, "name")), "pvescale");
+                assert_string_equal(json_string_value(json_object_get(sub, "namespace")), NS);
+                if (!cluster && strcmp(bns, ns) != 0)
+                        continue;
+                json_array_foreach(roles, j, r) {
+                        const json_t *m = json_object_get(r, "metadata");
+                        const char *rns = json_string_value(json_object_get(m, "namespace"));
+                        if (strcmp(json_string_value(json_object_get(m, "name")), role) == 0 && (cluster || strcmp(rns, ns) == 0))
+                                json_array_extend(rules, json_object_get(r, "rules"));
+                }
+        }
+        json_decref(roles);
+        json_decref(bindings);
+        return rules;
+}
+
+static bool allowed(const json_t *rules, const char *group, const char *resource, const char *verb) {
+        size_t i;
+        json_t *r;
+        json_array_foreach(rules, i, r) {
+                if (has(json_object_get(r, "apiGroups"), group) && has(json_object_get(r, "resources"), resource) &&
+                    has(json_object_get(r, "verbs"), verb))
+                        return true;
+        }
+        return false;
+}
+
+static bool in_calls(const char *group, const char *resource, const char *verb, const char *where) {
+        for (size_t i = 0; i < sizeof CALLS / sizeof CALLS[0]; i++) {
+                const struct api_call *c = &CALLS[i];
+                char verbs[128];
+                snprintf(verbs, sizeof verbs, " %s ", c->verbs);
+                char v[64];
+                snprintf(v, sizeof v, " %s ", verb);
+                if (strcmp(c->group, group) == 0 && strcmp(c->resource, resource) == 0 && strstr(verbs, v) &&
+                    strcmp(c->where, where) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static void check_no_extra(const json_t *rules, const char *where) {
+        size_t i, a, b, c;
+        json_t *r, *g, *res, *verb;
+        json_array_foreach(rules, i, r) {
+                if (json_object_get(r, "nonResourceURLs"))
+                        continue;
+                json_array_foreach(json_object_get(r, "apiGroups"), a, g)
+                        json_array_foreach(json_object_get(r, "resources"), b, res)
+                                json_array_foreach(json_object_get(r, "verbs"), c, verb) {
+                                        if (!in_calls(json_string_value(g), json_string_value(res), json_string_value(verb), where))
+                                                fail_msg("RBAC grants %s %s/%s (%s) that no code path uses",
+                                                         json_string_value(verb), json_string_value(g), json_string_value(res),
+                                                         *where ? where : "cluster");
+                                }
+        }
+}
+
+static void test_rbac_covers_the_calls_exactly(void **state) {
+        (void)state;
+        json_t *docs = render(NULL);
+        static const char *const places[] = { "", "@release", "kube-system" };
+        for (size_t p = 0; p < 3; p++) {
+                json_t *rules = rules_for(docs, places[p]);
+                for (size_t i = 0; i < sizeof CALLS / sizeof CALLS[0]; i++) {
+                        const struct api_call *c = &CALLS[i];
+                        if (strcmp(c->where, places[p]) != 0)
+                                continue;
+                        char verbs[128], *save = NULL;
+                        snprintf(verbs, sizeof verbs, "%s", c->verbs);
+                        for (char *v = strtok_r(verbs, " ", &save); v; v = strtok_r(NULL, " ", &save))
+                                if (!allowed(rules, c->group, c->resource, v))
+                                        fail_msg("RBAC lacks %s %s/%s (%s) for %s", v, c->group, c->resource,
+                                                 *c->where ? c->where : "cluster", c->who);
+                }
+                check_no_extra(rules, places[p]);
+                json_decref(rules);
+        }
+        json_decref(docs);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_chart_metadata),
+                cmocka_unit_test(test_default_render),
+                cmocka_unit_test(test_flags_parse),
+                cmocka_unit_test(test_everything_on),
+                cmocka_unit_test(test_config_secret_round_trip),
+                cmocka_unit_test(test_crds_are_copies),
+                cmocka_unit_test(test_rbac_covers_the_calls_exactly),
+        };
+        return cmocka_run_group_tests(tests, setup, NULL);
+}
