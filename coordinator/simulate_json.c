@@ -677,7 +677,8 @@ static int claim_labels(struct jp *p, const json_t *reqs, struct sim_node *n) {
         struct sim_label *l = alloc(p, n->n_labels + nr, sizeof *l);
         if (!l)
                 return oom(p);
-        memcpy(l, n->labels, n->n_labels * sizeof *l);
+        if (n->n_labels) /* labels may be NULL: memcpy's source must not be */
+                memcpy(l, n->labels, n->n_labels * sizeof *l);
         size_t k = n->n_labels;
         for (size_t i = 0; i < nr; i++)
                 if (r[i].op == SIM_OP_IN && r[i].n_values == 1 && !simulate_label_get(l, k, r[i].key))
