@@ -182,6 +182,13 @@ static int reserve_from_pve(struct lctx *c) {
 }
 
 int launcher_step_reserve(struct lctx *c) {
+        int64_t until;
+        /* defence in depth: the provisioner leaves backed-off hosts out, and a claim made anyway waits */
+        if (launcher_backoff_active(c->l, c->nodepool, c->host, c->now, &until)) {
+                log_info("launcher: NodeClaim %s: node pool %s on %s is backed off for %lld ms; waiting", c->name,
+                         c->nodepool, c->host, (long long)(until - c->now));
+                return launcher_wait(c, until - c->now);
+        }
         int r = launcher_need_shape(c);
         if (r == 0)
                 r = launcher_need_pve(c);

@@ -77,13 +77,15 @@ static int teardown_vm(struct lctx *c) {
         int owner = vm_is_ours(c, config);
         bool locked = json_object_get(config, "lock") != NULL;
         json_decref(config);
+        if (owner == 0 && launcher_status_str(c, "cloneTask")[0])
+                owner = 1; /* Proxmox accepted our clone to this VMID */
         if (owner < 0)
                 return 0;
         if (locked) {
-                /* a clone (ours, or of unknown owner) is still running: wait until it ends, at most one clone
-                 * timeout after the clone started when the owner cannot be told */
+                /* a clone is still running (a locked VM cannot be deleted): wait until it ends; when the owner
+                 * cannot be told (the clone was sent but not recorded), give up well after it should be done */
                 int64_t started = launcher_status_time(c, "cloneStartedAt");
-                if (owner == 0 && started && c->now > started + 2 * c->l->o.clone_timeout_ms)
+                if (owner == 0 && started && c->now > started + 2 * c->l->o.clone_timeout_ms + 60000)
                         return 0;
                 return launcher_wait(c, LAUNCHER_POLL_MS);
         }

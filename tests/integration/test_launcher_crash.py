@@ -1,0 +1,55 @@
+"""Integration test: the launcher process is killed with SIGKILL at every launch step, just before and just after the
+step is recorded in the NodeClaim, and restarted: every claim still ends Initialized, with no orphan VM, no leaked
+reservation, token or ISO, and no VMID used twice; deleting the claims then leaves nothing behind."""
+# SPDX-License-Identifier: Apache-2.0
+import os
+import signal
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import launchlib  # noqa: E402
+from launchlib import STEPS  # noqa: E402
+
+
+class LauncherCrashTest(unittest.TestCase):
+    def test_sigkill_at_every_step(self):
+        w = launchlib.World()
+        self.addCleanup(w.stop)
+        points = [(s, phase) for s in STEPS for phase in ("before", "after")]
+        for i, (step, phase) in enumerate(points):
+            name = "k%d-%s-%s" % (i, step.lower(), phase)
+            host = "pve1" if i % 2 == 0 else "pve2"
+            w.create_claim(name, "c1.1VCPU-2GB", host, labels={"crash": str(i)})
+            selector = "crash=%d" % i
+            rc, log = w.run_driver(selector=selector, crash_at="%s:%s" % (step, phase))
+            self.assertEqual(rc, -signal.SIGKILL, "%s: the driver did not crash at %s:%s\n%s" % (name, step, phase,
+                                                                                                log[-3000:]))
+            self.assertIn("driver: crash at %s:%s" % (step, phase), log)
+            rc, log = w.run_driver(selector=selector)
+            self.assertEqual(rc, 0, "%s: no recovery after a crash at %s:%s\n%s" % (name, step, phase, log[-4000:]))
+            self.assertEqual(w.claim(name)["status"]["launchStep"], "Initialized")
+            w.check_no_orphans(self)
+        claims = w.claims()
+        self.assertEqual(len(claims), len(points))
+        vmids = [c["status"]["vmid"] for c in claims]
+        self.assertEqual(len(set(vmids)), len(vmids), "a VMID was used twice")
+        self.assertEqual(len(w.vms()), len(points), "orphan VMs")
+        for host in w.agents:
+            mine = [r for r in w.reservations(host) if r["owner"].startswith("nodeclaim/")]
+            self.assertEqual(len(mine), len([c for c in claims if c["status"]["host"] == host]))
+            self.assertTrue(all(r["state"] == "bound" for r in mine))
+        self.assertEqual(w.secrets(), [])
+        # Tear everything down.
+        for c in claims:
+            w.delete_claim(c["metadata"]["name"])
+        rc, log = w.run_driver(exit_when="empty")
+        self.assertEqual(rc, 0, log[-4000:])
+        self.assertEqual(w.vms(), {})
+        for host in w.agents:
+            self.assertEqual([r for r in w.reservations(host) if r["owner"].startswith("nodeclaim/")], [])
+            self.assertEqual([f for f in w.isos(host) if f.startswith("pvescale-")], [])
+
+
+if __name__ == "__main__":
+    unittest.main()
