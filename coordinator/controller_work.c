@@ -150,7 +150,7 @@ static void reconcile(struct controller *c, const char *name, const json_t *clai
         int64_t requeue = 0;
         int r = c->ops->reconcile(c->launcher, claim, &requeue);
         stats_add(c->stats, r < 0 ? STATS_RECONCILE_ERROR : STATS_RECONCILE_OK, 1);
-        if (r < 0 && r != -ECANCELED)
+        if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop))
                 log_error("NodeClaim %s: launch step failed: %s", name, strerror(-r));
         *ret_r = r;
         *ret_requeue = requeue;
@@ -159,7 +159,7 @@ static void reconcile(struct controller *c, const char *name, const json_t *clai
 static void collect_garbage(struct controller *c, json_t *claims) {
         int r = c->ops->collect_garbage(c->launcher, claims);
         stats_add(c->stats, STATS_GC_RUNS, 1);
-        if (r < 0 && r != -ECANCELED)
+        if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop)) /* a stop cancels its calls: not an error */
                 log_error("garbage collection: %s", strerror(-r));
 }
 
