@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+# pvescale-coordinator with its launcher (the default --launch=true) against the simulator and real agents: the
+# controller hands the NodeClaims it creates to its worker pool, which drives them to pinned VMs that join; the
+# pending pods end up Running on them. Every Kubernetes call made on the way is one the Helm chart's RBAC allows.
+# SPDX-License-Identifier: Apache-2.0
+import base64
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coordlib as cl  # noqa: E402
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def cluster_info(sim):
+    """kube-public/cluster-info, as kubeadm publishes it: the API server and its CA for joining nodes."""
+    with open(sim.ep["ca_file"], "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
+    kubeconfig = ("apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n"
+                  "    certificate-authority-data: %s\n    server: %s\n" % (ca, sim.ep["kube"]["url"]))
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info", "namespace": "kube-public"},
+            "data": {"kubeconfig": kubeconfig}}
+
+
+class LaunchTest(unittest.TestCase):
+    def setUp(self):
+        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
+        self.co = None
+
+    def tearDown(self):
+        rc = self.co.stop() if self.co else 0
+        self.c.stop()
+        self.assertEqual(rc, 0)
+
+    def test_pending_pods_end_up_running_on_launched_nodes(self):
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        names = ["web-%d" % i for i in range(4)] + ["anti-%d" % i for i in range(2)]
+        for n in names[:4]:
+            c.create(PODS, cl.pod(n, cpu="1", memory="1Gi"))
+        for n in names[4:]:
+            c.create(PODS, cl.pod(n, cpu="500m", memory="512Mi", labels={"app": "anti"}, affinity={"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}))
+        self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)
+        self.co = cl.Coordinator(c)
+
+        def running():
+            pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+            return all((pods[n].get("status") or {}).get("phase") == "Running" for n in names)
+        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+
+        claims = {x["metadata"]["name"]: x for x in c.claims()}
+        nodes = {n["metadata"]["name"]: n for n in c.items("/api/v1/nodes")}
+        pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+        self.assertGreaterEqual(len(claims), 2, "hostname anti-affinity needs two nodes")
+        for name, claim in claims.items():
+            conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
+            self.assertEqual(conds.get("Initialized"), "True", claim["status"])
+            node = nodes[claim["status"]["nodeName"]]
+            self.assertEqual(node["spec"]["providerID"], claim["status"]["providerID"])
+            self.assertEqual(node["metadata"]["labels"]["topology.kubernetes.io/zone"], claim["status"]["host"])
+        # Each pod runs on the node of a claim; the two anti-affinity pods on different ones.
+        on = {n: pods[n]["spec"]["nodeName"] for n in names}
+        self.assertTrue(set(on.values()) <= {x["status"]["nodeName"] for x in claims.values()}, on)
+        self.assertNotEqual(on["anti-0"], on["anti-1"])
+        vms = c.vms()
+        self.assertEqual(len(vms), len(claims))
+        self.assertEqual({v["vmid"] for v in vms}, {x["status"]["vmid"] for x in claims.values()})
+        m = self.co.metrics()
+        self.assertEqual(m['pvescale_coordinator_launches_total{result="initialized"}'], len(claims))
+        self.assertEqual(m['pvescale_coordinator_launches_total{result="failed"}'], 0)
+        self.assertGreater(m['pvescale_coordinator_launcher_reconciles_total{result="ok"}'], 0)
+        self.assertEqual(cl.uncovered_calls(c.sim), [], "calls the Helm chart's RBAC does not allow")
+
+
+if __name__ == "__main__":
+    unittest.main()
