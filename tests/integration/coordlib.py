@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -180,9 +181,10 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-        rc = self.sim.stop() if hasattr(self, "sim") else None
-        subprocess.run(["rm", "-rf", self.tmp])
-        return rc
+        try:
+            return self.sim.stop() if hasattr(self, "sim") else None
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Coordinator:

@@ -30,9 +30,11 @@ class LaunchTest(unittest.TestCase):
         self.co = None
 
     def tearDown(self):
-        rc = self.co.stop() if self.co else 0
-        self.c.stop()
-        self.assertEqual(rc, 0)
+        try:
+            rc = self.co.stop() if self.co else 0
+        finally:
+            self.c.stop()
+        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def test_pending_pods_end_up_running_on_launched_nodes(self):
         c = self.c

@@ -55,8 +55,10 @@ class ProvisioningTest(unittest.TestCase):
         self.co = None
 
     def tearDown(self):
-        rc = self.co.stop() if self.co else 0
-        self.c.stop()
+        try:
+            rc = self.co.stop() if self.co else 0
+        finally:
+            self.c.stop()
         self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def pods_pending(self, names):

@@ -24,9 +24,11 @@ class WatchTest(unittest.TestCase):
         self.created, self.deleted = [], []
 
     def tearDown(self):
-        rc = self.co.stop() if self.co else 0
-        self.c.stop()
-        self.assertEqual(rc, 0)
+        try:
+            rc = self.co.stop() if self.co else 0
+        finally:
+            self.c.stop()
+        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def pending_in_api(self):
         return sorted(p["metadata"]["name"] for p in self.c.items(PODS) if cl.unschedulable(p))
