@@ -298,43 +298,24 @@ static void round_locked(struct controller *c, struct provisioner *p) {
         stats_set(c->stats, STATS_UNPLACED_PODS, (int64_t)out.unplaced);
 }
 
-static int64_t loop_deadline_locked(const struct controller *c, int64_t now, int64_t next_lease) {
+static int64_t loop_deadline_locked(const struct controller *c, int64_t now) {
         int64_t d = now + LOOP_TICK_MS, b = intake_batch_deadline(&c->batch);
         if (b >= 0 && b < d)
                 d = b <= now ? now + NOT_READY_TICK_MS : b;
-        if (c->o.leader_elect && next_lease < d)
-                d = next_lease;
         return d;
 }
 
-static void lease_locked(struct controller *c, struct leader *l, struct kube_client *kube, int64_t *next_lease) {
-        int64_t now = controller__mono_ms();
-        if (!c->o.leader_elect || now < *next_lease)
-                return;
-        pthread_mutex_unlock(&c->mu);
-        bool lead = leader_step(l, kube, now);
-        pthread_mutex_lock(&c->mu);
-        *next_lease = now + l->o.retry_ms;
-        if (lead != c->leader) {
-                c->leader = lead;
-                stats_set(c->stats, STATS_LEADER, lead);
-                controller__wake_workers_locked(c);
-        }
-}
-
-static void loop_locked(struct controller *c, struct provisioner *p, struct leader *l, struct kube_client *kube) {
-        int64_t next_lease = 0;
+static void loop_locked(struct controller *c, struct provisioner *p) {
         while (!atomic_load(&c->stop)) {
                 int64_t now = controller__mono_ms();
                 atomic_store(&c->heartbeat_ms, now);
-                lease_locked(c, l, kube, &next_lease);
-                if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, controller__mono_ms()))
+                if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, now))
                         round_locked(c, p);
                 now = controller__mono_ms();
                 if (c->last_unplaced > 0 && !c->batch.open && now - c->last_round_ms >= c->o.resync_ms)
                         trigger_locked(c);
                 struct timespec ts;
-                deadline_ts(loop_deadline_locked(c, now, next_lease), &ts);
+                deadline_ts(loop_deadline_locked(c, now), &ts);
                 pthread_cond_timedwait(&c->cond, &c->mu, &ts);
         }
 }
@@ -343,8 +324,6 @@ static void *loop_main(void *arg) {
         struct controller *c = arg;
         struct kube_client *kube = NULL;
         struct provisioner *p = NULL;
-        struct leader l;
-        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity });
         if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
                 log_error("kubernetes client for the control loop: out of memory");
                 return NULL;
@@ -356,10 +335,44 @@ static void *loop_main(void *arg) {
                 env.backoff_active = controller__backoff_active;
         if (provisioner_new(&env, &p) == 0) {
                 pthread_mutex_lock(&c->mu);
-                loop_locked(c, p, &l, kube);
+                loop_locked(c, p);
                 pthread_mutex_unlock(&c->mu);
         }
         provisioner_free(p);
+        kube_client_free(kube);
+        return NULL;
+}
+
+/* ---- leader election (its own thread, so that a long round never delays a renewal) ---- */
+
+static void *lease_main(void *arg) {
+        struct controller *c = arg;
+        struct kube_client *kube = NULL;
+        struct leader l;
+        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity });
+        if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
+                log_error("kubernetes client for leader election: out of memory");
+                return NULL;
+        }
+        kube_client_set_cancel(kube, &c->stop);
+        pthread_mutex_lock(&c->mu);
+        while (!atomic_load(&c->stop)) {
+                int64_t now = controller__mono_ms();
+                pthread_mutex_unlock(&c->mu);
+                bool lead = leader_step(&l, kube, now);
+                pthread_mutex_lock(&c->mu);
+                if (lead != c->leader && !atomic_load(&c->stop)) {
+                        c->leader = lead;
+                        stats_set(c->stats, STATS_LEADER, lead);
+                        pthread_cond_broadcast(&c->cond);
+                        controller__wake_workers_locked(c);
+                }
+                struct timespec ts;
+                deadline_ts(now + l.o.retry_ms, &ts);
+                while (!atomic_load(&c->stop) && controller__mono_ms() < now + l.o.retry_ms) /* c->cond wakes often */
+                        pthread_cond_timedwait(&c->cond, &c->mu, &ts);
+        }
+        pthread_mutex_unlock(&c->mu);
         kube_client_free(kube);
         return NULL;
 }
@@ -432,6 +445,9 @@ int controller_start(struct controller *c) {
         if (pthread_create(&c->loop, NULL, loop_main, c) != 0)
                 return log_error_errno(-EAGAIN, "cannot start the control loop");
         c->loop_started = true;
+        if (c->o.leader_elect && pthread_create(&c->lease, NULL, lease_main, c) != 0)
+                return log_error_errno(-EAGAIN, "cannot start leader election");
+        c->lease_started = c->o.leader_elect;
         return 0;
 }
 
@@ -444,6 +460,9 @@ void controller_stop(struct controller *c) {
         if (c->loop_started)
                 pthread_join(c->loop, NULL);
         c->loop_started = false;
+        if (c->lease_started)
+                pthread_join(c->lease, NULL);
+        c->lease_started = false;
         for (size_t i = 0; i < c->n_workers; i++)
                 if (c->workers[i].started) {
                         pthread_join(c->workers[i].thread, NULL);

@@ -76,8 +76,8 @@ struct controller {
         size_t n_workers;
         struct launcher *launcher;
         struct kube_client *launcher_kube; /* for launcher calls outside workers */
-        pthread_t loop;
-        bool loop_started;
+        pthread_t loop, lease;
+        bool loop_started, lease_started;
         char lease_namespace[254], identity[254];
 };
 
