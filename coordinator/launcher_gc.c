@@ -255,7 +255,11 @@ static void gc_tokens(struct gc *g) {
                 const json_t *meta = json_object_get(s, "metadata");
                 const char *name = json_string_value(json_object_get(meta, "name"));
                 const char *uid = json_string_value(json_object_get(json_object_get(meta, "labels"), TOKENS_LABEL_CLAIM_UID));
-                if (!name || !uid || uid_owned(g, uid, strlen(uid)))
+                int64_t created = 0;
+                /* the claims given may be a little older than a token made a moment ago */
+                if (!name || !uid || uid_owned(g, uid, strlen(uid)) ||
+                    launcher_parse_rfc3339(json_string_value(json_object_get(meta, "creationTimestamp")), &created) < 0 ||
+                    g->now - created < LAUNCHER_RESERVATION_GRACE_MS)
                         continue;
                 log_info("launcher: GC: deleting join token %s: its NodeClaim is gone", name);
                 int r = kube_delete(g->kube, &kube_secrets, TOKENS_NAMESPACE, name, NULL, NULL);

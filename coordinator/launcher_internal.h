@@ -35,7 +35,7 @@
 #define LAUNCHER_RETRY_MAX_MS 30000  /* longest pause between two attempts of a step */
 #define LAUNCHER_POLL_MS 1000        /* polling interval of clone tasks, Nodes, bind */
 #define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
-#define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation younger than this is kept */
+#define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
 #define LAUNCHER_LABEL_NODEPOOL "pvescale.io/nodepool"
 #define LAUNCHER_LABEL_NODECLASS "pvescale.io/nodeclass"
