@@ -214,7 +214,7 @@ static int watcher_new(struct controller *c, enum ctl_kind kind) {
 
 struct snapshot {
         struct provisioner_snapshot s;
-        json_t *arrays[K_N + 2];
+        json_t *arrays[K_N + 1]; /* per kind (pods: the bound ones), then the candidates */
 };
 
 static json_t *values(const json_t *obj) {
@@ -255,7 +255,7 @@ static void snapshot_take_locked(struct controller *c, struct snapshot *s) {
 }
 
 static void snapshot_done(struct snapshot *s) {
-        for (int k = 0; k < K_N + 2; k++)
+        for (int k = 0; k < K_N + 1; k++)
                 json_decref(s->arrays[k]);
 }
 
