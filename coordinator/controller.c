@@ -17,7 +17,7 @@
 
 #define DEFAULT_WORKERS 4
 #define DEFAULT_GC_INTERVAL_MS 60000
-#define DEFAULT_RESYNC_MS 30000
+#define DEFAULT_RESYNC_MS 10000
 #define LOOP_TICK_MS 1000
 #define NOT_READY_TICK_MS 100
 #define HEALTHY_WITHIN_MS 30000
@@ -312,7 +312,11 @@ static void loop_locked(struct controller *c, struct provisioner *p) {
                 if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, now))
                         round_locked(c, p);
                 now = controller__mono_ms();
-                if (c->last_unplaced > 0 && !c->batch.open && now - c->last_round_ms >= c->o.resync_ms)
+                /* Pods still pending after a round are looked at again: they may have been left unplaced, or
+                 * kube-scheduler may have put other pods on the room planned for them (it does not honour
+                 * nominations), so their claim became a Node that they do not fit. */
+                if ((c->last_unplaced > 0 || json_object_size(c->candidates) > 0) && !c->batch.open &&
+                    now - c->last_round_ms >= c->o.resync_ms)
                         trigger_locked(c);
                 struct timespec ts;
                 deadline_ts(loop_deadline_locked(c, now), &ts);
