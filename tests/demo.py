@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""demo: pending pods become pinned VMs. A simulated Proxmox cluster of 3 hosts (real topologies from
+../shared/topologies) and a simulated Kubernetes API, a real pvescale-agent per host, and the real
+pvescale-coordinator. Prints a live progress view and a summary, then stops everything it started."""
+# SPDX-License-Identifier: Apache-2.0
+import json
+import os
+import random
+import ssl
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "integration"))
+import coordlib as cl  # noqa: E402
+from test_coordinator_launch import cluster_info  # noqa: E402
+
+HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
+PODS = "/api/v1/namespaces/default/pods"
+TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "100"))
+# Fast but not instant Proxmox and kubelets, so that every stage is visible.
+KNOBS = ("clone_seconds=0.5", "start_seconds=0.2", "join_delay_seconds=1", "ready_delay_seconds=0.5",
+         "pod_start_seconds=0.3")
+
+
+def demo_pods():
+    """About 40 pods of mixed sizes: generic ones, some that need an SSD node, a zone-spread set and a
+    hostname anti-affinity set."""
+    rnd = random.Random(7)
+    pods = []
+    for i in range(24):
+        cpu = rnd.choice(["250m", "500m", "1", "1500m", "2"])
+        mem = rnd.choice(["256Mi", "512Mi", "1Gi", "2Gi", "4Gi"])
+        pods.append(cl.pod("web-%02d" % i, cpu=cpu, memory=mem, labels={"app": "web"}))
+    for i in range(6):
+        pods.append(cl.pod("db-%d" % i, cpu="2", memory="4Gi", labels={"app": "db"}, nodeSelector={"disk": "ssd"}))
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "api"}}}]
+    for i in range(6):
+        pods.append(cl.pod("api-%d" % i, cpu="1", memory="1Gi", labels={"app": "api"},
+                           topologySpreadConstraints=spread))
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    for i in range(4):
+        pods.append(cl.pod("cache-%d" % i, cpu="500m", memory="1Gi", labels={"app": "cache"}, affinity=anti))
+    return pods
+
+
+class Agents:
+    """Read-only views of each host's agent (its reservations and VMs)."""
+
+    def __init__(self, cluster):
+        self.c = cluster
+        self.ctx = ssl.create_default_context(cafile=cluster.ca)
+
+    def get(self, host, path):
+        a = self.c.agents[host]
+        req = urllib.request.Request("https://%s:%d%s" % (a["ip"], self.c.agent_port, path),
+                                     headers={"Authorization": "Bearer " + self.c.token})
+        with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
+            return json.load(r)
+
+    def bound(self, host):
+        return [r for r in self.get(host, "/v1/reservations")["reservations"] if r["state"] == "bound"]
+
+
+def cpu_count(cpulist):
+    n = 0
+    for part in filter(None, (cpulist or "").split(",")):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def snapshot(c, agents, names):
+    pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+    running = sum(1 for n in names if (pods.get(n, {}).get("status") or {}).get("phase") == "Running")
+    claims = c.claims()
+    joined = sum(1 for x in claims if any(k.get("type") == "Initialized" and k.get("status") == "True"
+                                          for k in (x.get("status") or {}).get("conditions", [])))
+    pinned = {h: sum(cpu_count(r["cpus"]) for r in agents.bound(h)) for h in sorted(c.agents)}
+    return {"pending": len(names) - running, "claims": len(claims), "joined": joined, "vms": len(c.vms()),
+            "pinned": pinned, "running": running}
+
+
+def line(t, s, total):
+    pinned = " ".join("%s:%-3d" % (h, n) for h, n in s["pinned"].items())
+    return ("t+%5.1fs  pending %2d -> claims %2d (joined %2d) -> VMs %2d -> pinned CPUs %s -> running %2d/%d"
+            % (t, s["pending"], s["claims"], s["joined"], s["vms"], pinned, s["running"], total))
+
+
+def summary(c, agents, elapsed):
+    print("\nVMs per host (the agent's placement: host CPUs, and memory per NUMA node)")
+    print("%-5s %-6s %-14s %-6s %-22s %s" % ("host", "vmid", "shape", "vCPUs", "host CPUs", "NUMA memory"))
+    claims = {x["status"].get("vmid"): x for x in c.claims()}
+    for host in sorted(c.agents):
+        for r in sorted(agents.bound(host), key=lambda r: r["vmid"]):
+            claim = claims.get(r["vmid"], {})
+            numa = ", ".join("node%d %d MiB" % (n["node"], n["memory_bytes"] >> 20) for n in r["numa"])
+            print("%-5s %-6d %-14s %-6d %-22s %s" % (host, r["vmid"], claim.get("spec", {}).get("instanceType", "?"),
+                                                      r["vcpus"], r["cpus"], numa))
+    print("\nAll pods Running %.1f s after the first pending pod." % elapsed)
+
+
+def explain_pending(c, names):
+    pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+    for n in names:
+        if (pods.get(n, {}).get("status") or {}).get("phase") == "Running":
+            continue
+        events = sorted(c.pod_events(n), key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        why = events[-1]["reason"] + ": " + events[-1]["message"] if events else "no event"
+        print("  %-10s %s" % (n, why))
+
+
+def setup_objects(c):
+    c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+    c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+    c.create(cl.GROUP + "/nodepools", cl.nodepool("general"))
+    c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}))
+
+
+def run():
+    print("Starting the simulated Proxmox cluster (%s), Kubernetes API and one pvescale-agent per host ..." % HOSTS)
+    c = cl.Cluster(HOSTS, knobs=KNOBS)
+    co = None
+    try:
+        setup_objects(c)
+        co = cl.Coordinator(c)
+        agents = Agents(c)
+        pods = demo_pods()
+        names = [p["metadata"]["name"] for p in pods]
+        print("Coordinator ready. Creating %d pending pods (generic, nodeSelector disk=ssd, zone spread, "
+              "hostname anti-affinity).\n" % len(pods))
+        start = time.time()
+        for p in pods:
+            c.create(PODS, p)
+        last = None
+        while True:
+            s = snapshot(c, agents, names)
+            if s != last:
+                print(line(time.time() - start, s, len(names)), flush=True)
+                last = s
+            if s["running"] == len(names):
+                break
+            if time.time() - start > TIMEOUT_S:
+                print("\nNot every pod is Running after %d s:" % TIMEOUT_S)
+                explain_pending(c, names)
+                return 1
+            time.sleep(0.5)
+        summary(c, agents, time.time() - start)
+        return 0
+    finally:
+        if co:
+            co.stop()
+        c.stop()
+        print("Stopped the coordinator, the agents and the simulator.")
+
+
+if __name__ == "__main__":
+    sys.exit(run())
