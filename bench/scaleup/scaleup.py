@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""bench/scaleup: the coordinator's own overhead from the first pending pod to the Proxmox start call, over 200
+claims, against the simulator with clone and boot delays set to 0 and a real agent per host. Prints a table and
+a RESULT line."""
+# SPDX-License-Identifier: Apache-2.0
+import concurrent.futures
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
+os.environ.setdefault("PVESCALE_SOURCE_DIR", SRC)
+import coordlib as cl  # noqa: E402
+from test_coordinator_launch import cluster_info  # noqa: E402
+
+CLAIMS = int(os.environ.get("SCALEUP_CLAIMS", "200"))
+WORKERS = os.environ.get("SCALEUP_WORKERS", "16")
+HOSTS = "pve1=eas-tioga,pve2=eas-tioga,pve3=eas-tioga"
+PODS = "/api/v1/namespaces/default/pods"
+ZERO = ("clone_seconds=0", "create_seconds=0", "start_seconds=0", "join_delay_seconds=0", "ready_delay_seconds=0",
+        "pod_start_seconds=0", "stats_delay_seconds=0", "auth_delay_seconds=0.1")
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+def one_node_each(i):
+    """A small pod that needs a node of its own (hostname anti-affinity), so each makes one claim."""
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "scale"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return cl.pod("scale-%03d" % i, cpu="100m", memory="128Mi", labels={"app": "scale"}, affinity=anti)
+
+
+def main():
+    c = cl.Cluster(HOSTS, knobs=ZERO)
+    co = None
+    try:
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        co = cl.Coordinator(c, args=["--workers", WORKERS])
+        cpu0 = cpu_seconds(co.proc.pid)
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda i: c.create(PODS, one_node_each(i)), range(CLAIMS)))
+
+        def started():
+            vms = c.sim.admin("GET", "/report").json["vms"]
+            return sum(1 for v in vms if v.get("started")) >= CLAIMS
+        cl.wait_for(started, 600, interval=1, what="%d VMs started" % CLAIMS)
+        cpu = cpu_seconds(co.proc.pid) - cpu0
+        report = c.sim.admin("GET", "/report").json
+        t0 = report["first_pending_at"]
+        overhead = [min(v["started"]) - t0 for v in report["vms"] if v.get("started")][:CLAIMS]
+        p50, p99 = pct(overhead, 50) * 1000, pct(overhead, 99) * 1000
+        cpu_ms = cpu * 1000 / CLAIMS
+        print("\nscale-up: %d claims on %s; clone, start and boot delays 0; %s launcher workers" % (CLAIMS, HOSTS,
+                                                                                               WORKERS))
+        print("%-34s %10s" % ("first pending pod -> PVE start", "ms"))
+        for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100)):
+            print("%-34s %10.0f" % (name, pct(overhead, q) * 1000))
+        print("%-34s %10.2f" % ("coordinator CPU per claim", cpu_ms))
+        print("targets: p99 <= batch idle (1000 ms) + 100 ms; <= 5 ms CPU per claim")
+        print("RESULT name=scaleup claims=%d overhead_p50_ms=%.0f overhead_p99_ms=%.0f cpu_ms_per_claim=%.2f"
+              % (len(overhead), p50, p99, cpu_ms))
+        return 0
+    finally:
+        if co:
+            co.stop()
+        c.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
