@@ -32,6 +32,8 @@ class LaunchTest(unittest.TestCase):
     def tearDown(self):
         try:
             rc = self.co.stop() if self.co else 0
+            if self.co:  # for the test log
+                sys.stderr.write("coordinator log (tail):\n" + "".join(self.co.logtext().splitlines(True)[-80:]))
         finally:
             self.c.stop()
         self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
@@ -54,7 +56,23 @@ class LaunchTest(unittest.TestCase):
         def running():
             pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
             return all((pods[n].get("status") or {}).get("phase") == "Running" for n in names)
-        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+
+        def initialized():  # the launcher records it right after the Node turns Ready (pods may run first)
+            return all({x["type"]: x["status"] for x in claim.get("status", {}).get("conditions", [])}
+                       .get("Initialized") == "True" for claim in c.claims())
+        try:
+            cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+        except AssertionError:
+            pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p.get("status")) for p in c.items(PODS)]
+            nodes = [(n["metadata"]["name"], n["spec"].get("taints"), n["status"].get("allocatable"),
+                      [(x["type"], x["status"]) for x in n["status"].get("conditions", [])])
+                     for n in c.items("/api/v1/nodes")]
+            kubelets = c.sim.admin("GET", "/state").json.get("kubelets")
+            kubelets = [kubelets, [(x["metadata"]["name"], {k: base64.b64decode(v).decode() for k, v in x.get("data", {}).items()
+                                                            if k != "token-secret"})
+                                   for x in c.items("/api/v1/namespaces/kube-system/secrets")]]
+            self.fail("pods not Running:\n%s\nnodes:\n%s\nkubelets: %s" % (pods, nodes, kubelets))
+        cl.wait_for(initialized, 30, interval=0.5, what="every claim Initialized")
 
         claims = {x["metadata"]["name"]: x for x in c.claims()}
         nodes = {n["metadata"]["name"]: n for n in c.items("/api/v1/nodes")}

@@ -57,6 +57,8 @@ class ProvisioningTest(unittest.TestCase):
     def tearDown(self):
         try:
             rc = self.co.stop() if self.co else 0
+            if self.co:  # for the test log
+                sys.stderr.write("coordinator log (tail):\n" + "".join(self.co.logtext().splitlines(True)[-80:]))
         finally:
             self.c.stop()
         self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
