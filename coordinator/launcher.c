@@ -549,16 +549,35 @@ static int reconcile_once(struct lctx *c) {
         return run_steps(c);
 }
 
+/* The claim as the API server has it now: the caller's copy may lag behind our own last status write, and a
+ * step must never run twice from an old status. NULL (with *ret_err 0) when the claim is gone. */
+static json_t *fresh_claim(struct kube_client *kube, const json_t *claim, int *ret_err) {
+        const json_t *meta = json_object_get(claim, "metadata");
+        const char *name = json_string_value(json_object_get(meta, "name"));
+        const char *step = json_string_value(json_object_get(json_object_get(claim, "status"), "launchStep"));
+        json_t *fresh = NULL;
+        *ret_err = 0;
+        if (step && strcmp(step, STEP_INITIALIZED) == 0 && !json_object_get(meta, "deletionTimestamp"))
+                return json_deep_copy(claim); /* nothing left to do but notice a deletion, which comes as an update */
+        int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
+        if (r < 0 && r != -ENOENT)
+                *ret_err = log_error_errno(r, "launcher: GET NodeClaim %s: %s", name ? name : "?", kube_client_error(kube));
+        return fresh;
+}
+
 int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_requeue_ms) {
         struct lctx c = { .l = l };
+        int r;
         c.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
-        c.claim = json_deep_copy(claim);
-        if (!c.claim || !c.kube) {
-                json_decref(c.claim);
-                return c.kube ? -ENOMEM : -EINVAL;
+        if (!c.kube)
+                return -EINVAL;
+        c.claim = fresh_claim(c.kube, claim, &r);
+        if (!c.claim) {
+                if (r == 0)
+                        *ret_requeue_ms = 0; /* gone */
+                return r;
         }
         c.now = launcher_now(l);
-        int r;
         for (unsigned i = 0;; i++) {
                 r = reconcile_once(&c);
                 ctx_drop_cache(&c);
