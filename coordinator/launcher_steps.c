@@ -239,10 +239,15 @@ static int clone_timeout(struct lctx *c, int64_t *ret_left_ms) {
         return 0;
 }
 
+/* Poll soon after the clone started (fast storage clones in well under a second), then every second. */
 static int wait_for_clone(struct lctx *c) {
         int64_t left = 0;
         int r = clone_timeout(c, &left);
-        return r != 0 ? r : launcher_wait(c, left < LAUNCHER_POLL_MS ? left : LAUNCHER_POLL_MS);
+        if (r != 0)
+                return r;
+        int64_t elapsed = c->now - launcher_status_time(c, "cloneStartedAt");
+        int64_t delay = elapsed / 2 < 100 ? 100 : elapsed / 2 > LAUNCHER_POLL_MS ? LAUNCHER_POLL_MS : elapsed / 2;
+        return launcher_wait(c, left < delay ? left : delay);
 }
 
 /* 1: the VM is this claim's, 0: cannot tell yet (being cloned), -1: someone else's. */
