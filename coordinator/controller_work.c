@@ -25,11 +25,11 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
         return h;
 }
 
-/* Claims of one (node pool, host) pair always go to the same worker. */
+/* A claim always goes to the same worker, so no two workers ever reconcile one claim at once. Claims of one
+ * host run in parallel: the host's agent arbitrates its CPUs, and the launcher guards VMIDs and ISO builds. */
 static struct ctl_worker *route(struct controller *c, const json_t *claim) {
-        const char *pool = json_string_value(json_object_get(json_object_get(claim, "spec"), "nodePool"));
-        uint64_t h = fnv1a(provisioner_claim_host(claim), fnv1a(pool, 1469598103934665603ULL));
-        return &c->workers[h % c->n_workers];
+        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        return &c->workers[fnv1a(name, 1469598103934665603ULL) % c->n_workers];
 }
 
 static struct ctl_item *find_item(struct ctl_worker *w, const char *name) {
