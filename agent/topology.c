@@ -48,15 +48,6 @@
 
 /* ---------- small helpers ---------- */
 
-static bool root_is_slash(const char *root) {
-        return !root || !*root || strcmp(root, "/") == 0;
-}
-
-static int path_under(char *buf, size_t size, const char *root, const char *path) {
-        int n = snprintf(buf, size, "%s%s", root_is_slash(root) ? "" : root, path);
-        return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
-}
-
 static int read_cpulist_under(const char *root, const char *path, struct cpuset **ret_set) {
         char *text;
         int r = fileio_read_under(root, path, &text);
@@ -85,7 +76,7 @@ static int check_source(const struct topology_source *src, char *err, size_t err
         }
         if (!src->fsroot)
                 return 0;
-        if (path_under(path, sizeof path, src->fsroot, SYSFS_CPU) < 0)
+        if (fileio_path_under(path, sizeof path, src->fsroot, SYSFS_CPU) < 0)
                 return errmsg_set(err, errlen, -ENAMETOOLONG, "fsroot %s: path too long", src->fsroot);
         if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
                 return errmsg_set(err, errlen, -ENOENT,
@@ -395,14 +386,14 @@ static int read_cpu_state(struct topology *t, const char *root, char *err, size_
         if (r == -ENOENT)
                 r = (online = cpuset_dup(t->cpus)) ? 0 : -ENOMEM;
         if (r < 0)
-                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/online: %s", root_is_slash(root) ? "" : root, strerror(-r));
+                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/online: %s", fileio_root_prefix(root), strerror(-r));
         cpuset_and(online, t->cpus);
         r = t->kind == TOPOLOGY_KIND_XML ? -ENOENT : read_cpulist_under(root, SYSFS_CPU "/isolated", &isolated);
         if (r == -ENOENT)
                 r = (isolated = cpuset_new()) ? 0 : -ENOMEM;
         if (r < 0) {
                 cpuset_free(online);
-                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/isolated: %s", root_is_slash(root) ? "" : root,
+                return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/isolated: %s", fileio_root_prefix(root),
                                strerror(-r));
         }
         t->online = online;
@@ -451,7 +442,7 @@ static int load_live_counts(struct topology *t, const struct topology_source *sr
         r = topology_refresh_memory(t, src);
         if (r < 0)
                 return errmsg_set(err, errlen, r, "reading per-node memory under %s: %s",
-                               root_is_slash(src->fsroot) ? "/" : src->fsroot, strerror(-r));
+                               *fileio_root_prefix(src->fsroot) ? src->fsroot : "/", strerror(-r));
         return 0;
 }
 

@@ -23,15 +23,6 @@
 
 /* ---------- small helpers ---------- */
 
-static bool root_is_slash(const char *root) {
-        return !root || !*root || strcmp(root, "/") == 0;
-}
-
-static int path_under(char *buf, size_t size, const char *root, const char *path) {
-        int n = snprintf(buf, size, "%s%s", root_is_slash(root) ? "" : root, path);
-        return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
-}
-
 static int parse_u64(const char *text, uint64_t *ret_value) {
         char *end;
         while (*text == ' ' || *text == '\t')
@@ -159,7 +150,7 @@ static int read_hugepage_size(const char *root, const char *dir, const char *nam
 /* Every hugepages-<size>kB directory in <root><dir>, sorted by page size. A missing dir = no hugepages. */
 static int read_hugepages(const char *root, const char *dir, struct topology_hugepages **ret_pages, size_t *ret_n) {
         char path[PATH_MAX];
-        int r = path_under(path, sizeof path, root, dir);
+        int r = fileio_path_under(path, sizeof path, root, dir);
         if (r < 0)
                 return r;
         DIR *d = opendir(path);
@@ -267,7 +258,7 @@ int topology_refresh_memory(struct topology *t, const struct topology_source *sr
         const char *root = t->kind == TOPOLOGY_KIND_FSROOT && src ? src->fsroot : NULL;
         bool live = t->kind == TOPOLOGY_KIND_HOST;
         char path[PATH_MAX];
-        int r = path_under(path, sizeof path, root, SYSFS_NODE);
+        int r = fileio_path_under(path, sizeof path, root, SYSFS_NODE);
         if (r < 0)
                 return r;
         DIR *d = opendir(path);

@@ -88,15 +88,7 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
 }
 
 static bool initialized(const json_t *claim) {
-        size_t i;
-        json_t *cond;
-        json_array_foreach(json_object_get(json_object_get(claim, "status"), "conditions"), i, cond) {
-                const char *type = json_string_value(json_object_get(cond, "type"));
-                const char *st = json_string_value(json_object_get(cond, "status"));
-                if (type && st && strcmp(type, "Initialized") == 0)
-                        return strcmp(st, "True") == 0;
-        }
-        return false;
+        return kube_condition_true(json_object_get(claim, "status"), "Initialized");
 }
 
 static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "kube.h"
+
 #define MIRROR_ANNOTATION "kubernetes.io/config.mirror"
 
 static const char *str_at(const json_t *obj, const char *key) {
@@ -27,15 +29,9 @@ static bool owned_by_daemonset(const json_t *meta) {
 
 /* The PodScheduled condition says False / Unschedulable. */
 static bool unschedulable(const json_t *status) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(json_object_get(status, "conditions"), i, c) {
-                const char *type = str_at(c, "type"), *st = str_at(c, "status"), *reason = str_at(c, "reason");
-                if (!type || strcmp(type, "PodScheduled") != 0)
-                        continue;
-                return st && strcmp(st, "False") == 0 && reason && strcmp(reason, "Unschedulable") == 0;
-        }
-        return false;
+        const json_t *c = kube_condition(status, "PodScheduled");
+        const char *st = str_at(c, "status"), *reason = str_at(c, "reason");
+        return st && strcmp(st, "False") == 0 && reason && strcmp(reason, "Unschedulable") == 0;
 }
 
 static bool finished(const json_t *status) {

@@ -694,3 +694,19 @@ int kube_event_emit(struct kube_client *c, const struct kube_resource *rt, const
         json_decref(ev);
         return r;
 }
+
+const json_t *kube_condition(const json_t *status, const char *type) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(status, "conditions"), i, c) {
+                const char *t = json_string_value(json_object_get(c, "type"));
+                if (t && strcmp(t, type) == 0)
+                        return c;
+        }
+        return NULL;
+}
+
+bool kube_condition_true(const json_t *status, const char *type) {
+        const char *s = json_string_value(json_object_get(kube_condition(status, type), "status"));
+        return s && strcmp(s, "True") == 0;
+}

@@ -229,3 +229,8 @@ const json_t *kube_informer_store(const struct kube_informer *inf);
 /* The resource version the next watch starts from ("" = relist next). */
 const char *kube_informer_resource_version(const struct kube_informer *inf);
 const struct kube_informer_stats *kube_informer_stats(const struct kube_informer *inf);
+
+/* The condition of this type in a status object's "conditions" list (borrowed), or NULL. Pure. */
+const json_t *kube_condition(const json_t *status, const char *type);
+/* Whether that condition exists with status "True". Pure. */
+bool kube_condition_true(const json_t *status, const char *type);

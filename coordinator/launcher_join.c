@@ -231,15 +231,7 @@ int launcher_step_register(struct lctx *c) {
 /* ---- initialized ---- */
 
 static bool node_ready(const json_t *node) {
-        size_t i;
-        json_t *cond;
-        json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, cond) {
-                const char *t = json_string_value(json_object_get(cond, "type"));
-                const char *s = json_string_value(json_object_get(cond, "status"));
-                if (t && s && strcmp(t, "Ready") == 0)
-                        return strcmp(s, "True") == 0;
-        }
-        return false;
+        return kube_condition_true(json_object_get(node, "status"), "Ready");
 }
 
 /* Ready, and every startup taint (removed by a node-local agent) and the unregistered taint gone. */

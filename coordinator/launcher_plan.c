@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kube.h"
+
 #define MIB (1024ULL * 1024ULL)
 
 /* ---- placement ---- */
@@ -438,17 +440,6 @@ int launcher_parse_rfc3339(const char *s, int64_t *ret_ms) {
 
 /* ---- conditions ---- */
 
-static json_t *find_condition(json_t *conds, const char *type) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(conds, i, c) {
-                if (json_is_string(json_object_get(c, "type")) &&
-                    strcmp(json_string_value(json_object_get(c, "type")), type) == 0)
-                        return c;
-        }
-        return NULL;
-}
-
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,
                            const char *message, int64_t now_ms) {
         json_t *conds = json_object_get(status, "conditions");
@@ -458,7 +449,7 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
                 if (!conds || json_object_set_new(status, "conditions", conds) < 0)
                         return -ENOMEM;
         }
-        json_t *c = find_condition(conds, type);
+        json_t *c = (json_t *)kube_condition(status, type);
         if (!c) {
                 c = json_pack("{s:s}", "type", type);
                 if (!c || json_array_append_new(conds, c) < 0)
@@ -474,7 +465,5 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
 }
 
 bool launcher_condition_true(const json_t *status, const char *type) {
-        json_t *c = find_condition(json_object_get(status, "conditions"), type);
-        const char *s = json_string_value(json_object_get(c, "status"));
-        return s && strcmp(s, "True") == 0;
+        return kube_condition_true(status, type);
 }

@@ -64,15 +64,23 @@ int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret
         return r;
 }
 
+const char *fileio_root_prefix(const char *root) {
+        return !root || !*root || strcmp(root, "/") == 0 ? "" : root;
+}
+
+int fileio_path_under(char *buf, size_t size, const char *root, const char *path) {
+        int n = snprintf(buf, size, "%s%s", fileio_root_prefix(root), path);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
 int fileio_read_under(const char *root, const char *path, char **ret_text) {
         char full[PATH_MAX];
-        bool no_root = !root || !*root || strcmp(root, "/") == 0;
-        int n = snprintf(full, sizeof full, "%s%s", no_root ? "" : root, path);
-        if (n < 0 || (size_t)n >= sizeof full)
-                return -ENAMETOOLONG;
+        int r = fileio_path_under(full, sizeof full, root, path);
+        if (r < 0)
+                return r;
         char *text;
         size_t len;
-        int r = fileio_read(full, 1 << 20, &text, &len);
+        r = fileio_read(full, 1 << 20, &text, &len);
         if (r < 0)
                 return r;
         while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))

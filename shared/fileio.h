@@ -8,6 +8,12 @@
 /* Read a whole file (at most max_bytes) into a NUL-terminated buffer. Returns 0, -EFBIG, or -errno. */
 int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret_len);
 
+/* The prefix to put before absolute paths below root: "" for the live system (root NULL, "" or "/"). */
+const char *fileio_root_prefix(const char *root);
+
+/* Write "<root><path>" into buf (path is absolute). 0 or -ENAMETOOLONG. */
+int fileio_path_under(char *buf, size_t size, const char *root, const char *path);
+
 /* Read "<root>/<path>" (root may be NULL or "/"), trimming a trailing newline. Same errors as fileio_read. */
 int fileio_read_under(const char *root, const char *path, char **ret_text);
 
