@@ -83,6 +83,8 @@ static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
                 a->pins.pins_ok++;
         else
                 a->pins.pin_failures++;
+        if (rec)
+                rec->failed_pid = complete ? 0 : plan.pid;
         log_report(vmid, r, rep);
         return r;
 }
@@ -95,17 +97,29 @@ static bool wants_pin(const struct agent *a, int vmid) {
         return r && r->placement && vm && vm->running && vm->pid > 0;
 }
 
-static bool already_pinned(struct agent *a, int vmid) {
-        const struct vm *vm = inventory_find(a->inventory, vmid);
+static const struct pin_record *find_record(const struct agent *a, int vmid) {
         for (size_t i = 0; i < a->pins.n; i++)
                 if (a->pins.records[i].vmid == vmid)
-                        return vm && a->pins.records[i].pid == vm->pid;
-        return false;
+                        return &a->pins.records[i];
+        return NULL;
+}
+
+static bool already_pinned(struct agent *a, int vmid) {
+        const struct vm *vm = inventory_find(a->inventory, vmid);
+        const struct pin_record *rec = find_record(a, vmid);
+        return vm && rec && rec->pid == vm->pid;
+}
+
+/* This QEMU process already failed to pin: leave it to the periodic repair. */
+static bool failed_before(const struct agent *a, int vmid) {
+        const struct vm *vm = inventory_find(a->inventory, vmid);
+        const struct pin_record *rec = find_record(a, vmid);
+        return vm && rec && rec->failed_pid == vm->pid;
 }
 
 void pin_service_vm_changed(struct agent *a, int vmid) {
         struct pin_report rep;
-        if (wants_pin(a, vmid) && !already_pinned(a, vmid))
+        if (wants_pin(a, vmid) && !already_pinned(a, vmid) && !failed_before(a, vmid))
                 pin_vm(a, vmid, &rep);
 }
 
@@ -137,7 +151,9 @@ void pin_service_scan(struct agent *a, bool repair) {
                 struct pin_report rep;
                 if (!vmid || !wants_pin(a, vmid))
                         continue;
-                if (!already_pinned(a, vmid) || (repair && vm_drift(a, vmid) > 0))
+                bool due = repair ? !already_pinned(a, vmid) || vm_drift(a, vmid) > 0
+                                  : !already_pinned(a, vmid) && !failed_before(a, vmid);
+                if (due)
                         pin_vm(a, vmid, &rep);
         }
 }

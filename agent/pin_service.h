@@ -10,7 +10,8 @@ struct agent;
 /* What the service remembers of one VM: the QEMU pid it last pinned fully. */
 struct pin_record {
         int vmid;
-        int pid;
+        int pid;        /* fully pinned */
+        int failed_pid; /* pinning failed for this QEMU: retried only by the periodic repair, not on every change */
 };
 
 struct pin_state {
