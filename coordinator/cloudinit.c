@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "errmsg.h"
+#include "jsonutil.h"
 #define LABEL_VALUE_MAX 63
 #define LABEL_PREFIX_MAX 253
 #define HOSTNAME_MAX 253
@@ -221,25 +222,6 @@ struct flags {
         FILE *f;
 };
 
-static int key_cmp(const void *a, const void *b) {
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Sorted keys of obj (borrowed). */
-static const char **sorted_keys(json_t *obj, size_t *ret_n) {
-        size_t n = json_object_size(obj), i = 0;
-        const char *k;
-        json_t *v;
-        const char **keys = calloc(n ? n : 1, sizeof *keys);
-        if (!keys)
-                return NULL;
-        json_object_foreach(obj, k, v)
-                keys[i++] = k;
-        qsort(keys, n, sizeof *keys, key_cmp);
-        *ret_n = n;
-        return keys;
-}
-
 static int labels_flag(FILE *f, json_t *labels, char *err, size_t errlen) {
         size_t n;
         const char **keys;
@@ -249,7 +231,7 @@ static int labels_flag(FILE *f, json_t *labels, char *err, size_t errlen) {
                 return errmsg_invalid(err, errlen, "labels: must be an object");
         if (json_object_size(labels) == 0)
                 return 0;
-        if (!(keys = sorted_keys(labels, &n)))
+        if (!(keys = jsonutil_sorted_keys(labels, &n)))
                 return -ENOMEM;
         int r = 0;
         fputs(" --node-labels=", f);
@@ -308,7 +290,7 @@ static int map_flag(FILE *f, json_t *kc, const char *field, const char *flag, co
                 return 0;
         if (!json_is_object(obj))
                 return errmsg_invalid(err, errlen, "kubeletConfiguration.%s: must be an object", field);
-        if (!(keys = sorted_keys(obj, &n)))
+        if (!(keys = jsonutil_sorted_keys(obj, &n)))
                 return -ENOMEM;
         int r = 0;
         fprintf(f, " --%s=", flag);

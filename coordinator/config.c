@@ -257,7 +257,7 @@ static int apply_named(struct config *cfg, const struct setting *s, const char *
         return 0;
 }
 
-static const char *env_value(const char *const *envp, const char *name) {
+const char *config_env_value(const char *const *envp, const char *name) {
         size_t n = strlen(name);
         for (; envp && *envp; envp++)
                 if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
@@ -267,7 +267,7 @@ static const char *env_value(const char *const *envp, const char *name) {
 
 int config_parse_env(struct config *cfg, const char *const *envp, char *err, size_t errlen) {
         for (size_t i = 0; i < N_SETTINGS; i++) {
-                const char *v = env_value(envp, settings[i].env);
+                const char *v = config_env_value(envp, settings[i].env);
                 if (!v || !*v)
                         continue;
                 int r = apply_named(cfg, &settings[i], settings[i].env, v, err, errlen);

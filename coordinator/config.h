@@ -73,6 +73,9 @@ void config_done(struct config *cfg);
  * -EINVAL for anything else or a negative value, -ERANGE above a year. Pure. */
 int config_parse_duration(const char *s, uint64_t *ret_ms);
 
+/* The value of NAME in envp ("KEY=value" strings, NULL-terminated), or NULL. Pure. */
+const char *config_env_value(const char *const *envp, const char *name);
+
 /* Apply the environment (envp: "KEY=value" strings, NULL-terminated): PVESCALE_CONFIG, KUBECONFIG,
  * NODE_POLICY, BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL, METRICS_PORT, HEALTH_PORT. Empty values
  * are ignored. On a bad value -EINVAL with "NAME: reason" in err. Pure. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gotmpl_internal.h"
+#include "jsonutil.h"
 
 #define CONTEXT_MAX 60 /* bytes of the failing action quoted in an error */
 
@@ -358,20 +359,11 @@ static int range_step(struct gt_exec *x, const struct gt_node *n, size_t mark, j
         return c == CTL_BREAK;
 }
 
-static int key_cmp(const void *a, const void *b) {
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int range_object(struct gt_exec *x, const struct gt_node *n, size_t mark, json_t *obj) {
-        size_t count = json_object_size(obj), i = 0;
-        const char *key;
-        json_t *elem;
-        const char **keys = calloc(count ? count : 1, sizeof *keys);
+        size_t count, i;
+        const char **keys = jsonutil_sorted_keys(obj, &count);
         if (!keys)
                 return -ENOMEM;
-        json_object_foreach(obj, key, elem)
-                keys[i++] = key;
-        qsort(keys, count, sizeof *keys, key_cmp);
         int r = 0;
         for (i = 0; i < count && r == 0; i++) {
                 json_t *k = json_string(keys[i]);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gotmpl_internal.h"
+#include "jsonutil.h"
 
 #define FLOAT_MAX_DIGITS 17 /* a double round-trips with 17 significant digits */
 #define FLOAT_E_THRESHOLD 6 /* strconv 'g' shortest: %e when the exponent is < -4 or >= 6 */
@@ -175,20 +176,11 @@ void gt_format_float(double f, char *buf, size_t size) {
 
 /* ---- fmt %v ---- */
 
-static int key_cmp(const void *a, const void *b) {
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int print_object(struct gt_buf *b, const json_t *v, int depth) {
-        size_t n = json_object_size(v), i = 0;
-        const char *key;
-        json_t *elem;
-        const char **keys = calloc(n ? n : 1, sizeof *keys);
+        size_t n, i;
+        const char **keys = jsonutil_sorted_keys(v, &n);
         if (!keys)
                 return -ENOMEM;
-        json_object_foreach((json_t *)v, key, elem)
-                keys[i++] = key;
-        qsort(keys, n, sizeof *keys, key_cmp);
         int r = gt_buf_adds(b, "map[");
         for (i = 0; i < n && r >= 0; i++) {
                 r = gt_buf_adds(b, i ? " " : "");

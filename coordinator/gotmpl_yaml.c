@@ -8,6 +8,7 @@
 #include <yaml.h>
 
 #include "gotmpl_internal.h"
+#include "jsonutil.h"
 
 /* Integral floats go through JSON as digits; go-yaml reads them back as integers when they fit int64 or
  * uint64, and as floats otherwise. */
@@ -210,21 +211,12 @@ static int emit_real(struct emit *e, double d) {
 
 static int emit_value(struct emit *e, const json_t *v, int depth);
 
-static int key_cmp(const void *a, const void *b) {
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 static int emit_object(struct emit *e, const json_t *v, int depth) {
         yaml_event_t ev;
-        size_t n = json_object_size(v), i = 0;
-        const char *key;
-        json_t *elem;
-        const char **keys = calloc(n ? n : 1, sizeof *keys);
+        size_t n, i;
+        const char **keys = jsonutil_sorted_keys(v, &n);
         if (!keys)
                 return -ENOMEM;
-        json_object_foreach((json_t *)v, key, elem)
-                keys[i++] = key;
-        qsort(keys, n, sizeof *keys, key_cmp);
         yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
         int r = emit(e, &ev);
         for (i = 0; i < n && r >= 0; i++) {

@@ -1,6 +1,7 @@
 /* options: the controller's own flags (--launch, --leader-elect, --workers), taken out of argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "options.h"
+#include "config.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,14 +64,6 @@ static int apply(struct options *o, const struct option_def *d, const char *name
         return 0;
 }
 
-static const char *env_value(const char *const *envp, const char *name) {
-        size_t n = strlen(name);
-        for (; envp && *envp; envp++)
-                if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
-                        return *envp + n + 1;
-        return NULL;
-}
-
 /* The definition arg names ("--launch", "-launch=x"), or NULL; *ret_value: the text after '=' or NULL. */
 static const struct option_def *match(const char *arg, const char **ret_value) {
         if (arg[0] != '-')
@@ -110,7 +103,7 @@ static int one_flag(struct options *o, const struct option_def *d, const char *v
 
 int options_parse(struct options *o, int *argc, char **argv, const char *const *envp, char *err, size_t errlen) {
         for (size_t k = 0; k < N_DEFS; k++) {
-                const char *v = env_value(envp, DEFS[k].env);
+                const char *v = config_env_value(envp, DEFS[k].env);
                 if (v && *v && apply(o, &DEFS[k], DEFS[k].env, v, err, errlen) < 0)
                         return -EINVAL;
         }

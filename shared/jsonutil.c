@@ -70,3 +70,23 @@ int jsonutil_parse(const char *text, size_t len, json_t **ret_value, char *err, 
         *ret_value = v;
         return 0;
 }
+
+static int key_cmp(const void *a, const void *b) {
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char **jsonutil_sorted_keys(const json_t *obj, size_t *ret_n) {
+        size_t n = json_object_size(obj), i = 0;
+        const char *key;
+        json_t *value;
+        const char **keys = calloc(n ? n : 1, sizeof *keys);
+        if (!keys)
+                return NULL;
+        json_object_foreach((json_t *)obj, key, value) {
+                (void)value;
+                keys[i++] = key;
+        }
+        qsort(keys, n, sizeof *keys, key_cmp);
+        *ret_n = n;
+        return keys;
+}

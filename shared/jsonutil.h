@@ -25,3 +25,7 @@ int jsonutil_get_string(const json_t *obj, const char *key, const char **ret_val
 
 /* Parse text into a JSON value; on failure -EINVAL and "line L column C: reason" in err. */
 int jsonutil_parse(const char *text, size_t len, json_t **ret_value, char *err, size_t errlen);
+
+/* The keys of an object in strcmp order (Go's map order). The array is malloc'd (free it); the strings are
+ * borrowed from obj. NULL on ENOMEM; an empty object gives a valid empty array. */
+const char **jsonutil_sorted_keys(const json_t *obj, size_t *ret_n);
