@@ -79,12 +79,8 @@ static int load_config_file(struct agent_config *cfg, const char *path, bool req
         return r;
 }
 
-/* Pass 1 only finds --config, --help and --version; pass 2 applies every flag over file and env. */
-static int parse_args(int argc, char **argv, struct agent_config *cfg, enum command *ret_cmd) {
-        struct option opts[MAX_OPTIONS];
-        char names[MAX_OPTIONS][64];
-        build_options(opts, names);
-        const char *config_path = NULL;
+/* Pass 1: only --config, --help and --version. Returns 1 when the program should exit 0 now. */
+static int scan_early_flags(int argc, char **argv, const struct option *opts, const char **ret_config) {
         int c;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -93,17 +89,20 @@ static int parse_args(int argc, char **argv, struct agent_config *cfg, enum comm
                 if (c == OPT_HELP)
                         return usage(stdout), 1;
                 if (c == OPT_CONFIG)
-                        config_path = optarg;
+                        *ret_config = optarg;
                 if (c == '?') {
                         fprintf(stderr, "pvescale-agent: unknown or incomplete option '%s' (see --help)\n",
                                 argv[optind - 1]);
                         return -EINVAL;
                 }
         }
-        int r = load_config_file(cfg, config_path ? config_path : AGENT_CONFIG_DEFAULT_PATH, config_path != NULL);
+        return 0;
+}
+
+/* Pass 2: every setting flag, over what the file and the environment set. */
+static int apply_flags(int argc, char **argv, const struct option *opts, struct agent_config *cfg) {
         char err[512];
-        if (r == 0 && (r = agent_config_apply_env(cfg, err, sizeof err)) < 0)
-                fprintf(stderr, "pvescale-agent: environment: %s\n", err);
+        int c, r = 0;
         optind = 0;
         while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
                 if (c < 0 || c >= MAX_OPTIONS - 4)
@@ -112,8 +111,11 @@ static int parse_args(int argc, char **argv, struct agent_config *cfg, enum comm
                 if (r < 0)
                         fprintf(stderr, "pvescale-agent: --%s\n", err);
         }
-        if (r < 0)
-                return r;
+        return r;
+}
+
+/* The command word after the flags (default serve). */
+static int parse_command(int argc, char **argv, enum command *ret_cmd) {
         if (optind < argc - 1) {
                 fprintf(stderr, "pvescale-agent: unexpected argument '%s'\n", argv[optind + 1]);
                 return -EINVAL;
@@ -127,6 +129,23 @@ static int parse_args(int argc, char **argv, struct agent_config *cfg, enum comm
                 return -EINVAL;
         }
         return 0;
+}
+
+/* Defaults < config file < environment < flags. Returns 1 for --help/--version (exit 0), or -EINVAL. */
+static int parse_args(int argc, char **argv, struct agent_config *cfg, enum command *ret_cmd) {
+        struct option opts[MAX_OPTIONS];
+        char names[MAX_OPTIONS][64], err[512];
+        const char *config_path = NULL;
+        build_options(opts, names);
+        int r = scan_early_flags(argc, argv, opts, &config_path);
+        if (r != 0)
+                return r;
+        r = load_config_file(cfg, config_path ? config_path : AGENT_CONFIG_DEFAULT_PATH, config_path != NULL);
+        if (r == 0 && (r = agent_config_apply_env(cfg, err, sizeof err)) < 0)
+                fprintf(stderr, "pvescale-agent: environment: %s\n", err);
+        if (r == 0)
+                r = apply_flags(argc, argv, opts, cfg);
+        return r < 0 ? r : parse_command(argc, argv, ret_cmd);
 }
 
 /* Bad input (a wrong path or a bad file given on the command line or in the config) exits 2. */
