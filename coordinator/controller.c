@@ -21,6 +21,7 @@
 #define LOOP_TICK_MS 1000
 #define NOT_READY_TICK_MS 100
 #define HEALTHY_WITHIN_MS 30000
+#define PROVISION_WRITERS 7 /* threads that create a round's claims besides the control loop */
 
 static const struct kube_resource *const KIND_RT[K_N] = {
         [K_PODS] = &kube_pods,          [K_NODES] = &kube_nodes,           [K_CLAIMS] = &kube_nodeclaims,
@@ -316,9 +317,17 @@ static void loop_locked(struct controller *c, struct provisioner *p) {
         }
 }
 
+/* Clients for the provisioner's writer threads; as many as could be made. */
+static size_t writers_new(struct controller *c, struct kube_client **writers) {
+        size_t n = 0;
+        for (; n < PROVISION_WRITERS && kube_client_new(c->kcfg, NULL, &writers[n]) == 0; n++)
+                kube_client_set_cancel(writers[n], &c->stop);
+        return n;
+}
+
 static void *loop_main(void *arg) {
         struct controller *c = arg;
-        struct kube_client *kube = NULL;
+        struct kube_client *kube = NULL, *writers[PROVISION_WRITERS] = { 0 };
         struct provisioner *p = NULL;
         if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
                 log_error("kubernetes client for the control loop: out of memory");
@@ -326,7 +335,8 @@ static void *loop_main(void *arg) {
         }
         kube_client_set_cancel(kube, &c->stop);
         struct provisioner_env env = { .cfg = c->cfg, .kube = kube, .stats = c->stats, .claim_created = claim_created,
-                                       .host_address = host_address, .userdata = c };
+                                       .host_address = host_address, .userdata = c, .writers = writers };
+        env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
         if (provisioner_new(&env, &p) == 0) {
@@ -335,6 +345,8 @@ static void *loop_main(void *arg) {
                 pthread_mutex_unlock(&c->mu);
         }
         provisioner_free(p);
+        for (size_t i = 0; i < env.n_writers; i++)
+                kube_client_free(writers[i]);
         kube_client_free(kube);
         return NULL;
 }

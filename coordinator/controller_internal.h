@@ -40,14 +40,11 @@ struct ctl_worker {
         size_t index;
         pthread_t thread;
         bool started;
-        pthread_cond_t cond;
         struct kube_client *kube;
         struct pve_client **pve; /* per config cluster, lazily */
         struct ctl_agent *agents;
         size_t n_agents;
         json_t *held_node;       /* the last node_by_provider_id answer, kept alive for the launcher */
-        struct ctl_item *items;  /* claims routed to this worker */
-        size_t n_items, cap_items;
         int64_t next_gc_ms;
 };
 
@@ -74,6 +71,10 @@ struct controller {
         struct ctl_watcher watchers[K_N];
         struct ctl_worker *workers;
         size_t n_workers;
+        struct ctl_item *items;  /* the work queue: any idle worker takes the next due claim that is not running */
+        size_t n_items, cap_items;
+        pthread_cond_t work;     /* signalled when an item becomes due (with c->mu) */
+        bool work_init;
         struct launcher *launcher;
         struct kube_client *launcher_kube; /* for launcher calls outside workers */
         pthread_t loop, lease;

@@ -19,96 +19,73 @@ static _Thread_local struct ctl_worker *tl_worker;
 
 /* ---- the queue (c->mu held) ---- */
 
-static uint64_t fnv1a(const char *s, uint64_t h) {
-        for (; s && *s; s++)
-                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-        return h;
-}
-
-/* A claim always goes to the same worker, so no two workers ever reconcile one claim at once. Claims of one
- * host run in parallel: the host's agent arbitrates its CPUs, and the launcher guards VMIDs and ISO builds. */
-static struct ctl_worker *route(struct controller *c, const json_t *claim) {
-        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
-        return &c->workers[fnv1a(name, 1469598103934665603ULL) % c->n_workers];
-}
-
-static struct ctl_item *find_item(struct ctl_worker *w, const char *name) {
-        for (size_t i = 0; i < w->n_items; i++)
-                if (strcmp(w->items[i].name, name) == 0)
-                        return &w->items[i];
+static struct ctl_item *find_item(struct controller *c, const char *name) {
+        for (size_t i = 0; i < c->n_items; i++)
+                if (strcmp(c->items[i].name, name) == 0)
+                        return &c->items[i];
         return NULL;
 }
 
-static struct ctl_item *find_any(struct controller *c, const char *name, struct ctl_worker **ret_w) {
-        for (size_t i = 0; i < c->n_workers; i++) {
-                struct ctl_item *it = find_item(&c->workers[i], name);
-                if (it) {
-                        *ret_w = &c->workers[i];
-                        return it;
-                }
-        }
-        return NULL;
-}
-
-static struct ctl_item *add_item(struct ctl_worker *w, const char *name) {
-        if (w->n_items == w->cap_items) {
-                size_t cap = w->cap_items ? w->cap_items * 2 : 16;
-                struct ctl_item *items = realloc(w->items, cap * sizeof *items);
+static struct ctl_item *add_item(struct controller *c, const char *name) {
+        if (c->n_items == c->cap_items) {
+                size_t cap = c->cap_items ? c->cap_items * 2 : 16;
+                struct ctl_item *items = realloc(c->items, cap * sizeof *items);
                 if (!items)
                         return NULL;
-                w->items = items;
-                w->cap_items = cap;
+                c->items = items;
+                c->cap_items = cap;
         }
-        struct ctl_item *it = &w->items[w->n_items];
+        struct ctl_item *it = &c->items[c->n_items];
         *it = (struct ctl_item){ .name = strdup(name) };
         if (!it->name)
                 return NULL;
-        w->n_items++;
+        c->n_items++;
         return it;
 }
 
-static void remove_item(struct ctl_worker *w, struct ctl_item *it) {
+static void remove_item(struct controller *c, struct ctl_item *it) {
         free(it->name);
-        *it = w->items[--w->n_items];
+        *it = c->items[--c->n_items];
 }
 
+/* One queue for all workers: a new claim starts as soon as any worker is free (claims routed to fixed workers
+ * waited behind the other claims of their worker while other workers idled), and an item that is running is
+ * never taken by a second worker, so no two workers ever reconcile one claim at once. */
 void controller__enqueue_locked(struct controller *c, const json_t *claim) {
         const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
-        struct ctl_worker *w = NULL;
-        if (!c->ops || !name)
+        if (!c->ops || !name || !c->work_init)
                 return;
-        struct ctl_item *it = find_any(c, name, &w);
+        struct ctl_item *it = find_item(c, name);
         if (!it) {
-                w = route(c, claim);
-                if (!(it = add_item(w, name)))
+                if (!(it = add_item(c, name)))
                         return;
                 it->due_ms = controller__mono_ms();
         } else if (it->running) {
                 it->dirty = true;
+                return; /* its worker runs it again when done */
         } else {
                 it->due_ms = controller__mono_ms();
         }
-        pthread_cond_signal(&w->cond);
+        pthread_cond_signal(&c->work);
 }
 
 void controller__forget_locked(struct controller *c, const char *name) {
-        struct ctl_worker *w;
-        struct ctl_item *it = c->ops && name ? find_any(c, name, &w) : NULL;
+        struct ctl_item *it = c->ops && name ? find_item(c, name) : NULL;
         if (it && it->running)
                 it->gone = true;
         else if (it)
-                remove_item(w, it);
+                remove_item(c, it);
 }
 
 void controller__wake_workers_locked(struct controller *c) {
-        for (size_t i = 0; i < c->n_workers; i++)
-                pthread_cond_broadcast(&c->workers[i].cond);
+        if (c->work_init)
+                pthread_cond_broadcast(&c->work);
 }
 
-static struct ctl_item *next_due(struct ctl_worker *w, int64_t now, int64_t *ret_next) {
+static struct ctl_item *next_due(struct controller *c, int64_t now, int64_t *ret_next) {
         struct ctl_item *best = NULL;
-        for (size_t i = 0; i < w->n_items; i++) {
-                struct ctl_item *it = &w->items[i];
+        for (size_t i = 0; i < c->n_items; i++) {
+                struct ctl_item *it = &c->items[i];
                 if (it->running)
                         continue;
                 if (it->due_ms <= now && (!best || it->due_ms < best->due_ms))
@@ -120,14 +97,14 @@ static struct ctl_item *next_due(struct ctl_worker *w, int64_t now, int64_t *ret
 }
 
 /* After a reconcile: drop the item, or schedule it again. */
-static void finish_locked(struct ctl_worker *w, const char *name, bool exists, int r, int64_t requeue_ms) {
-        struct ctl_item *it = find_item(w, name);
+static void finish_locked(struct controller *c, const char *name, bool exists, int r, int64_t requeue_ms) {
+        struct ctl_item *it = find_item(c, name);
         int64_t now = controller__mono_ms();
         if (!it)
                 return;
         it->running = false;
         if (it->gone || !exists) {
-                remove_item(w, it);
+                remove_item(c, it);
         } else if (it->dirty) {
                 it->dirty = false;
                 it->due_ms = now;
@@ -140,7 +117,7 @@ static void finish_locked(struct ctl_worker *w, const char *name, bool exists, i
                 it->failures = 0;
                 it->due_ms = now + requeue_ms;
         } else {
-                remove_item(w, it);
+                remove_item(c, it);
         }
 }
 
@@ -191,7 +168,7 @@ static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
         }
         if (w->index == 0 && w->next_gc_ms < *ret_next)
                 *ret_next = w->next_gc_ms;
-        struct ctl_item *it = next_due(w, now, ret_next);
+        struct ctl_item *it = next_due(c, now, ret_next);
         if (!it)
                 return false;
         char *name = strdup(it->name);
@@ -207,7 +184,7 @@ static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
         json_decref(w->held_node);
         w->held_node = NULL;
         pthread_mutex_lock(&c->mu);
-        finish_locked(w, name, claim != NULL, r, requeue);
+        finish_locked(c, name, claim != NULL, r, requeue);
         json_decref(claim);
         free(name);
         return true;
@@ -223,7 +200,7 @@ static void *worker_main(void *arg) {
                 if (work_once_locked(w, &next))
                         continue;
                 struct timespec ts = { .tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000 };
-                pthread_cond_timedwait(&w->cond, &c->mu, &ts);
+                pthread_cond_timedwait(&c->work, &c->mu, &ts);
         }
         pthread_mutex_unlock(&c->mu);
         return NULL;
@@ -317,6 +294,20 @@ static const json_t *node_by_provider_id(void *userdata, const char *provider_id
         return found;
 }
 
+/* NodeClasses and NodePools from the informers' store (a new reference), once listed. */
+static json_t *cached_object(void *userdata, const struct kube_resource *rt, const char *name) {
+        struct controller *c = userdata;
+        enum ctl_kind kind = rt == &kube_nodeclasses ? K_CLASSES : rt == &kube_nodepools ? K_POOLS : K_N;
+        json_t *obj = NULL;
+        if (kind == K_N || !name)
+                return NULL;
+        pthread_mutex_lock(&c->mu);
+        if (c->synced[kind])
+                obj = json_incref(json_object_get(c->store[kind], name));
+        pthread_mutex_unlock(&c->mu);
+        return obj;
+}
+
 bool controller__backoff_active(void *userdata, const char *nodepool, const char *host) {
         struct controller *c = userdata;
         int64_t until;
@@ -327,12 +318,7 @@ bool controller__backoff_active(void *userdata, const char *nodepool, const char
 /* ---- lifecycle ---- */
 
 static int worker_new(struct controller *c, struct ctl_worker *w, size_t index) {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         *w = (struct ctl_worker){ .ctl = c, .index = index };
-        pthread_cond_init(&w->cond, &ca);
-        pthread_condattr_destroy(&ca);
         w->pve = calloc(c->cfg->n_clusters + 1, sizeof *w->pve);
         if (!w->pve || kube_client_new(c->kcfg, NULL, &w->kube) < 0)
                 return -ENOMEM;
@@ -341,6 +327,12 @@ static int worker_new(struct controller *c, struct ctl_worker *w, size_t index) 
 }
 
 int controller__workers_new(struct controller *c) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->work, &ca);
+        pthread_condattr_destroy(&ca);
+        c->work_init = true;
         c->workers = calloc(c->o.workers, sizeof *c->workers);
         if (!c->workers)
                 return -ENOMEM;
@@ -354,7 +346,7 @@ int controller__workers_new(struct controller *c) {
         kube_client_set_cancel(c->launcher_kube, &c->stop);
         struct launcher_env env = { .kube = c->launcher_kube, .cfg = c->cfg, .pve_for_region = pve_for_region,
                                     .agent_for_host = agent_for_host, .node_by_provider_id = node_by_provider_id,
-                                    .userdata = c, .kube_for_thread = kube_for_thread };
+                                    .userdata = c, .kube_for_thread = kube_for_thread, .cached = cached_object };
         int r = c->ops->create(&env, &c->o.launcher, &c->launcher);
         return r < 0 ? log_error_errno(r, "cannot set up the launcher: %s", strerror(-r)) : 0;
 }
@@ -378,12 +370,8 @@ static void worker_free(struct controller *c, struct ctl_worker *w) {
                 free(w->agents[i].host);
         }
         free(w->agents);
-        for (size_t i = 0; i < w->n_items; i++)
-                free(w->items[i].name);
-        free(w->items);
         json_decref(w->held_node);
         kube_client_free(w->kube);
-        pthread_cond_destroy(&w->cond);
 }
 
 void controller__workers_free(struct controller *c) {
@@ -395,6 +383,14 @@ void controller__workers_free(struct controller *c) {
         free(c->workers);
         c->workers = NULL;
         c->n_workers = 0;
+        for (size_t i = 0; i < c->n_items; i++)
+                free(c->items[i].name);
+        free(c->items);
+        c->items = NULL;
+        c->n_items = c->cap_items = 0;
+        if (c->work_init)
+                pthread_cond_destroy(&c->work);
+        c->work_init = false;
         kube_client_free(c->launcher_kube);
         c->launcher_kube = NULL;
 }

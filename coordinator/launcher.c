@@ -348,6 +348,17 @@ int launcher_wait(struct lctx *c, int64_t ms) {
 
 /* ---- what steps need ---- */
 
+/* From the controller's cache when it has the object (no request per launch step), else from the API server. */
+static int need_object(struct lctx *c, const struct kube_resource *rt, const char *name, json_t **ret) {
+        const struct launcher_env *e = &c->l->env;
+        json_t *obj = e->cached ? e->cached(e->userdata, rt, name) : NULL;
+        if (obj) {
+                *ret = obj;
+                return 0;
+        }
+        return kube_get(c->kube, rt, NULL, name, ret);
+}
+
 int launcher_need_nodeclass(struct lctx *c) {
         const char *name = json_string_value(
                 json_object_get(json_object_get(json_object_get(c->claim, "spec"), "nodeClassRef"), "name"));
@@ -355,7 +366,7 @@ int launcher_need_nodeclass(struct lctx *c) {
                 return 0;
         if (!name)
                 return launcher_failf(c, "InvalidNodeClaim", "spec.nodeClassRef.name: required");
-        int r = kube_get(c->kube, &kube_nodeclasses, NULL, name, &c->nodeclass);
+        int r = need_object(c, &kube_nodeclasses, name, &c->nodeclass);
         if (r < 0)
                 return launcher_errf(c, r, "ProxmoxNodeClass %s: %s", name, kube_client_error(c->kube));
         return 0;
@@ -364,7 +375,7 @@ int launcher_need_nodeclass(struct lctx *c) {
 int launcher_need_pool(struct lctx *c) {
         if (c->pool)
                 return 0;
-        int r = kube_get(c->kube, &kube_nodepools, NULL, c->nodepool, &c->pool);
+        int r = need_object(c, &kube_nodepools, c->nodepool, &c->pool);
         if (r < 0)
                 return launcher_errf(c, r, "NodePool %s: %s", c->nodepool, kube_client_error(c->kube));
         return 0;

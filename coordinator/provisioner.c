@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,20 +279,34 @@ static void add_region(struct host_ctx *hc, size_t ci) {
 
 /* ---- claims ---- */
 
-static json_t *create_claim(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
-                            size_t i) {
+/* One claim to create: its random name seeds (drawn before the writers start) and the outcome. */
+struct claim_job {
+        uint64_t seeds[CLAIM_NAME_ATTEMPTS];
+        char *name; /* NULL when it could not be created */
+};
+
+struct claim_writes {
+        struct provisioner *p;
+        const struct provisioner_round *r;
+        const struct sim_result *res;
+        struct claim_job *jobs;
+        atomic_size_t next;
+};
+
+static json_t *create_claim(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
+                            const struct sim_result *res, size_t i, const uint64_t *seeds) {
         const char *pool = r->in->pools[res->claims[i].nodepool]->name;
         for (int attempt = 0; attempt < CLAIM_NAME_ATTEMPTS; attempt++) {
                 char name[128];
                 json_t *stored = NULL;
-                json_t *obj = provisioner_claim_object(r, res, i, provisioner_claim_name(pool, next_random(p), name,
+                json_t *obj = provisioner_claim_object(r, res, i, provisioner_claim_name(pool, seeds[attempt], name,
                                                                                          sizeof name));
-                int rc = obj ? kube_create(p->env.kube, &kube_nodeclaims, NULL, obj, &stored) : -ENOMEM;
+                int rc = obj ? kube_create(kube, &kube_nodeclaims, NULL, obj, &stored) : -ENOMEM;
                 json_decref(obj);
                 if (rc == 0)
                         return stored;
                 if (rc != -EEXIST) {
-                        log_error("create NodeClaim %s: %s", name, kube_client_error(p->env.kube));
+                        log_error("create NodeClaim %s: %s", name, kube_client_error(kube));
                         stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
                         return NULL;
                 }
@@ -299,42 +315,92 @@ static json_t *create_claim(struct provisioner *p, const struct provisioner_roun
 }
 
 /* Write host, region, capacity and allocatable; returns the stored claim (or the created one on failure). */
-static json_t *claim_status(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
-                            size_t i, json_t *claim) {
+static json_t *claim_status(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
+                            const struct sim_result *res, size_t i, json_t *claim) {
         const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
         json_t *patch = json_pack("{s:o}", "status", provisioner_claim_status(r, res, i)), *stored = NULL;
-        if (patch && kube_patch(p->env.kube, &kube_nodeclaims, NULL, name, "status", KUBE_PATCH_MERGE, patch,
-                                &stored) == 0) {
+        if (patch && kube_patch(kube, &kube_nodeclaims, NULL, name, "status", KUBE_PATCH_MERGE, patch, &stored) == 0) {
                 json_decref(patch);
                 json_decref(claim);
                 return stored;
         }
-        log_error("NodeClaim %s: status: %s", name, kube_client_error(p->env.kube));
+        log_error("NodeClaim %s: status: %s", name, kube_client_error(kube));
         stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
         json_decref(patch);
         return claim;
 }
 
+static void write_claim(struct claim_writes *w, struct kube_client *kube, size_t i) {
+        struct provisioner *p = w->p;
+        const struct provisioner_round *r = w->r;
+        json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
+        if (!claim)
+                return;
+        claim = claim_status(p, kube, r, w->res, i, claim);
+        w->jobs[i].name = strdup(json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
+        const struct sim_claim *c = &w->res->claims[i];
+        log_info("NodeClaim %s: %s on %s (%s), %zu pods", w->jobs[i].name, c->shape->name,
+                 r->in->hosts[c->host]->name, r->in->pools[c->nodepool]->name, c->n_pods);
+        if (p->env.claim_created)
+                p->env.claim_created(p->env.userdata, claim); /* the launch starts now, not after the round */
+        stats_add(p->env.stats, STATS_CLAIMS_CREATED, 1);
+        json_decref(claim);
+}
+
+struct writer {
+        struct claim_writes *w;
+        struct kube_client *kube;
+        pthread_t thread;
+};
+
+static void *writer_main(void *arg) {
+        struct writer *wr = arg;
+        for (size_t i; (i = atomic_fetch_add(&wr->w->next, 1)) < wr->w->res->n_claims;)
+                write_claim(wr->w, wr->kube, i);
+        return NULL;
+}
+
+/* Claims are independent: with writer clients, several go out at once (a large batch no longer waits for
+ * one round trip after the other); the calling thread writes too. */
+static void write_claims(struct provisioner *p, struct claim_writes *w) {
+        size_t n = w->res->n_claims > 1 ? w->res->n_claims - 1 : 0;
+        n = n < p->env.n_writers ? n : p->env.n_writers;
+        struct writer *wr = calloc(n + 1, sizeof *wr);
+        size_t started = 0;
+        for (size_t t = 0; wr && t < n; t++) {
+                wr[t] = (struct writer){ .w = w, .kube = p->env.writers[t] };
+                if (pthread_create(&wr[t].thread, NULL, writer_main, &wr[t]) != 0)
+                        break;
+                started++;
+        }
+        struct writer self = { .w = w, .kube = p->env.kube };
+        writer_main(&self);
+        for (size_t t = 0; t < started; t++)
+                pthread_join(wr[t].thread, NULL);
+        free(wr);
+}
+
 /* Create every planned claim; names[i] is its name, or NULL when it could not be created. */
 static void create_claims(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
                           char **names, struct provisioner_outcome *out) {
-        for (size_t i = 0; i < res->n_claims; i++) {
-                json_t *claim = create_claim(p, r, res, i);
-                if (!claim) {
-                        out->failures++;
-                        continue;
-                }
-                claim = claim_status(p, r, res, i, claim);
-                names[i] = strdup(json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
-                const struct sim_claim *c = &res->claims[i];
-                log_info("NodeClaim %s: %s on %s (%s), %zu pods", names[i], c->shape->name, r->in->hosts[c->host]->name,
-                         r->in->pools[c->nodepool]->name, c->n_pods);
-                if (p->env.claim_created)
-                        p->env.claim_created(p->env.userdata, claim);
-                stats_add(p->env.stats, STATS_CLAIMS_CREATED, 1);
-                out->claims_created++;
-                json_decref(claim);
+        struct claim_writes w = { .p = p, .r = r, .res = res, .jobs = calloc(res->n_claims + 1, sizeof *w.jobs) };
+        if (!w.jobs) {
+                out->failures += res->n_claims;
+                return;
         }
+        for (size_t i = 0; i < res->n_claims; i++)
+                for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
+                        w.jobs[i].seeds[a] = next_random(p);
+        atomic_init(&w.next, 0);
+        write_claims(p, &w);
+        for (size_t i = 0; i < res->n_claims; i++) {
+                names[i] = w.jobs[i].name;
+                if (names[i])
+                        out->claims_created++;
+                else
+                        out->failures++;
+        }
+        free(w.jobs);
 }
 
 /* ---- events ---- */

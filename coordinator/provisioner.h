@@ -145,6 +145,10 @@ struct provisioner_env {
         /* True while launches of nodepool on host are paused (launcher_backoff_active). May be NULL. */
         bool (*backoff_active)(void *userdata, const char *nodepool, const char *host);
         void *userdata;
+        /* More clients, one per writer thread: a round's claims are created by that many threads at once (each
+         * claim in order: create, then status, then claim_created). 0 = all on kube, one after another. */
+        struct kube_client *const *writers;
+        size_t n_writers;
 };
 
 struct provisioner_outcome {
