@@ -471,7 +471,7 @@ static int upid_hex(const char **s, uint64_t max, uint64_t *ret) {
 
 int pve_upid_parse(const char *s, struct pve_upid *ret) {
         struct pve_upid u = { 0 };
-        uint64_t pid, pstart, starttime;
+        uint64_t pid = 0, pstart = 0, starttime = 0;
         if (!s || strncmp(s, "UPID:", 5) != 0)
                 return -EINVAL;
         s += 5;
