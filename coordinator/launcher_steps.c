@@ -358,6 +358,9 @@ int launcher_step_clone(struct lctx *c) {
                 return r;
         if (vmid == 0)
                 return launcher_set_step(c, STEP_RESERVED, NULL);
+        /* Picked by this reconcile: no VM of ours can have it yet (a VMID taken meanwhile fails the clone). */
+        if (vmid == c->picked_vmid)
+                return issue_clone(c, vmid);
         r = pve_vm_config_get(c->pve, c->host, vmid, &config);
         if (r == 0) {
                 r = existing_vm(c, vmid, config);
