@@ -942,8 +942,19 @@ class PveApp:
         return out[-int(p.get("limit", 50)):]
 
     # ---- storage -----------------------------------------------------------
+    @staticmethod
+    def _dir_bytes(d):
+        """Bytes of the files in d; a file deleted between listdir and stat (an ISO being removed) counts 0."""
+        used = 0
+        for f in os.listdir(d):
+            try:
+                used += os.path.getsize(os.path.join(d, f))
+            except FileNotFoundError:
+                pass
+        return used
+
     def _storages(self, h):
-        used = sum(os.path.getsize(os.path.join(h.iso_dir, f)) for f in os.listdir(h.iso_dir))
+        used = self._dir_bytes(h.iso_dir)
         return [{"storage": ISO_STORAGE, "type": "dir", "content": "backup,iso,vztmpl,snippets",
                  "shared": 0, "active": 1, "enabled": 1, "total": 100 * 2**30, "used": used,
                  "avail": 100 * 2**30 - used, "used_fraction": used / (100 * 2**30)},
