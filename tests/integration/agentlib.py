@@ -19,8 +19,8 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
-def make_tls(dirpath):
-    """A test CA and a server certificate for localhost/127.0.0.1, signed by it. Returns (ca, cert, key)."""
+def make_tls(dirpath, ips=("127.0.0.1",)):
+    """A test CA and a server certificate for localhost and every IP in ips, signed by it. Returns (ca, cert, key)."""
     ca_key, ca = os.path.join(dirpath, "ca.key"), os.path.join(dirpath, "ca.pem")
     key, csr, cert = (os.path.join(dirpath, n) for n in ("server.key", "server.csr", "server.pem"))
     ext = os.path.join(dirpath, "san.ext")
@@ -29,7 +29,7 @@ def make_tls(dirpath):
     run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
          "-keyout", key, "-out", csr, "-subj", "/CN=localhost"])
     with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        f.write("subjectAltName=DNS:localhost," + ",".join("IP:" + ip for ip in ips) + "\n")
     run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
          "-out", cert, "-days", "2", "-extfile", ext])
     return ca, cert, key

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,19 +56,7 @@ def port_free_on(port, hosts):
 
 def make_tls(dirpath, ips):
     """A CA and one server certificate valid for localhost and every IP in ips. Returns (ca, cert, key)."""
-    run = agentlib.run
-    ca_key, ca = os.path.join(dirpath, "ca.key"), os.path.join(dirpath, "ca.pem")
-    key, csr, cert = (os.path.join(dirpath, n) for n in ("agent.key", "agent.csr", "agent.pem"))
-    ext = os.path.join(dirpath, "san.ext")
-    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=pvescale agents test CA"])
-    run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", key, "-out", csr, "-subj", "/CN=localhost"])
-    with open(ext, "w") as f:
-        f.write("subjectAltName=DNS:localhost," + ",".join("IP:" + ip for ip in ips) + "\n")
-    run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-         "-out", cert, "-days", "2", "-extfile", ext])
-    return ca, cert, key
+    return agentlib.make_tls(dirpath, ips)
 
 
 class Cluster:
@@ -252,6 +241,21 @@ class Coordinator:
                 raise AssertionError("coordinator did not stop within %ds:\n%s" % (timeout, self.logtext()))
         self.log.close()
         return self.proc.returncode
+
+
+class CoordinatorTest(unittest.TestCase):
+    """Base for tests that set self.c (a Cluster) and maybe self.co (a Coordinator): stops both, shows the
+    coordinator's log tail, and asserts it exited 0 on SIGTERM."""
+
+    def tearDown(self):
+        co = getattr(self, "co", None)
+        try:
+            rc = co.stop() if co else 0
+            if co:  # for the test log
+                sys.stderr.write("coordinator log (tail):\n" + "".join(co.logtext().splitlines(True)[-80:]))
+        finally:
+            self.c.stop()
+        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
 
 # ---- objects ---------------------------------------------------------------------------------------

@@ -24,19 +24,10 @@ def cluster_info(sim):
             "data": {"kubeconfig": kubeconfig}}
 
 
-class LaunchTest(unittest.TestCase):
+class LaunchTest(cl.CoordinatorTest):
     def setUp(self):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
         self.co = None
-
-    def tearDown(self):
-        try:
-            rc = self.co.stop() if self.co else 0
-            if self.co:  # for the test log
-                sys.stderr.write("coordinator log (tail):\n" + "".join(self.co.logtext().splitlines(True)[-80:]))
-        finally:
-            self.c.stop()
-        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def test_pending_pods_end_up_running_on_launched_nodes(self):
         c = self.c

@@ -49,19 +49,10 @@ DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": 
                                                                                        "memory": "128Mi"}}}]}}}}
 
 
-class ProvisioningTest(unittest.TestCase):
+class ProvisioningTest(cl.CoordinatorTest):
     def setUp(self):
         self.c = cl.Cluster(HOSTS)
         self.co = None
-
-    def tearDown(self):
-        try:
-            rc = self.co.stop() if self.co else 0
-            if self.co:  # for the test log
-                sys.stderr.write("coordinator log (tail):\n" + "".join(self.co.logtext().splitlines(True)[-80:]))
-        finally:
-            self.c.stop()
-        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def pods_pending(self, names):
         def check():

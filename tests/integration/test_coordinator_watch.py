@@ -16,21 +16,12 @@ import coordlib as cl  # noqa: E402
 PODS = "/api/v1/namespaces/default/pods"
 
 
-class WatchTest(unittest.TestCase):
+class WatchTest(cl.CoordinatorTest):
     def setUp(self):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", agents=False,
                             knobs=["bookmark_interval_seconds=60"])
         self.co = None
         self.created, self.deleted = [], []
-
-    def tearDown(self):
-        try:
-            rc = self.co.stop() if self.co else 0
-            if self.co:  # for the test log
-                sys.stderr.write("coordinator log (tail):\n" + "".join(self.co.logtext().splitlines(True)[-80:]))
-        finally:
-            self.c.stop()
-        self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
 
     def pending_in_api(self):
         return sorted(p["metadata"]["name"] for p in self.c.items(PODS) if cl.unschedulable(p))
