@@ -13,19 +13,12 @@
 
 #include "launcher_plan.h"
 #include "tokens.h"
-
-static json_t *parse(const char *text) {
-        json_error_t e;
-        json_t *v = json_loads(text, 0, &e);
-        if (!v)
-                fail_msg("bad test JSON: %s", e.text);
-        return v;
-}
+#include "testutil.h"
 
 static void test_numa_from_agent_and_params(void **state) {
         (void)state;
         int err = 0;
-        json_t *agent = parse("[{\"node\": 1, \"guest_cpus\": \"0-5\", \"memory_bytes\": 6442450944},"
+        json_t *agent = test_json_parse("[{\"node\": 1, \"guest_cpus\": \"0-5\", \"memory_bytes\": 6442450944},"
                               " {\"node\": 3, \"guest_cpus\": \"6-9,12\", \"memory_bytes\": 4294967296}]");
         json_t *numa = launcher_placement_numa_from_agent(agent, &err);
         assert_non_null(numa);
@@ -36,7 +29,7 @@ static void test_numa_from_agent_and_params(void **state) {
         assert_int_equal(n[0].host_node, 1);
         assert_int_equal(n[1].memory_mib, 4096);
         /* The template has numa0..numa2: numa2 must go. */
-        json_t *config = parse("{\"numa0\": \"cpus=0\", \"numa1\": \"cpus=1\", \"numa2\": \"cpus=2\"}");
+        json_t *config = test_json_parse("{\"numa0\": \"cpus=0\", \"numa1\": \"cpus=1\", \"numa2\": \"cpus=2\"}");
         struct pve_params p = PVE_PARAMS_INIT;
         char *deletes = NULL;
         assert_int_equal(launcher_numa_params(n, count, 10240, config, &p, &deletes), 0);
@@ -60,10 +53,10 @@ static void test_numa_from_agent_and_params(void **state) {
 static void test_numa_bad_input(void **state) {
         (void)state;
         int err = 0;
-        json_t *odd = parse("[{\"node\": 0, \"guest_cpus\": \"0\", \"memory_bytes\": 1000}]");
+        json_t *odd = test_json_parse("[{\"node\": 0, \"guest_cpus\": \"0\", \"memory_bytes\": 1000}]");
         assert_null(launcher_placement_numa_from_agent(odd, &err));
         assert_int_equal(err, -EINVAL);
-        json_t *bad = parse("[{\"hostNode\": 0, \"guestCPUs\": \"0;1\", \"memoryMiB\": 10}]");
+        json_t *bad = test_json_parse("[{\"hostNode\": 0, \"guestCPUs\": \"0;1\", \"memoryMiB\": 10}]");
         struct launcher_numa n[LAUNCHER_MAX_NUMA];
         size_t count;
         assert_int_equal(launcher_numa_parse(bad, n, &count), -EINVAL);
@@ -87,11 +80,11 @@ static void test_net_queues(void **state) {
 static void test_tags(void **state) {
         (void)state;
         int err = 0;
-        json_t *extra = parse("[\"K8s\", \"pvescale\", \"team.a\"]");
+        json_t *extra = test_json_parse("[\"K8s\", \"pvescale\", \"team.a\"]");
         char *t = launcher_tags("default", "default-x7k2p", extra, &err);
         assert_string_equal(t, "pvescale;default;default-x7k2p;k8s;team.a");
         free(t);
-        json_t *bad = parse("[\"-nope\"]");
+        json_t *bad = test_json_parse("[\"-nope\"]");
         assert_null(launcher_tags("default", "c", bad, &err));
         assert_int_equal(err, -EINVAL);
         json_decref(extra);
@@ -120,7 +113,7 @@ static void test_boot_disk_and_size(void **state) {
         (void)state;
         char key[16], arg[32];
         uint64_t bytes;
-        json_t *c = parse("{\"boot\": \"order=ide2;virtio1;net0\", \"ide2\": \"local:iso/x.iso,media=cdrom\","
+        json_t *c = test_json_parse("{\"boot\": \"order=ide2;virtio1;net0\", \"ide2\": \"local:iso/x.iso,media=cdrom\","
                           " \"virtio1\": \"local-lvm:vm-1-disk-1,size=8G\", \"scsi0\": \"local-lvm:vm-1-disk-0,size=20G\"}");
         assert_int_equal(launcher_boot_disk(c, key, &bytes), 0);
         assert_string_equal(key, "virtio1");
@@ -128,7 +121,7 @@ static void test_boot_disk_and_size(void **state) {
         json_object_del(c, "boot");
         assert_int_equal(launcher_boot_disk(c, key, &bytes), 0);
         assert_string_equal(key, "scsi0");
-        json_t *none = parse("{\"ide2\": \"none,media=cdrom\"}");
+        json_t *none = test_json_parse("{\"ide2\": \"none,media=cdrom\"}");
         assert_int_equal(launcher_boot_disk(none, key, &bytes), -ENOENT);
         assert_int_equal(launcher_disk_size("30Gi", arg, &bytes), 0);
         assert_string_equal(arg, "30G");
@@ -142,8 +135,8 @@ static void test_boot_disk_and_size(void **state) {
 
 static void test_room_from_pve(void **state) {
         (void)state;
-        json_t *st = parse("{\"cpuinfo\": {\"cpus\": 16, \"cores\": 8}, \"memory\": {\"total\": 68719476736}}");
-        json_t *vms = parse("[{\"vmid\": 9000, \"template\": 1, \"maxcpu\": 2, \"maxmem\": 2147483648},"
+        json_t *st = test_json_parse("{\"cpuinfo\": {\"cpus\": 16, \"cores\": 8}, \"memory\": {\"total\": 68719476736}}");
+        json_t *vms = test_json_parse("[{\"vmid\": 9000, \"template\": 1, \"maxcpu\": 2, \"maxmem\": 2147483648},"
                             " {\"vmid\": 100, \"cpus\": 4, \"maxmem\": 8589934592},"
                             " {\"vmid\": 101, \"maxcpu\": 2, \"maxmem\": 2147483648}]");
         struct launcher_room room;
@@ -205,10 +198,10 @@ static void test_tokens(void **state) {
         snprintf(name, sizeof name, "bootstrap-token-%s", id);
         assert_string_equal(json_string_value(json_object_get(json_object_get(s, "metadata"), "name")), name);
         /* data as the API server returns it: base64 */
-        json_t *stored = parse("{\"data\": {\"token-secret\": \"MDEyMzQ1Njc4OWFiY2RlZg==\"}}");
+        json_t *stored = test_json_parse("{\"data\": {\"token-secret\": \"MDEyMzQ1Njc4OWFiY2RlZg==\"}}");
         assert_int_equal(tokens_secret_value(stored, back), 0);
         assert_string_equal(back, "0123456789abcdef");
-        json_t *bad = parse("{\"data\": {\"token-secret\": \"c2hvcnQ=\"}}");
+        json_t *bad = test_json_parse("{\"data\": {\"token-secret\": \"c2hvcnQ=\"}}");
         assert_int_equal(tokens_secret_value(bad, back), -EINVAL);
         json_decref(s);
         json_decref(stored);

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "pve.h"
+#include "testutil.h"
 
 /* ---- the schema ---- */
 
@@ -344,17 +345,9 @@ static void test_errno(void **state) {
         assert_int_equal(pve_errno_from_status(502, "Bad gateway"), -EIO);
 }
 
-static json_t *parse(const char *text) {
-        json_error_t e;
-        json_t *v = json_loads(text, 0, &e);
-        if (!v)
-                fail_msg("bad test JSON: %s", e.text);
-        return v;
-}
-
 static void test_cluster_node_ip(void **state) {
         (void)state;
-        json_t *st = parse("[{\"type\":\"cluster\",\"name\":\"lab\"},"
+        json_t *st = test_json_parse("[{\"type\":\"cluster\",\"name\":\"lab\"},"
                            "{\"type\":\"node\",\"name\":\"pve1\",\"ip\":\"10.0.0.11\"},"
                            "{\"type\":\"node\",\"name\":\"pve2\",\"ip\":\"10.0.0.12\"}]");
         assert_string_equal(pve_cluster_node_ip(st, "pve2"), "10.0.0.12");
@@ -365,7 +358,7 @@ static void test_cluster_node_ip(void **state) {
 
 static void test_find_template(void **state) {
         (void)state;
-        json_t *vms = parse("[{\"vmid\":9001,\"name\":\"k8s-template\",\"template\":1,\"tags\":\"k8s-template;ubuntu\"},"
+        json_t *vms = test_json_parse("[{\"vmid\":9001,\"name\":\"k8s-template\",\"template\":1,\"tags\":\"k8s-template;ubuntu\"},"
                             "{\"vmid\":9000,\"name\":\"k8s-template\",\"template\":1,\"tags\":\"k8s-template\"},"
                             "{\"vmid\":100,\"name\":\"k8s-template\",\"status\":\"running\"},"
                             "{\"vmid\":9100,\"name\":\"talos\",\"template\":1,\"tags\":\"Talos,k8s\"}]");

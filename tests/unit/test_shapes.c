@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "shapes.h"
+#include "testutil.h"
 
 #define MIB (1024LL * 1024)
 #define GIB (1024LL * MIB)
@@ -111,21 +112,13 @@ static void test_make_rejects(void **state) {
         assert_int_equal(s.capacity.v[RESOURCE_PODS], 32);
 }
 
-static json_t *parse(const char *text) {
-        json_error_t e;
-        json_t *v = json_loads(text, 0, &e);
-        if (!v)
-                fail_msg("bad test JSON: %s", e.text);
-        return v;
-}
-
 static void test_kubelet_options(void **state) {
         (void)state;
         struct shape_options o, before;
         struct shape s;
         char err[200];
         shapes_options_default(&o);
-        json_t *k = parse("{\"maxPods\": 50, \"kubeReserved\": {\"cpu\": \"200m\", \"memory\": \"1Gi\"},"
+        json_t *k = test_json_parse("{\"maxPods\": 50, \"kubeReserved\": {\"cpu\": \"200m\", \"memory\": \"1Gi\"},"
                           " \"systemReserved\": {\"memory\": \"128Mi\"},"
                           " \"evictionHard\": {\"memory.available\": \"5%\", \"nodefs.available\": \"15%\"}}");
         assert_int_equal(shapes_options_from_kubelet(k, &o, err, sizeof err), 0);
@@ -141,15 +134,15 @@ static void test_kubelet_options(void **state) {
         assert_int_equal(s.eviction.v[RESOURCE_EPHEMERAL_STORAGE], (30 * GIB * 15 + 99) / 100);
 
         before = o;
-        k = parse("{\"maxPods\": \"many\"}");
+        k = test_json_parse("{\"maxPods\": \"many\"}");
         assert_int_equal(shapes_options_from_kubelet(k, &o, err, sizeof err), -EINVAL);
         assert_non_null(strstr(err, "maxPods"));
         json_decref(k);
-        k = parse("{\"evictionHard\": {\"memory.available\": \"lots\"}}");
+        k = test_json_parse("{\"evictionHard\": {\"memory.available\": \"lots\"}}");
         assert_int_equal(shapes_options_from_kubelet(k, &o, err, sizeof err), -EINVAL);
         assert_non_null(strstr(err, "evictionHard.memory.available"));
         json_decref(k);
-        k = parse("{\"kubeReserved\": {\"cpu\": \"1x\"}}");
+        k = test_json_parse("{\"kubeReserved\": {\"cpu\": \"1x\"}}");
         assert_int_equal(shapes_options_from_kubelet(k, &o, err, sizeof err), -EINVAL);
         assert_non_null(strstr(err, "kubeReserved.cpu"));
         json_decref(k);
@@ -163,7 +156,7 @@ static void test_custom_shapes(void **state) {
         char err[200];
         shapes_options_default(&o);
         assert_int_equal(shapes_catalog_default(&o, &cat), 0);
-        json_t *l = parse("[{\"name\": \"g1.6VCPU-20GB\", \"capacity\": {\"cpu\": \"6\", \"memory\": \"20Gi\","
+        json_t *l = test_json_parse("[{\"name\": \"g1.6VCPU-20GB\", \"capacity\": {\"cpu\": \"6\", \"memory\": \"20Gi\","
                           "  \"ephemeral-storage\": \"100Gi\", \"pods\": \"64\", \"hugepages-1Gi\": \"4Gi\"},"
                           "  \"overhead\": {\"KubeReserved\": {\"cpu\": \"100m\", \"memory\": \"512Mi\"},"
                           "  \"SystemReserved\": {\"cpu\": \"0\", \"memory\": \"0\"},"
@@ -201,7 +194,7 @@ static void test_custom_shapes(void **state) {
                 { "{}", "instanceTypes" },
         };
         for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
-                l = parse(BAD[i].json);
+                l = test_json_parse(BAD[i].json);
                 assert_int_equal(shapes_catalog_add_custom(cat, l, &o, err, sizeof err), -EINVAL);
                 if (strncmp(err, BAD[i].field, strlen(BAD[i].field)) != 0)
                         fail_msg("case %zu: expected error on %s, got \"%s\"", i, BAD[i].field, err);

@@ -1238,16 +1238,7 @@ def _split(s):
 
 
 def _idlist(s):
-    out = []
-    for part in s.split(";"):
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return util.cpulist_parse(s, ";")
 
 
 def _mac():

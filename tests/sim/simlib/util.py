@@ -100,9 +100,10 @@ def fmt_cpu(dec):
     return "%dm" % milli
 
 
-def cpulist_parse(s):
+def cpulist_parse(s, sep=","):
+    """"0-3,8" (or with another separator, "0-3;8" as in numaN) -> [0, 1, 2, 3, 8]."""
     out = []
-    for part in (s or "").split(","):
+    for part in (s or "").split(sep):
         part = part.strip()
         if not part:
             continue
