@@ -120,7 +120,7 @@ void api_get_reservations(struct agent *a, const struct http_request *req, struc
 void api_post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
-        char reason[300];
+        char reason[400];
         if (api_parse_body(req, resp, &body) < 0)
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);
@@ -129,7 +129,17 @@ void api_post_reservation(struct agent *a, const struct http_request *req, struc
                 api_error(resp, 400, "invalid request", reason);
                 return;
         }
-        struct reservation *res;
+        struct reservation *res = ledger_find_held(a->ledger, rr.owner);
+        if (res && ledger_same_shape(res, &rr)) {
+                api_reply(resp, 200, reservation_to_json(res)); /* a retry: the reservation it already has */
+                return;
+        }
+        if (res) {
+                snprintf(reason, sizeof reason, "owner: %s already holds reservation %s of another size", rr.owner,
+                         res->id);
+                api_error(resp, 409, "owner holds a reservation", reason);
+                return;
+        }
         r = ledger_reserve(a->ledger, a->topology, a->capacity, &rr, pin_policy(a), agent_now(), &res, reason,
                            sizeof reason);
         if (r == -ENOSPC) {

@@ -49,6 +49,18 @@ struct reservation *ledger_find_vmid(const struct ledger *l, int vmid) {
         return NULL;
 }
 
+struct reservation *ledger_find_held(const struct ledger *l, const char *owner) {
+        for (size_t i = 0; i < l->n; i++)
+                if (l->items[i]->vmid == 0 && strcmp(l->items[i]->owner, owner) == 0)
+                        return l->items[i];
+        return NULL;
+}
+
+bool ledger_same_shape(const struct reservation *r, const struct reservation_request *req) {
+        return r->request.vcpus == req->shape.vcpus && r->request.memory_bytes == req->shape.memory_bytes &&
+               r->request.hugepage_kib == req->shape.hugepage_kib;
+}
+
 static int reason_fail(char *reason, size_t len, const char *field, const char *what) {
         snprintf(reason, len, "%s: %s", field, what);
         return -EINVAL;

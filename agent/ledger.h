@@ -45,6 +45,11 @@ struct ledger *ledger_new(void);
 void ledger_free(struct ledger *l);
 struct reservation *ledger_find(const struct ledger *l, const char *id);
 struct reservation *ledger_find_vmid(const struct ledger *l, int vmid);
+/* The held (not yet bound) reservation of owner, or NULL: a client that retries a request it never saw answered
+ * gets the reservation it already has instead of a second one. */
+struct reservation *ledger_find_held(const struct ledger *l, const char *owner);
+/* Does a held reservation grant exactly this request's shape? */
+bool ledger_same_shape(const struct reservation *r, const struct reservation_request *req);
 
 /* Grant a reservation on `free` (the effective capacity, see ledger_effective_capacity). With pin (static
  * policy) it is a placement from placement_place; without (simple policy) it is granted by count of

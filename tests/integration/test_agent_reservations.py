@@ -145,6 +145,20 @@ class ReservationTest(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual(self.client.request("GET", "/v1/reservations/" + r["id"])[0], 404)
 
+    def test_owner_retry_gets_the_same_reservation(self):
+        status, first = self.reserve(vcpus=2, owner="claim-retry")
+        self.assertEqual(status, 201, first)
+        status, again = self.reserve(vcpus=2, owner="claim-retry")
+        self.assertEqual(status, 200, again)
+        self.assertEqual(again["id"], first["id"])
+        self.assertEqual(again["cpus"], first["cpus"])
+        status, body = self.reserve(vcpus=4, owner="claim-retry")
+        self.assertEqual(status, 409, body)
+        self.assertTrue(body["detail"].startswith("owner: "), body)
+        status, listing = self.client.request("GET", "/v1/reservations")
+        mine = [r for r in listing["reservations"] if r["owner"] == "claim-retry"]
+        self.assertEqual([r["id"] for r in mine], [first["id"]])
+
     def test_bind_and_release(self):
         status, r = self.reserve()
         self.assertEqual(status, 201)
