@@ -12,6 +12,7 @@
 
 #include "controller_internal.h"
 #include "leader.h"
+#include "latency.h"
 #include "log.h"
 #include "provisioner.h"
 
@@ -252,9 +253,10 @@ static void snapshot_done(struct snapshot *s) {
                 json_decref(s->arrays[k]);
 }
 
-static void claim_created(void *userdata, const json_t *claim) {
+static void claim_created(void *userdata, const json_t *claim, int64_t api_wait_us) {
         struct controller *c = userdata;
         const char *name = meta_str(claim, "name");
+        latency_begin(c->latency, name, c->round_origin_ms, api_wait_us);
         pthread_mutex_lock(&c->mu);
         if (name && !json_object_get(c->store[K_CLAIMS], name)) {
                 json_object_set(c->store[K_CLAIMS], name, (json_t *)claim);
@@ -275,6 +277,7 @@ static void host_address(void *userdata, const char *region, const char *host, c
 static void round_locked(struct controller *c, struct provisioner *p) {
         struct snapshot s;
         struct provisioner_outcome out = { 0 };
+        c->round_origin_ms = c->batch.open ? c->batch.first_ms : controller__mono_ms();
         size_t n = intake_batch_close(&c->batch);
         snapshot_take_locked(c, &s);
         pthread_mutex_unlock(&c->mu);
@@ -427,6 +430,8 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
         c->addresses = json_object();
         if (r == 0 && (!c->candidates || !c->addresses))
                 r = -ENOMEM;
+        if (r == 0)
+                r = latency_new(&c->latency);
         for (int k = 0; k < K_N && r == 0; k++)
                 r = watcher_new(c, (enum ctl_kind)k);
         if (r == 0 && c->ops)
@@ -495,6 +500,7 @@ void controller_free(struct controller *c) {
         }
         json_decref(c->candidates);
         json_decref(c->addresses);
+        latency_free(c->latency);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->mu);
         free(c);

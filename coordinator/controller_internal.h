@@ -63,6 +63,8 @@ struct controller {
         bool synced[K_N];
         json_t *candidates;  /* pod uid → pod */
         struct intake_batch batch;
+        int64_t round_origin_ms; /* when the batch of the running round opened (its first pending pod) */
+        struct latency *latency; /* start latency of the claims this process created */
         json_t *addresses;   /* "region/host" → /cluster/status IP */
         bool leader;
         size_t last_unplaced;

@@ -346,7 +346,8 @@ int controller__workers_new(struct controller *c) {
         kube_client_set_cancel(c->launcher_kube, &c->stop);
         struct launcher_env env = { .kube = c->launcher_kube, .cfg = c->cfg, .pve_for_region = pve_for_region,
                                     .agent_for_host = agent_for_host, .node_by_provider_id = node_by_provider_id,
-                                    .userdata = c, .kube_for_thread = kube_for_thread, .cached = cached_object };
+                                    .userdata = c, .kube_for_thread = kube_for_thread, .cached = cached_object,
+                                    .latency = c->latency, .stats = c->stats };
         int r = c->ops->create(&env, &c->o.launcher, &c->launcher);
         return r < 0 ? log_error_errno(r, "cannot set up the launcher: %s", strerror(-r)) : 0;
 }

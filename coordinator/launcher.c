@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "http_client.h"
 #include "log.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
@@ -47,6 +48,7 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         l->o = o;
         pthread_mutex_init(&l->mu, NULL);
         pthread_mutex_init(&l->iso_mu, NULL);
+        launcher_cache_init(&l->cache);
         *ret = l;
         return 0;
 }
@@ -63,6 +65,7 @@ void launcher_free(struct launcher *l) {
         free(l->seen);
         pthread_mutex_destroy(&l->mu);
         pthread_mutex_destroy(&l->iso_mu);
+        launcher_cache_done(&l->cache);
         free(l);
 }
 
@@ -475,12 +478,10 @@ static step_fn step_after(const char *done) {
                 const char *done;
                 step_fn fn;
         } steps[] = {
-                { STEP_NONE, launcher_step_reserve },       { STEP_RESERVED, launcher_step_vmid },
-                { STEP_VMID, launcher_step_clone },         { STEP_CLONING, launcher_step_cloning },
-                { STEP_CLONED, launcher_step_config },      { STEP_CONFIGURED, launcher_step_cloudinit },
-                { STEP_CLOUDINIT, launcher_step_firewall }, { STEP_FIREWALL, launcher_step_start },
-                { STEP_STARTED, launcher_step_bind },       { STEP_LAUNCHED, launcher_step_register },
-                { STEP_REGISTERED, launcher_step_initialize },
+                { STEP_NONE, launcher_step_reserve },     { STEP_RESERVED, launcher_step_vmid },
+                { STEP_VMID, launcher_step_clone },       { STEP_CLONING, launcher_step_cloning },
+                { STEP_CONFIGURED, launcher_step_start }, { STEP_STARTED, launcher_step_bind },
+                { STEP_LAUNCHED, launcher_step_register }, { STEP_REGISTERED, launcher_step_initialize },
         };
         for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
                 if (strcmp(done, steps[i].done) == 0)
@@ -589,6 +590,7 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 return r;
         }
         c.now = launcher_now(l);
+        c.wait0_us = http_client_thread_wait_us();
         for (unsigned i = 0;; i++) {
                 r = reconcile_once(&c);
                 ctx_drop_cache(&c);
@@ -597,6 +599,7 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 c.now = launcher_now(l);
         }
         launcher_unpick_vmid(&c);
+        latency_add_wait(l->env.latency, c.name, http_client_thread_wait_us() - c.wait0_us);
         int64_t requeue = c.requeue_ms;
         json_decref(c.claim);
         if (r == -ENOENT && c.err[0] == '\0')

@@ -15,7 +15,9 @@
 #include "agents.h"
 #include "config.h"
 #include "kube.h"
+#include "latency.h"
 #include "pve.h"
+#include "stats.h"
 
 /* Everything the launcher talks to. All borrowed; every call happens on the calling (worker) thread, and
  * the clients returned by the callbacks belong to that thread. */
@@ -42,6 +44,11 @@ struct launcher_env {
         /* A ProxmoxNodeClass or NodePool (rt) by name from the controller's informer cache, as a new reference;
          * NULL when not cached (then it is read from the API server). NULL = always read. */
         json_t *(*cached)(void *userdata, const struct kube_resource *rt, const char *name);
+        /* Where the provisioner noted when each claim's first pod was pending; the launcher adds its API waits
+         * and, at the start call, logs and observes the start latency (launch_start_seconds and
+         * launch_start_own_seconds in stats). Both may be NULL. */
+        struct latency *latency;
+        struct stats *stats;
 };
 
 /* Timeouts and back-off, all configurable (flags/env in config). 0 = the default in brackets. */

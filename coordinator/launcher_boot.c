@@ -1,5 +1,5 @@
-/* launcher_boot: the join token and the cloud-init ISO (rendered, built, uploaded, attached), the firewall
- * security groups, the VM start and the bind of the agent reservation to the VM. */
+/* launcher_boot: the join token and the cloud-init ISO (rendered, built, uploaded; the VM config attaches it), the
+ * firewall security groups, the VM start and the bind of the agent reservation to the VM. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cloudinit.h"
+#include "http_client.h"
 #include "log.h"
 #include "tokens.h"
 #include "yamlconf.h"
@@ -48,28 +49,33 @@ static int token_from_secret(const json_t *secret, char token[32]) {
         return r;
 }
 
-/* A token Secret of this claim left by an earlier run (created before its id was recorded). */
-static int adopt_token(struct lctx *c, char token[32]) {
-        char selector[128];
-        json_t *list = NULL;
-        snprintf(selector, sizeof selector, TOKENS_LABEL_CLAIM_UID "=%s", c->uid);
-        struct kube_list_options o = { .label_selector = selector };
-        int r = kube_list(c->kube, &kube_secrets, TOKENS_NAMESPACE, &o, &list);
-        if (r < 0)
-                return launcher_errf(c, r, "list join tokens: %s", kube_client_error(c->kube));
-        r = -ENOENT;
-        size_t i;
-        json_t *s;
-        json_array_foreach(json_object_get(list, "items"), i, s)
-                if (r < 0)
-                        r = token_from_secret(s, token);
-        json_decref(list);
-        return r < 0 ? -ENOENT : 0;
+static bool token_is_claims(const json_t *secret, const char *uid) {
+        const json_t *labels = json_object_get(json_object_get(secret, "metadata"), "labels");
+        const char *owner = json_string_value(json_object_get(labels, TOKENS_LABEL_CLAIM_UID));
+        return owner && strcmp(owner, uid) == 0;
 }
 
-static int create_token(struct lctx *c, char token[32]) {
-        char id[TOKENS_ID_LEN + 1], secret[TOKENS_SECRET_LEN + 1];
-        int r = tokens_generate(id, secret);
+/* The token of Secret bootstrap-token-<id> when it is this claim's; -ENOENT when absent, -EEXIST when another
+ * claim's. */
+static int existing_token(struct lctx *c, const char *id, char token[32]) {
+        char name[64];
+        json_t *s = NULL;
+        snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", id);
+        int r = kube_get(c->kube, &kube_secrets, TOKENS_NAMESPACE, name, &s);
+        if (r == 0 && !token_is_claims(s, c->uid))
+                r = -EEXIST;
+        else if (r == 0)
+                r = token_from_secret(s, token) < 0 ? -ENOENT : 0;
+        json_decref(s);
+        if (r < 0 && r != -ENOENT && r != -EEXIST)
+                return launcher_errf(c, r, "join token %s: %s", id, kube_client_error(c->kube));
+        return r;
+}
+
+/* A new token with this id; -EEXIST when the Secret exists already. */
+static int create_token(struct lctx *c, const char *id, char token[32]) {
+        char unused[TOKENS_ID_LEN + 1], secret[TOKENS_SECRET_LEN + 1];
+        int r = tokens_generate(unused, secret);
         if (r < 0)
                 return launcher_errf(c, r, "random token: %s", strerror(-r));
         json_t *obj = tokens_secret(id, secret, c->now + c->l->o.token_ttl_s * 1000, NULL, c->name, c->uid);
@@ -78,36 +84,28 @@ static int create_token(struct lctx *c, char token[32]) {
         if (r == 0)
                 snprintf(token, 32, "%s.%s", id, secret);
         explicit_bzero(secret, sizeof secret);
-        if (r < 0)
+        if (r < 0 && r != -EEXIST)
                 return launcher_errf(c, r, "create join token: %s", kube_client_error(c->kube));
-        return 0;
-}
-
-static int recorded_token(struct lctx *c, const char *id, char token[32]) {
-        char name[64];
-        json_t *s = NULL;
-        snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", id);
-        int r = kube_get(c->kube, &kube_secrets, TOKENS_NAMESPACE, name, &s);
-        if (r == 0)
-                r = token_from_secret(s, token) < 0 ? -ENOENT : 0;
-        json_decref(s);
-        if (r < 0 && r != -ENOENT)
-                return launcher_errf(c, r, "join token %s: %s", id, kube_client_error(c->kube));
         return r;
 }
 
-/* The claim's join token "<id>.<secret>": the recorded one, one an earlier run created, or a new one. */
+/* The claim's join token "<id>.<secret>": its id is derived from the claim UID, so a token an earlier run made
+ * (before a crash) is found by name: creating costs one request, finding it again one more. An id that another
+ * claim's token holds (a hash collision) falls back to a random id. */
 static int ensure_token(struct lctx *c, char token[32]) {
-        const char *id = launcher_status_str(c, "tokenID");
-        int r = id[0] ? recorded_token(c, id, token) : adopt_token(c, token);
-        if (r == -ENOENT)
-                r = create_token(c, token);
-        if (r < 0)
+        char id[TOKENS_ID_LEN + 1], spare[TOKENS_SECRET_LEN + 1];
+        const char *recorded = launcher_status_str(c, "tokenID");
+        int r = recorded[0] ? existing_token(c, recorded, token) : -ENOENT;
+        if (r != -ENOENT && r != -EEXIST)
                 return r;
-        if (strncmp(id, token, TOKENS_ID_LEN) == 0 && strlen(id) == TOKENS_ID_LEN)
-                return 0;
-        json_t *ch = json_pack("{s:s#}", "tokenID", token, (int)TOKENS_ID_LEN);
-        return launcher_commit(c, ch);
+        if ((r = tokens_id_for(c->uid, id)) < 0)
+                return launcher_errf(c, r, "token id: %s", strerror(-r));
+        r = create_token(c, id, token);
+        if (r == -EEXIST)
+                r = existing_token(c, id, token);
+        if (r == -EEXIST && (r = tokens_generate(id, spare)) == 0)
+                r = create_token(c, id, token);
+        return r;
 }
 
 /* ---- template data ---- */
@@ -215,12 +213,37 @@ static void tdata_done(struct tdata *t) {
         json_decref(t->tags);
 }
 
+/* The API server, CA and Kubernetes version every node joins with, from the cache or asked now. */
+static int join_data(struct lctx *c, struct tdata *t) {
+        char *cached = launcher_cache_get(&c->l->cache, "join", c->now);
+        json_t *j = cached ? json_loads(cached, 0, NULL) : NULL;
+        const char *server = json_string_value(json_object_get(j, "server"));
+        const char *ca = json_string_value(json_object_get(j, "ca"));
+        const char *version = json_string_value(json_object_get(j, "version"));
+        int r = 0;
+        free(cached);
+        if (server && ca) {
+                t->server = strdup(server);
+                t->ca = strdup(ca);
+                t->version = version ? strdup(version) : NULL;
+        } else if ((r = cluster_info(c, &t->server, &t->ca)) == 0) {
+                t->version = kubernetes_version(c);
+                json_t *put = json_pack("{s:s, s:s, s:s?}", "server", t->server, "ca", t->ca, "version", t->version);
+                char *text = put ? json_dumps(put, JSON_COMPACT) : NULL;
+                if (text)
+                        launcher_cache_put(&c->l->cache, "join", text, c->now);
+                free(text);
+                json_decref(put);
+        }
+        json_decref(j);
+        return r < 0 ? r : t->server && t->ca ? 0 : -ENOMEM;
+}
+
 static int tdata_load(struct lctx *c, struct tdata *t) {
         json_t *secret = NULL;
-        int r = cluster_info(c, &t->server, &t->ca);
+        int r = join_data(c, t);
         if (r < 0)
                 return r;
-        t->version = kubernetes_version(c);
         r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "valuesRef"), &secret);
         if (r < 0 && r != -ENOENT)
                 return r;
@@ -312,7 +335,7 @@ static bool has_content(const char *list, const char *what) {
 }
 
 /* The host's storage for ISO images: "local" when it holds ISOs, else the first one that does. */
-static int iso_storage(struct lctx *c, char storage[64]) {
+static int iso_storage_ask(struct lctx *c, char storage[64]) {
         json_t *list = NULL, *e;
         size_t i;
         int r = pve_cluster_resources(c->pve, "storage", &list);
@@ -332,13 +355,29 @@ static int iso_storage(struct lctx *c, char storage[64]) {
         return storage[0] ? 0 : launcher_failf(c, "NoISOStorage", "host %s has no storage for ISO images", c->host);
 }
 
-static int upload_iso(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
-        char volume[192], *upid = NULL;
-        snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
-        int r = launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err); /* an older upload */
-        if (r < 0)
-                return r;
-        r = pve_storage_upload(c->pve, c->host, storage, "iso", file, img, len, &upid);
+static void iso_storage_key(const struct lctx *c, char *key, size_t len) {
+        snprintf(key, len, "isostorage/%s/%s", c->region, c->host);
+}
+
+static int iso_storage(struct lctx *c, char storage[64]) {
+        char key[300];
+        iso_storage_key(c, key, sizeof key);
+        char *cached = launcher_cache_get(&c->l->cache, key, c->now);
+        if (cached && strlen(cached) < 64) {
+                snprintf(storage, 64, "%s", cached);
+                free(cached);
+                return 0;
+        }
+        free(cached);
+        int r = iso_storage_ask(c, storage);
+        if (r == 0)
+                launcher_cache_put(&c->l->cache, key, storage, c->now);
+        return r;
+}
+
+static int upload_once(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
+        char *upid = NULL;
+        int r = pve_storage_upload(c->pve, c->host, storage, "iso", file, img, len, &upid);
         if (r < 0)
                 return launcher_errf(c, r, "upload %s: %s", file, pve_client_error(c->pve));
         r = launcher_task_wait(c, "upload", upid, LAUNCHER_TASK_TIMEOUT_MS);
@@ -346,53 +385,59 @@ static int upload_iso(struct lctx *c, const char *storage, const char *file, con
         return r;
 }
 
-static int attach_iso(struct lctx *c, uint32_t vmid, const char *volume) {
-        struct pve_params p = PVE_PARAMS_INIT;
-        char *upid = NULL;
-        pve_params_addf(&p, "ide2", "%s,media=cdrom", volume);
-        int r = pve_vm_config_post(c->pve, c->host, vmid, &p, &upid);
-        pve_params_done(&p);
-        if (r < 0)
-                return launcher_errf(c, r, "attach %s to VM %u: %s", volume, vmid, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "attach ISO", upid, LAUNCHER_TASK_TIMEOUT_MS);
-        free(upid);
-        return r;
+/* Upload the image; when that fails (an older upload of the same name left by a crashed run, say), delete the
+ * old file and upload once more. A failed upload also forgets the cached storage. */
+static int upload_iso(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
+        char volume[192], key[300];
+        int r = upload_once(c, storage, file, img, len);
+        if (r == 0)
+                return 0;
+        iso_storage_key(c, key, sizeof key);
+        launcher_cache_drop(&c->l->cache, key);
+        log_info("launcher: NodeClaim %s: upload of %s failed (%s); deleting an older copy and trying again", c->name,
+                 file, c->err);
+        snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
+        c->err[0] = '\0';
+        r = launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err);
+        return r < 0 ? r : upload_once(c, storage, file, img, len);
 }
 
-static int deliver_iso(struct lctx *c, const char *token) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+/* The cloud-init ISO of the claim, uploaded: its volume ("storage:iso/file") in volume. */
+static int deliver_iso(struct lctx *c, const char *token, char volume[LAUNCHER_VOLUME_MAX]) {
         unsigned char *img = NULL;
         size_t len = 0;
-        char storage[64], file[128], volume[200];
+        char storage[64], file[128];
         int r = build_iso(c, token, &img, &len);
         if (r == 0)
                 r = iso_storage(c, storage);
         if (r == 0) {
                 snprintf(file, sizeof file, "pvescale-%.80s-%.8s.iso", c->name, c->uid);
-                snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
                 r = upload_iso(c, storage, file, img, len);
+                if (r == 0)
+                        snprintf(volume, LAUNCHER_VOLUME_MAX, "%s:iso/%s", storage, file);
         }
         free(img);
-        if (r == 0)
-                r = attach_iso(c, vmid, volume);
-        return r != 0 ? r : launcher_set_step(c, STEP_CLOUDINIT, json_pack("{s:s}", "isoVolume", volume));
+        return r;
 }
 
-int launcher_step_cloudinit(struct lctx *c) {
+int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX], char token_id[TOKENS_ID_LEN + 1]) {
         char token[32];
+        volume[0] = token_id[0] = '\0';
         int r = launcher_need_nodeclass(c);
         if (r != 0)
                 return r;
         const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
         if (!type || strcmp(type, "cdrom") != 0)
-                return launcher_set_step(c, STEP_CLOUDINIT, NULL); /* the template joins by itself */
+                return 0; /* the template joins by itself */
         r = launcher_need_shape(c);
         if (r == 0)
                 r = launcher_need_pool(c);
         if (r == 0)
                 r = ensure_token(c, token);
-        if (r == 0)
-                r = deliver_iso(c, token);
+        if (r == 0) {
+                snprintf(token_id, TOKENS_ID_LEN + 1, "%.*s", TOKENS_ID_LEN, token);
+                r = deliver_iso(c, token, volume);
+        }
         explicit_bzero(token, sizeof token);
         return r;
 }
@@ -428,37 +473,57 @@ static int add_group_rules(struct lctx *c, uint32_t vmid, const json_t *groups) 
         return r < 0 ? launcher_errf(c, r, "firewall rules of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
 }
 
-int launcher_step_firewall(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+int launcher_firewall_apply(struct lctx *c, uint32_t vmid) {
         struct pve_params p = PVE_PARAMS_INIT;
         int r = launcher_need_nodeclass(c);
         if (r != 0)
                 return r;
         json_t *groups = json_object_get(nc_spec(c), "securityGroups");
         if (json_array_size(groups) == 0)
-                return launcher_set_step(c, STEP_FIREWALL, NULL);
+                return 0;
         pve_params_add_bool(&p, "enable", true);
         r = pve_vm_firewall_options_set(c->pve, c->host, vmid, &p);
         pve_params_done(&p);
         if (r < 0)
                 return launcher_errf(c, r, "firewall options of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = add_group_rules(c, vmid, groups);
-        return r != 0 ? r : launcher_set_step(c, STEP_FIREWALL, NULL);
+        return add_group_rules(c, vmid, groups);
 }
 
 /* ---- start and bind ---- */
 
-int launcher_step_start(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+static int vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
         json_t *st = NULL;
-        char *upid = NULL, when[40];
         int r = pve_vm_status_current(c->pve, c->host, vmid, &st);
         const char *s = json_string_value(json_object_get(st, "status"));
-        bool running = r == 0 && s && strcmp(s, "running") == 0;
+        *ret_running = r == 0 && s && strcmp(s, "running") == 0;
         json_decref(st);
+        return r < 0 ? launcher_errf(c, r, "status of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
+}
+
+/* The start call is being made: how long since the claim's first pending pod, and how much of it was ours. */
+static void report_start_latency(struct lctx *c) {
+        int64_t total, wait;
+        const struct launcher_env *e = &c->l->env;
+        int64_t extra = http_client_thread_wait_us() - c->wait0_us;
+        if (latency_finish(e->latency, c->name, latency_now_ms(), extra, &total, &wait) < 0)
+                return;
+        c->wait0_us += extra; /* counted now; the reconcile's remaining waits go to nobody */
+        int64_t own = total > wait ? total - wait : 0;
+        log_info("launcher: NodeClaim %s: start %lld ms after its first pending pod (%lld ms waiting for API "
+                 "answers, %lld ms own)", c->name, (long long)total, (long long)wait, (long long)own);
+        stats_observe(e->stats, STATS_H_START, (double)total / 1000);
+        stats_observe(e->stats, STATS_H_START_OWN, (double)own / 1000);
+}
+
+int launcher_step_start(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        char *upid = NULL, when[40];
+        bool running = false;
+        int r = c->vm_fresh ? 0 : vm_running(c, vmid, &running); /* fresh: configured by this reconcile, stopped */
         if (r < 0)
-                return launcher_errf(c, r, "status of VM %u: %s", vmid, pve_client_error(c->pve));
+                return r;
         if (!running) {
+                report_start_latency(c);
                 r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
                 if (r < 0)
                         return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));

@@ -11,16 +11,14 @@
 #include "launcher.h"
 #include "launcher_plan.h"
 #include "shapes.h"
+#include "tokens.h"
 
 /* Steps, recorded in status.launchStep once done (the next one is what a reconcile does next). */
 #define STEP_NONE ""
 #define STEP_RESERVED "Reserved"
 #define STEP_VMID "VMIDAllocated"
 #define STEP_CLONING "Cloning"
-#define STEP_CLONED "Cloned"
-#define STEP_CONFIGURED "Configured"
-#define STEP_CLOUDINIT "CloudInitAttached"
-#define STEP_FIREWALL "FirewallConfigured"
+#define STEP_CONFIGURED "Configured" /* cloned, boot disk resized, cloud-init uploaded, config and firewall set */
 #define STEP_STARTED "Started"
 #define STEP_LAUNCHED "Launched"
 #define STEP_REGISTERED "Registered"
@@ -37,6 +35,7 @@
 #define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
 #define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
+#define LAUNCHER_VOLUME_MAX 200
 #define LAUNCHER_LABEL_NODEPOOL "pvescale.io/nodepool"
 #define LAUNCHER_LABEL_NODECLASS "pvescale.io/nodeclass"
 #define LAUNCHER_LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
@@ -53,6 +52,19 @@ struct launcher_seen {
         int64_t first_ms;
 };
 
+#define LAUNCHER_CACHE_TTL_MS (60L * 1000) /* template VMID, ISO storage, join data */
+
+struct launcher_cache_entry {
+        char *key, *value;
+        int64_t at_ms;
+};
+
+struct launcher_cache {
+        pthread_mutex_t mu;
+        struct launcher_cache_entry *items;
+        size_t n, cap;
+};
+
 struct launcher {
         struct launcher_env env;
         struct launcher_options o;
@@ -64,6 +76,7 @@ struct launcher {
         struct launcher_seen *seen; /* GC: when an orphan without a creation time was first seen */
         size_t n_seen, cap_seen;
         pthread_mutex_t iso_mu; /* libisofs is process-wide */
+        struct launcher_cache cache;
 };
 
 /* One reconcile of one claim. */
@@ -80,6 +93,8 @@ struct lctx {
         struct shape shape;
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
+        bool vm_fresh;                /* this reconcile configured the VM: it is stopped */
+        int64_t wait0_us;             /* the thread's API waits when this reconcile began */
         int64_t requeue_ms;
         char fail_reason[64];
         char err[512];
@@ -112,16 +127,26 @@ void launcher_backoff_clear(struct launcher *l, const char *nodepool, const char
 int launcher_pick_vmid(struct lctx *c, uint32_t *ret_vmid);
 void launcher_unpick_vmid(struct lctx *c);
 
-/* ---- launcher_steps.c: reserve, VMID, clone, config ---- */
+/* ---- launcher_cache.c: strings kept for LAUNCHER_CACHE_TTL_MS (a stale answer is noticed and dropped) ---- */
+void launcher_cache_init(struct launcher_cache *c);
+void launcher_cache_done(struct launcher_cache *c);
+/* A copy of the value (malloc'd), or NULL when absent or older than the TTL. */
+char *launcher_cache_get(struct launcher_cache *c, const char *key, int64_t now_ms);
+void launcher_cache_put(struct launcher_cache *c, const char *key, const char *value, int64_t now_ms);
+void launcher_cache_drop(struct launcher_cache *c, const char *key);
+
+/* ---- launcher_steps.c: reserve and VMID, clone, then configure (boot disk, cloud-init, config, firewall) ---- */
 int launcher_step_reserve(struct lctx *c);
 int launcher_step_vmid(struct lctx *c);
 int launcher_step_clone(struct lctx *c);
 int launcher_step_cloning(struct lctx *c);
-int launcher_step_config(struct lctx *c);
 
 /* ---- launcher_boot.c: cloud-init, firewall, start and bind ---- */
-int launcher_step_cloudinit(struct lctx *c);
-int launcher_step_firewall(struct lctx *c);
+/* With metadataOptions.type cdrom: the join token (its id in token_id) and the uploaded cloud-init ISO (its
+ * volume in volume, for the config to attach); otherwise both empty. */
+int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX], char token_id[TOKENS_ID_LEN + 1]);
+/* The NodeClass security groups on the VM (firewall enabled, one group rule per interface). */
+int launcher_firewall_apply(struct lctx *c, uint32_t vmid);
 int launcher_step_start(struct lctx *c);
 int launcher_step_bind(struct lctx *c);
 /* Wait for a PVE task (PVE errors in c->err). */

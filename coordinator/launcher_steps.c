@@ -1,5 +1,6 @@
-/* launcher_steps: reserve (agent, or PVE accounting without one), VMID, clone (+ boot disk resize) and the VM
- * config of a NodeClaim. Every step can run again after a crash and finds what an earlier run left. */
+/* launcher_steps: reserve (agent, or PVE accounting without one) and VMID, clone, then configure (boot disk
+ * resize, cloud-init, VM config, firewall) a NodeClaim's VM. Every step can run again after a crash and finds what
+ * an earlier run left; what one reconcile does in a row is recorded once. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -23,17 +24,26 @@ static bool agent_unreachable(int r) {
                r == -ENETUNREACH;
 }
 
-static json_t *own_reservation(struct lctx *c, const char *owner, int *ret_err) {
-        json_t *list = NULL, *e, *found = NULL;
-        size_t i;
-        *ret_err = agents_reservations(c->agent, &list);
-        json_array_foreach(json_object_get(list, "reservations"), i, e) {
-                const char *o = json_string_value(json_object_get(e, "owner"));
-                if (!found && o && strcmp(o, owner) == 0)
-                        found = json_incref(e);
+static json_t *vmid_fields(struct lctx *c, uint32_t vmid, json_t *ch) {
+        char pid[300], when[40];
+        snprintf(pid, sizeof pid, "proxmox://%s/%u", c->region, vmid);
+        json_object_set_new(ch, "vmid", json_integer(vmid));
+        json_object_set_new(ch, "providerID", json_string(pid));
+        if (!launcher_status_str(c, "cloneStartedAt")[0])
+                json_object_set_new(ch, "cloneStartedAt", json_string(launcher_rfc3339_ms(c->now, when, sizeof when)));
+        return ch;
+}
+
+/* Record the reservation together with a VMID picked now (one status write); without a VMID, the reservation
+ * alone. A crash before the write leaves a reservation the agent gives back to the same owner. */
+static int record_reserved(struct lctx *c, json_t *ch) {
+        uint32_t vmid;
+        int r = ch ? launcher_pick_vmid(c, &vmid) : -ENOMEM;
+        if (r != 0) {
+                int w = launcher_set_step(c, STEP_RESERVED, ch);
+                return w < 0 ? w : r;
         }
-        json_decref(list);
-        return found;
+        return launcher_set_step(c, STEP_VMID, vmid_fields(c, vmid, ch));
 }
 
 static int record_agent_reservation(struct lctx *c, const json_t *res) {
@@ -51,7 +61,7 @@ static int record_agent_reservation(struct lctx *c, const json_t *res) {
         json_t *ch = json_pack("{s:s, s:s, s:o, s:[{s:s, s:s, s:s, s:s}]}", "reservationID", id, "reservationMode",
                                "agent", "placement", placement, "conditions", "type", "Launched", "status", "Unknown",
                                "reason", "Launching", "message", "reserved on the host agent");
-        return launcher_set_step(c, STEP_RESERVED, ch);
+        return record_reserved(c, ch);
 }
 
 /* -ENOTCONN: the agent cannot be reached (use the fallback). */
@@ -59,9 +69,7 @@ static int reserve_with_agent(struct lctx *c) {
         char owner[254];
         json_t *res = NULL;
         int r = launcher_owner(c->name, c->uid, owner, sizeof owner);
-        if (r == 0)
-                res = own_reservation(c, owner, &r);
-        if (!res && r == 0) {
+        if (r == 0) { /* the owner is the agent's idempotency key: a retry gets the reservation made before */
                 struct agents_reserve req = { .vcpus = c->shape.vcpus, .memory_bytes = c->shape.vm_memory_bytes,
                                               .ttl_seconds = (unsigned)c->l->o.reservation_ttl_s, .owner = owner };
                 r = agents_reserve(c->agent, &req, &res);
@@ -89,7 +97,7 @@ struct inflight {
 };
 
 static bool step_before_configured(const char *step) {
-        static const char *const early[] = { STEP_RESERVED, STEP_VMID, STEP_CLONING, STEP_CLONED, NULL };
+        static const char *const early[] = { STEP_RESERVED, STEP_VMID, STEP_CLONING, NULL };
         for (size_t i = 0; early[i]; i++)
                 if (strcmp(step, early[i]) == 0)
                         return true;
@@ -178,7 +186,7 @@ static int reserve_from_pve(struct lctx *c) {
         json_t *ch = json_pack("{s:s, s:n, s:[{s:s, s:s, s:s, s:s}]}", "reservationMode", "pve", "reservationID",
                                "conditions", "type", "Launched", "status", "Unknown", "reason", "Launching", "message",
                                "reserved by Proxmox accounting (no host agent)");
-        return launcher_set_step(c, STEP_RESERVED, ch);
+        return record_reserved(c, ch);
 }
 
 int launcher_step_reserve(struct lctx *c) {
@@ -206,17 +214,13 @@ int launcher_step_reserve(struct lctx *c) {
 
 int launcher_step_vmid(struct lctx *c) {
         uint32_t vmid;
-        char pid[300], when[40];
         int r = launcher_need_pve(c);
         if (r == 0)
                 r = launcher_pick_vmid(c, &vmid);
         if (r != 0)
                 return r;
-        snprintf(pid, sizeof pid, "proxmox://%s/%u", c->region, vmid);
-        json_t *ch = json_pack("{s:i, s:s}", "vmid", (int)vmid, "providerID", pid);
-        if (ch && !launcher_status_str(c, "cloneStartedAt")[0])
-                json_object_set_new(ch, "cloneStartedAt", json_string(launcher_rfc3339_ms(c->now, when, sizeof when)));
-        return launcher_set_step(c, STEP_VMID, ch);
+        json_t *ch = json_object();
+        return ch ? launcher_set_step(c, STEP_VMID, vmid_fields(c, vmid, ch)) : -ENOMEM;
 }
 
 /* Give up the VMID (someone else has it) and pick another. */
@@ -239,14 +243,15 @@ static int clone_timeout(struct lctx *c, int64_t *ret_left_ms) {
         return 0;
 }
 
-/* Poll soon after the clone started (fast storage clones in well under a second), then every second. */
+/* Poll soon after the clone started (a linked clone on fast storage takes well under a second), then every
+ * second. */
 static int wait_for_clone(struct lctx *c) {
         int64_t left = 0;
         int r = clone_timeout(c, &left);
         if (r != 0)
                 return r;
         int64_t elapsed = c->now - launcher_status_time(c, "cloneStartedAt");
-        int64_t delay = elapsed / 2 < 100 ? 100 : elapsed / 2 > LAUNCHER_POLL_MS ? LAUNCHER_POLL_MS : elapsed / 2;
+        int64_t delay = elapsed / 2 < 10 ? 10 : elapsed / 2 > LAUNCHER_POLL_MS ? LAUNCHER_POLL_MS : elapsed / 2;
         return launcher_wait(c, left < delay ? left : delay);
 }
 
@@ -280,16 +285,18 @@ static int resize_boot_disk(struct lctx *c, uint32_t vmid, const json_t *config)
         return r;
 }
 
-/* The clone exists and is done: resize its boot disk. */
+static int configure(struct lctx *c, uint32_t vmid, const json_t *config);
+
+/* The clone exists and is done: resize its boot disk, then configure the VM. */
 static int finish_clone(struct lctx *c, uint32_t vmid, const json_t *config) {
         int r = launcher_need_nodeclass(c);
         if (r == 0)
                 r = resize_boot_disk(c, vmid, config);
-        return r != 0 ? r : launcher_set_step(c, STEP_CLONED, json_pack("{s:n}", "cloneTask"));
+        return r != 0 ? r : configure(c, vmid, config);
 }
 
-static int find_template(struct lctx *c, uint32_t *ret_vmid) {
-        json_t *ref = json_object_get(nc_spec(c), "instanceTemplateRef"), *list = NULL, *t;
+static int find_template_ask(struct lctx *c, const json_t *ref, uint32_t *ret_vmid) {
+        json_t *list = NULL, *t;
         const char *tags[11] = { 0 };
         size_t i;
         json_array_foreach(json_object_get(ref, "tags"), i, t)
@@ -305,6 +312,45 @@ static int find_template(struct lctx *c, uint32_t *ret_vmid) {
                 return launcher_failf(c, "TemplateNotFound", "no template %s%s%s on host %s", name ? name : "",
                                       name ? "" : "with tags ", name ? "" : (tags[0] ? tags[0] : ""), c->host);
         return 0;
+}
+
+/* The cache key of the template a NodeClass names on this host; 0 or -ENOMEM. */
+static int template_key(const struct lctx *c, const json_t *ref, char *key, size_t len) {
+        char *text = json_dumps(ref, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!text)
+                return -ENOMEM;
+        snprintf(key, len, "template/%s/%s/%s", c->region, c->host, text);
+        free(text);
+        return 0;
+}
+
+/* The template's VMID: cached for a minute per host (a clone that fails forgets it). */
+static int find_template(struct lctx *c, uint32_t *ret_vmid) {
+        json_t *ref = json_object_get(nc_spec(c), "instanceTemplateRef");
+        char key[1024], *cached = NULL, *end = NULL;
+        int r = template_key(c, ref, key, sizeof key);
+        if (r == 0 && (cached = launcher_cache_get(&c->l->cache, key, c->now))) {
+                unsigned long v = strtoul(cached, &end, 10);
+                bool ok = end && *end == '\0' && v > 0 && v <= UINT32_MAX;
+                free(cached);
+                if (ok) {
+                        *ret_vmid = (uint32_t)v;
+                        return 0;
+                }
+        }
+        r = find_template_ask(c, ref, ret_vmid);
+        if (r == 0 && template_key(c, ref, key, sizeof key) == 0) {
+                char v[16];
+                snprintf(v, sizeof v, "%u", *ret_vmid);
+                launcher_cache_put(&c->l->cache, key, v, c->now);
+        }
+        return r;
+}
+
+static void forget_template(struct lctx *c) {
+        char key[1024];
+        if (template_key(c, json_object_get(nc_spec(c), "instanceTemplateRef"), key, sizeof key) == 0)
+                launcher_cache_drop(&c->l->cache, key);
 }
 
 static void clone_options(struct lctx *c, struct pve_clone *o) {
@@ -331,8 +377,10 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
         launcher_unpick_vmid(c); /* Proxmox holds the id now, or refused it */
         if (r == -EEXIST)
                 return repick_vmid(c, vmid);
-        if (r < 0)
+        if (r < 0) {
+                forget_template(c);
                 return launcher_errf(c, r, "clone %u to %u on %s: %s", tmpl, vmid, c->host, pve_client_error(c->pve));
+        }
         log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
         snprintf(image, sizeof image, "%s/%u", c->host, tmpl);
         json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", image);
@@ -410,8 +458,10 @@ int launcher_step_cloning(struct lctx *c) {
                 return wait_for_clone(c);
         if (strstr(ts.exitstatus, "already exists"))
                 return repick_vmid(c, vmid);
-        if (!pve_task_exit_ok(ts.exitstatus))
+        if (!pve_task_exit_ok(ts.exitstatus)) {
+                forget_template(c);
                 return clone_failed(c, ts.exitstatus);
+        }
         return clone_done(c, vmid);
 }
 
@@ -464,29 +514,30 @@ static int config_params(struct lctx *c, const json_t *config, struct pve_params
         return r < 0 ? r : add_nets(p, config, c->shape.vcpus);
 }
 
-int launcher_step_config(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+/* Cloud-init, firewall and the VM config (one synchronous PUT: the VM is stopped and nothing is allocated, so
+ * Proxmox applies it at once), recorded as Configured. */
+static int configure(struct lctx *c, uint32_t vmid, const json_t *config) {
         struct pve_params p = PVE_PARAMS_INIT;
-        json_t *config = NULL;
-        char *upid = NULL;
+        char volume[LAUNCHER_VOLUME_MAX], token_id[TOKENS_ID_LEN + 1];
         int r = launcher_need_shape(c);
         if (r == 0)
-                r = launcher_need_pve(c);
-        if (r != 0)
-                return r;
-        r = pve_vm_config_get(c->pve, c->host, vmid, &config);
-        if (r < 0)
-                return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = config_params(c, config, &p);
-        json_decref(config);
+                r = launcher_cloudinit_deliver(c, volume, token_id);
         if (r == 0)
-                r = pve_vm_config_post(c->pve, c->host, vmid, &p, &upid);
+                r = launcher_firewall_apply(c, vmid);
+        if (r == 0)
+                r = config_params(c, config, &p);
+        if (r == 0 && volume[0])
+                pve_params_addf(&p, "ide2", "%s,media=cdrom", volume);
+        if (r == 0 && (r = pve_vm_config_put(c->pve, c->host, vmid, &p)) < 0)
+                launcher_errf(c, r, "configure VM %u: %s", vmid, pve_client_error(c->pve));
         pve_params_done(&p);
-        if (r < 0)
-                return launcher_errf(c, r, "configure VM %u: %s", vmid, pve_client_error(c->pve));
         if (r != 0)
                 return r;
-        r = launcher_task_wait(c, "configure", upid, LAUNCHER_TASK_TIMEOUT_MS);
-        free(upid);
-        return r != 0 ? r : launcher_set_step(c, STEP_CONFIGURED, NULL);
+        json_t *ch = json_pack("{s:n}", "cloneTask");
+        if (ch && volume[0])
+                json_object_set_new(ch, "isoVolume", json_string(volume));
+        if (ch && token_id[0])
+                json_object_set_new(ch, "tokenID", json_string(token_id));
+        c->vm_fresh = true;
+        return launcher_set_step(c, STEP_CONFIGURED, ch);
 }

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "agents.h"
+#include "http_client.h"
 #include "log.h"
 #include "pve.h"
 #include "simulate_json.h"
@@ -39,6 +40,7 @@ struct provisioner {
         json_t *logged;   /* problems already logged */
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
         uint64_t rnd;
+        int64_t round_wait0_us; /* the calling thread's API waits when the round began */
 };
 
 static int64_t mono_ms(void) {
@@ -291,6 +293,7 @@ struct claim_writes {
         const struct sim_result *res;
         struct claim_job *jobs;
         atomic_size_t next;
+        int64_t pre_wait_us; /* API waits of the round before the claim writes */
 };
 
 static json_t *create_claim(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
@@ -330,7 +333,7 @@ static json_t *claim_status(struct provisioner *p, struct kube_client *kube, con
         return claim;
 }
 
-static void write_claim(struct claim_writes *w, struct kube_client *kube, size_t i) {
+static void write_claim(struct claim_writes *w, struct kube_client *kube, int64_t wait0_us, size_t i) {
         struct provisioner *p = w->p;
         const struct provisioner_round *r = w->r;
         json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
@@ -342,7 +345,8 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, size_t
         log_info("NodeClaim %s: %s on %s (%s), %zu pods", w->jobs[i].name, c->shape->name,
                  r->in->hosts[c->host]->name, r->in->pools[c->nodepool]->name, c->n_pods);
         if (p->env.claim_created)
-                p->env.claim_created(p->env.userdata, claim); /* the launch starts now, not after the round */
+                p->env.claim_created(p->env.userdata, claim, /* the launch starts now, not after the round */
+                                     w->pre_wait_us + http_client_thread_wait_us() - wait0_us);
         stats_add(p->env.stats, STATS_CLAIMS_CREATED, 1);
         json_decref(claim);
 }
@@ -355,8 +359,9 @@ struct writer {
 
 static void *writer_main(void *arg) {
         struct writer *wr = arg;
+        int64_t wait0_us = http_client_thread_wait_us();
         for (size_t i; (i = atomic_fetch_add(&wr->w->next, 1)) < wr->w->res->n_claims;)
-                write_claim(wr->w, wr->kube, i);
+                write_claim(wr->w, wr->kube, wait0_us, i);
         return NULL;
 }
 
@@ -392,6 +397,7 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
                 for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
                         w.jobs[i].seeds[a] = next_random(p);
         atomic_init(&w.next, 0);
+        w.pre_wait_us = http_client_thread_wait_us() - p->round_wait0_us;
         write_claims(p, &w);
         for (size_t i = 0; i < res->n_claims; i++) {
                 names[i] = w.jobs[i].name;
@@ -521,7 +527,7 @@ static int simulate(struct provisioner *p, struct provisioner_round *r, struct s
         int rc = simulate_run(r->in, ret);
         clock_gettime(CLOCK_MONOTONIC, &b);
         out->simulate_seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
-        stats_observe_simulate(p->env.stats, out->simulate_seconds);
+        stats_observe(p->env.stats, STATS_H_SIMULATE, out->simulate_seconds);
         if (rc < 0)
                 log_error("simulation failed: %s", strerror(-rc));
         return rc;
@@ -635,6 +641,7 @@ static json_t *nominations(const struct provisioner *p) {
 int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap, struct provisioner_outcome *ret) {
         struct provisioner_outcome out = { 0 };
         struct provisioner_round *r;
+        p->round_wait0_us = http_client_thread_wait_us();
         if (!p->seeded)
                 seed_verdicts(p);
         struct provisioner_snapshot s = *snap;

@@ -8,8 +8,21 @@
 
 #define PREFIX "pvescale_coordinator_"
 
-static const double BUCKETS[STATS_N_BUCKETS] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                 0.05,   0.1,   0.25,   0.5,   1,    5 };
+struct histogram_doc {
+        const char *name, *help;
+        double bounds[STATS_N_BUCKETS];
+};
+
+static const struct histogram_doc HISTOGRAMS[STATS_N_HISTOGRAMS] = {
+        [STATS_H_SIMULATE] = { "simulate_duration_seconds", "Time spent in the scheduling simulation per round.",
+                               { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5 } },
+        [STATS_H_START] = { "launch_start_seconds",
+                            "From the first pending pod of a NodeClaim's batch to its VM's start call.",
+                            { 0.5, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 30, 60, 300 } },
+        [STATS_H_START_OWN] = { "launch_start_own_seconds",
+                                "launch_start_seconds minus the time spent waiting for API answers on the way.",
+                                { 0.5, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 30, 60, 300 } },
+};
 
 struct metric_doc {
         const char *name, *help, *labels; /* labels: NULL or `key="value"` */
@@ -58,15 +71,16 @@ uint64_t stats_get(const struct stats *s, enum stats_counter c) {
         return (unsigned)c < STATS_N_COUNTERS ? atomic_load(&s->counters[c]) : 0;
 }
 
-void stats_observe_simulate(struct stats *s, double seconds) {
-        if (!s)
+void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds) {
+        if (!s || (unsigned)h >= STATS_N_HISTOGRAMS)
                 return;
+        struct stats_histogram *hist = &s->histograms[h];
         size_t b = 0;
-        while (b < STATS_N_BUCKETS && seconds > BUCKETS[b])
+        while (b < STATS_N_BUCKETS && seconds > HISTOGRAMS[h].bounds[b])
                 b++;
-        atomic_fetch_add(&s->sim_buckets[b], 1);
-        atomic_fetch_add(&s->sim_count, 1);
-        atomic_fetch_add(&s->sim_sum_us, (uint64_t)(seconds * 1e6));
+        atomic_fetch_add(&hist->buckets[b], 1);
+        atomic_fetch_add(&hist->count, 1);
+        atomic_fetch_add(&hist->sum_us, (uint64_t)(seconds > 0 ? seconds * 1e6 : 0));
 }
 
 struct stats_watch *stats_watch_add(struct stats *s, const char *resource) {
@@ -103,17 +117,19 @@ static void render_counters(FILE *f, const struct stats *s) {
         }
 }
 
-static void render_histogram(FILE *f, const struct stats *s) {
+static void render_histogram(FILE *f, const struct stats *s, enum stats_histogram_kind h) {
+        const struct histogram_doc *d = &HISTOGRAMS[h];
+        const struct stats_histogram *hist = &s->histograms[h];
         uint64_t cum = 0;
-        header(f, "simulate_duration_seconds", "Time spent in the scheduling simulation per round.", "histogram");
+        header(f, d->name, d->help, "histogram");
         for (int b = 0; b < STATS_N_BUCKETS; b++) {
-                cum += atomic_load(&s->sim_buckets[b]);
-                fprintf(f, PREFIX "simulate_duration_seconds_bucket{le=\"%g\"} %llu\n", BUCKETS[b], (unsigned long long)cum);
+                cum += atomic_load(&hist->buckets[b]);
+                fprintf(f, PREFIX "%s_bucket{le=\"%g\"} %llu\n", d->name, d->bounds[b], (unsigned long long)cum);
         }
-        cum += atomic_load(&s->sim_buckets[STATS_N_BUCKETS]);
-        fprintf(f, PREFIX "simulate_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-        fprintf(f, PREFIX "simulate_duration_seconds_sum %.6f\n", (double)atomic_load(&s->sim_sum_us) / 1e6);
-        fprintf(f, PREFIX "simulate_duration_seconds_count %llu\n", (unsigned long long)atomic_load(&s->sim_count));
+        cum += atomic_load(&hist->buckets[STATS_N_BUCKETS]);
+        fprintf(f, PREFIX "%s_bucket{le=\"+Inf\"} %llu\n", d->name, (unsigned long long)cum);
+        fprintf(f, PREFIX "%s_sum %.6f\n", d->name, (double)atomic_load(&hist->sum_us) / 1e6);
+        fprintf(f, PREFIX "%s_count %llu\n", d->name, (unsigned long long)atomic_load(&hist->count));
 }
 
 static void render_watch_field(FILE *f, const struct stats *s, const char *name, const char *help, const char *type,
@@ -148,7 +164,8 @@ char *stats_render(const struct stats *s) {
         if (!f)
                 return NULL;
         render_counters(f, s);
-        render_histogram(f, s);
+        for (int h = 0; h < STATS_N_HISTOGRAMS; h++)
+                render_histogram(f, s, (enum stats_histogram_kind)h);
         render_watches(f, s);
         if (fclose(f) != 0) {
                 free(text);

@@ -35,6 +35,18 @@ enum stats_gauge {
 #define STATS_MAX_WATCHES 10
 #define STATS_N_BUCKETS 12
 
+enum stats_histogram_kind {
+        STATS_H_SIMULATE,    /* simulate_run per round */
+        STATS_H_START,       /* a claim's first pending pod to its VM's start call */
+        STATS_H_START_OWN,   /* the same minus the time spent waiting for API answers on its way */
+        STATS_N_HISTOGRAMS,
+};
+
+struct stats_histogram {
+        atomic_uint_fast64_t buckets[STATS_N_BUCKETS + 1]; /* last: +Inf */
+        atomic_uint_fast64_t count, sum_us;
+};
+
 /* Per watched resource, copied from its informer after each step. */
 struct stats_watch {
         char resource[32];
@@ -47,16 +59,14 @@ struct stats {
         atomic_int_fast64_t gauges[STATS_N_GAUGES];
         struct stats_watch watches[STATS_MAX_WATCHES];
         atomic_uint n_watches;
-        /* simulate_run duration histogram (seconds). */
-        atomic_uint_fast64_t sim_buckets[STATS_N_BUCKETS + 1]; /* last: +Inf */
-        atomic_uint_fast64_t sim_count, sim_sum_us;
+        struct stats_histogram histograms[STATS_N_HISTOGRAMS]; /* seconds */
 };
 
 void stats_init(struct stats *s);
 void stats_add(struct stats *s, enum stats_counter c, uint64_t n);
 void stats_set(struct stats *s, enum stats_gauge g, int64_t v);
 uint64_t stats_get(const struct stats *s, enum stats_counter c);
-void stats_observe_simulate(struct stats *s, double seconds);
+void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds);
 /* Register a watched resource before its informer thread starts; returns its slot (or NULL when full). */
 struct stats_watch *stats_watch_add(struct stats *s, const char *resource);
 

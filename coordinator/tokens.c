@@ -3,6 +3,7 @@
 #include "tokens.h"
 
 #include <errno.h>
+#include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,6 +41,16 @@ int tokens_generate(char id[TOKENS_ID_LEN + 1], char secret[TOKENS_SECRET_LEN + 
                 return r;
         memcpy(id, i, sizeof i);
         memcpy(secret, s, sizeof s);
+        return 0;
+}
+
+int tokens_id_for(const char *claim_uid, char id[TOKENS_ID_LEN + 1]) {
+        unsigned char digest[32];
+        if (gnutls_hash_fast(GNUTLS_DIG_SHA256, claim_uid, strlen(claim_uid), digest) < 0)
+                return -EIO;
+        for (size_t i = 0; i < TOKENS_ID_LEN; i++)
+                id[i] = alphabet[digest[i] % 36];
+        id[TOKENS_ID_LEN] = '\0';
         return 0;
 }
 

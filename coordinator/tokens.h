@@ -20,6 +20,11 @@
 /* A random token id (6 of [a-z0-9]) and secret (16 of [a-z0-9]) from getrandom(2). 0 or -errno. */
 int tokens_generate(char id[TOKENS_ID_LEN + 1], char secret[TOKENS_SECRET_LEN + 1]);
 
+/* The token id of a NodeClaim: 6 of [a-z0-9] derived from its UID (SHA-256), so that a launch that runs again
+ * after a crash finds the token an earlier run made by name. Token ids are public; the secret stays random.
+ * 0 or -EIO. Pure. */
+int tokens_id_for(const char *claim_uid, char id[TOKENS_ID_LEN + 1]);
+
 /* The Secret kube-system/bootstrap-token-<id> (type bootstrap.kubernetes.io/token) with token-id, token-secret,
  * expiration (RFC 3339, expires_ms), usage-bootstrap-authentication and usage-bootstrap-signing "true" (kubeadm
  * discovery needs the signing usage: the seed's issue #87), auth-extra-groups, a description, and the claim

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Threads: a client owns one CURL easy handle and its connection cache, so it is NOT thread-safe.
  * Each thread creates and uses its own client. Creating and freeing clients from several threads at once is
@@ -99,3 +100,8 @@ char *http_client_escape(const char *s);
  * 405/415/501 -EOPNOTSUPP, 409 -EEXIST, 410 -EIDRM, 429 -EBUSY, anything else -EIO. Each API client
  * refines the cases its server gives a special meaning. Pure. */
 int http_status_errno(long status);
+
+/* Microseconds the calling thread has spent inside requests (connect, send, wait for and read the answer;
+ * http_client_request and http_client_request_multipart, not streams) since it started. A caller takes the
+ * difference across a piece of work to tell waiting for a peer from its own time. */
+int64_t http_client_thread_wait_us(void);

@@ -147,7 +147,7 @@ class LauncherHappyPathTest(unittest.TestCase):
         self.assertEqual(w.secrets(), [], "join tokens not deleted after Initialized")
         self.assertGreater(len(w.claim(BIG[0])["status"]["placement"]["numa"]), 1, "128 GiB spans NUMA nodes")
         calls = w.sim.admin("GET", "/calls").json["pve"]
-        for endpoint in ("POST /nodes/{node}/qemu/{vmid}/clone", "POST /nodes/{node}/qemu/{vmid}/config",
+        for endpoint in ("POST /nodes/{node}/qemu/{vmid}/clone", "PUT /nodes/{node}/qemu/{vmid}/config",
                          "POST /nodes/{node}/storage/{storage}/upload", "POST /nodes/{node}/qemu/{vmid}/status/start",
                          "PUT /nodes/{node}/qemu/{vmid}/firewall/options", "POST /nodes/{node}/qemu/{vmid}/firewall/rules",
                          "PUT /nodes/{node}/qemu/{vmid}/resize"):

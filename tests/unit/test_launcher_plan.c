@@ -208,6 +208,18 @@ static void test_tokens(void **state) {
         json_decref(bad);
 }
 
+static void test_token_id_for_claim(void **state) {
+        (void)state;
+        char a[TOKENS_ID_LEN + 1], again[TOKENS_ID_LEN + 1], b[TOKENS_ID_LEN + 1];
+        assert_int_equal(tokens_id_for("6f1c2a4e-0000-4000-8000-000000000001", a), 0);
+        assert_int_equal(tokens_id_for("6f1c2a4e-0000-4000-8000-000000000001", again), 0);
+        assert_int_equal(tokens_id_for("6f1c2a4e-0000-4000-8000-000000000002", b), 0);
+        assert_string_equal(a, again);             /* found again by name after a crash */
+        assert_string_not_equal(a, b);             /* another claim, another token */
+        assert_int_equal(strlen(a), TOKENS_ID_LEN);
+        assert_int_equal(strspn(a, "abcdefghijklmnopqrstuvwxyz0123456789"), TOKENS_ID_LEN); /* kubeadm's [a-z0-9]{6} */
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_numa_from_agent_and_params),
@@ -220,6 +232,7 @@ int main(void) {
                 cmocka_unit_test(test_backoff_and_times),
                 cmocka_unit_test(test_conditions),
                 cmocka_unit_test(test_tokens),
+                cmocka_unit_test(test_token_id_for_claim),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,9 +27,11 @@ static void test_render(void **state) {
         stats_add(&s, STATS_LAUNCH_FAILED, 1);
         stats_add(&s, STATS_AGENT_ERRORS, 2);
         stats_set(&s, STATS_PENDING_PODS, 17);
-        stats_observe_simulate(&s, 0.003);
-        stats_observe_simulate(&s, 0.2);
-        stats_observe_simulate(&s, 60);
+        stats_observe(&s, STATS_H_SIMULATE, 0.003);
+        stats_observe(&s, STATS_H_SIMULATE, 0.2);
+        stats_observe(&s, STATS_H_SIMULATE, 60);
+        stats_observe(&s, STATS_H_START, 1.05);
+        stats_observe(&s, STATS_H_START_OWN, 0.4);
         struct stats_watch *w = stats_watch_add(&s, "pods");
         atomic_store(&w->relists_410, 4);
         atomic_store(&w->synced, 1);
@@ -48,6 +50,11 @@ static void test_render(void **state) {
         assert_non_null(strstr(t, "simulate_duration_seconds_bucket{le=\"0.25\"} 2\n"));
         assert_non_null(strstr(t, "simulate_duration_seconds_bucket{le=\"5\"} 2\n"));
         assert_non_null(strstr(t, "simulate_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+        /* Each histogram counts only its own observations. */
+        assert_non_null(strstr(t, "\npvescale_coordinator_launch_start_seconds_bucket{le=\"1\"} 0\n"));
+        assert_non_null(strstr(t, "\npvescale_coordinator_launch_start_seconds_bucket{le=\"1.1\"} 1\n"));
+        assert_non_null(strstr(t, "\npvescale_coordinator_launch_start_seconds_count 1\n"));
+        assert_non_null(strstr(t, "\npvescale_coordinator_launch_start_own_seconds_bucket{le=\"0.5\"} 1\n"));
         assert_non_null(strstr(t, "simulate_duration_seconds_count 3\n"));
         /* One HELP and one TYPE line per family, even with several label sets. */
         assert_int_equal(count(t, "# TYPE pvescale_coordinator_launches_total counter\n"), 1);
@@ -70,7 +77,7 @@ static void test_render(void **state) {
                 char *p = strstr(name, "_bucket");
                 if (!p)
                         p = strstr(name, "_sum");
-                if (!p && strstr(name, "duration_seconds_count"))
+                if (!p && strstr(name, "seconds_count")) /* histograms: *_seconds_count */
                         p = strstr(name, "_count");
                 if (p)
                         *p = '\0';

@@ -1,0 +1,125 @@
+/* latency: per NodeClaim start latency, split into API waits and the coordinator's own time. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "latency.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LATENCY_FORGET_MS (60L * 60 * 1000) /* a claim never started (failed, deleted) is dropped after this */
+
+struct latency_entry {
+        char *claim;
+        int64_t origin_ms, wait_us;
+};
+
+struct latency {
+        pthread_mutex_t mu;
+        struct latency_entry *items;
+        size_t n, cap;
+};
+
+int64_t latency_now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int latency_new(struct latency **ret) {
+        struct latency *l = calloc(1, sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        pthread_mutex_init(&l->mu, NULL);
+        *ret = l;
+        return 0;
+}
+
+void latency_free(struct latency *l) {
+        if (!l)
+                return;
+        for (size_t i = 0; i < l->n; i++)
+                free(l->items[i].claim);
+        free(l->items);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+}
+
+static struct latency_entry *find(struct latency *l, const char *claim) {
+        for (size_t i = 0; i < l->n; i++)
+                if (strcmp(l->items[i].claim, claim) == 0)
+                        return &l->items[i];
+        return NULL;
+}
+
+static void remove_at(struct latency *l, size_t i) {
+        free(l->items[i].claim);
+        l->items[i] = l->items[--l->n];
+}
+
+static void forget_old(struct latency *l, int64_t now_ms) {
+        for (size_t i = 0; i < l->n;)
+                if (now_ms - l->items[i].origin_ms > LATENCY_FORGET_MS)
+                        remove_at(l, i);
+                else
+                        i++;
+}
+
+static int append(struct latency *l, const char *claim, int64_t origin_ms, int64_t wait_us) {
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 64;
+                struct latency_entry *a = realloc(l->items, cap * sizeof *a);
+                if (!a)
+                        return -ENOMEM;
+                l->items = a;
+                l->cap = cap;
+        }
+        char *name = strdup(claim);
+        if (!name)
+                return -ENOMEM;
+        l->items[l->n++] = (struct latency_entry){ name, origin_ms, wait_us };
+        return 0;
+}
+
+void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, int64_t wait_us) {
+        if (!l || !claim)
+                return;
+        pthread_mutex_lock(&l->mu);
+        forget_old(l, latency_now_ms());
+        struct latency_entry *e = find(l, claim);
+        if (e) {
+                e->origin_ms = origin_ms;
+                e->wait_us = wait_us;
+        } else {
+                (void)append(l, claim, origin_ms, wait_us); /* accounting only: ENOMEM loses one sample */
+        }
+        pthread_mutex_unlock(&l->mu);
+}
+
+void latency_add_wait(struct latency *l, const char *claim, int64_t wait_us) {
+        if (!l || !claim)
+                return;
+        pthread_mutex_lock(&l->mu);
+        struct latency_entry *e = find(l, claim);
+        if (e)
+                e->wait_us += wait_us;
+        pthread_mutex_unlock(&l->mu);
+}
+
+int latency_finish(struct latency *l, const char *claim, int64_t now_ms, int64_t extra_wait_us, int64_t *ret_total_ms,
+                   int64_t *ret_wait_ms) {
+        int r = -ENOENT;
+        if (!l || !claim)
+                return r;
+        pthread_mutex_lock(&l->mu);
+        struct latency_entry *e = find(l, claim);
+        if (e) {
+                *ret_total_ms = now_ms - e->origin_ms;
+                *ret_wait_ms = (e->wait_us + extra_wait_us) / 1000;
+                remove_at(l, (size_t)(e - l->items));
+                r = 0;
+        }
+        pthread_mutex_unlock(&l->mu);
+        return r;
+}
