@@ -93,6 +93,14 @@ static bool initialized(const json_t *claim) {
         return kube_condition_true(json_object_get(claim, "status"), "Initialized");
 }
 
+/* The event of the launcher's own last status write: the launcher has already queued what comes next. */
+static bool own_write(struct controller *c, enum kube_watch_event ev, const json_t *claim) {
+        const json_t *meta = json_object_get(claim, "metadata");
+        return ev == KUBE_EVENT_MODIFIED && c->launcher && c->ops && c->ops->wrote &&
+               c->ops->wrote(c->launcher, json_string_value(json_object_get(meta, "name")),
+                             json_string_value(json_object_get(meta, "resourceVersion")));
+}
+
 static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {
         bool was = prev && initialized(prev);
         if (ev == KUBE_EVENT_DELETED) {
@@ -103,7 +111,8 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
         } else {
                 if (initialized(claim) && !was)
                         stats_add(c->stats, STATS_LAUNCH_INITIALIZED, 1);
-                controller__enqueue_locked(c, claim);
+                if (!own_write(c, ev, claim))
+                        controller__enqueue_locked(c, claim);
         }
         stats_set(c->stats, STATS_NODECLAIMS, (int64_t)json_object_size(c->store[K_CLAIMS]));
 }

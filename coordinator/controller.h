@@ -20,6 +20,7 @@ struct controller_launcher_ops {
         void (*destroy)(struct launcher *l);
         int (*reconcile)(struct launcher *l, const json_t *claim, int64_t *ret_requeue_ms);
         int (*collect_garbage)(struct launcher *l, const json_t *claims);
+        bool (*wrote)(struct launcher *l, const char *claim, const char *rv); /* may be NULL */
         bool (*backoff_active)(const struct launcher *l, const char *nodepool, const char *host, int64_t now_ms,
                                int64_t *ret_until_ms);
 };

@@ -49,6 +49,11 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         pthread_mutex_init(&l->mu, NULL);
         pthread_mutex_init(&l->iso_mu, NULL);
         launcher_cache_init(&l->cache);
+        l->written = json_object();
+        if (!l->written) {
+                launcher_free(l);
+                return -ENOMEM;
+        }
         *ret = l;
         return 0;
 }
@@ -66,6 +71,7 @@ void launcher_free(struct launcher *l) {
         pthread_mutex_destroy(&l->mu);
         pthread_mutex_destroy(&l->iso_mu);
         launcher_cache_done(&l->cache);
+        json_decref(l->written);
         free(l);
 }
 
@@ -263,6 +269,30 @@ static int apply_changes(json_t *obj, json_t *changes, int64_t now) {
         return 0;
 }
 
+static const char *claim_rv(const json_t *claim) {
+        return json_string_value(json_object_get(json_object_get(claim, "metadata"), "resourceVersion"));
+}
+
+/* Remember (or, with rv NULL, forget) the resourceVersion of our own last write of a claim. */
+static void note_written(struct launcher *l, const char *name, const char *rv) {
+        if (!name || !name[0])
+                return;
+        pthread_mutex_lock(&l->mu);
+        if (rv)
+                json_object_set_new(l->written, name, json_string(rv));
+        else
+                json_object_del(l->written, name);
+        pthread_mutex_unlock(&l->mu);
+}
+
+bool launcher_wrote(struct launcher *l, const char *name, const char *rv) {
+        pthread_mutex_lock(&l->mu);
+        const char *mine = json_string_value(json_object_get(l->written, name ? name : ""));
+        bool same = mine && rv && strcmp(mine, rv) == 0;
+        pthread_mutex_unlock(&l->mu);
+        return same;
+}
+
 static void replace_claim(struct lctx *c, json_t *fresh) {
         json_decref(c->claim);
         c->claim = fresh;
@@ -298,9 +328,10 @@ int launcher_commit(struct lctx *c, json_t *changes) {
                 if (r == 0)
                         r = kube_update(c->kube, &kube_nodeclaims, NULL, "status", obj, &stored);
                 json_decref(obj);
-                if (r == 0)
+                if (r == 0) {
+                        note_written(c->l, c->name, claim_rv(stored));
                         replace_claim(c, stored);
-                else if (r == -ESTALE)
+                } else if (r == -ESTALE)
                         r = refresh_after_conflict(c) ?: -ESTALE;
                 else
                         launcher_errf(c, r, "PUT NodeClaim %s status: %s", c->name, kube_client_error(c->kube));
@@ -562,8 +593,9 @@ static int reconcile_once(struct lctx *c) {
 }
 
 /* The claim as the API server has it now: the caller's copy may lag behind our own last status write, and a
- * step must never run twice from an old status. NULL (with *ret_err 0) when the claim is gone. */
-static json_t *fresh_claim(struct kube_client *kube, const json_t *claim, int *ret_err) {
+ * step must never run twice from an old status. The caller's copy will do when it is our last write (a newer
+ * write by someone else would fail ours with a conflict). NULL (with *ret_err 0) when the claim is gone. */
+static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const json_t *claim, int *ret_err) {
         const json_t *meta = json_object_get(claim, "metadata");
         const char *name = json_string_value(json_object_get(meta, "name"));
         const char *step = json_string_value(json_object_get(json_object_get(claim, "status"), "launchStep"));
@@ -571,7 +603,11 @@ static json_t *fresh_claim(struct kube_client *kube, const json_t *claim, int *r
         *ret_err = 0;
         if (step && strcmp(step, STEP_INITIALIZED) == 0 && !json_object_get(meta, "deletionTimestamp"))
                 return json_deep_copy(claim); /* nothing left to do but notice a deletion, which comes as an update */
+        if (launcher_wrote(l, name, claim_rv(claim)) && !json_object_get(meta, "deletionTimestamp"))
+                return json_deep_copy(claim);
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
+        if (r == -ENOENT)
+                note_written(l, name, NULL);
         if (r < 0 && r != -ENOENT)
                 *ret_err = log_error_errno(r, "launcher: GET NodeClaim %s: %s", name ? name : "?", kube_client_error(kube));
         return fresh;
@@ -583,7 +619,7 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
         c.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
         if (!c.kube)
                 return -EINVAL;
-        c.claim = fresh_claim(c.kube, claim, &r);
+        c.claim = fresh_claim(l, c.kube, claim, &r);
         if (!c.claim) {
                 if (r == 0)
                         *ret_requeue_ms = 0; /* gone */

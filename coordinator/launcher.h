@@ -79,6 +79,10 @@ void launcher_free(struct launcher *l);
  * Returns 0 with *ret_requeue_ms = how soon to call again (0 = nothing pending), or a negative errno. */
 int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_requeue_ms);
 
+/* Is rv the resourceVersion of this launcher's own last status write of the claim? The controller skips the
+ * watch event of such a write (the launcher already knows what it wrote and when to come back). */
+bool launcher_wrote(struct launcher *l, const char *claim, const char *rv);
+
 /* Periodic clean-up given every NodeClaim (a JSON array): delete VMs tagged `pvescale` that no claim owns and
  * that are older than orphan_vm_age_ms; release agent reservations whose owner claim is gone. */
 int launcher_collect_garbage(struct launcher *l, const json_t *claims);

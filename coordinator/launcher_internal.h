@@ -77,6 +77,7 @@ struct launcher {
         size_t n_seen, cap_seen;
         pthread_mutex_t iso_mu; /* libisofs is process-wide */
         struct launcher_cache cache;
+        json_t *written; /* claim name → resourceVersion of this process's last status write (with mu) */
 };
 
 /* One reconcile of one claim. */

@@ -10,6 +10,7 @@ const struct controller_launcher_ops *main_launcher_ops(void) {
                 .destroy = launcher_free,
                 .reconcile = launcher_reconcile,
                 .collect_garbage = launcher_collect_garbage,
+                .wrote = launcher_wrote,
                 .backoff_active = launcher_backoff_active,
         };
         return &ops;

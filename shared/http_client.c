@@ -4,7 +4,6 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,39 +124,6 @@ static int copy_headers(struct http_client *c, const char *const *headers) {
         return 0;
 }
 
-/* ---- TLS sessions shared by every client of the process ---- */
-
-/* A new connection to a peer that another client (another thread) has talked to resumes that TLS session
- * instead of a full handshake (no certificate chain to parse and verify again). Connections themselves stay per
- * client: libcurl does not support sharing them between concurrent threads. Lives until the process exits. */
-static CURLSH *tls_share;
-static pthread_mutex_t tls_share_locks[CURL_LOCK_DATA_LAST];
-static pthread_once_t tls_share_once = PTHREAD_ONCE_INIT;
-
-static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *userptr) {
-        (void)h, (void)access, (void)userptr;
-        pthread_mutex_lock(&tls_share_locks[data]);
-}
-
-static void share_unlock(CURL *h, curl_lock_data data, void *userptr) {
-        (void)h, (void)userptr;
-        pthread_mutex_unlock(&tls_share_locks[data]);
-}
-
-static void tls_share_init(void) {
-        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-                pthread_mutex_init(&tls_share_locks[i], NULL);
-        CURLSH *sh = curl_share_init();
-        if (sh && (curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
-                   curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
-                   curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK ||
-                   curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK)) {
-                curl_share_cleanup(sh);
-                sh = NULL; /* an optimisation only: clients work without it */
-        }
-        tls_share = sh;
-}
-
 static int client_init(struct http_client *c, const struct http_client_options *o) {
         c->ca_file = dup_or_null(o->ca_file);
         c->cert_file = dup_or_null(o->cert_file);
@@ -175,10 +141,7 @@ static int client_init(struct http_client *c, const struct http_client_options *
         if (r < 0)
                 return r;
         c->curl = curl_easy_init();
-        if (!c->curl)
-                return -EIO;
-        pthread_once(&tls_share_once, tls_share_init);
-        return 0;
+        return c->curl ? 0 : -EIO;
 }
 
 int http_client_new(const struct http_client_options *opts, struct http_client **ret_client) {
@@ -423,8 +386,6 @@ static void set_common(struct http_client *c, struct transfer *t, const char *ur
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        if (tls_share)
-                curl_easy_setopt(h, CURLOPT_SHARE, tls_share);
         /* PVE carries its error text in the HTTP/1.1 reason phrase, which HTTP/2 does not have. */
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
