@@ -3,6 +3,7 @@
 import base64
 import collections
 import copy
+import decimal
 import hmac
 import json
 import queue
@@ -107,7 +108,19 @@ BUILTIN = [
 POD_MUTABLE = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds")
 
 
+_IMMUTABLE = frozenset((str, int, float, bool, type(None), decimal.Decimal))
+
+
 def _copy(o):
+    """Deep copy of a JSON-like value: dicts and lists are rebuilt, immutable scalars shared, anything else
+    goes through copy.deepcopy. Several times faster than copy.deepcopy (no memo, no dispatch table)."""
+    t = type(o)
+    if t is dict:
+        return {k: (v if type(v) in _IMMUTABLE else _copy(v)) for k, v in o.items()}
+    if t is list:
+        return [v if type(v) in _IMMUTABLE else _copy(v) for v in o]
+    if t in _IMMUTABLE:
+        return o
     return copy.deepcopy(o)
 
 
