@@ -19,7 +19,8 @@ RUN = os.path.join(HERE, "run")
 FAST = ["auth_delay_seconds=0.2", "clone_seconds=0.2", "stats_delay_seconds=0.3", "join_delay_seconds=0.2",
         "ready_delay_seconds=0.2", "notready_delay_seconds=0.1", "pod_start_seconds=0.1",
         "create_seconds=0.05", "destroy_seconds=0.05", "start_seconds=0.0", "shutdown_seconds=0.05",
-        "controller_interval_seconds=0.05", "scheduler_retry_seconds=0.1", "podgc_seconds=0.2"]
+        "controller_interval_seconds=0.05", "scheduler_retry_seconds=0.1", "podgc_seconds=0.2",
+        "scheduler_backoff_seconds=0.05", "scheduler_max_backoff_seconds=0.5"]
 
 
 def wait_for(fn, timeout=15.0, interval=0.05, what="condition"):

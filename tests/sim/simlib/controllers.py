@@ -2,7 +2,6 @@
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import collections
-import copy
 import os
 import random
 import re
@@ -16,6 +15,7 @@ from decimal import Decimal
 
 from . import selectors as sel
 from . import util
+from .kube import _copy
 from .kubehooks import pod_requests, pod_ready, set_condition
 
 TOKEN_RE = re.compile(r"(?<![a-z0-9])([a-z0-9]{6})\.([a-z0-9]{16})(?![a-z0-9])")
@@ -104,9 +104,14 @@ class Controllers:
         self.iso_cache = {}
         self.pod_bound_at = {}
         self.pod_running_at = {}
-        self.last_sched = {}
         self.node_gone_at = {}
-        self.unschedulable_msgs = {}
+        # scheduler: per pending pod uid {attempts, last, gen, rv, memo: {node: (key, reasons)}}
+        self.sched = {}
+        self.sched_gen = 0
+        self.node_snap = {}
+        self.node_ver = collections.Counter()
+        self.dom_ver = collections.Counter()
+        self.req_cache = {}
         self.thread = threading.Thread(target=self._loop, name="controllers", daemon=True)
         self.wake = threading.Event()
 
@@ -342,7 +347,7 @@ class Controllers:
             return
         ready = _node_ready(node)
         if ready != "True" and now - ks["registered_at"] >= float(self.w.knob("ready_delay_seconds")):
-            new = copy.deepcopy(node)
+            new = _copy(node)
             new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(True))
             self.commit("nodes", node, new)
             if ks["state"] != "ready":
@@ -372,7 +377,7 @@ class Controllers:
             except Exception as e:
                 util.log("lease create failed: %s" % e, 2)
             return
-        new = copy.deepcopy(cur)
+        new = _copy(cur)
         new["spec"]["renewTime"] = now
         self.commit("leases", cur, new, "coordination.k8s.io")
 
@@ -391,7 +396,7 @@ class Controllers:
         if vm.deleted and self.w.knob("ccm_delete_nodes"):
             self.s.delete(self.rt("nodes"), None, ks["node"])
             return
-        new = copy.deepcopy(node)
+        new = _copy(node)
         new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(False, unknown=True))
         self.commit("nodes", node, new)
         self.w.report.node_event(ks["node"], "notready", vm)
@@ -412,7 +417,7 @@ class Controllers:
             managed = [t for t in taints if t not in keep]
             if [(t["key"], t["effect"]) for t in managed] == [(t["key"], t["effect"]) for t in want]:
                 continue
-            new = copy.deepcopy(node)
+            new = _copy(node)
             stamp = util.rfc3339()
             new.setdefault("spec", {})["taints"] = keep + [dict(t, timeAdded=stamp) if t["effect"] == "NoExecute" else t
                                                            for t in want]
@@ -438,7 +443,7 @@ class Controllers:
                     continue
                 first = self.pod_bound_at.setdefault(("del", uid), now)
                 if now - first >= float(self.w.knob("pod_termination_seconds")) or node is None:
-                    new = copy.deepcopy(pod)
+                    new = _copy(pod)
                     new["metadata"]["deletionGracePeriodSeconds"] = 0
                     st = new.setdefault("status", {})
                     if st.get("phase") == "Running":
@@ -454,20 +459,20 @@ class Controllers:
                 self._run_pod(pod, node)
             elif phase == "Running":
                 if pod_ready(pod) != nready:
-                    new = copy.deepcopy(pod)
+                    new = _copy(pod)
                     for t in ("Ready", "ContainersReady"):
                         set_condition(new["status"]["conditions"], t, "True" if nready else "False")
                     self.commit("pods", pod, new)
                 rs = (md.get("annotations") or {}).get("sim.pvescale.io/run-seconds")
                 if rs and now - self.pod_running_at.get(uid, now) >= float(rs):
-                    new = copy.deepcopy(pod)
+                    new = _copy(pod)
                     new["status"]["phase"] = "Succeeded"
                     for t in ("Ready", "ContainersReady"):
                         set_condition(new["status"]["conditions"], t, "False", "PodCompleted")
                     self.commit("pods", pod, new)
 
     def _run_pod(self, pod, node):
-        new = copy.deepcopy(pod)
+        new = _copy(pod)
         st = new.setdefault("status", {})
         now = util.rfc3339()
         st["phase"] = "Running"
@@ -534,7 +539,7 @@ class Controllers:
             st["observedGeneration"] = pdb["metadata"].get("generation", 1)
             if all(cur.get(k) == v for k, v in st.items()) and cur.get("conditions"):
                 continue
-            new = copy.deepcopy(pdb)
+            new = _copy(pdb)
             nst = new.setdefault("status", {})
             nst.update(st)
             conds = nst.setdefault("conditions", [])
@@ -574,7 +579,7 @@ class Controllers:
                                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": md["name"],
                                                          "uid": md["uid"], "controller": True,
                                                          "blockOwnerDeletion": True}]},
-                       "spec": copy.deepcopy(tspec)}
+                       "spec": _copy(tspec)}
                 pod["spec"]["nodeName"] = nn
                 pod["spec"]["tolerations"] = (tspec.get("tolerations") or []) + DS_TOLERATIONS
                 try:
@@ -594,7 +599,7 @@ class Controllers:
                 st["numberUnavailable"] = len(want) - ready
             cur = ds.get("status") or {}
             if any(cur.get(k) != v for k, v in st.items()) or ("numberUnavailable" in cur) != ("numberUnavailable" in st):
-                new = copy.deepcopy(ds)
+                new = _copy(ds)
                 new["status"] = st
                 self.commit("daemonsets", ds, new, "apps")
 
@@ -616,70 +621,151 @@ class Controllers:
                    and (p.get("status") or {}).get("phase", "Pending") == "Pending"
                    and not (p.get("spec") or {}).get("schedulingGates")]
         if not pending:
+            self.sched.clear()
             return
         for p in pending:
             self.w.report.pod_pending(p)
-        nodes = sorted(self.s.items("nodes"), key=lambda n: n["metadata"]["name"])
-        state_key = (self.s.rv,)
-        interval = float(self.w.knob("scheduler_retry_seconds"))
-        used = collections.defaultdict(lambda: collections.defaultdict(Decimal))
-        count = collections.Counter()
-        bound = collections.defaultdict(list)
-        for p in pods:
-            nn = (p.get("spec") or {}).get("nodeName")
-            if nn and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                for k, v in pod_requests(p).items():
-                    used[nn][k] += v
-                count[nn] += 1
-                bound[nn].append(p)
+        self.sched = {p["metadata"]["uid"]: self.sched[p["metadata"]["uid"]] for p in pending
+                      if p["metadata"]["uid"] in self.sched}
+        if len(self.sched) == len(pending) and all(now < st["last"] + self._backoff(st["attempts"])
+                                                   for st in self.sched.values()):
+            return  # every pending pod is backing off
+        t = _SchedTick(self.s.items("nodes"), pods, self._requests(pods))
+        t.key_tks = tuple(sorted(t.anti_tks | {tm.get("topologyKey") for p in pending for tm in _anti_terms(p)},
+                                 key=str))
+        self._track_nodes(t)
         pending.sort(key=lambda p: (-(p["spec"].get("priority") or 0), p["metadata"].get("creationTimestamp", ""),
                                     p["metadata"]["name"]))
-        node_by_name = {n["metadata"]["name"]: n for n in nodes}
+        interval = float(self.w.knob("scheduler_retry_seconds"))
         for pod in pending:
-            uid = pod["metadata"]["uid"]
-            last = self.last_sched.get(uid)
-            if last and now - last[0] < interval and last[1] == len(nodes):
+            st = self.sched.get(pod["metadata"]["uid"])
+            if st is not None and not self._sched_due(st, pod, now, interval):
                 continue
-            self.last_sched[uid] = (now, len(nodes))
-            reasons = collections.Counter()
-            feasible = []
-            req = pod_requests(pod)
-            for n in nodes:
-                r = self._filter(pod, n, req, used, count, bound, node_by_name)
-                if r:
-                    for x in r:
-                        reasons[x] += 1
-                else:
-                    feasible.append(n)
-            if feasible:
-                best = min(feasible, key=lambda n: (self._score(n, used, req), n["metadata"]["name"]))
-                nn = best["metadata"]["name"]
-                cur = self.s.find("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-                newp = self.w.kube_hooks.bind_pod(cur, nn)
-                for k, v in req.items():
-                    used[nn][k] += v
-                count[nn] += 1
-                bound[nn].append(newp)
-                self.event(newp, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
-                    pod["metadata"]["namespace"], pod["metadata"]["name"], nn))
-                self.last_sched.pop(uid, None)
+            self._schedule_one(pod, t, st, now)
+
+    def _requests(self, pods):
+        """pod_requests per uid, cached (a pod's requests cannot change after creation)."""
+        cache = {}
+        for p in pods:
+            uid = p["metadata"]["uid"]
+            r = self.req_cache.get(uid)
+            cache[uid] = r if r is not None else pod_requests(p)
+        self.req_cache = cache
+        return cache
+
+    def _backoff(self, attempts):
+        """kube-scheduler's per-pod backoff after `attempts` failed attempts (initial * 2^(n-1), capped)."""
+        if attempts <= 0:
+            return 0.0
+        initial = float(self.w.knob("scheduler_backoff_seconds"))
+        return min(initial * 2.0 ** min(attempts - 1, 60), float(self.w.knob("scheduler_max_backoff_seconds")))
+
+    def _sched_due(self, st, pod, now, interval):
+        if now < st["last"] + self._backoff(st["attempts"]):
+            return False
+        return (st["gen"] != self.sched_gen or st["rv"] != pod["metadata"]["resourceVersion"]
+                or now - st["last"] >= interval)
+
+    def _track_nodes(self, t):
+        """Compare each node (resourceVersion, labels, bound pods and their labels) with the last pass: a change
+        bumps the node's version; a change of the pods in a topology domain bumps that domain's version."""
+        cur = {}
+        for n in t.nodes:
+            nn = n["metadata"]["name"]
+            cur[nn] = (n["metadata"].get("resourceVersion"), n["metadata"].get("labels") or {},
+                       {q["metadata"]["uid"]: q["metadata"].get("labels") for q in t.bound.get(nn, ())})
+        prev = self.node_snap
+        for nn in set(prev) | set(cur):
+            a, b = prev.get(nn), cur.get(nn)
+            if a == b:
                 continue
-            if not nodes:
-                msg = "no nodes available to schedule pods"
+            self.sched_gen += 1
+            self.node_ver[nn] += 1
+            if a is not None and b is not None and a[1:] == b[1:]:
+                continue
+            for snap in (a, b):
+                if snap is not None and snap[2]:
+                    self._bump_domains(snap[1])
+        self.node_snap = cur
+
+    def _bump_domains(self, labels):
+        for kv in labels.items():
+            self.dom_ver[kv] += 1
+
+    def _node_key(self, t, node):
+        """What a memoized filter result for this node depends on besides the pod itself."""
+        nn = node["metadata"]["name"]
+        k = t.keys.get(nn)
+        if k is None:
+            labels = node["metadata"].get("labels") or {}
+            k = (node["metadata"].get("resourceVersion"), self.node_ver[nn], t.key_tks,
+                 tuple(self.dom_ver.get((tk, labels[tk]), 0) if tk in labels else -1 for tk in t.key_tks))
+            t.keys[nn] = k
+        return k
+
+    def _schedule_one(self, pod, t, st, now):
+        md = pod["metadata"]
+        uid = md["uid"]
+        if st is None:
+            st = self.sched[uid] = {"attempts": 0, "last": 0.0, "gen": -1, "rv": None, "memo": {}}
+        req = self.req_cache[uid]
+        positive = _positive_index(pod, t)
+        old = st["memo"] if positive is None and st["rv"] == md["resourceVersion"] else {}
+        memo = {}
+        reasons = collections.Counter()
+        feasible = []
+        for n in t.nodes:
+            nn = n["metadata"]["name"]
+            key = self._node_key(t, n)
+            m = old.get(nn)
+            r = m[1] if m is not None and m[0] == key else self._filter(pod, n, req, t, positive)
+            if r:
+                memo[nn] = (key, r)
+                for x in r:
+                    reasons[x] += 1
             else:
-                parts = sorted("%d %s" % (c, r) for r, c in reasons.items())
-                msg = "0/%d nodes are available: %s." % (len(nodes), ", ".join(parts))
-            self._mark_unschedulable(pod, msg)
+                feasible.append(n)
+        if feasible:
+            best = min(feasible, key=lambda n: (self._score(n, t.used, req), n["metadata"]["name"]))
+            self._bind(pod, best["metadata"]["name"], t, req)
+            return
+        st.update(attempts=st["attempts"] + 1, last=now, gen=self.sched_gen, memo=memo)
+        if not t.nodes:
+            msg = "no nodes available to schedule pods"
+        else:
+            parts = sorted("%d %s" % (c, r) for r, c in reasons.items())
+            msg = "0/%d nodes are available: %s." % (len(t.nodes), ", ".join(parts))
+        st["rv"] = self._mark_unschedulable(pod, msg)
+
+    def _bind(self, pod, nn, t, req):
+        md = pod["metadata"]
+        cur = self.s.find("pods", md["namespace"], md["name"])
+        newp = self.w.kube_hooks.bind_pod(cur, nn)
+        t.add(newp, nn, req)
+        self.sched.pop(md["uid"], None)
+        self.sched_gen += 1
+        self.node_ver[nn] += 1
+        node = t.by_name[nn]
+        self._bump_domains(node["metadata"].get("labels") or {})
+        snap = self.node_snap.get(nn)
+        if snap is not None:
+            pods = dict(snap[2])
+            pods[md["uid"]] = newp["metadata"].get("labels")
+            self.node_snap[nn] = (snap[0], snap[1], pods)
+        self.event(newp, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (md["namespace"], md["name"], nn))
 
     def _mark_unschedulable(self, pod, msg):
+        """Set PodScheduled=False with msg (and a FailedScheduling event) unless it says so already; returns the
+        pod's resourceVersion afterwards."""
         for c in (pod.get("status") or {}).get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == msg:
-                return
-        new = copy.deepcopy(pod)
+                return pod["metadata"]["resourceVersion"]
+        new = _copy(pod)
         conds = new.setdefault("status", {}).setdefault("conditions", [])
         set_condition(conds, "PodScheduled", "False", "Unschedulable", msg)
-        self.commit("pods", pod, new)
+        res = self.commit("pods", pod, new)
         self.event(new, "Warning", "FailedScheduling", msg)
+        return res["metadata"]["resourceVersion"]
 
     def _score(self, node, used, req):
         alloc = (node.get("status") or {}).get("allocatable") or {}
@@ -691,71 +777,146 @@ class Controllers:
                 frac += (used[nn][r] + req.get(r, 0)) / a
         return frac
 
-    def _filter(self, pod, node, req, used, count, bound, node_by_name):
+    def _filter(self, pod, node, req, t, positive):
         spec = pod.get("spec") or {}
         nspec = node.get("spec") or {}
         tol = spec.get("tolerations") or []
         if nspec.get("unschedulable") and not tolerates(tol, {"key": "node.kubernetes.io/unschedulable",
                                                                "effect": "NoSchedule"}):
             return ["node(s) were unschedulable"]
-        for t in nspec.get("taints") or []:
-            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tol, t):
-                return ["node(s) had untolerated taint {%s: %s}" % (t.get("key"), t.get("value", ""))]
+        for tn in nspec.get("taints") or []:
+            if tn.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tol, tn):
+                return ["node(s) had untolerated taint {%s: %s}" % (tn.get("key"), tn.get("value", ""))]
         if not _node_affinity_ok(spec, node):
             return ["node(s) didn't match Pod's node affinity/selector"]
         alloc = (node.get("status") or {}).get("allocatable") or {}
         nn = node["metadata"]["name"]
         out = []
-        if count[nn] + 1 > int(_q(alloc.get("pods", "0"))):
+        if t.count[nn] + 1 > int(_q(alloc.get("pods", "0"))):
             out.append("Too many pods")
         for r, v in sorted(req.items()):
             if v <= 0:
                 continue
-            if used[nn][r] + v > _q(alloc.get(r)):
+            if t.used[nn][r] + v > _q(alloc.get(r)):
                 out.append("Insufficient %s" % r)
         if out:
             return out
-        return self._interpod(pod, node, bound, node_by_name)
+        return self._interpod(pod, node, t, positive)
 
-    def _interpod(self, pod, node, bound, node_by_name):
-        aff = (pod.get("spec") or {}).get("affinity") or {}
+    def _interpod(self, pod, node, t, positive):
         labels = node["metadata"].get("labels") or {}
         ns = pod["metadata"]["namespace"]
-        for term in (aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        for term, any_match, values in positive or ():
             tk = term.get("topologyKey")
-            any_match = False
-            ok = False
-            for q_node, qpods in bound.items():
-                qn = node_by_name.get(q_node)
-                if qn is None:
-                    continue
-                for q in qpods:
-                    if _term_matches(term, q, ns):
-                        any_match = True
-                        if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk]:
-                            ok = True
+            ok = tk in labels and labels[tk] in values
             if not ok and not (not any_match and _term_matches(term, pod, ns)):
                 return ["node(s) didn't match pod affinity rules"]
-        for term in (aff.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        uid = pod["metadata"]["uid"]
+        for term in _anti_terms(pod):
             tk = term.get("topologyKey")
-            for q_node, qpods in bound.items():
-                qn = node_by_name.get(q_node)
-                if qn is None or tk not in labels or (qn["metadata"].get("labels") or {}).get(tk) != labels[tk]:
-                    continue
-                if any(_term_matches(term, q, ns) for q in qpods if q["metadata"]["uid"] != pod["metadata"]["uid"]):
+            if tk not in labels:
+                continue
+            for q in t.domain(tk).get(labels[tk], ()):
+                if q["metadata"]["uid"] != uid and _term_matches(term, q, ns):
                     return ["node(s) didn't match pod anti-affinity rules"]
-        for q_node, qpods in bound.items():
-            qn = node_by_name.get(q_node)
+        for tk in t.anti_tks:
+            if tk not in labels:
+                continue
+            for q, term in t.anti.get((tk, labels[tk]), ()):
+                if _term_matches(term, pod, q["metadata"]["namespace"]):
+                    return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+        return None
+
+
+class _SchedTick:
+    """One scheduler pass: nodes, usage per node, bound pods, and the inter-pod (anti-)affinity indexes by
+    topology domain, kept up to date as the pass binds pods."""
+
+    def __init__(self, nodes, pods, requests):
+        self.nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
+        self.by_name = {n["metadata"]["name"]: n for n in self.nodes}
+        self.used = collections.defaultdict(lambda: collections.defaultdict(Decimal))
+        self.count = collections.Counter()
+        self.bound = collections.defaultdict(list)  # node name -> pods (also for names that are no node)
+        self.domains = {}  # topologyKey -> {value: [bound pods on nodes with that label]}, built on demand
+        self.anti = {}  # (topologyKey, value) -> [(bound pod, its required anti-affinity term)]
+        self.anti_tks = set()
+        self.key_tks = ()
+        self.keys = {}  # node name -> memo key, dropped on every bind
+        for p in pods:
+            nn = (p.get("spec") or {}).get("nodeName")
+            if nn and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                self._account(p, nn, requests[p["metadata"]["uid"]])
+                if nn in self.by_name:
+                    self._index_anti(p, self.by_name[nn])
+
+    def _account(self, p, nn, req):
+        for k, v in req.items():
+            self.used[nn][k] += v
+        self.count[nn] += 1
+        self.bound[nn].append(p)
+
+    def _index_anti(self, q, qn):
+        labels = qn["metadata"].get("labels") or {}
+        for term in _anti_terms(q):
+            tk = term.get("topologyKey")
+            self.anti_tks.add(tk)
+            if tk in labels:
+                self.anti.setdefault((tk, labels[tk]), []).append((q, term))
+
+    def domain(self, tk):
+        d = self.domains.get(tk)
+        if d is None:
+            d = {}
+            for nn, qpods in self.bound.items():
+                qn = self.by_name.get(nn)
+                labels = (qn["metadata"].get("labels") or {}) if qn is not None else {}
+                if tk in labels:
+                    d.setdefault(labels[tk], []).extend(qpods)
+            self.domains[tk] = d
+        return d
+
+    def add(self, p, nn, req):
+        self._account(p, nn, req)
+        qn = self.by_name[nn]
+        labels = qn["metadata"].get("labels") or {}
+        for tk, d in self.domains.items():
+            if tk in labels:
+                d.setdefault(labels[tk], []).append(p)
+        self._index_anti(p, qn)
+        self.keys.clear()
+
+
+def _anti_terms(pod):
+    return ((((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def _positive_index(pod, t):
+    """For each required podAffinity term: (term, any bound pod matches, topology values of the matching pods'
+    nodes), or None without such terms."""
+    terms = ((((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or [])
+    if not terms:
+        return None
+    ns = pod["metadata"]["namespace"]
+    out = []
+    for term in terms:
+        tk = term.get("topologyKey")
+        any_match = False
+        values = set()
+        for nn, qpods in t.bound.items():
+            qn = t.by_name.get(nn)
             if qn is None:
                 continue
+            qlabels = qn["metadata"].get("labels") or {}
             for q in qpods:
-                for term in (((q.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}).get(
-                        "requiredDuringSchedulingIgnoredDuringExecution") or []:
-                    tk = term.get("topologyKey")
-                    if tk in labels and (qn["metadata"].get("labels") or {}).get(tk) == labels[tk] \
-                            and _term_matches(term, pod, q["metadata"]["namespace"]):
-                        return ["node(s) didn't satisfy existing pods anti-affinity rules"]
-        return None
+                if _term_matches(term, q, ns):
+                    any_match = True
+                    if tk in qlabels:
+                        values.add(qlabels[tk])
+        out.append((term, any_match, values))
+    return out
 
 
 def _term_matches(term, pod, owner_ns):

@@ -47,6 +47,7 @@ KNOBS = {
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
     "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": True, "ccm_delete_nodes": False,
     "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1,
+    "scheduler_backoff_seconds": 1.0, "scheduler_max_backoff_seconds": 10.0,
 }
 
 
@@ -232,6 +233,45 @@ class World:
                              "counts": {"%s/%s" % k if k[0] else k[1]: len(v) for k, v in self.kube.objs.items()}}}
 
 
+class Created:
+    """An admin answer sent with 201 Created."""
+
+    def __init__(self, body):
+        self.body = body
+
+
+def create_pods(world, body):
+    """Create a burst of pods under one hold of the world lock, as a ReplicaSet or Job controller would: every
+    pod goes through the API's create path (validation, defaults, admission, watch events). All are checked
+    first (dry run); any error creates none and is reported as 400 naming the pod and the field."""
+    if not isinstance(body, dict) or not isinstance(body.get("pods"), list):
+        raise UsageError("body must be an object with a list \"pods\"")
+    ns = body.get("namespace", "default")
+    if not isinstance(ns, str) or not ns:
+        raise UsageError("\"namespace\" must be a non-empty string")
+    prt = world.kube.types[("", "pods")]
+    hooks = world.kube_hooks
+    hooks.field_validation = "Warn"
+    with world.lock:
+        names = set()
+        for i, obj in enumerate(body["pods"]):
+            try:
+                if not isinstance(obj, dict):
+                    raise kube.bad_request("pod is not an object")
+                world.kube_app._check_typemeta(prt, obj)
+                res = world.kube.create(prt, ns, kube._copy(obj), dry_run=True)
+            except kube.KubeError as e:
+                raise UsageError("pods[%d]: %s" % (i, e.message))
+            if (obj.get("metadata") or {}).get("name"):
+                name = res["metadata"]["name"]
+                if name in names:
+                    raise UsageError('pods[%d]: metadata.name: Duplicate value: "%s"' % (i, name))
+                names.add(name)
+        hooks.warnings = []
+        created = [world.kube.create(prt, ns, obj)["metadata"]["name"] for obj in body["pods"]]
+    return {"created": created}
+
+
 class _nolock:
     def __enter__(self):
         return self
@@ -252,13 +292,16 @@ class AdminApp:
         except ValueError:
             return req.reply_json(400, {"error": "body is not JSON"})
         p = req.path.rstrip("/")
+        code = 200
         try:
             out = self._route(req.method, p, body)
         except UsageError as e:
             return req.reply_json(400, {"error": str(e)})
         if out is None:
             return req.reply_json(404, {"error": "no such admin endpoint: %s %s" % (req.method, p)})
-        req.reply_json(200, out)
+        if isinstance(out, Created):
+            code, out = 201, out.body
+        req.reply_json(code, out)
 
     def _route(self, m, p, body):
         w = self.w
@@ -295,6 +338,8 @@ class AdminApp:
             down.add(host) if body.get("down", True) else down.discard(host)
             w.set_knobs({"hosts_down": sorted(down)})
             return {"ok": True, "hosts_down": sorted(down)}
+        if m == "POST" and p == "/actions/pods":
+            return Created(create_pods(w, body))
         if m == "POST" and p == "/actions/crash-vm":
             with w.lock:
                 w.crash_vm(body.get("region", "r1"), body.get("vmid"))
