@@ -385,7 +385,8 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
         snprintf(image, sizeof image, "%s/%u", c->host, tmpl);
         json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", image);
         free(upid);
-        return launcher_set_step(c, STEP_CLONING, ch);
+        r = launcher_set_step(c, STEP_CLONING, ch);
+        return r != 0 ? r : launcher_wait(c, 10); /* the clone task has only just begun */
 }
 
 /* The VMID already has a config: ours from an earlier run, someone's clone in progress, or someone else's. */

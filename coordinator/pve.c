@@ -284,9 +284,12 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
         long timeout = w && w->timeout_ms > 0 ? w->timeout_ms : PVE_DEFAULT_TASK_TIMEOUT_MS;
         int64_t deadline = monotonic_ms() + timeout;
         long poll = PVE_FIRST_POLL_MS < max_poll ? PVE_FIRST_POLL_MS : max_poll;
+        int r = sleep_ms(c, poll); /* a task never ends the moment it is issued: no poll is wasted on that */
+        if (r < 0)
+                return r;
         for (int failures = 0;;) {
                 struct pve_task_status st;
-                int r = pve_task_status(c, upid, &st);
+                r = pve_task_status(c, upid, &st);
                 if (r == 0 && !st.running)
                         return task_finished(c, upid, &st);
                 failures = r < 0 ? failures + 1 : 0;
