@@ -262,10 +262,10 @@ static void snapshot_done(struct snapshot *s) {
                 json_decref(s->arrays[k]);
 }
 
-static void claim_created(void *userdata, const json_t *claim, int64_t api_wait_us) {
+static void claim_created(void *userdata, const json_t *claim, const struct latency_waits *waits) {
         struct controller *c = userdata;
         const char *name = meta_str(claim, "name");
-        latency_begin(c->latency, name, c->round_origin_ms, api_wait_us);
+        latency_begin(c->latency, name, c->round_origin_ms, waits);
         pthread_mutex_lock(&c->mu);
         if (name && !json_object_get(c->store[K_CLAIMS], name)) {
                 json_object_set(c->store[K_CLAIMS], name, (json_t *)claim);
@@ -286,15 +286,17 @@ static void host_address(void *userdata, const char *region, const char *host, c
 static void round_locked(struct controller *c, struct provisioner *p) {
         struct snapshot s;
         struct provisioner_outcome out = { 0 };
-        c->round_origin_ms = c->batch.open ? c->batch.first_ms : controller__mono_ms();
+        int64_t now = controller__mono_ms(), span = c->batch.open ? c->batch.last_ms - c->batch.first_ms : 0;
+        c->round_origin_ms = c->batch.open ? c->batch.first_ms : now;
         size_t n = intake_batch_close(&c->batch);
         snapshot_take_locked(c, &s);
         pthread_mutex_unlock(&c->mu);
         int r = provisioner_run(p, &s.s, &out);
         if (r == 0)
-                log_info("batch of %zu new: %zu pending pods: %zu fit nodes, %zu in-flight claims, %zu on %zu new claims, "
-                         "%zu stay pending; %zu hosts (%zu by agents); simulation %.1f ms",
-                         n, out.candidates, out.on_nodes, out.on_inflight, out.on_new, out.claims_created, out.unplaced,
+                log_info("batch of %zu new (arriving over %lld ms, closed %lld ms after the first): %zu pending pods: "
+                         "%zu fit nodes, %zu in-flight claims, %zu on %zu new claims, %zu stay pending; %zu hosts (%zu by "
+                         "agents); simulation %.1f ms",
+                         n, (long long)span, (long long)(now - c->round_origin_ms), out.candidates, out.on_nodes, out.on_inflight, out.on_new, out.claims_created, out.unplaced,
                          out.hosts, out.hosts_from_agents, out.simulate_seconds * 1000);
         snapshot_done(&s);
         pthread_mutex_lock(&c->mu);

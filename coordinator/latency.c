@@ -2,8 +2,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "latency.h"
 
+#include "http_client.h"
+
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,7 +16,8 @@
 
 struct latency_entry {
         char *claim;
-        int64_t origin_ms, wait_us;
+        int64_t origin_ms;
+        struct latency_waits waits;
 };
 
 struct latency {
@@ -25,6 +30,25 @@ int64_t latency_now_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t run_delay_us(void) {
+        uint64_t cpu_ns, delay_ns;
+        FILE *f = fopen("/proc/thread-self/schedstat", "re");
+        int n = f ? fscanf(f, "%" SCNu64 " %" SCNu64, &cpu_ns, &delay_ns) : 0;
+        if (f)
+                fclose(f);
+        return n == 2 ? (int64_t)(delay_ns / 1000) : 0;
+}
+
+void latency_waits_now(struct latency_waits *ret) {
+        *ret = (struct latency_waits){ http_client_thread_wait_us(), run_delay_us() };
+}
+
+void latency_waits_since(const struct latency_waits *start, struct latency_waits *ret) {
+        struct latency_waits now;
+        latency_waits_now(&now);
+        *ret = (struct latency_waits){ now.api_us - start->api_us, now.cpu_us - start->cpu_us };
 }
 
 int latency_new(struct latency **ret) {
@@ -66,7 +90,7 @@ static void forget_old(struct latency *l, int64_t now_ms) {
                         i++;
 }
 
-static int append(struct latency *l, const char *claim, int64_t origin_ms, int64_t wait_us) {
+static int append(struct latency *l, const char *claim, int64_t origin_ms, const struct latency_waits *w) {
         if (l->n == l->cap) {
                 size_t cap = l->cap ? 2 * l->cap : 64;
                 struct latency_entry *a = realloc(l->items, cap * sizeof *a);
@@ -78,11 +102,11 @@ static int append(struct latency *l, const char *claim, int64_t origin_ms, int64
         char *name = strdup(claim);
         if (!name)
                 return -ENOMEM;
-        l->items[l->n++] = (struct latency_entry){ name, origin_ms, wait_us };
+        l->items[l->n++] = (struct latency_entry){ name, origin_ms, *w };
         return 0;
 }
 
-void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, int64_t wait_us) {
+void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, const struct latency_waits *w) {
         if (!l || !claim)
                 return;
         pthread_mutex_lock(&l->mu);
@@ -90,33 +114,35 @@ void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, int6
         struct latency_entry *e = find(l, claim);
         if (e) {
                 e->origin_ms = origin_ms;
-                e->wait_us = wait_us;
+                e->waits = *w;
         } else {
-                (void)append(l, claim, origin_ms, wait_us); /* accounting only: ENOMEM loses one sample */
+                (void)append(l, claim, origin_ms, w); /* accounting only: ENOMEM loses one sample */
         }
         pthread_mutex_unlock(&l->mu);
 }
 
-void latency_add_wait(struct latency *l, const char *claim, int64_t wait_us) {
+void latency_add_wait(struct latency *l, const char *claim, const struct latency_waits *w) {
         if (!l || !claim)
                 return;
         pthread_mutex_lock(&l->mu);
         struct latency_entry *e = find(l, claim);
-        if (e)
-                e->wait_us += wait_us;
+        if (e) {
+                e->waits.api_us += w->api_us;
+                e->waits.cpu_us += w->cpu_us;
+        }
         pthread_mutex_unlock(&l->mu);
 }
 
-int latency_finish(struct latency *l, const char *claim, int64_t now_ms, int64_t extra_wait_us, int64_t *ret_total_ms,
-                   int64_t *ret_wait_ms) {
+int latency_finish(struct latency *l, const char *claim, int64_t now_ms, const struct latency_waits *extra,
+                   struct latency_report *ret) {
         int r = -ENOENT;
         if (!l || !claim)
                 return r;
         pthread_mutex_lock(&l->mu);
         struct latency_entry *e = find(l, claim);
         if (e) {
-                *ret_total_ms = now_ms - e->origin_ms;
-                *ret_wait_ms = (e->wait_us + extra_wait_us) / 1000;
+                *ret = (struct latency_report){ now_ms - e->origin_ms, (e->waits.api_us + extra->api_us) / 1000,
+                                                (e->waits.cpu_us + extra->cpu_us) / 1000 };
                 remove_at(l, (size_t)(e - l->items));
                 r = 0;
         }

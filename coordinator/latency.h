@@ -7,17 +7,30 @@
 
 struct latency;
 
+/* What a thread has spent so far not doing its own work: inside API requests (and pauses between polls of
+ * running Proxmox tasks, http_client_thread_wait_us), and runnable but waiting for a CPU (the scheduler's
+ * run_delay of /proc/thread-self/schedstat; 0 where unavailable). Differences of two readings are what a piece
+ * of work spent on each. */
+struct latency_waits {
+        int64_t api_us, cpu_us;
+};
+void latency_waits_now(struct latency_waits *ret);
+void latency_waits_since(const struct latency_waits *start, struct latency_waits *ret);
+
 int latency_new(struct latency **ret);
 void latency_free(struct latency *l);
 
 /* A claim was created. origin_ms: CLOCK_MONOTONIC ms when its batch's first pending pod was seen; wait_us: API
  * waits on its way so far (the provisioning round up to its creation). */
-void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, int64_t wait_us);
-/* More API waits on the claim's way (a launcher reconcile). Unknown claims are ignored. */
-void latency_add_wait(struct latency *l, const char *claim, int64_t wait_us);
-/* The claim's VM is being started at now_ms (monotonic), extra_wait_us more waits since the last add: its total
- * and waiting time in ms, and the claim is forgotten. -ENOENT for a claim not begun in this process. */
-int latency_finish(struct latency *l, const char *claim, int64_t now_ms, int64_t extra_wait_us, int64_t *ret_total_ms,
-                   int64_t *ret_wait_ms);
+void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, const struct latency_waits *w);
+/* More waits on the claim's way (a launcher reconcile). Unknown claims are ignored. */
+void latency_add_wait(struct latency *l, const char *claim, const struct latency_waits *w);
+/* The claim's VM is being started at now_ms (monotonic), extra more waits since the last add: its total time and
+ * its waits in ms, and the claim is forgotten. -ENOENT for a claim not begun in this process. */
+struct latency_report {
+        int64_t total_ms, api_ms, cpu_ms;
+};
+int latency_finish(struct latency *l, const char *claim, int64_t now_ms, const struct latency_waits *extra,
+                   struct latency_report *ret);
 /* CLOCK_MONOTONIC in ms, the clock of origin_ms and now_ms. */
 int64_t latency_now_ms(void);

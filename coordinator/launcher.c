@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "http_client.h"
 #include "log.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
@@ -626,7 +625,7 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 return r;
         }
         c.now = launcher_now(l);
-        c.wait0_us = http_client_thread_wait_us();
+        latency_waits_now(&c.waits0);
         for (unsigned i = 0;; i++) {
                 r = reconcile_once(&c);
                 ctx_drop_cache(&c);
@@ -635,7 +634,9 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 c.now = launcher_now(l);
         }
         launcher_unpick_vmid(&c);
-        latency_add_wait(l->env.latency, c.name, http_client_thread_wait_us() - c.wait0_us);
+        struct latency_waits spent;
+        latency_waits_since(&c.waits0, &spent);
+        latency_add_wait(l->env.latency, c.name, &spent);
         int64_t requeue = c.requeue_ms;
         json_decref(c.claim);
         if (r == -ENOENT && c.err[0] == '\0')

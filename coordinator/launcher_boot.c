@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "cloudinit.h"
-#include "http_client.h"
 #include "log.h"
 #include "tokens.h"
 #include "yamlconf.h"
@@ -502,16 +501,18 @@ static int vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
 
 /* The start call is being made: how long since the claim's first pending pod, and how much of it was ours. */
 static void report_start_latency(struct lctx *c) {
-        int64_t total, wait;
         const struct launcher_env *e = &c->l->env;
-        int64_t extra = http_client_thread_wait_us() - c->wait0_us;
-        if (latency_finish(e->latency, c->name, latency_now_ms(), extra, &total, &wait) < 0)
+        struct latency_waits extra;
+        struct latency_report rep;
+        latency_waits_since(&c->waits0, &extra);
+        if (latency_finish(e->latency, c->name, latency_now_ms(), &extra, &rep) < 0)
                 return;
-        c->wait0_us += extra; /* counted now; the reconcile's remaining waits go to nobody */
-        int64_t own = total > wait ? total - wait : 0;
+        latency_waits_now(&c->waits0); /* counted now; the reconcile's remaining waits go to nobody */
+        int64_t own = rep.total_ms > rep.api_ms ? rep.total_ms - rep.api_ms : 0;
         log_info("launcher: NodeClaim %s: start %lld ms after its first pending pod (%lld ms waiting for API "
-                 "answers, %lld ms own)", c->name, (long long)total, (long long)wait, (long long)own);
-        stats_observe(e->stats, STATS_H_START, (double)total / 1000);
+                 "answers, %lld ms own, of which %lld ms runnable waiting for a CPU)", c->name, (long long)rep.total_ms,
+                 (long long)rep.api_ms, (long long)own, (long long)rep.cpu_ms);
+        stats_observe(e->stats, STATS_H_START, (double)rep.total_ms / 1000);
         stats_observe(e->stats, STATS_H_START_OWN, (double)own / 1000);
 }
 

@@ -95,7 +95,7 @@ struct lctx {
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
         bool vm_fresh;                /* this reconcile configured the VM: it is stopped */
-        int64_t wait0_us;             /* the thread's API waits when this reconcile began */
+        struct latency_waits waits0;  /* the thread's waits when this reconcile began */
         int64_t requeue_ms;
         char fail_reason[64];
         char err[512];

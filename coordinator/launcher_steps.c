@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_client.h"
 #include "log.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -455,8 +456,12 @@ int launcher_step_cloning(struct lctx *c) {
                 return launcher_set_step(c, STEP_VMID, json_pack("{s:n}", "cloneTask"));
         if (r < 0)
                 return launcher_errf(c, r, "clone task of VM %u: %s", vmid, pve_client_error(c->pve));
-        if (ts.running)
-                return wait_for_clone(c);
+        if (ts.running) {
+                r = wait_for_clone(c);
+                if (r == LSTEP_WAIT) /* Proxmox said it is still cloning: waiting for it, not our time */
+                        http_client_thread_wait_note(c->requeue_ms * 1000);
+                return r;
+        }
         if (strstr(ts.exitstatus, "already exists"))
                 return repick_vmid(c, vmid);
         if (!pve_task_exit_ok(ts.exitstatus)) {

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "agents.h"
-#include "http_client.h"
+#include "latency.h"
 #include "log.h"
 #include "pve.h"
 #include "simulate_json.h"
@@ -40,7 +40,7 @@ struct provisioner {
         json_t *logged;   /* problems already logged */
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
         uint64_t rnd;
-        int64_t round_wait0_us; /* the calling thread's API waits when the round began */
+        struct latency_waits round_waits0; /* the calling thread's waits when the round began */
 };
 
 static int64_t mono_ms(void) {
@@ -293,7 +293,7 @@ struct claim_writes {
         const struct sim_result *res;
         struct claim_job *jobs;
         atomic_size_t next;
-        int64_t pre_wait_us; /* API waits of the round before the claim writes */
+        struct latency_waits pre_waits; /* waits of the round before the claim writes */
 };
 
 static json_t *create_claim(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
@@ -333,7 +333,8 @@ static json_t *claim_status(struct provisioner *p, struct kube_client *kube, con
         return claim;
 }
 
-static void write_claim(struct claim_writes *w, struct kube_client *kube, int64_t wait0_us, size_t i) {
+static void write_claim(struct claim_writes *w, struct kube_client *kube, const struct latency_waits *waits0,
+                        size_t i) {
         struct provisioner *p = w->p;
         const struct provisioner_round *r = w->r;
         json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
@@ -344,9 +345,13 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, int64_
         const struct sim_claim *c = &w->res->claims[i];
         log_info("NodeClaim %s: %s on %s (%s), %zu pods", w->jobs[i].name, c->shape->name,
                  r->in->hosts[c->host]->name, r->in->pools[c->nodepool]->name, c->n_pods);
-        if (p->env.claim_created)
-                p->env.claim_created(p->env.userdata, claim, /* the launch starts now, not after the round */
-                                     w->pre_wait_us + http_client_thread_wait_us() - wait0_us);
+        if (p->env.claim_created) { /* the launch starts now, not after the round */
+                struct latency_waits mine;
+                latency_waits_since(waits0, &mine);
+                mine.api_us += w->pre_waits.api_us;
+                mine.cpu_us += w->pre_waits.cpu_us;
+                p->env.claim_created(p->env.userdata, claim, &mine);
+        }
         stats_add(p->env.stats, STATS_CLAIMS_CREATED, 1);
         json_decref(claim);
 }
@@ -359,9 +364,10 @@ struct writer {
 
 static void *writer_main(void *arg) {
         struct writer *wr = arg;
-        int64_t wait0_us = http_client_thread_wait_us();
+        struct latency_waits waits0;
+        latency_waits_now(&waits0);
         for (size_t i; (i = atomic_fetch_add(&wr->w->next, 1)) < wr->w->res->n_claims;)
-                write_claim(wr->w, wr->kube, wait0_us, i);
+                write_claim(wr->w, wr->kube, &waits0, i);
         return NULL;
 }
 
@@ -397,7 +403,7 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
                 for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
                         w.jobs[i].seeds[a] = next_random(p);
         atomic_init(&w.next, 0);
-        w.pre_wait_us = http_client_thread_wait_us() - p->round_wait0_us;
+        latency_waits_since(&p->round_waits0, &w.pre_waits);
         write_claims(p, &w);
         for (size_t i = 0; i < res->n_claims; i++) {
                 names[i] = w.jobs[i].name;
@@ -641,7 +647,7 @@ static json_t *nominations(const struct provisioner *p) {
 int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap, struct provisioner_outcome *ret) {
         struct provisioner_outcome out = { 0 };
         struct provisioner_round *r;
-        p->round_wait0_us = http_client_thread_wait_us();
+        latency_waits_now(&p->round_waits0);
         if (!p->seeded)
                 seed_verdicts(p);
         struct provisioner_snapshot s = *snap;

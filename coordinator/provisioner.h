@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "kube.h"
+#include "latency.h"
 #include "shapes.h"
 #include "simulate.h"
 
@@ -138,9 +139,9 @@ struct provisioner_env {
         struct kube_client *kube;          /* the calling thread's */
         struct stats *stats;               /* may be NULL */
         /* A claim was created (the stored object): put it into the cache at once, so that the next round
-         * counts it even before its watch event arrives. api_wait_us: how long this round waited for API answers
-         * on the claim's way (before the claim writes, then its writer up to its creation). May be NULL. */
-        void (*claim_created)(void *userdata, const json_t *claim, int64_t api_wait_us);
+         * counts it even before its watch event arrives. waits: what this round spent waiting on the claim's way
+         * (before the claim writes, then its writer up to its creation). May be NULL. */
+        void (*claim_created)(void *userdata, const json_t *claim, const struct latency_waits *waits);
         /* A host's address from /cluster/status (for the agents). May be NULL. */
         void (*host_address)(void *userdata, const char *region, const char *host, const char *address);
         /* True while launches of nodepool on host are paused (launcher_backoff_active). May be NULL. */

@@ -300,8 +300,11 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
                         snprintf(c->error, sizeof c->error, "task %s still running after %ld ms", upid, timeout);
                         return -ETIMEDOUT;
                 }
-                if ((r = sleep_ms(c, poll < left ? poll : left)) < 0)
+                long nap = poll < left ? poll : left;
+                if ((r = sleep_ms(c, nap)) < 0)
                         return r;
+                if (failures == 0 && st.running) /* Proxmox said it is still working: waiting for it */
+                        http_client_thread_wait_note((int64_t)nap * 1000);
                 poll = poll * 2 < max_poll ? poll * 2 : max_poll;
         }
 }

@@ -505,6 +505,11 @@ int64_t http_client_thread_wait_us(void) {
         return thread_wait_us;
 }
 
+void http_client_thread_wait_note(int64_t us) {
+        if (us > 0)
+                thread_wait_us += us;
+}
+
 static int64_t monotonic_us(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

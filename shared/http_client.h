@@ -105,3 +105,6 @@ int http_status_errno(long status);
  * http_client_request and http_client_request_multipart, not streams) since it started. A caller takes the
  * difference across a piece of work to tell waiting for a peer from its own time. */
 int64_t http_client_thread_wait_us(void);
+/* Count us more as waiting for a peer outside a request (sleeping between polls of work the peer reported as
+ * still running). */
+void http_client_thread_wait_note(int64_t us);
