@@ -21,10 +21,10 @@ static json_t *nc_spec(const struct lctx *c) {
         return json_object_get(c->nodeclass, "spec");
 }
 
-int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long timeout_ms) {
+int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms) {
         if (!upid)
                 return 0;
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = timeout_ms };
+        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = first_ms };
         int r = pve_task_wait(c->pve, upid, &w);
         return r < 0 ? launcher_errf(c, r, "%s: %s", what, pve_client_error(c->pve)) : 0;
 }
@@ -379,7 +379,7 @@ static int upload_once(struct lctx *c, const char *storage, const char *file, co
         int r = pve_storage_upload(c->pve, c->host, storage, "iso", file, img, len, &upid);
         if (r < 0)
                 return launcher_errf(c, r, "upload %s: %s", file, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "upload", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        r = launcher_task_wait(c, "upload", upid, LAUNCHER_POLL_SOON_MS);
         free(upid);
         return r;
 }
@@ -516,28 +516,6 @@ static void report_start_latency(struct lctx *c) {
         stats_observe(e->stats, STATS_H_START_OWN, (double)own / 1000);
 }
 
-int launcher_step_start(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
-        char *upid = NULL, when[40];
-        bool running = false;
-        int r = c->vm_fresh ? 0 : vm_running(c, vmid, &running); /* fresh: configured by this reconcile, stopped */
-        if (r < 0)
-                return r;
-        if (!running) {
-                report_start_latency(c);
-                r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
-                if (r < 0)
-                        return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
-                r = launcher_task_wait(c, "start", upid, LAUNCHER_TASK_TIMEOUT_MS);
-                free(upid);
-                if (r != 0)
-                        return r;
-        }
-        log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
-        return launcher_set_step(c, STEP_STARTED,
-                                 json_pack("{s:s}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when)));
-}
-
 /* bind answered -EEXIST or -ENOENT: is the reservation already ours, still there, or gone? */
 static int bind_check(struct lctx *c, const char *id, uint32_t vmid, int bind_err) {
         json_t *res = NULL;
@@ -565,17 +543,61 @@ static int bind_reservation(struct lctx *c, uint32_t vmid) {
         return r < 0 ? launcher_errf(c, r, "bind %s to VM %u: %s", id, vmid, agents_client_error(c->agent)) : 0;
 }
 
-int launcher_step_bind(struct lctx *c) {
+/* Bind (agent mode) and, when that is done, the Launched record (changes: more status fields, stolen). */
+static int bind_and_record(struct lctx *c, json_t *changes) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
         int r = 0;
         if (strcmp(launcher_status_str(c, "reservationMode"), "agent") == 0 && launcher_status_str(c, "reservationID")[0])
                 r = bind_reservation(c, vmid);
-        if (r != 0)
+        if (r != 0) {
+                json_decref(changes);
                 return r;
+        }
         launcher_backoff_clear(c->l, c->nodepool, c->host);
-        json_t *ch = json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "conditions", "type", "Launched",
-                               "status", "True", "reason", "Launched", "message", "VM started and pinned", "type",
-                               "Registered", "status", "Unknown", "reason", "AwaitingNode", "message",
-                               "waiting for the Node to register");
+        json_t *ch = changes ? changes : json_object();
+        json_t *conds = json_pack("[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True",
+                                  "reason", "Launched", "message", "VM started and pinned", "type", "Registered",
+                                  "status", "Unknown", "reason", "AwaitingNode", "message",
+                                  "waiting for the Node to register");
+        if (ch && conds)
+                json_object_set_new(ch, "conditions", conds);
+        else
+                json_decref(conds);
         return launcher_set_step(c, STEP_LAUNCHED, ch);
+}
+
+int launcher_step_bind(struct lctx *c) {
+        return bind_and_record(c, NULL);
+}
+
+/* Start the VM, then bind its reservation at once: one status write (Launched) for both; Started is recorded
+ * alone only when the bind has to wait. A rerun finds the VM running and does not start it twice. */
+int launcher_step_start(struct lctx *c) {
+        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+        char *upid = NULL, when[40];
+        bool running = false;
+        int r = c->vm_fresh ? 0 : vm_running(c, vmid, &running); /* fresh: configured by this reconcile, stopped */
+        if (r < 0)
+                return r;
+        if (!running) {
+                report_start_latency(c);
+                r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
+                if (r < 0)
+                        return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
+                r = launcher_task_wait(c, "start", upid, LAUNCHER_POLL_LATER_MS);
+                free(upid);
+                if (r != 0)
+                        return r;
+        }
+        log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
+        json_t *started = json_pack("{s:s}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when));
+        r = bind_and_record(c, json_deep_copy(started));
+        if (r == LSTEP_WAIT) {
+                int64_t requeue = c->requeue_ms;
+                int w = launcher_set_step(c, STEP_STARTED, json_incref(started));
+                c->requeue_ms = requeue;
+                r = w < 0 ? w : LSTEP_WAIT;
+        }
+        json_decref(started);
+        return r;
 }

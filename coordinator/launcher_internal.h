@@ -33,6 +33,8 @@
 #define LAUNCHER_RETRY_MAX_MS 30000  /* longest pause between two attempts of a step */
 #define LAUNCHER_POLL_MS 1000        /* polling interval of clone tasks, Nodes, bind */
 #define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
+#define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
+#define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (start, eject, deletes): nothing hurries */
 #define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
 #define LAUNCHER_VOLUME_MAX 200
@@ -150,8 +152,8 @@ int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX],
 int launcher_firewall_apply(struct lctx *c, uint32_t vmid);
 int launcher_step_start(struct lctx *c);
 int launcher_step_bind(struct lctx *c);
-/* Wait for a PVE task (PVE errors in c->err). */
-int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long timeout_ms);
+/* Wait for a PVE task, first polled first_ms after the call (PVE errors in c->err). */
+int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms);
 
 /* ---- launcher_join.c: registration and initialization ---- */
 int launcher_step_register(struct lctx *c);

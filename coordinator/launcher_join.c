@@ -258,7 +258,7 @@ int launcher_delete_token(struct kube_client *kube, const char *token_id) {
 }
 
 static int wait_pve_task(struct pve_client *pve, const char *upid) {
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS };
+        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = LAUNCHER_POLL_LATER_MS };
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 
@@ -297,7 +297,7 @@ static int remove_iso(struct lctx *c, uint32_t vmid, const char *volume) {
         pve_params_done(&p);
         if (r < 0)
                 return launcher_errf(c, r, "eject ISO of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "eject ISO", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        r = launcher_task_wait(c, "eject ISO", upid, LAUNCHER_POLL_LATER_MS);
         free(upid);
         return r != 0 ? r : launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err);
 }

@@ -281,7 +281,7 @@ static int resize_boot_disk(struct lctx *c, uint32_t vmid, const json_t *config)
         int r = pve_vm_resize(c->pve, c->host, vmid, key, arg, &upid);
         if (r < 0)
                 return launcher_errf(c, r, "resize %s of VM %u: %s", key, vmid, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "resize", upid, LAUNCHER_TASK_TIMEOUT_MS);
+        r = launcher_task_wait(c, "resize", upid, LAUNCHER_POLL_SOON_MS);
         free(upid);
         return r;
 }

@@ -14,7 +14,7 @@
 /* ---- VM deletion ---- */
 
 static int wait_task(struct pve_client *pve, const char *upid) {
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS };
+        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = LAUNCHER_POLL_LATER_MS };
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 

@@ -283,7 +283,8 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
         long max_poll = w && w->poll_ms > 0 ? w->poll_ms : PVE_DEFAULT_POLL_MS;
         long timeout = w && w->timeout_ms > 0 ? w->timeout_ms : PVE_DEFAULT_TASK_TIMEOUT_MS;
         int64_t deadline = monotonic_ms() + timeout;
-        long poll = PVE_FIRST_POLL_MS < max_poll ? PVE_FIRST_POLL_MS : max_poll;
+        long first = w && w->first_ms > 0 ? w->first_ms : PVE_FIRST_POLL_MS;
+        long poll = first < max_poll ? first : max_poll;
         int r = sleep_ms(c, poll); /* a task never ends the moment it is issued: no poll is wasted on that */
         if (r < 0)
                 return r;

@@ -182,8 +182,9 @@ struct pve_task_status {
 int pve_task_status(struct pve_client *c, const char *upid, struct pve_task_status *ret);
 
 struct pve_wait {
-        long poll_ms;    /* longest interval between polls (polls start at 50 ms and double); 0 = 1 s */
+        long poll_ms;    /* longest interval between polls (they double from first_ms); 0 = 1 s */
         long timeout_ms; /* 0 = 10 min */
+        long first_ms;   /* the first poll, this long after the call; 0 = 10 ms */
 };
 
 /* Poll a task until it stops. 0 when it ended OK or with warnings; -EIO (or -EEXIST when the error says

@@ -26,8 +26,7 @@ DRIVER = os.path.join(BUILD, "tests", "integration", "launcher_driver")
 API = "/apis/pvescale.io/v1alpha1"
 GIB = 1 << 30
 MIB = 1 << 20
-STEPS = ["VMIDAllocated", "Cloning", "Configured",
-         "Started", "Launched", "Registered", "Initialized"]
+STEPS = ["VMIDAllocated", "Cloning", "Configured", "Launched", "Registered", "Initialized"]
 
 wait_for = simtest.wait_for
 
