@@ -31,12 +31,15 @@ class LauncherFaultTest(unittest.TestCase):
         self.assertEqual([f for f in w.isos(host) if f.startswith("pvescale-")], [])
 
     def test_clone_failure_then_success(self):
-        w = self.world(knobs=["clone_fail_next=1", "pve_error_next=2"])
+        # The clone request answers 500, then the retried clone's task fails, then the launch succeeds.
+        w = self.world(knobs=["clone_error_next=1", "clone_fail_next=1"])
         w.create_claim("retry")
         rc, log = w.run_driver()
         self.assertEqual(rc, 0, log)
+        self.assertRegex(log, r"clone \d+ to \d+ on pve1: .*HTTP 500.*got lock request timeout")
         self.assertRegex(log, r"clone failed \(attempt 1\): clone failed: simulated storage error")
-        self.assertIn("HTTP 500", log)
+        calls = w.sim.admin("GET", "/calls").json["pve"]
+        self.assertEqual(calls["POST /nodes/{node}/qemu/{vmid}/clone"], 3)
         claim = w.claim("retry")
         self.assertEqual(claim["status"]["launchStep"], "Initialized")
         self.assertEqual(list(w.vms("pve1")), [claim["status"]["vmid"]])

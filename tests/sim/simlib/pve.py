@@ -649,6 +649,8 @@ class PveApp:
     def h_POST_nodes_node_qemu_vmid_clone(self, p, u):
         src = self.vm(p["node"], p["vmid"])
         newid = int(p["newid"])
+        if self.w.take_fault("clone_error_next"):  # the request itself fails, as on a cluster lock timeout
+            raise ApiError(500, "clone failed: cfs-lock 'storage-local-lvm' error: got lock request timeout\n")
         if newid in self.r.vms:
             raise ApiError(500, "unable to create VM %d: config file already exists\n" % newid)
         target = p.get("target", src.host.name)
