@@ -2,6 +2,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "latency.h"
 
+#include "array.h"
 #include "http_client.h"
 
 #include <errno.h>
@@ -91,14 +92,8 @@ static void forget_old(struct latency *l, int64_t now_ms) {
 }
 
 static int append(struct latency *l, const char *claim, int64_t origin_ms, const struct latency_waits *w) {
-        if (l->n == l->cap) {
-                size_t cap = l->cap ? 2 * l->cap : 64;
-                struct latency_entry *a = realloc(l->items, cap * sizeof *a);
-                if (!a)
-                        return -ENOMEM;
-                l->items = a;
-                l->cap = cap;
-        }
+        if (ARRAY_GROW(&l->items, &l->cap, l->n, 64) < 0)
+                return -ENOMEM;
         char *name = strdup(claim);
         if (!name)
                 return -ENOMEM;

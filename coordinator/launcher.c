@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "array.h"
 #include "log.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
@@ -92,14 +93,8 @@ static struct launcher_backoff_entry *backoff_find(const struct launcher *l, con
 }
 
 static struct launcher_backoff_entry *backoff_add(struct launcher *l, const char *nodepool, const char *host) {
-        if (l->n_backoffs == l->cap_backoffs) {
-                size_t cap = l->cap_backoffs ? 2 * l->cap_backoffs : 8;
-                struct launcher_backoff_entry *a = realloc(l->backoffs, cap * sizeof *a);
-                if (!a)
-                        return NULL;
-                l->backoffs = a;
-                l->cap_backoffs = cap;
-        }
+        if (ARRAY_GROW(&l->backoffs, &l->cap_backoffs, l->n_backoffs, 8) < 0)
+                return NULL;
         struct launcher_backoff_entry *e = &l->backoffs[l->n_backoffs];
         *e = (struct launcher_backoff_entry){ strdup(nodepool), strdup(host), 0, 0 };
         if (!e->nodepool || !e->host) {
@@ -160,14 +155,8 @@ static bool vmid_held(const struct launcher *l, uint32_t vmid) {
 static int vmid_hold(struct launcher *l, uint32_t vmid) {
         if (vmid_held(l, vmid))
                 return -EEXIST;
-        if (l->n_vmids == l->cap_vmids) {
-                size_t cap = l->cap_vmids ? 2 * l->cap_vmids : 16;
-                uint32_t *a = realloc(l->vmids, cap * sizeof *a);
-                if (!a)
-                        return -ENOMEM;
-                l->vmids = a;
-                l->cap_vmids = cap;
-        }
+        if (ARRAY_GROW(&l->vmids, &l->cap_vmids, l->n_vmids, 16) < 0)
+                return -ENOMEM;
         l->vmids[l->n_vmids++] = vmid;
         return 0;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+
 static struct launcher_cache_entry *find(struct launcher_cache *c, const char *key) {
         for (size_t i = 0; i < c->n; i++)
                 if (strcmp(c->items[i].key, key) == 0)
@@ -39,14 +41,8 @@ char *launcher_cache_get(struct launcher_cache *c, const char *key, int64_t now_
 }
 
 static int append(struct launcher_cache *c, const char *key, char *value, int64_t now_ms) {
-        if (c->n == c->cap) {
-                size_t cap = c->cap ? 2 * c->cap : 8;
-                struct launcher_cache_entry *a = realloc(c->items, cap * sizeof *a);
-                if (!a)
-                        return -ENOMEM;
-                c->items = a;
-                c->cap = cap;
-        }
+        if (ARRAY_GROW(&c->items, &c->cap, c->n, 8) < 0)
+                return -ENOMEM;
         char *k = strdup(key);
         if (!k)
                 return -ENOMEM;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "log.h"
 #include "tokens.h"
 
@@ -82,14 +83,8 @@ static struct launcher_seen *seen_find(struct launcher *l, const char *region, u
 }
 
 static struct launcher_seen *seen_add(struct launcher *l) {
-        if (l->n_seen == l->cap_seen) {
-                size_t cap = l->cap_seen ? 2 * l->cap_seen : 8;
-                struct launcher_seen *a = realloc(l->seen, cap * sizeof *a);
-                if (!a)
-                        return NULL;
-                l->seen = a;
-                l->cap_seen = cap;
-        }
+        if (ARRAY_GROW(&l->seen, &l->cap_seen, l->n_seen, 8) < 0)
+                return NULL;
         return &l->seen[l->n_seen++];
 }
 

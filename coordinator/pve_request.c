@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "array.h"
 #include "http_client.h"
 #include "pve.h"
 
@@ -39,15 +40,7 @@ static int params_fail(struct pve_params *p, int r) {
 }
 
 static int params_grow(struct pve_params *p) {
-        if (p->n < p->cap)
-                return 0;
-        size_t cap = p->cap ? 2 * p->cap : 8;
-        struct pve_param *items = realloc(p->items, cap * sizeof *items);
-        if (!items)
-                return -ENOMEM;
-        p->items = items;
-        p->cap = cap;
-        return 0;
+        return ARRAY_GROW(&p->items, &p->cap, p->n, 8);
 }
 
 int pve_params_add(struct pve_params *p, const char *key, const char *value) {
