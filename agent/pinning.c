@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "fileio.h"
 #include "jsonutil.h"
 #include "log.h"
@@ -43,14 +44,8 @@ struct int_list {
 };
 
 static int int_list_add(struct int_list *l, int value) {
-        if (l->n == l->cap) {
-                size_t cap = l->cap ? l->cap * 2 : 16;
-                int *v = realloc(l->v, cap * sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                l->v = v;
-                l->cap = cap;
-        }
+        if (ARRAY_GROW(&l->v, &l->cap, l->n, 16) < 0)
+                return -ENOMEM;
         l->v[l->n++] = value;
         return 0;
 }

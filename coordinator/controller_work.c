@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "controller_internal.h"
 #include "log.h"
 #include "provisioner.h"
@@ -27,14 +28,8 @@ static struct ctl_item *find_item(struct controller *c, const char *name) {
 }
 
 static struct ctl_item *add_item(struct controller *c, const char *name) {
-        if (c->n_items == c->cap_items) {
-                size_t cap = c->cap_items ? c->cap_items * 2 : 16;
-                struct ctl_item *items = realloc(c->items, cap * sizeof *items);
-                if (!items)
-                        return NULL;
-                c->items = items;
-                c->cap_items = cap;
-        }
+        if (ARRAY_GROW(&c->items, &c->cap_items, c->n_items, 16) < 0)
+                return NULL;
         struct ctl_item *it = &c->items[c->n_items];
         *it = (struct ctl_item){ .name = strdup(name) };
         if (!it->name)

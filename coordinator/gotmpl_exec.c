@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "gotmpl_internal.h"
 #include "jsonutil.h"
 
@@ -61,14 +62,8 @@ static void at(struct gt_exec *x, size_t pos, size_t end) {
 static int var_push(struct gt_exec *x, const char *name, json_t *value) {
         if (x->n_vars >= GT_MAX_VARS)
                 return gt_fail(x, "too many variables");
-        if (x->n_vars == x->cap_vars) {
-                size_t n = x->cap_vars ? x->cap_vars * 2 : 16;
-                struct gt_var *v = realloc(x->vars, n * sizeof *v);
-                if (!v)
-                        return -ENOMEM;
-                x->vars = v;
-                x->cap_vars = n;
-        }
+        if (ARRAY_GROW(&x->vars, &x->cap_vars, x->n_vars, 16) < 0)
+                return -ENOMEM;
         x->vars[x->n_vars++] = (struct gt_var){ name, json_incref(value) };
         return 0;
 }

@@ -143,6 +143,9 @@ int launcher_step_reserve(struct lctx *c);
 int launcher_step_vmid(struct lctx *c);
 int launcher_step_clone(struct lctx *c);
 int launcher_step_cloning(struct lctx *c);
+/* Whose is the VM with this config, by the claim UID in its description: 1 this claim's, 0 cannot tell yet (a
+ * clone in progress: locked, no description), -1 someone else's. */
+int launcher_vm_owner(const struct lctx *c, const json_t *config);
 
 /* ---- launcher_boot.c: cloud-init, firewall, start and bind ---- */
 /* With metadataOptions.type cdrom: the join token (its id in token_id) and the uploaded cloud-init ISO (its

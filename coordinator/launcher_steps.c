@@ -256,8 +256,7 @@ static int wait_for_clone(struct lctx *c) {
         return launcher_wait(c, left < delay ? left : delay);
 }
 
-/* 1: the VM is this claim's, 0: cannot tell yet (being cloned), -1: someone else's. */
-static int vm_owner(const struct lctx *c, const json_t *config) {
+int launcher_vm_owner(const struct lctx *c, const json_t *config) {
         char uid[LAUNCHER_UID_MAX];
         int64_t created;
         const char *desc = json_string_value(json_object_get(config, "description"));
@@ -392,7 +391,7 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
 
 /* The VMID already has a config: ours from an earlier run, someone's clone in progress, or someone else's. */
 static int existing_vm(struct lctx *c, uint32_t vmid, const json_t *config) {
-        int owner = vm_owner(c, config);
+        int owner = launcher_vm_owner(c, config);
         if (owner < 0)
                 return repick_vmid(c, vmid);
         if (owner == 0 || json_object_get(config, "lock"))
@@ -439,7 +438,7 @@ static int clone_done(struct lctx *c, uint32_t vmid) {
         int r = pve_vm_config_get(c->pve, c->host, vmid, &config);
         if (r < 0)
                 return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = vm_owner(c, config) == 1 ? finish_clone(c, vmid, config) : repick_vmid(c, vmid);
+        r = launcher_vm_owner(c, config) == 1 ? finish_clone(c, vmid, config) : repick_vmid(c, vmid);
         json_decref(config);
         return r;
 }

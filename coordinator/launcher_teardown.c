@@ -53,16 +53,6 @@ int launcher_delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, 
         return r;
 }
 
-/* 1 ours, 0 cannot tell yet (locked, no description), -1 not ours. */
-static int vm_is_ours(const struct lctx *c, const json_t *config) {
-        char uid[LAUNCHER_UID_MAX];
-        int64_t created;
-        const char *desc = json_string_value(json_object_get(config, "description"));
-        if (launcher_description_parse(desc, uid, &created) == 0)
-                return strcmp(uid, c->uid) == 0 ? 1 : -1;
-        return json_object_get(config, "lock") ? 0 : -1;
-}
-
 /* The claim's VM, if it is provably the claim's: never delete a VM someone else holds under the same id. */
 static int teardown_vm(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
@@ -74,7 +64,7 @@ static int teardown_vm(struct lctx *c) {
                 return 0;
         if (r < 0)
                 return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
-        int owner = vm_is_ours(c, config);
+        int owner = launcher_vm_owner(c, config);
         bool locked = json_object_get(config, "lock") != NULL;
         json_decref(config);
         if (owner == 0 && launcher_status_str(c, "cloneTask")[0])

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "quantity.h"
 
 #define MIB (1024LL * 1024)
@@ -170,14 +171,8 @@ const struct shape *shapes_catalog_find(const struct shape_catalog *c, const cha
 int shapes_catalog_add(struct shape_catalog *c, const struct shape *s) {
         if (shapes_catalog_find(c, s->name))
                 return -EEXIST;
-        if (c->n == c->cap) {
-                size_t cap = c->cap ? c->cap * 2 : 32;
-                struct shape *items = realloc(c->items, cap * sizeof *items);
-                if (!items)
-                        return -ENOMEM;
-                c->items = items;
-                c->cap = cap;
-        }
+        if (ARRAY_GROW(&c->items, &c->cap, c->n, 32) < 0)
+                return -ENOMEM;
         c->items[c->n++] = *s;
         return 0;
 }

@@ -14,15 +14,9 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import agentlib  # noqa: E402
+from checks import check, summary  # noqa: E402
 
 TOKEN = "metrics-test-token-0123456789"
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def samples(text):
@@ -87,8 +81,7 @@ def main():
     print("promtool check metrics: rc %d %s%s" % (p.returncode, p.stdout, p.stderr))
     check(p.returncode == 0 and not (p.stdout + p.stderr).strip(), "promtool check metrics: no errors, no lint")
     compare(samples(text), json.loads(capacity), json.loads(topology))
-    print("%d checks failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    return summary()
 
 
 def compare(s, capacity, topology):

@@ -23,6 +23,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import agentlib  # noqa: E402
+from checks import check, failures, summary  # noqa: E402
 
 SOURCE = os.path.abspath(os.environ.get("PVESCALE_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.abspath(os.environ.get("PVESCALE_BUILD_DIR") or os.path.join(SOURCE, "build"))
@@ -31,13 +32,6 @@ CONF, TOKEN, CERT, KEY = ("/etc/pvescale/" + n for n in ("agent.conf", "agent.to
 STATE = "/var/lib/pvescale-agent"
 UNIT = "/lib/systemd/system/pvescale-agent.service"
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def sh(cmd, **kw):
@@ -281,8 +275,7 @@ def main():
     finally:
         if installed_version():
             purge_quietly()
-    print("%d checks failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -16,17 +16,11 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import agentlib  # noqa: E402
+from checks import check, summary  # noqa: E402
 import webdriver  # noqa: E402
 
 TOPOLOGY = "32intel64-2p8co2t+8ve"
 TOKEN = "ui-test-token-0123456789abcdef"
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def cpus(cpulist):
@@ -178,8 +172,7 @@ def main():
             bound, pending = make_reservations(agent, ca)
             check_routes(agent, ca)
             run_browser(agent, cert, bound, pending, expected, shot)
-    print("%d checks failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

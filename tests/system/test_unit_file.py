@@ -10,17 +10,12 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 SOURCE = os.environ.get("PVESCALE_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = os.environ.get("PVESCALE_BUILD_DIR") or os.path.join(SOURCE, "build")
 UNIT = os.path.join(SOURCE, "systemd", "pvescale-agent.service")
 MAX_EXPOSURE = 4.0
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def security(unit_path):
@@ -53,8 +48,7 @@ def main():
     print("SECURITY pvescale-agent.service exposure=%s (limit %.1f)" % (exposure, MAX_EXPOSURE))
     check(exposure is not None and exposure <= MAX_EXPOSURE,
           "systemd-analyze security --offline=yes: exposure %s <= %.1f" % (exposure, MAX_EXPOSURE))
-    print("%d checks failed" % len(failures) if failures else "all checks passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

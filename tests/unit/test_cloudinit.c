@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cloudinit.h"
+#include "testutil.h"
 #include "fileio.h"
 
 #define TOKEN "abc123.0123456789abcdef"
@@ -472,8 +473,7 @@ static void test_iso(void **state) {
         assert_memory_equal(image + 16 * 2048 + 1, "CD001", 5);
         free(image);
 
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(test_rmtree(tmp), 0);
         cloudinit_files_done(&f);
         json_decref(d);
 }

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "fileio.h"
+#include "testutil.h"
 
 static char dir[64];
 
@@ -23,9 +24,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
         (void)state;
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        return system(cmd);
+        return test_rmtree(dir);
 }
 
 static void test_atomic_replace(void **state) {

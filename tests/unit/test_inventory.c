@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "inventory.h"
+#include "testutil.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -285,9 +286,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
         (void)state;
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        return system(cmd);
+        return test_rmtree(dir);
 }
 
 static void write_file(const char *name, const char *text) {

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "jsonutil.h"
+#include "testutil.h"
 #include "pinning.h"
 
 /* Captured from QEMU 7.2 (Debian bookworm), -smp 4,sockets=2,cores=2, KVM. */
@@ -398,9 +399,7 @@ static int proc_setup(void **state) {
 }
 
 static int proc_teardown(void **state) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", (char *)*state);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(test_rmtree(*state), 0);
         free(*state);
         return 0;
 }

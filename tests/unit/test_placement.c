@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "place_cmd.h"
+#include "testutil.h"
 #include "placement.h"
 
 #define MIB PLACEMENT_MIB
@@ -988,7 +989,7 @@ static void test_reference_topologies(void **state) {
         const char *shared = getenv("PVESCALE_SHARED");
         if (!shared)
                 skip();
-        char dir[1024], manifest[1100], tmp[] = "/tmp/test-placement-XXXXXX", cmd[64];
+        char dir[1024], manifest[1100], tmp[] = "/tmp/test-placement-XXXXXX";
         snprintf(dir, sizeof dir, "%s/topologies", shared);
         snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
         json_t *m = json_load_file(manifest, 0, NULL);
@@ -1002,8 +1003,7 @@ static void test_reference_topologies(void **state) {
                 run_real_stream(json_string_value(json_object_get(e, "name")), t, 7 + (unsigned)i);
                 topology_free(t);
         }
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(test_rmtree(tmp), 0);
         json_decref(m);
 }
 

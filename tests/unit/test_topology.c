@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "fileio.h"
+#include "testutil.h"
 #include "topology.h"
 
 #define KIB UINT64_C(1024)
@@ -776,9 +777,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
         (void)state;
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", the_run.tmpdir);
-        return system(cmd) == 0 ? 0 : -1;
+        return test_rmtree(the_run.tmpdir);
 }
 
 int main(void) {

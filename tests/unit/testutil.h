@@ -3,6 +3,9 @@
 #pragma once
 
 #include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Parse JSON written in a test; a typo in the test itself fails the test with jansson's reason. */
 static inline json_t *test_json_parse(const char *text) {
@@ -11,4 +14,11 @@ static inline json_t *test_json_parse(const char *text) {
         if (!v)
                 fail_msg("bad test JSON: %s", e.text);
         return v;
+}
+
+/* Remove a scratch directory tree (rm -rf); 0, or -1 when that failed. */
+static inline int test_rmtree(const char *dir) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        return system(cmd) == 0 ? 0 : -1;
 }
