@@ -607,6 +607,9 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
         c.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
         if (!c.kube)
                 return -EINVAL;
+        c.timed = l->env.latency != NULL; /* the claim may be begun while this reconcile runs: decided at its end */
+        if (c.timed)
+                latency_waits_now(&c.waits0);
         c.claim = fresh_claim(l, c.kube, claim, &r);
         if (!c.claim) {
                 if (r == 0)
@@ -614,7 +617,6 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 return r;
         }
         c.now = launcher_now(l);
-        latency_waits_now(&c.waits0);
         for (unsigned i = 0;; i++) {
                 r = reconcile_once(&c);
                 ctx_drop_cache(&c);
@@ -623,9 +625,11 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 c.now = launcher_now(l);
         }
         launcher_unpick_vmid(&c);
-        struct latency_waits spent;
-        latency_waits_since(&c.waits0, &spent);
-        latency_add_wait(l->env.latency, c.name, &spent);
+        if (c.timed) {
+                struct latency_waits spent;
+                latency_waits_since(&c.waits0, &spent);
+                latency_add_wait(l->env.latency, c.name, &spent);
+        }
         int64_t requeue = c.requeue_ms;
         json_decref(c.claim);
         if (r == -ENOENT && c.err[0] == '\0')

@@ -504,10 +504,12 @@ static void report_start_latency(struct lctx *c) {
         const struct launcher_env *e = &c->l->env;
         struct latency_waits extra;
         struct latency_report rep;
+        if (!c->timed)
+                return;
         latency_waits_since(&c->waits0, &extra);
+        c->timed = false; /* counted now; the reconcile's remaining waits go to nobody */
         if (latency_finish(e->latency, c->name, latency_now_ms(), &extra, &rep) < 0)
                 return;
-        latency_waits_now(&c->waits0); /* counted now; the reconcile's remaining waits go to nobody */
         int64_t own = rep.total_ms > rep.api_ms ? rep.total_ms - rep.api_ms : 0;
         log_info("launcher: NodeClaim %s: start %lld ms after its first pending pod (%lld ms waiting for API "
                  "answers, %lld ms own, of which %lld ms runnable waiting for a CPU)", c->name, (long long)rep.total_ms,

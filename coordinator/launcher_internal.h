@@ -97,7 +97,8 @@ struct lctx {
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
         bool vm_fresh;                /* this reconcile configured the VM: it is stopped */
-        struct latency_waits waits0;  /* the thread's waits when this reconcile began */
+        bool timed;                   /* start latencies are being accounted (and not yet reported by this run) */
+        struct latency_waits waits0;  /* the thread's waits when this reconcile began (when timed) */
         int64_t requeue_ms;
         char fail_reason[64];
         char err[512];

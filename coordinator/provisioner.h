@@ -140,7 +140,7 @@ struct provisioner_env {
         struct stats *stats;               /* may be NULL */
         /* A claim was created (the stored object): put it into the cache at once, so that the next round
          * counts it even before its watch event arrives. waits: what this round spent waiting on the claim's way
-         * (before the claim writes, then its writer up to its creation). May be NULL. */
+         * (before the claim writes, then its writer up to its creation, not its status write). May be NULL. */
         void (*claim_created)(void *userdata, const json_t *claim, const struct latency_waits *waits);
         /* A host's address from /cluster/status (for the agents). May be NULL. */
         void (*host_address)(void *userdata, const char *region, const char *host, const char *address);
