@@ -4,6 +4,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,20 @@
 #define HTTP_MAX_BODY ((size_t)64 << 20)
 #define HTTP_MAX_LINE ((size_t)64 << 20)
 #define HTTP_MAX_RETRY_AFTER_S 3600L
+#define HTTP_POOL_MAX_CONNECTIONS 512L /* libcurl closes the oldest idle one above this (its default: 5) */
+
+struct http_pool {
+        CURLSH *share;
+        pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+        pthread_mutex_t mu;      /* active */
+        pthread_cond_t turn;     /* signalled when a request ends */
+        unsigned max_requests;   /* 0 = no limit */
+        unsigned active;
+};
 
 struct http_client {
         CURL *curl;
+        struct http_pool *pool;
         char *ca_file, *cert_file, *key_file;
         bool insecure;
         long timeout_ms, connect_timeout_ms;
@@ -106,6 +118,79 @@ char *http_client_escape(const char *s) {
         return out;
 }
 
+/* ---- the shared pool ---- */
+
+static void pool_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *userdata) {
+        (void)h, (void)access;
+        struct http_pool *p = userdata;
+        pthread_mutex_lock(&p->locks[data]);
+}
+
+static void pool_unlock(CURL *h, curl_lock_data data, void *userdata) {
+        (void)h;
+        struct http_pool *p = userdata;
+        pthread_mutex_unlock(&p->locks[data]);
+}
+
+int http_pool_new(unsigned max_requests, struct http_pool **ret_pool) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+                return -EIO;
+        struct http_pool *p = calloc(1, sizeof *p);
+        if (!p || !(p->share = curl_share_init())) {
+                free(p);
+                curl_global_cleanup();
+                return p ? -EIO : -ENOMEM;
+        }
+        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+                pthread_mutex_init(&p->locks[i], NULL);
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->turn, NULL);
+        p->max_requests = max_requests;
+        curl_share_setopt(p->share, CURLSHOPT_LOCKFUNC, pool_lock);
+        curl_share_setopt(p->share, CURLSHOPT_UNLOCKFUNC, pool_unlock);
+        curl_share_setopt(p->share, CURLSHOPT_USERDATA, p);
+        bool ok = curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) == CURLSHE_OK &&
+                  curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) == CURLSHE_OK;
+        if (!ok) {
+                http_pool_free(p);
+                return -EIO;
+        }
+        *ret_pool = p;
+        return 0;
+}
+
+void http_pool_free(struct http_pool *p) {
+        if (!p)
+                return;
+        curl_share_cleanup(p->share);
+        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+                pthread_mutex_destroy(&p->locks[i]);
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->turn);
+        free(p);
+        curl_global_cleanup();
+}
+
+/* Wait for a turn to run a request. */
+static void pool_enter(struct http_pool *p) {
+        if (!p || !p->max_requests)
+                return;
+        pthread_mutex_lock(&p->mu);
+        while (p->active >= p->max_requests)
+                pthread_cond_wait(&p->turn, &p->mu);
+        p->active++;
+        pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_leave(struct http_pool *p) {
+        if (!p || !p->max_requests)
+                return;
+        pthread_mutex_lock(&p->mu);
+        p->active--;
+        pthread_cond_signal(&p->turn);
+        pthread_mutex_unlock(&p->mu);
+}
+
 /* ---- lifecycle ---- */
 
 static int copy_headers(struct http_client *c, const char *const *headers) {
@@ -141,7 +226,13 @@ static int client_init(struct http_client *c, const struct http_client_options *
         if (r < 0)
                 return r;
         c->curl = curl_easy_init();
-        return c->curl ? 0 : -EIO;
+        if (!c->curl)
+                return -EIO;
+        c->pool = o->pool;
+        /* Kept across curl_easy_reset, which resets every other option. */
+        if (c->pool && curl_easy_setopt(c->curl, CURLOPT_SHARE, c->pool->share) != CURLE_OK)
+                return -EIO;
+        return 0;
 }
 
 int http_client_new(const struct http_client_options *opts, struct http_client **ret_client) {
@@ -400,6 +491,8 @@ static void set_common(struct http_client *c, struct transfer *t, const char *ur
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        if (c->pool)
+                curl_easy_setopt(h, CURLOPT_MAXCONNECTS, HTTP_POOL_MAX_CONNECTIONS);
         set_tls(c);
         clock_gettime(CLOCK_MONOTONIC, &t->last_data);
 }
@@ -518,7 +611,9 @@ static int64_t monotonic_us(void) {
 
 static int perform(struct transfer *t, struct http_client_response *ret) {
         int64_t t0 = monotonic_us();
+        pool_enter(t->c->pool);
         CURLcode code = curl_easy_perform(t->c->curl);
+        pool_leave(t->c->pool);
         thread_wait_us += monotonic_us() - t0;
         int r = transfer_result(t, code);
         if (r == 0)

@@ -112,6 +112,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             pass
         self.close_connection = True
 
+    def r_inflight(self, n, body, q):
+        # Held 200 ms; the answer says how many /inflight requests the server has seen at once so far.
+        with self.server.lock:
+            self.server.inflight += 1
+            self.server.most_inflight = max(self.server.most_inflight, self.server.inflight)
+        time.sleep(0.2)
+        with self.server.lock:
+            self.server.inflight -= 1
+            most = self.server.most_inflight
+        self.reply(200, {"most": most, "port": self.client_address[1]})
+
     def r_gone(self, n, body, q):
         self.reply(410, {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"})
 
@@ -140,6 +151,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.lock = threading.Lock()
         self.counts = {}
+        self.inflight = self.most_inflight = 0
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
 
     def handle_error(self, request, client_address):

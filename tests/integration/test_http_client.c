@@ -89,6 +89,75 @@ static void test_keep_alive(void **state) {
         http_client_free(b);
 }
 
+static struct http_client *pooled(struct http_pool *pool) {
+        struct http_client_options o = { .pool = pool };
+        struct http_client *c;
+        assert_int_equal(http_client_new(&o, &c), 0);
+        return c;
+}
+
+struct inflight_call {
+        struct http_client *c;
+        long most, port;
+        int64_t waited_us;
+};
+
+static void *inflight_main(void *arg) {
+        struct inflight_call *ic = arg;
+        int64_t w0 = http_client_thread_wait_us();
+        json_t *r = call(ic->c, "GET", "/inflight", NULL, NULL, NULL);
+        ic->waited_us = http_client_thread_wait_us() - w0;
+        ic->most = (long)json_integer_value(json_object_get(r, "most"));
+        ic->port = (long)json_integer_value(json_object_get(r, "port"));
+        json_decref(r);
+        return NULL;
+}
+
+/* Three clients on three threads at once; what the server saw. */
+static void run_three(struct http_pool *pool, struct inflight_call ic[3]) {
+        pthread_t t[3];
+        for (int i = 0; i < 3; i++) {
+                ic[i] = (struct inflight_call){ .c = pooled(pool) };
+                assert_int_equal(pthread_create(&t[i], NULL, inflight_main, &ic[i]), 0);
+        }
+        for (int i = 0; i < 3; i++) {
+                pthread_join(t[i], NULL);
+                http_client_free(ic[i].c);
+        }
+}
+
+static void test_pool(void **state) {
+        (void)state;
+        struct http_pool *pool;
+        assert_int_equal(http_pool_new(1, &pool), 0);
+        /* One client's connection serves another client of the pool. */
+        struct http_client *a = pooled(pool), *b = pooled(pool);
+        json_t *r1 = call(a, "GET", "/echo", NULL, NULL, NULL), *r2 = call(b, "GET", "/echo", NULL, NULL, NULL);
+        assert_int_equal(json_integer_value(json_object_get(r2, "port")), json_integer_value(json_object_get(r1, "port")));
+        json_decref(r1);
+        json_decref(r2);
+        http_client_free(a);
+        http_client_free(b);
+        /* At most one request of the pool at a time: the server never sees two, and the later ones wait their turn
+         * inside the request (two of them at least one 200 ms answer each), all on the one connection. */
+        struct inflight_call ic[3];
+        run_three(pool, ic);
+        int64_t longest = 0;
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(ic[i].most, 1);
+                assert_int_equal(ic[i].port, ic[0].port);
+                longest = ic[i].waited_us > longest ? ic[i].waited_us : longest;
+        }
+        assert_true(longest >= 3 * 190000);
+        http_pool_free(pool);
+        /* Without a limit they run at once, each on a connection of its own. */
+        assert_int_equal(http_pool_new(0, &pool), 0);
+        run_three(pool, ic);
+        assert_true(ic[0].most >= 2 || ic[1].most >= 2 || ic[2].most >= 2);
+        assert_true(ic[0].port != ic[1].port || ic[1].port != ic[2].port);
+        http_pool_free(pool);
+}
+
 static void test_headers_and_bodies(void **state) {
         (void)state;
         static const char *const extra[] = { "X-Extra: 1", NULL };
@@ -326,6 +395,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_reason_phrase),
                 cmocka_unit_test(test_keep_alive),
+                cmocka_unit_test(test_pool),
                 cmocka_unit_test(test_headers_and_bodies),
                 cmocka_unit_test(test_retry_after),
                 cmocka_unit_test(test_stream_lines),
