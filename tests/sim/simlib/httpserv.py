@@ -61,9 +61,12 @@ class Request:
         h.send_header("Content-Length", str(len(body)))
         for k, v in (headers or {}).items():
             h.send_header(k, v)
-        h.end_headers()
+        # Headers and body leave in one write, as Go's net/http and pveproxy send a small answer; written apart,
+        # they reach the client as two TLS records and wake it twice.
+        h._headers_buffer.append(b"\r\n")
         if self.method != "HEAD":
-            h.wfile.write(body)
+            h._headers_buffer.append(body)
+        h.flush_headers()
         h.wfile.flush()
         self.replied = True
 
