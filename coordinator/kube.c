@@ -152,6 +152,45 @@ static int pem_source(const char *file, const char *data, const char *name, int 
         return r;
 }
 
+/* One field: a memfd with *data, named in *file. */
+static int file_from_data(struct kube_config *cfg, char **file, const char *data, const char *name) {
+        char path[64];
+        int fd = -1;
+        if (*file || !data)
+                return 0;
+        int r = memfd_with(name, data, &fd, path);
+        char *copy = r == 0 ? strdup(path) : NULL;
+        if (r == 0 && !copy) {
+                close(fd);
+                r = -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        *file = copy;
+        cfg->data_fds[cfg->n_data_fds++] = fd;
+        return 0;
+}
+
+int kube_config_files_from_data(struct kube_config *cfg) {
+        struct kube_config before = *cfg;
+        int r = file_from_data(cfg, &cfg->ca_file, cfg->ca_data, "kube-ca");
+        if (r == 0)
+                r = file_from_data(cfg, &cfg->cert_file, cfg->cert_data, "kube-cert");
+        if (r == 0)
+                r = file_from_data(cfg, &cfg->key_file, cfg->key_data, "kube-key");
+        if (r == 0)
+                return 0;
+        for (unsigned i = before.n_data_fds; i < cfg->n_data_fds; i++)
+                close(cfg->data_fds[i]);
+        char *files[] = { cfg->ca_file, cfg->cert_file, cfg->key_file }, *was[] = { before.ca_file, before.cert_file,
+                                                                                    before.key_file };
+        for (size_t i = 0; i < 3; i++)
+                if (files[i] != was[i])
+                        free(files[i]);
+        *cfg = before;
+        return r;
+}
+
 static int read_token(const char *path, char **ret) {
         char *text;
         size_t len;
@@ -204,7 +243,7 @@ static int client_http(struct kube_client *c, const struct kube_config *cfg, con
         const char *headers[] = { ua, NULL };
         struct http_client_options ho = { .ca_file = ca, .cert_file = cert, .key_file = key, .insecure = cfg->insecure,
                                           .timeout_ms = o->timeout_ms, .bearer_token = cfg->token,
-                                          .headers = headers };
+                                          .headers = headers, .pool = o->pool };
         return http_client_new(&ho, &c->http);
 }
 

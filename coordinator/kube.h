@@ -53,6 +53,8 @@ struct kube_config {
         char *cert_data, *key_data;
         bool insecure;     /* insecure-skip-tls-verify */
         char *namespace;   /* the context's namespace, else "default" */
+        int data_fds[3];   /* memfds of kube_config_files_from_data, closed by kube_config_done */
+        unsigned n_data_fds;
 };
 
 void kube_config_done(struct kube_config *cfg);
@@ -70,6 +72,11 @@ int kube_config_load_kubeconfig(const char *path, struct kube_config *ret, char 
 int kube_config_in_cluster(const char *root, const char *host, const char *port, struct kube_config *ret, char *err,
                            size_t errlen);
 
+/* Put the CA, client certificate and key that cfg holds as data into memfds and name them in the *_file fields
+ * ("/proc/self/fd/N"). Every client made from cfg then names the same files, so that they can share
+ * connections (libcurl reuses a connection only for the same CA file). 0 or -errno (cfg unchanged). */
+int kube_config_files_from_data(struct kube_config *cfg);
+
 /* ---- the client ---- */
 
 struct kube_client_options {
@@ -78,6 +85,7 @@ struct kube_client_options {
         long backoff_base_ms;     /* 0 = 200 ms */
         long backoff_max_ms;      /* 0 = 30 s */
         const char *user_agent;   /* NULL = "pvescale-coordinator" */
+        struct http_pool *pool;   /* connections shared with the pool's other clients; NULL = the client's own */
 };
 
 #define KUBE_NO_RETRY (~0u)

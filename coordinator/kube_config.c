@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "errmsg.h"
 #include "fileio.h"
@@ -24,6 +25,8 @@ void kube_config_done(struct kube_config *cfg) {
                 explicit_bzero(cfg->token, strlen(cfg->token));
         if (cfg->key_data)
                 explicit_bzero(cfg->key_data, strlen(cfg->key_data));
+        for (unsigned i = 0; i < cfg->n_data_fds; i++)
+                close(cfg->data_fds[i]);
         char *fields[] = { cfg->server,    cfg->token,    cfg->token_file, cfg->ca_file,  cfg->ca_data,
                            cfg->cert_file, cfg->key_file, cfg->cert_data,  cfg->key_data, cfg->namespace };
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)

@@ -87,10 +87,12 @@ static int listen_on(struct app *a, unsigned port, struct http_server **ret) {
 /* ---- start-up ---- */
 
 static int load_kube(struct app *a, char *err, size_t errlen) {
-        if (a->cfg.kubeconfig)
-                return kube_config_load_kubeconfig(a->cfg.kubeconfig, &a->kube, err, errlen);
-        return kube_config_in_cluster(NULL, getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT"),
-                                      &a->kube, err, errlen);
+        int r = a->cfg.kubeconfig ? kube_config_load_kubeconfig(a->cfg.kubeconfig, &a->kube, err, errlen)
+                                  : kube_config_in_cluster(NULL, getenv("KUBERNETES_SERVICE_HOST"),
+                                                           getenv("KUBERNETES_SERVICE_PORT"), &a->kube, err, errlen);
+        if (r == 0 && (r = kube_config_files_from_data(&a->kube)) < 0)
+                snprintf(err, errlen, "kubeconfig: cannot keep its certificates in memory files: %s", strerror(-r));
+        return r;
 }
 
 /* Flags, environment, config file and Kubernetes connection settings. 0, 1 (help/version printed) or an exit

@@ -2,6 +2,7 @@
  * status-to-errno mapping. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,6 +140,35 @@ static const char *const sim_kubeconfig = "apiVersion: v1\n"
                                           "- name: filer\n"
                                           "  context: {cluster: other, user: filer}\n"
                                           "current-context: sim\n";
+
+static char *file_text(const char *path) {
+        static char buf[256];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+                fclose(f);
+        buf[n] = '\0';
+        return f ? buf : NULL;
+}
+
+/* Data-only certificates get one memory file each, named in the *_file fields; a named file stays. */
+static void test_files_from_data(void **state) {
+        (void)state;
+        struct kube_config cfg;
+        char err[256];
+        assert_int_equal(parse_kc(sim_kubeconfig, "/home/u/.kube", "admin", &cfg, err), 0);
+        assert_int_equal(kube_config_files_from_data(&cfg), 0);
+        assert_string_equal(cfg.ca_file, "/home/u/.kube/certs/ca.pem");
+        assert_non_null(cfg.cert_file);
+        assert_non_null(cfg.key_file);
+        assert_int_equal(strncmp(cfg.cert_file, "/proc/self/fd/", 14), 0);
+        assert_string_equal(file_text(cfg.cert_file), "client cert\n");
+        assert_string_equal(file_text(cfg.key_file), "client key\n");
+        assert_int_equal(cfg.n_data_fds, 2);
+        int fd = cfg.data_fds[0];
+        kube_config_done(&cfg);
+        assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed with the config */
+}
 
 static void test_kubeconfig(void **state) {
         (void)state;
@@ -279,6 +309,7 @@ static void test_in_cluster(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_paths),
+                cmocka_unit_test(test_files_from_data),
                 cmocka_unit_test(test_query),
                 cmocka_unit_test(test_errno),
                 cmocka_unit_test(test_kubeconfig),
