@@ -17,6 +17,7 @@ struct agents_options {
         bool insecure;           /* tests only */
         long timeout_ms;         /* 0 = 10 s */
         long connect_timeout_ms; /* 0 = 3 s: an agent that is down must not stall a launch */
+        struct http_pool *pool;  /* connections shared with the pool's other clients; NULL = the client's own */
 };
 
 /* "https://10.0.0.11:8207", "https://[fd00::11]:8207". Pure. 0, -EINVAL or -ENOMEM. */

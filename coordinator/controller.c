@@ -11,12 +11,13 @@
 #include <unistd.h>
 
 #include "controller_internal.h"
+#include "http_client.h"
 #include "leader.h"
 #include "latency.h"
 #include "log.h"
 #include "provisioner.h"
 
-#define DEFAULT_WORKERS 4
+#define DEFAULT_WORKERS 64
 #define DEFAULT_GC_INTERVAL_MS 60000
 #define DEFAULT_RESYNC_MS 10000
 #define LOOP_TICK_MS 1000
@@ -334,7 +335,8 @@ static void loop_locked(struct controller *c, struct provisioner *p) {
 /* Clients for the provisioner's writer threads; as many as could be made. */
 static size_t writers_new(struct controller *c, struct kube_client **writers) {
         size_t n = 0;
-        for (; n < PROVISION_WRITERS && kube_client_new(c->kcfg, NULL, &writers[n]) == 0; n++)
+        struct kube_client_options o = { .pool = c->kube_pool };
+        for (; n < PROVISION_WRITERS && kube_client_new(c->kcfg, &o, &writers[n]) == 0; n++)
                 kube_client_set_cancel(writers[n], &c->stop);
         return n;
 }
@@ -415,6 +417,29 @@ static void names_from_env(struct controller *c) {
         snprintf(c->identity, sizeof c->identity, "%s", id);
 }
 
+/* Requests that run at once against the API server, and against each Proxmox cluster; the other workers wait
+ * for a turn (pveproxy itself serves with three worker processes). The agents are not limited. */
+#define KUBE_MAX_REQUESTS 32
+#define PVE_MAX_REQUESTS 32
+
+static int pools_new(struct controller *c) {
+        c->pve_pools = calloc(c->cfg->n_clusters + 1, sizeof *c->pve_pools);
+        int r = c->pve_pools ? http_pool_new(KUBE_MAX_REQUESTS, &c->kube_pool) : -ENOMEM;
+        if (r == 0)
+                r = http_pool_new(0, &c->agents_pool);
+        for (size_t i = 0; r == 0 && i < c->cfg->n_clusters; i++)
+                r = http_pool_new(PVE_MAX_REQUESTS, &c->pve_pools[i]);
+        return r;
+}
+
+static void pools_free(struct controller *c) {
+        for (size_t i = 0; c->pve_pools && i < c->cfg->n_clusters; i++)
+                http_pool_free(c->pve_pools[i]);
+        free(c->pve_pools);
+        http_pool_free(c->agents_pool);
+        http_pool_free(c->kube_pool);
+}
+
 int controller_new(const struct config *cfg, const struct kube_config *kube, const struct controller_options *o,
                    const struct controller_launcher_ops *ops, struct stats *stats, struct controller **ret) {
         struct controller *c = calloc(1, sizeof *c);
@@ -443,6 +468,8 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
                 r = -ENOMEM;
         if (r == 0)
                 r = latency_new(&c->latency);
+        if (r == 0)
+                r = pools_new(c);
         for (int k = 0; k < K_N && r == 0; k++)
                 r = watcher_new(c, (enum ctl_kind)k);
         if (r == 0 && c->ops)
@@ -462,12 +489,16 @@ int controller_start(struct controller *c) {
         for (int k = 0; k < K_N; k++) {
                 if (pthread_create(&c->watchers[k].thread, NULL, watcher_main, &c->watchers[k]) != 0)
                         return log_error_errno(-EAGAIN, "cannot start an informer thread");
+                char name[16];
+                snprintf(name, sizeof name, "watch-%s", KIND_RT[k]->plural);
+                pthread_setname_np(c->watchers[k].thread, name);
                 c->watchers[k].started = true;
         }
         if (c->ops && controller__workers_start(c) < 0)
                 return -EAGAIN;
         if (pthread_create(&c->loop, NULL, loop_main, c) != 0)
                 return log_error_errno(-EAGAIN, "cannot start the control loop");
+        pthread_setname_np(c->loop, "provisioner");
         c->loop_started = true;
         if (c->o.leader_elect && pthread_create(&c->lease, NULL, lease_main, c) != 0)
                 return log_error_errno(-EAGAIN, "cannot start leader election");
@@ -512,6 +543,7 @@ void controller_free(struct controller *c) {
         json_decref(c->candidates);
         json_decref(c->addresses);
         latency_free(c->latency);
+        pools_free(c);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->mu);
         free(c);

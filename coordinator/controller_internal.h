@@ -76,9 +76,15 @@ struct controller {
         struct ctl_item *items;  /* the work queue: any idle worker takes the next due claim that is not running */
         size_t n_items, cap_items;
         pthread_cond_t work;     /* signalled when an item becomes due (with c->mu) */
+        pthread_cond_t timer;    /* the one idle worker that waits for the next due time waits on this */
+        bool timer_held;         /* an idle worker waits on timer */
+        int64_t timer_due_ms;    /* until then */
         bool work_init;
         struct launcher *launcher;
         struct kube_client *launcher_kube; /* for launcher calls outside workers */
+        /* The connections that the clients of the workers and of the claim writers share, per server */
+        struct http_pool *kube_pool, *agents_pool;
+        struct http_pool **pve_pools; /* per cluster of cfg */
         pthread_t loop, lease;
         bool loop_started, lease_started;
         char lease_namespace[254], identity[254];
@@ -94,4 +100,6 @@ void controller__workers_free(struct controller *c);
 void controller__enqueue_locked(struct controller *c, const json_t *claim);
 void controller__forget_locked(struct controller *c, const char *name);
 void controller__wake_workers_locked(struct controller *c);
+/* An item is due at due_ms: wake the worker that should take it. */
+void controller__kick_locked(struct controller *c, int64_t due_ms);
 bool controller__backoff_active(void *userdata, const char *nodepool, const char *host);

@@ -61,7 +61,18 @@ void controller__enqueue_locked(struct controller *c, const json_t *claim) {
         } else {
                 it->due_ms = controller__mono_ms();
         }
-        pthread_cond_signal(&c->work);
+        controller__kick_locked(c, it->due_ms);
+}
+
+/* Idle workers wait on c->work, except one that waits on c->timer until the next item is due: when it is, one
+ * worker wakes, not every idle one (200 workers woken at each due time spent most of their CPU on the lock). */
+void controller__kick_locked(struct controller *c, int64_t due_ms) {
+        if (!c->work_init)
+                return;
+        if (c->timer_held && due_ms < c->timer_due_ms)
+                pthread_cond_signal(&c->timer);
+        if (!c->timer_held || due_ms <= controller__mono_ms())
+                pthread_cond_signal(&c->work);
 }
 
 void controller__forget_locked(struct controller *c, const char *name) {
@@ -73,8 +84,10 @@ void controller__forget_locked(struct controller *c, const char *name) {
 }
 
 void controller__wake_workers_locked(struct controller *c) {
-        if (c->work_init)
-                pthread_cond_broadcast(&c->work);
+        if (!c->work_init)
+                return;
+        pthread_cond_broadcast(&c->work);
+        pthread_cond_broadcast(&c->timer);
 }
 
 static struct ctl_item *next_due(struct controller *c, int64_t now, int64_t *ret_next) {
@@ -108,9 +121,11 @@ static void finish_locked(struct controller *c, const char *name, bool exists, i
                 int64_t delay = (int64_t)ERROR_RETRY_BASE_MS << shift;
                 it->failures++;
                 it->due_ms = now + (delay < ERROR_RETRY_MAX_MS ? delay : ERROR_RETRY_MAX_MS);
+                controller__kick_locked(c, it->due_ms);
         } else if (requeue_ms > 0) {
                 it->failures = 0;
                 it->due_ms = now + requeue_ms;
+                controller__kick_locked(c, it->due_ms);
         } else {
                 remove_item(c, it);
         }
@@ -185,17 +200,36 @@ static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
         return true;
 }
 
+static void wait_until_locked(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t ms) {
+        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+        pthread_cond_timedwait(cond, mu, &ts);
+}
+
+/* Wait for work due at next: as the timer holder when no other idle worker is, else on c->work (worker 0 also
+ * for its garbage collection, due at w->next_gc_ms). */
+static void idle_wait_locked(struct ctl_worker *w, int64_t now, int64_t next) {
+        struct controller *c = w->ctl;
+        int64_t tick = now + IDLE_TICK_MS;
+        if (c->timer_held || next >= tick) {
+                wait_until_locked(&c->work, &c->mu, w->index == 0 && w->next_gc_ms < tick ? w->next_gc_ms : tick);
+                return;
+        }
+        c->timer_held = true;
+        c->timer_due_ms = next;
+        wait_until_locked(&c->timer, &c->mu, next);
+        c->timer_held = false;
+        pthread_cond_signal(&c->work); /* another idle worker takes the timer over */
+}
+
 static void *worker_main(void *arg) {
         struct ctl_worker *w = arg;
         struct controller *c = w->ctl;
         tl_worker = w;
         pthread_mutex_lock(&c->mu);
         while (!atomic_load(&c->stop)) {
-                int64_t next = controller__mono_ms() + IDLE_TICK_MS;
-                if (work_once_locked(w, &next))
-                        continue;
-                struct timespec ts = { .tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000 };
-                pthread_cond_timedwait(&c->work, &c->mu, &ts);
+                int64_t now = controller__mono_ms(), next = now + IDLE_TICK_MS;
+                if (!work_once_locked(w, &next))
+                        idle_wait_locked(w, now, next);
         }
         pthread_mutex_unlock(&c->mu);
         return NULL;
@@ -216,7 +250,7 @@ static struct pve_client *pve_for_region(void *userdata, const char *region) {
                 if (strcmp(cl->region, region) != 0)
                         continue;
                 struct pve_options o = { .url = cl->url, .token_id = cl->token_id, .token_secret = cl->token_secret,
-                                         .ca_file = cl->ca_file, .insecure = cl->insecure };
+                                         .ca_file = cl->ca_file, .insecure = cl->insecure, .pool = c->pve_pools[i] };
                 if (!w->pve[i] && pve_client_new(&o, &w->pve[i]) == 0)
                         pve_client_set_cancel(w->pve[i], &c->stop);
                 return w->pve[i];
@@ -257,7 +291,8 @@ static struct agents_client *agent_for_host(void *userdata, const char *region, 
         struct agents_client *client = NULL;
         if (arr)
                 w->agents = arr;
-        struct agents_options o = { .token = c->cfg->agents.token, .ca_file = c->cfg->agents.ca_file };
+        struct agents_options o = { .token = c->cfg->agents.token, .ca_file = c->cfg->agents.ca_file,
+                                    .pool = c->agents_pool };
         if (arr && address && agents_url(address, c->cfg->agents.port, &url) == 0 &&
             (o.url = url, agents_client_new(&o, &client) == 0)) {
                 agents_client_set_cancel(client, &c->stop);
@@ -315,7 +350,8 @@ bool controller__backoff_active(void *userdata, const char *nodepool, const char
 static int worker_new(struct controller *c, struct ctl_worker *w, size_t index) {
         *w = (struct ctl_worker){ .ctl = c, .index = index };
         w->pve = calloc(c->cfg->n_clusters + 1, sizeof *w->pve);
-        if (!w->pve || kube_client_new(c->kcfg, NULL, &w->kube) < 0)
+        struct kube_client_options o = { .pool = c->kube_pool };
+        if (!w->pve || kube_client_new(c->kcfg, &o, &w->kube) < 0)
                 return -ENOMEM;
         kube_client_set_cancel(w->kube, &c->stop);
         return 0;
@@ -326,6 +362,7 @@ int controller__workers_new(struct controller *c) {
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&c->work, &ca);
+        pthread_cond_init(&c->timer, &ca);
         pthread_condattr_destroy(&ca);
         c->work_init = true;
         c->workers = calloc(c->o.workers, sizeof *c->workers);
@@ -336,7 +373,7 @@ int controller__workers_new(struct controller *c) {
                 if (worker_new(c, &c->workers[i], i) < 0)
                         return log_error_errno(-ENOMEM, "cannot set up launcher worker %zu", i);
         }
-        if (kube_client_new(c->kcfg, NULL, &c->launcher_kube) < 0)
+        if (kube_client_new(c->kcfg, &(struct kube_client_options){ .pool = c->kube_pool }, &c->launcher_kube) < 0)
                 return -ENOMEM;
         kube_client_set_cancel(c->launcher_kube, &c->stop);
         struct launcher_env env = { .kube = c->launcher_kube, .cfg = c->cfg, .pve_for_region = pve_for_region,
@@ -351,6 +388,9 @@ int controller__workers_start(struct controller *c) {
         for (size_t i = 0; i < c->n_workers; i++) {
                 if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0)
                         return log_error_errno(-EAGAIN, "cannot start worker %zu", i);
+                char name[16];
+                snprintf(name, sizeof name, "launcher-%u", (unsigned)(i % 10000));
+                pthread_setname_np(c->workers[i].thread, name);
                 c->workers[i].started = true;
         }
         return 0;
@@ -384,8 +424,10 @@ void controller__workers_free(struct controller *c) {
         free(c->items);
         c->items = NULL;
         c->n_items = c->cap_items = 0;
-        if (c->work_init)
+        if (c->work_init) {
                 pthread_cond_destroy(&c->work);
+                pthread_cond_destroy(&c->timer);
+        }
         c->work_init = false;
         kube_client_free(c->launcher_kube);
         c->launcher_kube = NULL;

@@ -132,5 +132,5 @@ const char *options_usage(void) {
                "  --leader-elect[=BOOL]       [LEADER_ELECT] hold the Lease pvescale-coordinator before acting (true);\n"
                "                              the Lease lives in POD_NAMESPACE (else the kubeconfig's namespace) and\n"
                "                              the identity is POD_NAME (else the host name)\n"
-               "  --workers N                 [WORKERS] launcher worker threads (4)\n";
+               "  --workers N                 [WORKERS] launcher worker threads (64)\n";
 }

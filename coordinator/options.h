@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define OPTIONS_DEFAULT_WORKERS 4
-#define OPTIONS_MAX_WORKERS 64
+#define OPTIONS_DEFAULT_WORKERS 64
+#define OPTIONS_MAX_WORKERS 256
 
 struct options {
         bool launch;       /* --launch / LAUNCH (default true): false stops after NodeClaims are created */

@@ -381,7 +381,9 @@ static void write_claims(struct provisioner *p, struct claim_writes *w) {
         size_t started = 0;
         for (size_t t = 0; wr && t < n; t++) {
                 wr[t] = (struct writer){ .w = w, .kube = p->env.writers[t] };
-                if (pthread_create(&wr[t].thread, NULL, writer_main, &wr[t]) != 0)
+                if (pthread_create(&wr[t].thread, NULL, writer_main, &wr[t]) == 0)
+                        pthread_setname_np(wr[t].thread, "claim-writer");
+                else
                         break;
                 started++;
         }

@@ -36,7 +36,8 @@ int pve_client_new(const struct pve_options *o, struct pve_client **ret_client) 
         }
         const char *headers[] = { auth, "Accept: application/json", NULL };
         struct http_client_options ho = { .ca_file = o->ca_file, .insecure = o->insecure, .timeout_ms = o->timeout_ms,
-                                          .connect_timeout_ms = o->connect_timeout_ms, .headers = headers };
+                                          .connect_timeout_ms = o->connect_timeout_ms, .headers = headers,
+                                          .pool = o->pool };
         int r = http_client_new(&ho, &c->http);
         explicit_bzero(auth, strlen(auth));
         free(auth);

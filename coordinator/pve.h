@@ -18,6 +18,7 @@ struct pve_options {
         bool insecure;
         long timeout_ms;          /* per request; 0 = 30 s */
         long connect_timeout_ms;  /* 0 = 10 s */
+        struct http_pool *pool;   /* connections shared with the pool's other clients; NULL = the client's own */
 };
 
 /* ---- parameters (pure) ---- */

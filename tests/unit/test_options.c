@@ -52,21 +52,21 @@ static void run_case(size_t k, const struct option_case *c) {
 static void test_options_table(void **state) {
         (void)state;
         static const struct option_case cases[] = {
-                { { NULL }, { NULL }, 0, true, true, 4, { NULL }, NULL },
-                { { "--launch=false", NULL }, { NULL }, 0, false, true, 4, { NULL }, NULL },
+                { { NULL }, { NULL }, 0, true, true, 64, { NULL }, NULL },
+                { { "--launch=false", NULL }, { NULL }, 0, false, true, 64, { NULL }, NULL },
                 /* "--launch false": the next argument is taken only when it is a boolean. */
-                { { "--launch", "false", "--config", "x", NULL }, { NULL }, 0, false, true, 4, { "--config", "x" }, NULL },
-                { { "--launch", "--config", "x", NULL }, { NULL }, 0, true, true, 4, { "--config", "x" }, NULL },
+                { { "--launch", "false", "--config", "x", NULL }, { NULL }, 0, false, true, 64, { "--config", "x" }, NULL },
+                { { "--launch", "--config", "x", NULL }, { NULL }, 0, true, true, 64, { "--config", "x" }, NULL },
                 { { "--config", "x", "-leader-elect=no", "--workers", "8", "--log-level=debug", NULL }, { NULL }, 0, true,
                   false, 8, { "--config", "x", "--log-level=debug" }, NULL },
                 { { "--workers=2", NULL }, { "WORKERS=16", "LAUNCH=0", NULL }, 0, false, true, 2, { NULL }, NULL },
-                { { NULL }, { "LEADER_ELECT=false", "LAUNCH=", NULL }, 0, true, false, 4, { NULL }, NULL },
+                { { NULL }, { "LEADER_ELECT=false", "LAUNCH=", NULL }, 0, true, false, 64, { NULL }, NULL },
                 /* Flags win over the environment. */
-                { { "--launch=true", NULL }, { "LAUNCH=false", NULL }, 0, true, true, 4, { NULL }, NULL },
-                { { "--launchx", NULL }, { NULL }, 0, true, true, 4, { "--launchx" }, NULL },
+                { { "--launch=true", NULL }, { "LAUNCH=false", NULL }, 0, true, true, 64, { NULL }, NULL },
+                { { "--launchx", NULL }, { NULL }, 0, true, true, 64, { "--launchx" }, NULL },
                 { { "--launch=maybe", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--launch: expected true or false" },
                 { { "--workers", "0", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers: expected a number from 1" },
-                { { "--workers=65", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers" },
+                { { "--workers=257", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers" },
                 { { "--workers", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers: needs a value" },
                 { { NULL }, { "LAUNCH=perhaps", NULL }, -22, 0, 0, 0, { NULL }, "LAUNCH: expected true or false" },
         };
