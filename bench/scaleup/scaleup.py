@@ -50,6 +50,16 @@ def one_node_each(i):
     return cl.pod("scale-%03d" % i, cpu="100m", memory="128Mi", labels={"app": "scale"}, affinity=anti)
 
 
+def print_calls(calls):
+    """The API calls the simulator answered, per claim, most frequent first."""
+    rows = sorted(((n / CLAIMS, api, k) for api in calls for k, n in calls[api].items()), reverse=True)
+    print("\nAPI calls per claim: %.1f (pve %.1f, kube %.1f; agents not counted)" % (
+        sum(r[0] for r in rows), sum(r[0] for r in rows if r[1] == "pve"), sum(r[0] for r in rows if r[1] == "kube")))
+    for per, api, k in rows:
+        if per >= 0.05:
+            print("  %6.2f  %-4s %s" % (per, api, k))
+
+
 def main():
     c = cl.Cluster(HOSTS, knobs=ZERO)
     co = None
@@ -91,6 +101,7 @@ def main():
         row("  of which its own (overhead)", [o[2] for o in own])
         row("    of that, runnable but waiting for a CPU", [o[3] for o in own])
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
+        print_calls(report["api_calls"])
         print("own = the coordinator's account at each start call: time since its batch's first pending pod minus the "
               "time its\nthreads spent inside requests on that claim's way (provisioning round, launcher reconciles) "
               "and pausing\nbetween polls of a Proxmox task that was reported still running (docs/coordinator.md)."
