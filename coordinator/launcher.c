@@ -262,23 +262,58 @@ static const char *claim_rv(const json_t *claim) {
 }
 
 /* Remember (or, with rv NULL, forget) the resourceVersion of our own last write of a claim. */
-static void note_written(struct launcher *l, const char *name, const char *rv) {
+/* Per claim: {"claim": our last write as stored, "rvs": [the resource versions of our last writes]}. */
+#define WRITTEN_RVS_KEPT 8
+
+static void note_written(struct launcher *l, const char *name, const json_t *stored) {
+        const char *rv = stored ? claim_rv(stored) : NULL;
         if (!name || !name[0])
                 return;
         pthread_mutex_lock(&l->mu);
-        if (rv)
-                json_object_set_new(l->written, name, json_string(rv));
-        else
+        json_t *w = json_object_get(l->written, name);
+        if (rv && !w && (w = json_pack("{s:[]}", "rvs")) && json_object_set_new(l->written, name, w) < 0)
+                w = NULL;
+        if (!rv) {
                 json_object_del(l->written, name);
+        } else if (w) {
+                json_t *rvs = json_object_get(w, "rvs");
+                if (json_array_size(rvs) >= WRITTEN_RVS_KEPT)
+                        json_array_remove(rvs, 0);
+                json_array_append_new(rvs, json_string(rv));
+                json_object_set(w, "claim", (json_t *)stored);
+        }
         pthread_mutex_unlock(&l->mu);
 }
 
-bool launcher_wrote(struct launcher *l, const char *name, const char *rv) {
+/* Ours when rv is the version of one of our last writes; then *ret_last (if asked) is our last write. */
+static bool wrote(struct launcher *l, const char *name, const char *rv, json_t **ret_last) {
+        bool ours = false;
+        size_t i;
+        json_t *v;
         pthread_mutex_lock(&l->mu);
-        const char *mine = json_string_value(json_object_get(l->written, name ? name : ""));
-        bool same = mine && rv && strcmp(mine, rv) == 0;
+        json_t *w = json_object_get(l->written, name ? name : "");
+        json_array_foreach(json_object_get(w, "rvs"), i, v) {
+                ours = ours || (rv && strcmp(json_string_value(v), rv) == 0);
+        }
+        if (ours && ret_last)
+                *ret_last = json_deep_copy(json_object_get(w, "claim"));
         pthread_mutex_unlock(&l->mu);
-        return same;
+        return ours;
+}
+
+static bool wrote_any(struct launcher *l, const char *name) {
+        pthread_mutex_lock(&l->mu);
+        bool any = json_object_get(l->written, name ? name : "") != NULL;
+        pthread_mutex_unlock(&l->mu);
+        return any;
+}
+
+bool launcher_wrote(struct launcher *l, const char *name, const char *rv) {
+        return wrote(l, name, rv, NULL);
+}
+
+void launcher_forget_written(struct launcher *l, const char *name) {
+        note_written(l, name, NULL);
 }
 
 static void replace_claim(struct lctx *c, json_t *fresh) {
@@ -317,7 +352,7 @@ int launcher_commit(struct lctx *c, json_t *changes) {
                         r = kube_update(c->kube, &kube_nodeclaims, NULL, "status", obj, &stored);
                 json_decref(obj);
                 if (r == 0) {
-                        note_written(c->l, c->name, claim_rv(stored));
+                        note_written(c->l, c->name, stored);
                         replace_claim(c, stored);
                 } else if (r == -ESTALE)
                         r = refresh_after_conflict(c) ?: -ESTALE;
@@ -582,7 +617,9 @@ static int reconcile_once(struct lctx *c) {
 
 /* The claim as the API server has it now: the caller's copy may lag behind our own last status write, and a
  * step must never run twice from an old status. The caller's copy will do when it is our last write (a newer
- * write by someone else would fail ours with a conflict). NULL (with *ret_err 0) when the claim is gone. */
+ * write by someone else would fail ours with a conflict), and when this process has not begun the launch: what comes before
+ * the first write (the agent's reservation, keyed by the claim, and reading the next free VMID) can be done twice,
+ * and that write fails if the copy is old. NULL (with *ret_err 0) when the claim is gone. */
 static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const json_t *claim, int *ret_err) {
         const json_t *meta = json_object_get(claim, "metadata");
         const char *name = json_string_value(json_object_get(meta, "name"));
@@ -591,8 +628,12 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         *ret_err = 0;
         if (step && strcmp(step, STEP_INITIALIZED) == 0 && !json_object_get(meta, "deletionTimestamp"))
                 return json_deep_copy(claim); /* nothing left to do but notice a deletion, which comes as an update */
-        if (launcher_wrote(l, name, claim_rv(claim)) && !json_object_get(meta, "deletionTimestamp"))
-                return json_deep_copy(claim);
+        /* A copy that is one of our writes: our last write is newer, or the same. */
+        if (!json_object_get(meta, "deletionTimestamp") && wrote(l, name, claim_rv(claim), &fresh) && fresh)
+                return fresh;
+        if (!step && json_object_get(json_object_get(claim, "status"), "host") &&
+            !json_object_get(meta, "deletionTimestamp") && !wrote_any(l, name))
+                return json_deep_copy(claim); /* placed, not begun: the first write fails on an old copy */
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)
                 note_written(l, name, NULL);

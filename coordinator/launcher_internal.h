@@ -79,7 +79,7 @@ struct launcher {
         size_t n_seen, cap_seen;
         pthread_mutex_t iso_mu; /* libisofs is process-wide */
         struct launcher_cache cache;
-        json_t *written; /* claim name → resourceVersion of this process's last status write (with mu) */
+        json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
 };
 
 /* One reconcile of one claim. */
@@ -109,6 +109,8 @@ const json_t *launcher_status(const struct lctx *c);
 const char *launcher_status_str(const struct lctx *c, const char *key);
 int64_t launcher_status_int(const struct lctx *c, const char *key);
 int64_t launcher_status_time(const struct lctx *c, const char *key);
+/* The claim is gone: drop what the launcher remembers of its writes. */
+void launcher_forget_written(struct launcher *l, const char *name);
 /* Write status changes (a new object, stolen; JSON null removes a key; a "conditions" array of
  * {type, status, reason, message} is merged with launcher_condition_set). A conflict is retried on the fresh
  * object while nobody else moved the launch; otherwise -EAGAIN (reconcile again from the fresh claim). */

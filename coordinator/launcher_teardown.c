@@ -219,6 +219,7 @@ int launcher_finalize(struct lctx *c) {
         if (r < 0 && r != -ENOENT)
                 return launcher_errf(c, r, "remove finalizer of NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: torn down", c->name);
+        launcher_forget_written(c->l, c->name);
         c->requeue_ms = 0;
         return 0;
 }
