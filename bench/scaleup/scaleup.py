@@ -16,7 +16,7 @@ import coordlib as cl  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 CLAIMS = int(os.environ.get("SCALEUP_CLAIMS", "200"))
-WORKERS = os.environ.get("SCALEUP_WORKERS", "64")
+WORKERS = os.environ.get("SCALEUP_WORKERS", "200")
 HOSTS = "pve1=eas-tioga,pve2=eas-tioga,pve3=eas-tioga"
 PODS = "/api/v1/namespaces/default/pods"
 ZERO = ("clone_seconds=0", "create_seconds=0", "start_seconds=0", "join_delay_seconds=0", "ready_delay_seconds=0",
