@@ -261,18 +261,25 @@ static const char *claim_rv(const json_t *claim) {
         return json_string_value(json_object_get(json_object_get(claim, "metadata"), "resourceVersion"));
 }
 
-/* Remember (or, with rv NULL, forget) the resourceVersion of our own last write of a claim. */
-/* Per claim: {"claim": our last write as stored, "rvs": [the resource versions of our last writes]}. */
+/* Per claim, what this process last wrote: {"claim": the write as stored, "rvs": [the versions of its last
+ * writes, oldest first]}. */
 #define WRITTEN_RVS_KEPT 8
 
+/* The claim's entry, made if missing. NULL on ENOMEM. */
+static json_t *written_entry(struct launcher *l, const char *name) {
+        json_t *w = json_object_get(l->written, name);
+        if (!w && (w = json_pack("{s:[]}", "rvs")) && json_object_set_new(l->written, name, w) < 0)
+                return NULL;
+        return w;
+}
+
+/* Remember stored as our last write of the claim; stored NULL forgets the claim. */
 static void note_written(struct launcher *l, const char *name, const json_t *stored) {
         const char *rv = stored ? claim_rv(stored) : NULL;
         if (!name || !name[0])
                 return;
         pthread_mutex_lock(&l->mu);
-        json_t *w = json_object_get(l->written, name);
-        if (rv && !w && (w = json_pack("{s:[]}", "rvs")) && json_object_set_new(l->written, name, w) < 0)
-                w = NULL;
+        json_t *w = rv ? written_entry(l, name) : NULL;
         if (!rv) {
                 json_object_del(l->written, name);
         } else if (w) {
@@ -285,7 +292,7 @@ static void note_written(struct launcher *l, const char *name, const json_t *sto
         pthread_mutex_unlock(&l->mu);
 }
 
-/* Ours when rv is the version of one of our last writes; then *ret_last (if asked) is our last write. */
+/* Ours when rv is the version of one of our last writes; then *ret_last (if asked) is a copy of the last one. */
 static bool wrote(struct launcher *l, const char *name, const char *rv, json_t **ret_last) {
         bool ours = false;
         size_t i;
@@ -293,7 +300,10 @@ static bool wrote(struct launcher *l, const char *name, const char *rv, json_t *
         pthread_mutex_lock(&l->mu);
         json_t *w = json_object_get(l->written, name ? name : "");
         json_array_foreach(json_object_get(w, "rvs"), i, v) {
-                ours = ours || (rv && strcmp(json_string_value(v), rv) == 0);
+                if (rv && strcmp(json_string_value(v), rv) == 0) {
+                        ours = true;
+                        break;
+                }
         }
         if (ours && ret_last)
                 *ret_last = json_deep_copy(json_object_get(w, "claim"));
