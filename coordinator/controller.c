@@ -69,8 +69,10 @@ static bool all_synced_locked(const struct controller *c) {
 /* ---- reacting to watch events (c->mu held) ---- */
 
 static void trigger_locked(struct controller *c) {
-        if (json_object_size(c->candidates) > 0)
+        if (json_object_size(c->candidates) > 0) {
                 intake_batch_add(&c->batch, controller__mono_ms());
+                c->wake_loop = true;
+        }
 }
 
 static void pod_changed(struct controller *c, enum kube_watch_event ev, const json_t *pod) {
@@ -81,13 +83,19 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
         else
                 store_key(pod, key, sizeof key);
         if (ev != KUBE_EVENT_DELETED && intake_pod_is_candidate(pod)) {
-                if (!json_object_get(c->candidates, key))
+                if (!json_object_get(c->candidates, key)) {
                         intake_batch_add(&c->batch, controller__mono_ms());
+                        c->wake_loop = true;
+                }
                 json_object_set(c->candidates, key, (json_t *)pod);
         } else {
                 json_object_del(c->candidates, key);
         }
         stats_set(c->stats, STATS_PENDING_PODS, (int64_t)json_object_size(c->candidates));
+}
+
+static bool placed(const json_t *claim) {
+        return json_object_get(json_object_get(claim, "status"), "host") != NULL;
 }
 
 static bool initialized(const json_t *claim) {
@@ -112,7 +120,9 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
         } else {
                 if (initialized(claim) && !was)
                         stats_add(c->stats, STATS_LAUNCH_INITIALIZED, 1);
-                if (!own_write(c, ev, claim))
+                /* A claim our provisioner is still writing comes to a worker with its status (claim_created). */
+                bool writing = !placed(claim) && json_object_get(c->writing, meta_str(claim, "name") ?: "");
+                if (!writing && !own_write(c, ev, claim))
                         controller__enqueue_locked(c, claim);
         }
         stats_set(c->stats, STATS_NODECLAIMS, (int64_t)json_object_size(c->store[K_CLAIMS]));
@@ -121,17 +131,36 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
 /* A Node came, changed or went: reconcile the claim that launched it. */
 static void node_changed(struct controller *c, enum kube_watch_event ev, const json_t *node) {
         const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
-        const char *key;
-        json_t *claim;
         if (ev == KUBE_EVENT_DELETED)
                 trigger_locked(c);
-        if (!pid || !*pid)
+        const json_t *claim = pid && *pid ? controller__by_provider_id_locked(c, K_CLAIMS, pid) : NULL;
+        if (claim)
+                controller__enqueue_locked(c, claim);
+}
+
+static const char *provider_id(enum ctl_kind kind, const json_t *obj) {
+        const char *part = kind == K_NODES ? "spec" : "status";
+        const char *pid = json_string_value(json_object_get(json_object_get(obj, part), "providerID"));
+        return pid && *pid ? pid : NULL;
+}
+
+/* Keep the providerID index of nodes and claims in step with the store (obj NULL: deleted). */
+static void index_provider_id(struct controller *c, enum ctl_kind kind, const char *key, const json_t *prev,
+                              const json_t *obj) {
+        json_t *index = c->by_provider_id[kind];
+        const char *was = prev ? provider_id(kind, prev) : NULL, *now = obj ? provider_id(kind, obj) : NULL;
+        if (!index)
                 return;
-        json_object_foreach(c->store[K_CLAIMS], key, claim) {
-                const char *cp = json_string_value(json_object_get(json_object_get(claim, "status"), "providerID"));
-                if (cp && strcmp(cp, pid) == 0)
-                        controller__enqueue_locked(c, claim);
-        }
+        if (was && (!now || strcmp(was, now) != 0) &&
+            strcmp(json_string_value(json_object_get(index, was)) ?: "", key) == 0)
+                json_object_del(index, was);
+        if (now)
+                json_object_set_new(index, now, json_string(key));
+}
+
+json_t *controller__by_provider_id_locked(struct controller *c, enum ctl_kind kind, const char *provider_id) {
+        const char *key = json_string_value(json_object_get(c->by_provider_id[kind], provider_id));
+        return key ? json_object_get(c->store[kind], key) : NULL;
 }
 
 /* Added, deleted, or a new generation (status-only updates, such as our own NodePool usage, do not count). */
@@ -149,6 +178,7 @@ static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watc
                 json_object_del(c->store[kind], key);
         else
                 json_object_set(c->store[kind], key, (json_t *)obj);
+        index_provider_id(c, kind, key, prev, ev == KUBE_EVENT_DELETED ? NULL : obj);
         if (kind == K_PODS)
                 pod_changed(c, ev, obj);
         else if (kind == K_CLAIMS)
@@ -170,10 +200,13 @@ static int on_event(enum kube_watch_event ev, const json_t *obj, void *userdata)
                 c->synced[w->kind] = true;
                 atomic_store(&w->sw->synced, 1);
                 stats_set(c->stats, STATS_READY, all_synced_locked(c));
+                c->wake_loop = true;
         } else if (obj) {
                 apply_event(c, w->kind, ev, obj);
         }
-        pthread_cond_broadcast(&c->cond);
+        if (c->wake_loop) /* most events (our own writes among them) change nothing the loop waits for */
+                pthread_cond_signal(&c->cond);
+        c->wake_loop = false;
         pthread_mutex_unlock(&c->mu);
         return 0;
 }
@@ -263,15 +296,30 @@ static void snapshot_done(struct snapshot *s) {
                 json_decref(s->arrays[k]);
 }
 
+/* The stored claim with its status: into the cache (unless the watch brought it already, or a newer one), and
+ * to a worker. */
 static void claim_created(void *userdata, const json_t *claim, const struct latency_waits *waits) {
         struct controller *c = userdata;
         const char *name = meta_str(claim, "name");
+        if (!name)
+                return;
         latency_begin(c->latency, name, c->round_origin_ms, waits);
         pthread_mutex_lock(&c->mu);
-        if (name && !json_object_get(c->store[K_CLAIMS], name)) {
+        json_object_del(c->writing, name);
+        const json_t *had = json_object_get(c->store[K_CLAIMS], name);
+        if (!had || (!placed(had) && placed(claim)))
                 json_object_set(c->store[K_CLAIMS], name, (json_t *)claim);
-                controller__enqueue_locked(c, claim);
-        }
+        controller__enqueue_locked(c, json_object_get(c->store[K_CLAIMS], name));
+        pthread_mutex_unlock(&c->mu);
+}
+
+static void claim_writing(void *userdata, const char *name, bool writing) {
+        struct controller *c = userdata;
+        pthread_mutex_lock(&c->mu);
+        if (writing)
+                json_object_set_new(c->writing, name, json_true());
+        else
+                json_object_del(c->writing, name);
         pthread_mutex_unlock(&c->mu);
 }
 
@@ -351,7 +399,7 @@ static void *loop_main(void *arg) {
         }
         kube_client_set_cancel(kube, &c->stop);
         struct provisioner_env env = { .cfg = c->cfg, .kube = kube, .stats = c->stats, .claim_created = claim_created,
-                                       .host_address = host_address, .userdata = c, .writers = writers };
+                                       .claim_writing = claim_writing, .host_address = host_address, .userdata = c, .writers = writers };
         env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
@@ -393,8 +441,8 @@ static void *lease_main(void *arg) {
                 }
                 struct timespec ts;
                 deadline_ts(now + l.o.retry_ms, &ts);
-                while (!atomic_load(&c->stop) && controller__mono_ms() < now + l.o.retry_ms) /* c->cond wakes often */
-                        pthread_cond_timedwait(&c->cond, &c->mu, &ts);
+                while (!atomic_load(&c->stop) && controller__mono_ms() < now + l.o.retry_ms)
+                        pthread_cond_timedwait(&c->lease_cond, &c->mu, &ts);
         }
         pthread_mutex_unlock(&c->mu);
         kube_client_free(kube);
@@ -457,6 +505,7 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_mutex_init(&c->mu, NULL);
         pthread_cond_init(&c->cond, &ca);
+        pthread_cond_init(&c->lease_cond, &ca);
         pthread_condattr_destroy(&ca);
         intake_batch_init(&c->batch, cfg->batch_idle_ms, cfg->batch_max_ms);
         int r = 0;
@@ -464,7 +513,11 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
                 r = (c->store[k] = json_object()) ? 0 : -ENOMEM;
         c->candidates = json_object();
         c->addresses = json_object();
-        if (r == 0 && (!c->candidates || !c->addresses))
+        c->by_provider_id[K_NODES] = json_object();
+        c->by_provider_id[K_CLAIMS] = json_object();
+        c->writing = json_object();
+        if (r == 0 && (!c->candidates || !c->addresses || !c->by_provider_id[K_NODES] || !c->by_provider_id[K_CLAIMS] ||
+                       !c->writing))
                 r = -ENOMEM;
         if (r == 0)
                 r = latency_new(&c->latency);
@@ -510,6 +563,7 @@ void controller_stop(struct controller *c) {
         atomic_store(&c->stop, true);
         pthread_mutex_lock(&c->mu);
         pthread_cond_broadcast(&c->cond);
+        pthread_cond_broadcast(&c->lease_cond);
         controller__wake_workers_locked(c);
         pthread_mutex_unlock(&c->mu);
         if (c->loop_started)
@@ -539,12 +593,15 @@ void controller_free(struct controller *c) {
                 kube_informer_free(c->watchers[k].inf);
                 kube_client_free(c->watchers[k].kube);
                 json_decref(c->store[k]);
+                json_decref(c->by_provider_id[k]);
         }
         json_decref(c->candidates);
+        json_decref(c->writing);
         json_decref(c->addresses);
         latency_free(c->latency);
         pools_free(c);
         pthread_cond_destroy(&c->cond);
+        pthread_cond_destroy(&c->lease_cond);
         pthread_mutex_destroy(&c->mu);
         free(c);
 }

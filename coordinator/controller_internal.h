@@ -58,10 +58,14 @@ struct controller {
         atomic_int_fast64_t heartbeat_ms;
 
         pthread_mutex_t mu; /* everything below */
-        pthread_cond_t cond;
+        pthread_cond_t cond;       /* the control loop waits on this */
+        pthread_cond_t lease_cond; /* the leader election thread waits on this */
+        bool wake_loop;            /* an event changed what the control loop waits for */
         json_t *store[K_N];  /* "ns/name" or "name" → object (immutable once stored) */
+        json_t *by_provider_id[K_N]; /* nodes (spec) and claims (status): providerID → store key */
         bool synced[K_N];
         json_t *candidates;  /* pod uid → pod */
+        json_t *writing;     /* names of the claims our provisioner is creating → true, until claim_created */
         struct intake_batch batch;
         int64_t round_origin_ms; /* when the batch of the running round opened (its first pending pod) */
         struct latency *latency; /* start latency of the claims this process created */
@@ -92,6 +96,8 @@ struct controller {
 
 int64_t controller__mono_ms(void);
 int64_t controller__wall_ms(void);
+/* The stored node or claim (kind) with that providerID, borrowed; NULL when none. c->mu held. */
+json_t *controller__by_provider_id_locked(struct controller *c, enum ctl_kind kind, const char *provider_id);
 
 /* controller_work.c; the ones named _locked need c->mu held. */
 int controller__workers_new(struct controller *c);

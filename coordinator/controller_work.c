@@ -306,18 +306,10 @@ static struct agents_client *agent_for_host(void *userdata, const char *region, 
 static const json_t *node_by_provider_id(void *userdata, const char *provider_id) {
         struct controller *c = userdata;
         struct ctl_worker *w = tl_worker;
-        const char *key;
-        json_t *node, *found = NULL;
         if (!w || !provider_id)
                 return NULL;
         pthread_mutex_lock(&c->mu);
-        json_object_foreach(c->store[K_NODES], key, node) {
-                const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
-                if (pid && strcmp(pid, provider_id) == 0) {
-                        found = json_incref(node);
-                        break;
-                }
-        }
+        json_t *found = json_incref(controller__by_provider_id_locked(c, K_NODES, provider_id));
         pthread_mutex_unlock(&c->mu);
         json_decref(w->held_node);
         w->held_node = found;

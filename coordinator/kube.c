@@ -639,11 +639,11 @@ int kube_delete(struct kube_client *c, const struct kube_resource *rt, const cha
         return r;
 }
 
-/* One get-modify-update round. */
+/* One get-modify-update round; from a copy of current when there is one. */
 static int modify_once(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
-                       const char *sub, kube_modify_fn fn, void *userdata, json_t **ret) {
-        json_t *obj;
-        int r = kube_get(c, rt, ns, name, &obj);
+                       const char *sub, const json_t *current, kube_modify_fn fn, void *userdata, json_t **ret) {
+        json_t *obj = current ? json_deep_copy(current) : NULL;
+        int r = current ? (obj ? 0 : -ENOMEM) : kube_get(c, rt, ns, name, &obj);
         if (r < 0)
                 return r;
         r = fn(obj, userdata);
@@ -653,13 +653,19 @@ static int modify_once(struct kube_client *c, const struct kube_resource *rt, co
         return r;
 }
 
-int kube_modify(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
-                const char *sub, kube_modify_fn fn, void *userdata, unsigned max_attempts, json_t **ret) {
+int kube_modify_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
+                     const char *sub, const json_t *current, kube_modify_fn fn, void *userdata, unsigned max_attempts,
+                     json_t **ret) {
         unsigned attempts = max_attempts ? max_attempts : KUBE_DEFAULT_MODIFY_ATTEMPTS;
         int r = -ESTALE;
         for (unsigned i = 0; i < attempts && r == -ESTALE; i++)
-                r = modify_once(c, rt, ns, name, sub, fn, userdata, ret);
+                r = modify_once(c, rt, ns, name, sub, i == 0 ? current : NULL, fn, userdata, ret);
         return r;
+}
+
+int kube_modify(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
+                const char *sub, kube_modify_fn fn, void *userdata, unsigned max_attempts, json_t **ret) {
+        return kube_modify_from(c, rt, ns, name, sub, NULL, fn, userdata, max_attempts, ret);
 }
 
 int kube_evict(struct kube_client *c, const char *ns, const char *pod, const struct kube_delete_options *o) {

@@ -174,6 +174,11 @@ typedef int (*kube_modify_fn)(json_t *obj, void *userdata);
  * skipped, -ESTALE when every attempt conflicted, or another error. */
 int kube_modify(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
                 const char *sub, kube_modify_fn fn, void *userdata, unsigned max_attempts, json_t **ret);
+/* kube_modify that starts from a copy the caller has (an informer's, say; NULL = get it): the first round
+ * modifies that copy instead of getting the object, and a conflict gets it as kube_modify does. */
+int kube_modify_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
+                     const char *sub, const json_t *current, kube_modify_fn fn, void *userdata, unsigned max_attempts,
+                     json_t **ret);
 
 /* POST pods/<name>/eviction (policy/v1 Eviction). -EBUSY (429) when a PodDisruptionBudget forbids it. */
 int kube_evict(struct kube_client *c, const char *ns, const char *pod, const struct kube_delete_options *o);

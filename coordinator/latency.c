@@ -6,12 +6,14 @@
 #include "http_client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LATENCY_FORGET_MS (60L * 60 * 1000) /* a claim never started (failed, deleted) is dropped after this */
 
@@ -33,13 +35,41 @@ int64_t latency_now_ms(void) {
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Each thread keeps its /proc/thread-self/schedstat open (closed when the thread ends): one pread per look. */
+static pthread_key_t schedstat_key;
+static pthread_once_t schedstat_once = PTHREAD_ONCE_INIT;
+
+static void schedstat_close(void *p) {
+        close((int)(intptr_t)p - 1);
+}
+
+static void schedstat_key_new(void) {
+        pthread_key_create(&schedstat_key, schedstat_close);
+}
+
+static int schedstat_fd(void) {
+        pthread_once(&schedstat_once, schedstat_key_new);
+        intptr_t v = (intptr_t)pthread_getspecific(schedstat_key); /* fd + 1; 0 = not open yet */
+        if (v > 0)
+                return (int)v - 1;
+        int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && pthread_setspecific(schedstat_key, (void *)(intptr_t)(fd + 1)) != 0) {
+                close(fd);
+                fd = -1;
+        }
+        return fd;
+}
+
+/* How long this thread has been runnable but waiting for a CPU (the second field of schedstat). */
 static int64_t run_delay_us(void) {
+        char buf[96];
         uint64_t cpu_ns, delay_ns;
-        FILE *f = fopen("/proc/thread-self/schedstat", "re");
-        int n = f ? fscanf(f, "%" SCNu64 " %" SCNu64, &cpu_ns, &delay_ns) : 0;
-        if (f)
-                fclose(f);
-        return n == 2 ? (int64_t)(delay_ns / 1000) : 0;
+        int fd = schedstat_fd();
+        ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        return sscanf(buf, "%" SCNu64 " %" SCNu64, &cpu_ns, &delay_ns) == 2 ? (int64_t)(delay_ns / 1000) : 0;
 }
 
 void latency_waits_now(struct latency_waits *ret) {

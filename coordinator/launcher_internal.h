@@ -34,6 +34,7 @@
 #define LAUNCHER_POLL_MS 1000        /* polling interval of clone tasks, Nodes, bind */
 #define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
 #define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
+#define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
 #define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (start, eject, deletes): nothing hurries */
 #define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
@@ -97,6 +98,7 @@ struct lctx {
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
         bool vm_fresh;                /* this reconcile configured the VM: it is stopped */
+        char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
         bool timed;                   /* start latencies are being accounted (and not yet reported by this run) */
         struct latency_waits waits0;  /* the thread's waits when this reconcile began (when timed) */
         int64_t requeue_ms;

@@ -189,30 +189,40 @@ static int node_apply(json_t *node, void *userdata) {
         return changed ? 0 : KUBE_MODIFY_SKIP;
 }
 
-static int register_node(struct lctx *c, const char *node_name) {
+static bool node_initialized(struct lctx *c, const json_t *node);
+static int record_initialized(struct lctx *c, const char *node_name);
+
+/* Label and taint the Node (from the informer's copy; a conflict reads it again), then record Registered, or
+ * Initialized at once when the Node is ready already (one status write instead of two). */
+static int register_node(struct lctx *c, const json_t *node) {
+        const char *node_name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
         struct node_edit e = { launcher_wanted_labels(c, false), launcher_wanted_taints(c, false) };
-        int r = e.labels && e.taints ? kube_modify(c->kube, &kube_nodes, NULL, node_name, NULL, node_apply, &e, 0, NULL)
+        json_t *stored = NULL;
+        int r = e.labels && e.taints ? kube_modify_from(c->kube, &kube_nodes, NULL, node_name, NULL, node, node_apply,
+                                                        &e, 0, &stored)
                                      : -ENOMEM;
         json_decref(e.labels);
         json_decref(e.taints);
         if (r < 0)
                 return launcher_errf(c, r, "label Node %s: %s", node_name, kube_client_error(c->kube));
+        log_info("launcher: NodeClaim %s: Node %s registered", c->name, node_name);
+        bool ready = node_initialized(c, stored ? stored : node);
+        json_decref(stored);
+        if (ready)
+                return record_initialized(c, node_name);
         json_t *ch = json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "nodeName", node_name,
                                "conditions", "type", "Registered", "status", "True", "reason", "Registered", "message",
                                "", "type", "Initialized", "status", "Unknown", "reason", "AwaitingReady", "message",
                                "waiting for the Node to be Ready");
-        log_info("launcher: NodeClaim %s: Node %s registered", c->name, node_name);
         return launcher_set_step(c, STEP_REGISTERED, ch);
 }
 
 int launcher_step_register(struct lctx *c) {
         json_t *owned = NULL;
-        char name[LAUNCHER_NAME_MAX];
         const json_t *node = find_node(c, &owned);
         const char *n = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-        snprintf(name, sizeof name, "%s", n ? n : "");
-        json_decref(owned);
-        if (!name[0]) {
+        if (!n || !*n) {
+                json_decref(owned);
                 int64_t left = launcher_status_time(c, "startedAt") + c->l->o.registration_timeout_ms - c->now;
                 if (left <= 0)
                         return launcher_failf(c, "RegistrationTimeout", "no Node with providerID %s within %lld s",
@@ -225,7 +235,10 @@ int launcher_step_register(struct lctx *c) {
                 r = launcher_need_pool(c);
         if (r == 0)
                 r = launcher_need_shape(c);
-        return r != 0 ? r : register_node(c, name);
+        if (r == 0)
+                r = register_node(c, node);
+        json_decref(owned);
+        return r;
 }
 
 /* ---- initialized ---- */
@@ -262,44 +275,36 @@ static int wait_pve_task(struct pve_client *pve, const char *upid) {
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 
+/* Delete the ISO volume; one that is gone already is no error (Proxmox fails the delete task, or the call, with
+ * "does not exist"), so no listing first. */
 int launcher_delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen) {
-        char storage[64];
-        json_t *list = NULL, *e;
-        size_t i;
-        bool present = false;
+        char storage[64], *upid = NULL;
         const char *colon = strchr(volume, ':');
         if (!colon || (size_t)(colon - volume) >= sizeof storage)
                 return 0;
         snprintf(storage, sizeof storage, "%.*s", (int)(colon - volume), volume);
-        int r = pve_storage_content(pve, host, storage, "iso", &list);
-        json_array_foreach(list, i, e)
-                present = present || strcmp(json_string_value(json_object_get(e, "volid")) ?: "", volume) == 0;
-        json_decref(list);
-        char *upid = NULL;
-        if (r == 0 && present)
-                r = pve_storage_content_delete(pve, host, storage, volume, &upid);
+        int r = pve_storage_content_delete(pve, host, storage, volume, &upid);
         if (r == 0)
                 r = wait_pve_task(pve, upid);
         free(upid);
-        if (r < 0 && strstr(pve_client_error(pve), "does not exist"))
+        if (r < 0 && (r == -ENOENT || strstr(pve_client_error(pve), "does not exist") ||
+                      strstr(pve_client_error(pve), "No such file")))
                 r = 0;
         if (r < 0)
                 snprintf(err, errlen, "delete %s: %s", volume, pve_client_error(pve));
         return r;
 }
 
-/* Eject the ISO (a live media change; the empty CD-ROM drive stays) and delete it. */
+/* Eject the ISO (a media change the running VM takes at once, so the synchronous PUT; the empty CD-ROM drive
+ * stays) and delete it. */
 static int remove_iso(struct lctx *c, uint32_t vmid, const char *volume) {
         struct pve_params p = PVE_PARAMS_INIT;
-        char *upid = NULL;
         pve_params_add(&p, "ide2", "none,media=cdrom");
-        int r = pve_vm_config_post(c->pve, c->host, vmid, &p, &upid);
+        int r = pve_vm_config_put(c->pve, c->host, vmid, &p);
         pve_params_done(&p);
         if (r < 0)
                 return launcher_errf(c, r, "eject ISO of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "eject ISO", upid, LAUNCHER_POLL_LATER_MS);
-        free(upid);
-        return r != 0 ? r : launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err);
+        return launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err);
 }
 
 static int clean_up_join(struct lctx *c) {
@@ -309,6 +314,27 @@ static int clean_up_join(struct lctx *c) {
                 return launcher_errf(c, r, "delete join token %s: %s", token, kube_client_error(c->kube));
         r = iso[0] && launcher_need_pve(c) == 0 ? remove_iso(c, (uint32_t)launcher_status_int(c, "vmid"), iso) : 0;
         return r;
+}
+
+/* The join is done: delete the token and the ISO, and record Initialized (with Registered, when this reconcile
+ * also registered the Node: node_name set). */
+static int record_initialized(struct lctx *c, const char *node_name) {
+        int r = clean_up_join(c);
+        if (r != 0)
+                return r;
+        json_t *ch = json_pack("{s:n, s:n, s:[{s:s, s:s, s:s, s:s}]}", "tokenID", "isoVolume", "conditions", "type",
+                               "Initialized", "status", "True", "reason", "Initialized", "message", "");
+        json_t *registered = node_name ? json_pack("{s:s, s:s, s:s, s:s}", "type", "Registered", "status", "True",
+                                                   "reason", "Registered", "message", "")
+                                       : NULL;
+        if (ch && node_name) {
+                json_object_set_new(ch, "nodeName", json_string(node_name));
+                json_array_insert_new(json_object_get(ch, "conditions"), 0, registered);
+        } else {
+                json_decref(registered);
+        }
+        log_info("launcher: NodeClaim %s: initialized", c->name);
+        return launcher_set_step(c, STEP_INITIALIZED, ch);
 }
 
 int launcher_step_initialize(struct lctx *c) {
@@ -321,11 +347,5 @@ int launcher_step_initialize(struct lctx *c) {
                 return r;
         if (!init)
                 return launcher_wait(c, LAUNCHER_POLL_MS);
-        r = clean_up_join(c);
-        if (r != 0)
-                return r;
-        json_t *ch = json_pack("{s:n, s:n, s:[{s:s, s:s, s:s, s:s}]}", "tokenID", "isoVolume", "conditions", "type",
-                               "Initialized", "status", "True", "reason", "Initialized", "message", "");
-        log_info("launcher: NodeClaim %s: initialized", c->name);
-        return launcher_set_step(c, STEP_INITIALIZED, ch);
+        return record_initialized(c, NULL);
 }

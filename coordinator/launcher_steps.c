@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "http_client.h"
 #include "log.h"
@@ -361,9 +362,29 @@ static void clone_options(struct lctx *c, struct pve_clone *o) {
         o->full = o->storage != NULL; /* a linked clone stays on the template's storage */
 }
 
+static int clone_ended(struct lctx *c, uint32_t vmid, const struct pve_task_status *ts);
+
+/* Poll a clone this reconcile just began, for a short while (LAUNCHER_CLONE_INLINE_MS): a linked clone on fast
+ * storage is done by then, and is then not recorded as Cloning. 0 with ts when it ended, 1 while it runs. */
+static int clone_poll_inline(struct lctx *c, const char *upid, struct pve_task_status *ts) {
+        for (long nap = 10, waited = 0;; waited += nap, nap *= 2) {
+                struct timespec t = { 0, nap * 1000000L };
+                if (waited + nap > LAUNCHER_CLONE_INLINE_MS)
+                        return 1;
+                nanosleep(&t, NULL);
+                http_client_thread_wait_note(nap * 1000); /* the clone's time, not ours */
+                int r = pve_task_status(c->pve, upid, ts);
+                if (r < 0)
+                        return 1; /* the Cloning record keeps the task; the next reconcile polls again */
+                if (!ts->running)
+                        return 0;
+        }
+}
+
 static int issue_clone(struct lctx *c, uint32_t vmid) {
         uint32_t tmpl;
-        char *upid = NULL, image[160];
+        char *upid = NULL;
+        struct pve_task_status ts;
         int r = launcher_need_nodeclass(c);
         if (r == 0)
                 r = find_template(c, &tmpl);
@@ -382,11 +403,15 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
                 return launcher_errf(c, r, "clone %u to %u on %s: %s", tmpl, vmid, c->host, pve_client_error(c->pve));
         }
         log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
-        snprintf(image, sizeof image, "%s/%u", c->host, tmpl);
-        json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", image);
+        snprintf(c->image_id, sizeof c->image_id, "%s/%u", c->host, tmpl);
+        if (clone_poll_inline(c, upid, &ts) == 0) {
+                free(upid);
+                return clone_ended(c, vmid, &ts);
+        }
+        /* A crash before this write is no loss: the VM's description names the claim, and the next run finds it. */
+        json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", c->image_id);
         free(upid);
-        r = launcher_set_step(c, STEP_CLONING, ch);
-        return r != 0 ? r : launcher_wait(c, 10); /* the clone task has only just begun */
+        return launcher_set_step(c, STEP_CLONING, ch) ?: wait_for_clone(c);
 }
 
 /* The VMID already has a config: ours from an earlier run, someone's clone in progress, or someone else's. */
@@ -443,6 +468,17 @@ static int clone_done(struct lctx *c, uint32_t vmid) {
         return r;
 }
 
+/* The clone task ended: go on with the VM, or pick another VMID, or count a failed attempt. */
+static int clone_ended(struct lctx *c, uint32_t vmid, const struct pve_task_status *ts) {
+        if (strstr(ts->exitstatus, "already exists"))
+                return repick_vmid(c, vmid);
+        if (!pve_task_exit_ok(ts->exitstatus)) {
+                forget_template(c);
+                return clone_failed(c, ts->exitstatus);
+        }
+        return clone_done(c, vmid);
+}
+
 int launcher_step_cloning(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
         const char *upid = launcher_status_str(c, "cloneTask");
@@ -461,13 +497,7 @@ int launcher_step_cloning(struct lctx *c) {
                         http_client_thread_wait_note(c->requeue_ms * 1000);
                 return r;
         }
-        if (strstr(ts.exitstatus, "already exists"))
-                return repick_vmid(c, vmid);
-        if (!pve_task_exit_ok(ts.exitstatus)) {
-                forget_template(c);
-                return clone_failed(c, ts.exitstatus);
-        }
-        return clone_done(c, vmid);
+        return clone_ended(c, vmid, &ts);
 }
 
 /* ---- config ---- */
@@ -539,6 +569,8 @@ static int configure(struct lctx *c, uint32_t vmid, const json_t *config) {
         if (r != 0)
                 return r;
         json_t *ch = json_pack("{s:n}", "cloneTask");
+        if (ch && c->image_id[0])
+                json_object_set_new(ch, "imageID", json_string(c->image_id));
         if (ch && volume[0])
                 json_object_set_new(ch, "isoVolume", json_string(volume));
         if (ch && token_id[0])

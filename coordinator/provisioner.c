@@ -304,10 +304,14 @@ static json_t *create_claim(struct provisioner *p, struct kube_client *kube, con
                 json_t *stored = NULL;
                 json_t *obj = provisioner_claim_object(r, res, i, provisioner_claim_name(pool, seeds[attempt], name,
                                                                                          sizeof name));
+                if (obj && p->env.claim_writing)
+                        p->env.claim_writing(p->env.userdata, name, true);
                 int rc = obj ? kube_create(kube, &kube_nodeclaims, NULL, obj, &stored) : -ENOMEM;
                 json_decref(obj);
                 if (rc == 0)
                         return stored;
+                if (obj && p->env.claim_writing)
+                        p->env.claim_writing(p->env.userdata, name, false);
                 if (rc != -EEXIST) {
                         log_error("create NodeClaim %s: %s", name, kube_client_error(kube));
                         stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
@@ -340,13 +344,12 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, const 
         json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
         if (!claim)
                 return;
-        /* The claim's way to its launch ends at its creation: the launcher may take it up from the watch event
-         * while its status is written, so the status write's wait is not counted twice. */
+        /* The launcher takes the claim up once its status (the placement) is written. */
         struct latency_waits mine;
+        claim = claim_status(p, kube, r, w->res, i, claim);
         latency_waits_since(waits0, &mine);
         mine.api_us += w->pre_waits.api_us;
         mine.cpu_us += w->pre_waits.cpu_us;
-        claim = claim_status(p, kube, r, w->res, i, claim);
         w->jobs[i].name = strdup(json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
         const struct sim_claim *c = &w->res->claims[i];
         log_info("NodeClaim %s: %s on %s (%s), %zu pods", w->jobs[i].name, c->shape->name,

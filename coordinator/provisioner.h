@@ -138,10 +138,15 @@ struct provisioner_env {
         const struct config *cfg;
         struct kube_client *kube;          /* the calling thread's */
         struct stats *stats;               /* may be NULL */
-        /* A claim was created (the stored object): put it into the cache at once, so that the next round
-         * counts it even before its watch event arrives. waits: what this round spent waiting on the claim's way
-         * (before the claim writes, then its writer up to its creation, not its status write). May be NULL. */
+        /* A claim was created and its status written (the stored object; without status when that write
+         * failed): put it into the cache at once, so that the next round counts it even before its watch event
+         * arrives, and launch it. waits: what this round spent waiting on the claim's way (before the claim
+         * writes, then its writer up to here). May be NULL. */
         void (*claim_created)(void *userdata, const json_t *claim, const struct latency_waits *waits);
+        /* The claim of that name is being created (writing true, before its POST), or its POST failed (false):
+         * until claim_created, its watch events carry no placement, and the launcher leaves them alone. May be
+         * NULL. */
+        void (*claim_writing)(void *userdata, const char *name, bool writing);
         /* A host's address from /cluster/status (for the agents). May be NULL. */
         void (*host_address)(void *userdata, const char *region, const char *host, const char *address);
         /* True while launches of nodepool on host are paused (launcher_backoff_active). May be NULL. */

@@ -24,9 +24,11 @@ ZERO = ("clone_seconds=0", "create_seconds=0", "start_seconds=0", "join_delay_se
 
 
 def cpu_seconds(pid):
+    """The process's (user, kernel) CPU seconds so far."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
 
 
 def pct(values, p):
@@ -78,7 +80,8 @@ def main():
             vms = c.sim.admin("GET", "/report").json["vms"]
             return sum(1 for v in vms if v.get("started")) >= CLAIMS
         cl.wait_for(started, 600, interval=1, what="%d VMs started" % CLAIMS)
-        cpu = cpu_seconds(co.proc.pid) - cpu0
+        user, kernel = (b - a for a, b in zip(cpu0, cpu_seconds(co.proc.pid)))
+        cpu = user + kernel
         own = own_overheads(co.logtext())
         report = c.sim.admin("GET", "/report").json
         t0 = report["first_pending_at"]
@@ -101,6 +104,7 @@ def main():
         row("  of which its own (overhead)", [o[2] for o in own])
         row("    of that, runnable but waiting for a CPU", [o[3] for o in own])
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
+        print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print_calls(report["api_calls"])
         print("own = the coordinator's account at each start call: time since its batch's first pending pod minus the "
               "time its\nthreads spent inside requests on that claim's way (provisioning round, launcher reconciles) "

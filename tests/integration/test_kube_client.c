@@ -176,6 +176,41 @@ static void test_modify_gives_up(void **state) {
         kube_client_free(c);
 }
 
+static int count_calls(json_t *obj, void *userdata) {
+        (*(unsigned *)userdata)++;
+        json_object_set_new(json_object_get(obj, "data"), "mine", json_string("yes"));
+        return 0;
+}
+
+/* From a caller's copy: no GET when the copy is current (what only the copy has is written); a stale copy
+ * conflicts, and the second round starts from the server's object. */
+static void test_modify_from_copy(void **state) {
+        (void)state;
+        struct kube_client *c = client(0), *other = client(0);
+        json_t *copy, *out;
+        unsigned calls = 0;
+        create_cm(c, "from", "{\"x\": \"1\"}");
+        assert_int_equal(kube_get(c, &kube_configmaps, "default", "from", &copy), 0);
+        json_object_set_new(json_object_get(copy, "data"), "only-in-copy", json_string("1"));
+        assert_int_equal(kube_modify_from(c, &kube_configmaps, "default", "from", NULL, copy, count_calls, &calls, 3,
+                                          &out), 0);
+        assert_int_equal(calls, 1);
+        assert_non_null(json_object_get(json_object_get(out, "data"), "only-in-copy"));
+        json_t *p = j("{\"data\": {\"other\": \"yes\"}}");
+        assert_int_equal(kube_patch(other, &kube_configmaps, "default", "from", NULL, KUBE_PATCH_MERGE, p, NULL), 0);
+        json_decref(p);
+        json_decref(out);
+        calls = 0;
+        assert_int_equal(kube_modify_from(c, &kube_configmaps, "default", "from", NULL, copy, count_calls, &calls, 3,
+                                          &out), 0);
+        assert_int_equal(calls, 2); /* the copy's version is old: 409, then GET */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(out, "data"), "other")), "yes");
+        json_decref(out);
+        json_decref(copy);
+        kube_client_free(other);
+        kube_client_free(c);
+}
+
 /* ---- patches ---- */
 
 static json_t *finalizers(const json_t *o) {
@@ -678,6 +713,7 @@ int main(void) {
                 cmocka_unit_test(test_crud),
                 cmocka_unit_test(test_modify_retries_on_conflict),
                 cmocka_unit_test(test_modify_gives_up),
+                cmocka_unit_test(test_modify_from_copy),
                 cmocka_unit_test(test_patches),
                 cmocka_unit_test(test_custom_resource_status),
                 cmocka_unit_test(test_list_pages_and_selectors),

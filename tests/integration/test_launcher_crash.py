@@ -14,7 +14,9 @@ from launchlib import STEPS  # noqa: E402
 
 class LauncherCrashTest(unittest.TestCase):
     def test_sigkill_at_every_step(self):
-        w = launchlib.World()
+        # Nodes stay NotReady for a while, so that Registered is a step of its own (a Node that is Ready when it is
+        # found is registered and initialized in one write).
+        w = launchlib.World(knobs=["ready_delay_seconds=3"])
         self.addCleanup(w.stop)
         points = [(s, phase) for s in STEPS for phase in ("before", "after")]
         for i, (step, phase) in enumerate(points):

@@ -37,7 +37,8 @@ class LauncherFaultTest(unittest.TestCase):
         rc, log = w.run_driver()
         self.assertEqual(rc, 0, log)
         self.assertRegex(log, r"clone \d+ to \d+ on pve1: .*HTTP 500.*got lock request timeout")
-        self.assertRegex(log, r"clone failed \(attempt 1\): clone failed: simulated storage error")
+        # Both failures are attempts at the same step (the clone): the task's failure is the second.
+        self.assertRegex(log, r"clone failed \(attempt 2\): clone failed: simulated storage error")
         calls = w.sim.admin("GET", "/calls").json["pve"]
         self.assertEqual(calls["POST /nodes/{node}/qemu/{vmid}/clone"], 3)
         claim = w.claim("retry")
