@@ -207,6 +207,34 @@ const json_t *launcher_status(const struct lctx *c) {
         return json_object_get(c->claim, "status");
 }
 
+const char *launcher_step_done(const struct lctx *c) {
+        return c->step ? c->step : launcher_status_str(c, "launchStep");
+}
+
+static void step_hooks(struct lctx *c, const char *step, bool done) {
+        const struct launcher_env *e = &c->l->env;
+        if (e->on_step)
+                e->on_step(e->userdata, c->name, step, done);
+}
+
+void launcher_step_unrecorded(struct lctx *c, const char *step, json_t *changes) {
+        log_info("launcher: NodeClaim %s: %s (recorded with the next step)", c->name, step);
+        step_hooks(c, step, false);
+        if (!c->pending)
+                c->pending = json_incref(changes);
+        else
+                json_object_update(c->pending, changes);
+        json_decref(changes);
+        c->step = step;
+        step_hooks(c, step, true);
+}
+
+static void drop_unrecorded(struct lctx *c) {
+        json_decref(c->pending);
+        c->pending = NULL;
+        c->step = NULL;
+}
+
 const char *launcher_status_str(const struct lctx *c, const char *key) {
         const char *s = json_string_value(json_object_get(launcher_status(c), key));
         return s ? s : "";
@@ -305,8 +333,8 @@ static bool wrote(struct launcher *l, const char *name, const char *rv, json_t *
                         break;
                 }
         }
-        if (ours && ret_last)
-                *ret_last = json_deep_copy(json_object_get(w, "claim"));
+        if (ours && ret_last) /* claims are never changed in place: shared, not copied */
+                *ret_last = json_incref(json_object_get(w, "claim"));
         pthread_mutex_unlock(&l->mu);
         return ours;
 }
@@ -353,10 +381,22 @@ static int refresh_after_conflict(struct lctx *c) {
         return same ? 0 : -EAGAIN;
 }
 
+/* A copy of the claim whose status can be changed: the rest is shared with the claim, which stays as it is. */
+static json_t *claim_for_write(const json_t *claim) {
+        json_t *obj = json_copy((json_t *)claim), *status = json_object_get(claim, "status");
+        if (obj && status && json_object_set_new(obj, "status", json_deep_copy(status)) < 0) {
+                json_decref(obj);
+                return NULL;
+        }
+        return obj;
+}
+
 int launcher_commit(struct lctx *c, json_t *changes) {
         int r = changes ? -ESTALE : -ENOMEM;
+        if (changes && c->pending) /* what an unrecorded step did goes with this write */
+                json_object_update_missing(changes, c->pending);
         for (unsigned attempt = 0; changes && r == -ESTALE && attempt < MAX_RESTARTS; attempt++) {
-                json_t *obj = json_deep_copy(c->claim), *stored = NULL;
+                json_t *obj = claim_for_write(c->claim), *stored = NULL;
                 r = obj ? apply_changes(obj, changes, c->now) : -ENOMEM;
                 if (r == 0)
                         r = kube_update(c->kube, &kube_nodeclaims, NULL, "status", obj, &stored);
@@ -364,6 +404,7 @@ int launcher_commit(struct lctx *c, json_t *changes) {
                 if (r == 0) {
                         note_written(c->l, c->name, stored);
                         replace_claim(c, stored);
+                        drop_unrecorded(c);
                 } else if (r == -ESTALE)
                         r = refresh_after_conflict(c) ?: -ESTALE;
                 else
@@ -382,12 +423,10 @@ int launcher_set_step(struct lctx *c, const char *step, json_t *changes) {
         json_object_set_new(changes, "attempts", json_null());
         json_object_set_new(changes, "lastError", json_null());
         log_info("launcher: NodeClaim %s: %s", c->name, step);
-        const struct launcher_env *e = &c->l->env;
-        if (e->on_step)
-                e->on_step(e->userdata, c->name, step, false);
+        step_hooks(c, step, false);
         int r = launcher_commit(c, changes);
-        if (r == 0 && e->on_step)
-                e->on_step(e->userdata, c->name, step, true);
+        if (r == 0)
+                step_hooks(c, step, true);
         return r;
 }
 
@@ -529,6 +568,7 @@ static void ctx_clients(struct lctx *c) {
 }
 
 static void ctx_drop_cache(struct lctx *c) {
+        drop_unrecorded(c);
         json_decref(c->nodeclass);
         json_decref(c->pool);
         c->nodeclass = c->pool = NULL;
@@ -575,7 +615,7 @@ static int step_error(struct lctx *c, int err) {
 
 static int run_steps(struct lctx *c) {
         for (unsigned i = 0; i < MAX_STEPS; i++) {
-                const char *done = launcher_status_str(c, "launchStep");
+                const char *done = launcher_step_done(c);
                 if (strcmp(done, STEP_INITIALIZED) == 0)
                         return 0;
                 step_fn fn = step_after(done);
@@ -637,13 +677,13 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         json_t *fresh = NULL;
         *ret_err = 0;
         if (step && strcmp(step, STEP_INITIALIZED) == 0 && !json_object_get(meta, "deletionTimestamp"))
-                return json_deep_copy(claim); /* nothing left to do but notice a deletion, which comes as an update */
+                return json_incref((json_t *)claim); /* nothing left to do but notice a deletion (an update) */
         /* A copy that is one of our writes: our last write is newer, or the same. */
         if (!json_object_get(meta, "deletionTimestamp") && wrote(l, name, claim_rv(claim), &fresh) && fresh)
                 return fresh;
         if (!step && json_object_get(json_object_get(claim, "status"), "host") &&
             !json_object_get(meta, "deletionTimestamp") && !wrote_any(l, name))
-                return json_deep_copy(claim); /* placed, not begun: the first write fails on an old copy */
+                return json_incref((json_t *)claim); /* placed, not begun: the first write fails on an old copy */
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)
                 note_written(l, name, NULL);

@@ -490,7 +490,7 @@ int launcher_firewall_apply(struct lctx *c, uint32_t vmid) {
 
 /* ---- start and bind ---- */
 
-static int vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
+int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
         json_t *st = NULL;
         int r = pve_vm_status_current(c->pve, c->host, vmid, &st);
         const char *s = json_string_value(json_object_get(st, "status"));
@@ -578,7 +578,7 @@ int launcher_step_start(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
         char *upid = NULL, when[40];
         bool running = false;
-        int r = c->vm_fresh ? 0 : vm_running(c, vmid, &running); /* fresh: configured by this reconcile, stopped */
+        int r = c->vm_fresh ? 0 : launcher_vm_running(c, vmid, &running); /* fresh: never started */
         if (r < 0)
                 return r;
         if (!running) {

@@ -97,7 +97,9 @@ struct lctx {
         struct shape shape;
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
-        bool vm_fresh;                /* this reconcile configured the VM: it is stopped */
+        bool vm_fresh;                /* this reconcile configured the VM, which was never configured: stopped */
+        const char *step;             /* the step this reconcile has done beyond status.launchStep, or NULL */
+        json_t *pending;              /* status changes of that step, which the next status write carries */
         char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
         bool timed;                   /* start latencies are being accounted (and not yet reported by this run) */
         struct latency_waits waits0;  /* the thread's waits when this reconcile began (when timed) */
@@ -108,6 +110,10 @@ struct lctx {
 
 /* ---- launcher.c ---- */
 const json_t *launcher_status(const struct lctx *c);
+/* The last step done: c->step, else status.launchStep. */
+const char *launcher_step_done(const struct lctx *c);
+/* A step done without a status write of its own: its changes (stolen) go with the next write. */
+void launcher_step_unrecorded(struct lctx *c, const char *step, json_t *changes);
 const char *launcher_status_str(const struct lctx *c, const char *key);
 int64_t launcher_status_int(const struct lctx *c, const char *key);
 int64_t launcher_status_time(const struct lctx *c, const char *key);
@@ -151,6 +157,8 @@ int launcher_step_cloning(struct lctx *c);
 /* Whose is the VM with this config, by the claim UID in its description: 1 this claim's, 0 cannot tell yet (a
  * clone in progress: locked, no description), -1 someone else's. */
 int launcher_vm_owner(const struct lctx *c, const json_t *config);
+/* Is the VM running (GET status/current)? */
+int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running);
 
 /* ---- launcher_boot.c: cloud-init, firewall, start and bind ---- */
 /* With metadataOptions.type cdrom: the join token (its id in token_id) and the uploaded cloud-init ISO (its

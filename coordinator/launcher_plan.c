@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "kube.h"
@@ -196,6 +197,18 @@ char *launcher_tags(const char *nodepool, const char *claim, const json_t *extra
         if (!out)
                 *ret_err = r < 0 ? r : -ENOMEM;
         return out;
+}
+
+bool launcher_config_tagged(const json_t *config, const char *claim) {
+        const char *tags = json_string_value(json_object_get(config, "tags"));
+        size_t n = claim ? strlen(claim) : 0;
+        for (const char *t = tags; n && t && *t;) {
+                size_t len = strcspn(t, ";, ");
+                if (len == n && strncasecmp(t, claim, n) == 0)
+                        return true;
+                t += len + (t[len] ? 1 : 0);
+        }
+        return false;
 }
 
 /* ---- description and owner ---- */

@@ -12,6 +12,7 @@
 
 #include "http_client.h"
 #include "log.h"
+#include "tokens.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -288,9 +289,38 @@ static int resize_boot_disk(struct lctx *c, uint32_t vmid, const json_t *config)
 
 static int configure(struct lctx *c, uint32_t vmid, const json_t *config);
 
-/* The clone exists and is done: resize its boot disk, then configure the VM. */
+/* A run that ended between the start and its record left the VM running, configured: take what configure
+ * would record from its config (the ISO on ide2; the token id, derived from the claim UID) and go on to bind. */
+static int resume_running(struct lctx *c, const json_t *config) {
+        char id[TOKENS_ID_LEN + 1] = "", volume[LAUNCHER_VOLUME_MAX] = "";
+        const char *ide2 = json_string_value(json_object_get(config, "ide2"));
+        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
+        if (ide2 && strstr(ide2, "media=cdrom") && strncmp(ide2, "none", 4) != 0)
+                snprintf(volume, sizeof volume, "%.*s", (int)strcspn(ide2, ","), ide2);
+        if (type && strcmp(type, "cdrom") == 0 && tokens_id_for(c->uid, id) < 0)
+                id[0] = '\0';
+        json_t *ch = json_pack("{s:n}", "cloneTask");
+        if (ch && volume[0])
+                json_object_set_new(ch, "isoVolume", json_string(volume));
+        if (ch && id[0])
+                json_object_set_new(ch, "tokenID", json_string(id));
+        if (!ch)
+                return -ENOMEM;
+        log_info("launcher: NodeClaim %s: VM %lld runs already", c->name, (long long)launcher_status_int(c, "vmid"));
+        launcher_step_unrecorded(c, STEP_CONFIGURED, ch);
+        return 0;
+}
+
+/* The clone exists and is done: resize its boot disk, then configure the VM. Never configured before (no tag of
+ * the claim), it has never run either; else an earlier run ended before its next record, and the VM may run. */
 static int finish_clone(struct lctx *c, uint32_t vmid, const json_t *config) {
+        bool running = false;
         int r = launcher_need_nodeclass(c);
+        c->vm_fresh = !launcher_config_tagged(config, c->name);
+        if (r == 0 && !c->vm_fresh)
+                r = launcher_vm_running(c, vmid, &running);
+        if (r == 0 && running)
+                return resume_running(c, config);
         if (r == 0)
                 r = resize_boot_disk(c, vmid, config);
         return r != 0 ? r : configure(c, vmid, config);
@@ -550,7 +580,8 @@ static int config_params(struct lctx *c, const json_t *config, struct pve_params
 }
 
 /* Cloud-init, firewall and the VM config (one synchronous PUT: the VM is stopped and nothing is allocated, so
- * Proxmox applies it at once), recorded as Configured. */
+ * Proxmox applies it at once). Configured is not written on its own: the start follows at once, and Launched
+ * (or Started) records both. A run that ends before finds the VM tagged with the claim and configures it again. */
 static int configure(struct lctx *c, uint32_t vmid, const json_t *config) {
         struct pve_params p = PVE_PARAMS_INIT;
         char volume[LAUNCHER_VOLUME_MAX], token_id[TOKENS_ID_LEN + 1];
@@ -575,6 +606,8 @@ static int configure(struct lctx *c, uint32_t vmid, const json_t *config) {
                 json_object_set_new(ch, "isoVolume", json_string(volume));
         if (ch && token_id[0])
                 json_object_set_new(ch, "tokenID", json_string(token_id));
-        c->vm_fresh = true;
-        return launcher_set_step(c, STEP_CONFIGURED, ch);
+        if (!ch)
+                return -ENOMEM;
+        launcher_step_unrecorded(c, STEP_CONFIGURED, ch);
+        return 0;
 }

@@ -13,10 +13,15 @@ from launchlib import STEPS  # noqa: E402
 
 
 class LauncherCrashTest(unittest.TestCase):
+    @staticmethod
+    def pve_calls(w, route):
+        return w.sim.admin("GET", "/calls").json["pve"].get(route, 0)
+
     def test_sigkill_at_every_step(self):
-        # Nodes stay NotReady for a while, so that Registered is a step of its own (a Node that is Ready when it is
+        # Clones take a second and Nodes stay NotReady for a while, so that Cloning and Registered are steps of
+        # their own (a clone done within 400 ms is not recorded as Cloning, and a Node that is Ready when it is
         # found is registered and initialized in one write).
-        w = launchlib.World(knobs=["ready_delay_seconds=3"])
+        w = launchlib.World(knobs=["clone_seconds=1", "ready_delay_seconds=3"])
         self.addCleanup(w.stop)
         points = [(s, phase) for s in STEPS for phase in ("before", "after")]
         for i, (step, phase) in enumerate(points):
@@ -28,8 +33,16 @@ class LauncherCrashTest(unittest.TestCase):
             self.assertEqual(rc, -signal.SIGKILL, "%s: the driver did not crash at %s:%s\n%s" % (name, step, phase,
                                                                                                 log[-3000:]))
             self.assertIn("driver: crash at %s:%s" % (step, phase), log)
+            starts = self.pve_calls(w, "POST /nodes/{node}/qemu/{vmid}/status/start")
+            configs = self.pve_calls(w, "PUT /nodes/{node}/qemu/{vmid}/config")
             rc, log = w.run_driver(selector=selector)
             self.assertEqual(rc, 0, "%s: no recovery after a crash at %s:%s\n%s" % (name, step, phase, log[-4000:]))
+            if (step, phase) == ("Launched", "before"):
+                # Started, not recorded: the rerun finds the VM running and neither configures nor starts it again
+                # (the one config call is the ISO's eject after the join).
+                self.assertIn("runs already", log)
+                self.assertEqual(self.pve_calls(w, "POST /nodes/{node}/qemu/{vmid}/status/start"), starts)
+                self.assertEqual(self.pve_calls(w, "PUT /nodes/{node}/qemu/{vmid}/config"), configs + 1)
             self.assertEqual(w.claim(name)["status"]["launchStep"], "Initialized")
             w.check_no_orphans(self)
         claims = w.claims()

@@ -91,6 +91,24 @@ static void test_tags(void **state) {
         json_decref(bad);
 }
 
+/* A VM config that carries the claim's tag was configured by that claim's launch. */
+static void test_config_tagged(void **state) {
+        (void)state;
+        json_t *ours = test_json_parse("{\"tags\": \"pvescale;default;default-x7k2p;k8s\"}");
+        json_t *other = test_json_parse("{\"tags\": \"pvescale;default;default-x7k2pq\"}");
+        json_t *template = test_json_parse("{\"tags\": \"k8s-template\"}");
+        json_t *none = test_json_parse("{\"name\": \"x\"}");
+        assert_true(launcher_config_tagged(ours, "default-x7k2p"));
+        assert_false(launcher_config_tagged(other, "default-x7k2p"));
+        assert_false(launcher_config_tagged(template, "default-x7k2p"));
+        assert_false(launcher_config_tagged(none, "default-x7k2p"));
+        assert_false(launcher_config_tagged(ours, ""));
+        json_decref(ours);
+        json_decref(other);
+        json_decref(template);
+        json_decref(none);
+}
+
 static void test_description_and_owner(void **state) {
         (void)state;
         char uid[LAUNCHER_UID_MAX], buf[254];
@@ -226,6 +244,7 @@ int main(void) {
                 cmocka_unit_test(test_numa_bad_input),
                 cmocka_unit_test(test_net_queues),
                 cmocka_unit_test(test_tags),
+                cmocka_unit_test(test_config_tagged),
                 cmocka_unit_test(test_description_and_owner),
                 cmocka_unit_test(test_boot_disk_and_size),
                 cmocka_unit_test(test_room_from_pve),
