@@ -289,6 +289,21 @@ static int resize_boot_disk(struct lctx *c, uint32_t vmid, const json_t *config)
 
 static int configure(struct lctx *c, uint32_t vmid, const json_t *config);
 
+/* The VM is configured: what the next status write records (ISO volume and token id may be empty). */
+static int configured(struct lctx *c, const char *volume, const char *token_id) {
+        json_t *ch = json_pack("{s:n}", "cloneTask");
+        if (!ch)
+                return -ENOMEM;
+        if (c->image_id[0])
+                json_object_set_new(ch, "imageID", json_string(c->image_id));
+        if (volume[0])
+                json_object_set_new(ch, "isoVolume", json_string(volume));
+        if (token_id[0])
+                json_object_set_new(ch, "tokenID", json_string(token_id));
+        launcher_step_unrecorded(c, STEP_CONFIGURED, ch);
+        return 0;
+}
+
 /* A run that ended between the start and its record left the VM running, configured: take what configure
  * would record from its config (the ISO on ide2; the token id, derived from the claim UID) and go on to bind. */
 static int resume_running(struct lctx *c, const json_t *config) {
@@ -299,16 +314,8 @@ static int resume_running(struct lctx *c, const json_t *config) {
                 snprintf(volume, sizeof volume, "%.*s", (int)strcspn(ide2, ","), ide2);
         if (type && strcmp(type, "cdrom") == 0 && tokens_id_for(c->uid, id) < 0)
                 id[0] = '\0';
-        json_t *ch = json_pack("{s:n}", "cloneTask");
-        if (ch && volume[0])
-                json_object_set_new(ch, "isoVolume", json_string(volume));
-        if (ch && id[0])
-                json_object_set_new(ch, "tokenID", json_string(id));
-        if (!ch)
-                return -ENOMEM;
         log_info("launcher: NodeClaim %s: VM %lld runs already", c->name, (long long)launcher_status_int(c, "vmid"));
-        launcher_step_unrecorded(c, STEP_CONFIGURED, ch);
-        return 0;
+        return configured(c, volume, id);
 }
 
 /* The clone exists and is done: resize its boot disk, then configure the VM. Never configured before (no tag of
@@ -599,15 +606,5 @@ static int configure(struct lctx *c, uint32_t vmid, const json_t *config) {
         pve_params_done(&p);
         if (r != 0)
                 return r;
-        json_t *ch = json_pack("{s:n}", "cloneTask");
-        if (ch && c->image_id[0])
-                json_object_set_new(ch, "imageID", json_string(c->image_id));
-        if (ch && volume[0])
-                json_object_set_new(ch, "isoVolume", json_string(volume));
-        if (ch && token_id[0])
-                json_object_set_new(ch, "tokenID", json_string(token_id));
-        if (!ch)
-                return -ENOMEM;
-        launcher_step_unrecorded(c, STEP_CONFIGURED, ch);
-        return 0;
+        return configured(c, volume, token_id);
 }
