@@ -220,11 +220,12 @@ static void step_hooks(struct lctx *c, const char *step, bool done) {
 void launcher_step_unrecorded(struct lctx *c, const char *step, json_t *changes) {
         log_info("launcher: NodeClaim %s: %s (recorded with the next step)", c->name, step);
         step_hooks(c, step, false);
-        if (!c->pending)
-                c->pending = json_incref(changes);
-        else
+        if (c->pending) {
                 json_object_update(c->pending, changes);
-        json_decref(changes);
+                json_decref(changes);
+        } else {
+                c->pending = changes;
+        }
         c->step = step;
         step_hooks(c, step, true);
 }

@@ -419,14 +419,18 @@ static int deliver_iso(struct lctx *c, const char *token, char volume[LAUNCHER_V
         return r;
 }
 
+bool launcher_joins_by_cdrom(const struct lctx *c) {
+        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
+        return type && strcmp(type, "cdrom") == 0;
+}
+
 int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX], char token_id[TOKENS_ID_LEN + 1]) {
         char token[32];
         volume[0] = token_id[0] = '\0';
         int r = launcher_need_nodeclass(c);
         if (r != 0)
                 return r;
-        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
-        if (!type || strcmp(type, "cdrom") != 0)
+        if (!launcher_joins_by_cdrom(c))
                 return 0; /* the template joins by itself */
         r = launcher_need_shape(c);
         if (r == 0)

@@ -157,6 +157,8 @@ int launcher_step_cloning(struct lctx *c);
 /* Whose is the VM with this config, by the claim UID in its description: 1 this claim's, 0 cannot tell yet (a
  * clone in progress: locked, no description), -1 someone else's. */
 int launcher_vm_owner(const struct lctx *c, const json_t *config);
+/* Does the NodeClass deliver cloud-init on a CD-ROM (metadataOptions.type "cdrom"), with a join token? */
+bool launcher_joins_by_cdrom(const struct lctx *c);
 /* Is the VM running (GET status/current)? */
 int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running);
 

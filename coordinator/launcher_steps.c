@@ -309,10 +309,9 @@ static int configured(struct lctx *c, const char *volume, const char *token_id) 
 static int resume_running(struct lctx *c, const json_t *config) {
         char id[TOKENS_ID_LEN + 1] = "", volume[LAUNCHER_VOLUME_MAX] = "";
         const char *ide2 = json_string_value(json_object_get(config, "ide2"));
-        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
         if (ide2 && strstr(ide2, "media=cdrom") && strncmp(ide2, "none", 4) != 0)
                 snprintf(volume, sizeof volume, "%.*s", (int)strcspn(ide2, ","), ide2);
-        if (type && strcmp(type, "cdrom") == 0 && tokens_id_for(c->uid, id) < 0)
+        if (launcher_joins_by_cdrom(c) && tokens_id_for(c->uid, id) < 0)
                 id[0] = '\0';
         log_info("launcher: NodeClaim %s: VM %lld runs already", c->name, (long long)launcher_status_int(c, "vmid"));
         return configured(c, volume, id);
