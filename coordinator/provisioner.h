@@ -48,10 +48,13 @@ struct provisioner_round {
         size_t n_catalogs;
         size_t n_candidates;      /* pending pods that entered the input (the first n_candidates pods) */
         json_t *problems;         /* ["Pod default/x: spec...: invalid quantity", ...]: objects left out */
+        json_t *node_claims;      /* Node name -> the claim that stands for it while not Initialized */
 };
 
-/* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, NodeClaims without
- * a Node yet (not being deleted), NodePools, node classes and daemon sets. A pending pod nominated to an
+/* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, in-flight NodeClaims
+ * (not being deleted), NodePools, node classes and daemon sets. A claim is in flight until it is Initialized, as
+ * in Karpenter: until then it stands for its Node, which still carries the unregistered and not-ready taints and
+ * may lack the pool's labels, and pods bound to that Node count on the claim. A pending pod nominated to an
  * in-flight claim enters bound to it (its placement is then SIM_TARGET_BOUND, node_name the claim). Malformed
  * objects are left out and named in problems. 0 or -ENOMEM. */
 int provisioner_round_new(const struct provisioner_snapshot *snap, struct provisioner_round **ret);

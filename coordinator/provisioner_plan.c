@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kube.h"
 #include "provisioner.h"
 #include "quantity.h"
 #include "simulate_json.h"
@@ -121,17 +122,28 @@ static int add_daemonsets(struct provisioner_round *r, const json_t *daemonsets)
         return 0;
 }
 
-/* Provider IDs ("p:<id>") and names ("n:<name>") of the Nodes, to tell registered claims from in-flight ones. */
+static bool initialized(const json_t *claim) {
+        return kube_condition_true(json_object_get(claim, "status"), "Initialized");
+}
+
+static bool deleting(const json_t *obj) {
+        return is_set(json_object_get(json_object_get(obj, "metadata"), "deletionTimestamp"));
+}
+
+/* Keys a Node is known by: "p:<providerID>" and "n:<name>"; 0 or 1 when a key would not fit. */
+static int node_key(char *buf, size_t size, char kind, const char *value) {
+        return value && *value && snprintf(buf, size, "%c:%s", kind, value) < (int)size ? 0 : 1;
+}
+
+/* The keys of the Nodes, to tell registered claims from in-flight ones. */
 static json_t *node_index(const json_t *nodes) {
-        json_t *idx = json_object();
+        json_t *idx = json_object(), *node;
         size_t i;
-        json_t *node;
         char key[512];
         json_array_foreach(nodes, i, node) {
-                const char *pid = str_at(json_object_get(node, "spec"), "providerID"), *name = meta_str(node, "name");
-                if (pid && *pid && snprintf(key, sizeof key, "p:%s", pid) < (int)sizeof key)
+                if (node_key(key, sizeof key, 'p', str_at(json_object_get(node, "spec"), "providerID")) == 0)
                         json_object_set_new(idx, key, json_true());
-                if (name && snprintf(key, sizeof key, "n:%s", name) < (int)sizeof key)
+                if (node_key(key, sizeof key, 'n', meta_str(node, "name")) == 0)
                         json_object_set_new(idx, key, json_true());
         }
         return idx;
@@ -139,11 +151,43 @@ static json_t *node_index(const json_t *nodes) {
 
 static bool claim_registered(const json_t *claim, const json_t *idx) {
         const json_t *st = json_object_get(claim, "status");
-        const char *pid = str_at(st, "providerID"), *node = str_at(st, "nodeName");
         char key[512];
-        if (pid && *pid && snprintf(key, sizeof key, "p:%s", pid) < (int)sizeof key && json_object_get(idx, key))
-                return true;
-        return node && *node && snprintf(key, sizeof key, "n:%s", node) < (int)sizeof key && json_object_get(idx, key);
+        return (node_key(key, sizeof key, 'p', str_at(st, "providerID")) == 0 && json_object_get(idx, key)) ||
+               (node_key(key, sizeof key, 'n', str_at(st, "nodeName")) == 0 && json_object_get(idx, key));
+}
+
+/* A claim is in flight while it has no Node, and also, as in Karpenter, until it is Initialized. */
+static bool claim_in_flight(const json_t *claim, const json_t *idx) {
+        return !deleting(claim) && (!initialized(claim) || !claim_registered(claim, idx));
+}
+
+/* The keys of the Nodes that claims in flight stand for, each with the claim's name. */
+static json_t *standing_index(const json_t *claims, const json_t *idx) {
+        json_t *standing = json_object(), *claim;
+        size_t i;
+        char key[512];
+        json_array_foreach(claims, i, claim) {
+                const json_t *st = json_object_get(claim, "status");
+                const char *name = meta_str(claim, "name");
+                if (!name || !claim_in_flight(claim, idx))
+                        continue;
+                if (node_key(key, sizeof key, 'p', str_at(st, "providerID")) == 0)
+                        json_object_set_new(standing, key, json_string(name));
+                if (node_key(key, sizeof key, 'n', str_at(st, "nodeName")) == 0)
+                        json_object_set_new(standing, key, json_string(name));
+        }
+        return standing;
+}
+
+/* The claim in flight that stands for this Node, or NULL. */
+static json_t *standing_claim(const json_t *node, const json_t *standing) {
+        char key[512];
+        json_t *claim = NULL;
+        if (node_key(key, sizeof key, 'p', str_at(json_object_get(node, "spec"), "providerID")) == 0)
+                claim = json_object_get(standing, key);
+        if (!claim && node_key(key, sizeof key, 'n', meta_str(node, "name")) == 0)
+                claim = json_object_get(standing, key);
+        return claim;
 }
 
 static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) {
@@ -161,21 +205,26 @@ static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) 
         return rc < 0 ? rc : 0;
 }
 
+/* The Nodes, except those a claim in flight stands for (noted in r->node_claims), then the claims in flight. */
 static int add_nodes(struct provisioner_round *r, const struct provisioner_snapshot *snap) {
         r->nodes = calloc(json_array_size(snap->nodes) + json_array_size(snap->claims) + 1, sizeof *r->nodes);
-        json_t *idx = node_index(snap->nodes);
-        int rc = r->nodes && idx ? 0 : -ENOMEM;
+        json_t *idx = node_index(snap->nodes), *standing = idx ? standing_index(snap->claims, idx) : NULL;
+        int rc = r->nodes && standing && r->node_claims ? 0 : -ENOMEM;
         size_t i;
         json_t *o;
         json_array_foreach(snap->nodes, i, o) {
-                if (rc == 0)
+                json_t *claim = standing_claim(o, standing);
+                const char *name = meta_str(o, "name");
+                if (rc == 0 && claim && name)
+                        rc = json_object_set(r->node_claims, name, claim) == 0 ? 0 : -ENOMEM;
+                else if (rc == 0)
                         rc = add_node(r, o, false);
         }
         json_array_foreach(snap->claims, i, o) {
-                if (rc == 0 && !is_set(json_object_get(json_object_get(o, "metadata"), "deletionTimestamp")) &&
-                    !claim_registered(o, idx))
+                if (rc == 0 && claim_in_flight(o, idx))
                         rc = add_node(r, o, true);
         }
+        json_decref(standing);
         json_decref(idx);
         return rc;
 }
@@ -203,6 +252,8 @@ static int add_pods(struct provisioner_round *r, const json_t *pods, bool pendin
                         continue;
                 if (pending)
                         sp->node_name = nominated_claim(r, nominated, pod);
+                else if (sp->node_name && json_object_get(r->node_claims, sp->node_name))
+                        sp->node_name = json_string_value(json_object_get(r->node_claims, sp->node_name));
                 else if (!sp->node_name)
                         r->in->n_pods--; /* not bound after all: leave it out */
                 if (pending || sp->node_name)
@@ -217,6 +268,7 @@ int provisioner_round_new(const struct provisioner_snapshot *snap, struct provis
                 return -ENOMEM;
         r->in = simulate_input_new();
         r->problems = json_array();
+        r->node_claims = json_object();
         r->pods = calloc(json_array_size(snap->candidates) + json_array_size(snap->bound) + 1, sizeof *r->pods);
         int rc = r->in && r->problems && r->pods ? 0 : -ENOMEM;
         if (rc == 0)
@@ -251,6 +303,7 @@ void provisioner_round_free(struct provisioner_round *r) {
         free(r->nodes);
         free(r->pools);
         json_decref(r->problems);
+        json_decref(r->node_claims);
         free(r);
 }
 

@@ -142,6 +142,7 @@ static void test_host_charge(void **state) {
 #define POD(name, uid, cpu) "{\"metadata\": {\"name\": \"" name "\", \"namespace\": \"default\", \"uid\": \"" uid "\"}," \
         " \"spec\": {\"tolerations\": [{\"key\": \"dedicated\", \"operator\": \"Exists\"}], \"containers\": [{\"name\": \"c\"," \
         " \"resources\": {\"requests\": {\"cpu\": \"" cpu "\", \"memory\": \"1Gi\"}}}]}}"
+#define INITIALIZED "\"conditions\": [{\"type\": \"Initialized\", \"status\": \"True\"}]"
 #define HOST(name) "{\"name\": \"" name "\", \"region\": \"r1\", \"free_cpus\": 64, \"free_memory_bytes\": 274877906944}"
 #define CLAIM(name, host, extra) "{\"metadata\": {\"name\": \"" name "\"" extra "}, \"spec\": {\"nodePool\": \"default\"," \
         " \"nodeClassRef\": {\"name\": \"default\"}, \"instanceType\": \"c1.4VCPU-8GB\", \"requirements\": [" \
@@ -268,7 +269,7 @@ static void test_round_inflight_and_nominations(void **state) {
         fixture_init(&f, "[" POD("a", "u-a", "500m") "," POD("b", "u-b", "500m") "]",
                      "[{\"metadata\": {\"name\": \"node-r\"}, \"spec\": {\"providerID\": \"proxmox://r1/101\"},"
                      " \"status\": {\"capacity\": {\"cpu\": \"1\", \"memory\": \"1Gi\"}}}]",
-                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\"}},"
+                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\", " INITIALIZED "}},"
                      CLAIM("c-del", "pve1", ", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"") "},"
                      CLAIM("c-1", "pve1", "") "}," CLAIM("c-2", "pve2", "") "}]",
                      "[" POOL("default", "") "]");
@@ -277,6 +278,8 @@ static void test_round_inflight_and_nominations(void **state) {
         struct provisioner_round *r;
         assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
         assert_int_equal(r->in->n_nodes, 3); /* node-r, c-1, c-2 */
+        assert_string_equal(r->in->nodes[0]->name, "node-r");
+        assert_false(r->in->nodes[0]->in_flight);
         assert_string_equal(r->in->nodes[1]->name, "c-1");
         assert_true(r->in->nodes[1]->in_flight);
         assert_null(r->in->pods[0]->node_name);
@@ -285,6 +288,51 @@ static void test_round_inflight_and_nominations(void **state) {
         struct sim_result *res;
         assert_int_equal(simulate_run(r->in, &res), 0);
         assert_int_equal(res->placements[1].target, SIM_TARGET_BOUND);
+        assert_int_equal(res->placements[0].target, SIM_TARGET_NODE);
+        assert_true(r->in->nodes[res->placements[0].index]->in_flight);
+        assert_int_equal(res->n_claims, 0);
+        simulate_result_free(res);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
+/* A claim whose Node has registered but that is not Initialized stays in flight (Karpenter's rule): its Node
+ * still has the unregistered and not-ready taints, and pods that could only go there would otherwise get a new
+ * claim each. Pods bound to that Node count on the claim; pods nominated to it stay nominated. */
+static void test_round_registered_not_initialized(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[" POD("a", "u-a", "500m") "]",
+                     "[{\"metadata\": {\"name\": \"c-reg\"}, \"spec\": {\"providerID\": \"proxmox://r1/101\", \"taints\": ["
+                     "{\"key\": \"pvescale.io/unregistered\", \"effect\": \"NoExecute\"},"
+                     "{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoSchedule\"}]},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\"}}]",
+                     "[" POOL("default", "") "]");
+        json_decref(f.bound);
+        f.bound = parse("[{\"metadata\": {\"name\": \"ds\", \"namespace\": \"default\", \"uid\": \"u-ds\"},"
+                        " \"spec\": {\"nodeName\": \"c-reg\", \"containers\": [{\"name\": \"c\","
+                        " \"resources\": {\"requests\": {\"cpu\": \"3\", \"memory\": \"1Gi\"}}}]}}]");
+        f.snap.bound = f.bound;
+        json_object_set_new(f.nominated, "u-a", json_string("c-reg"));
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(r->in->n_nodes, 1); /* the claim, standing for its Node */
+        assert_true(r->in->nodes[0]->in_flight);
+        assert_string_equal(r->in->pods[0]->node_name, "c-reg"); /* still nominated */
+        assert_string_equal(r->in->pods[1]->node_name, "c-reg"); /* bound to the Node: counts on the claim */
+        add_host(r, HOST("pve1"));
+        struct sim_result *res;
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        assert_int_equal(res->placements[0].target, SIM_TARGET_BOUND);
+        assert_int_equal(res->n_claims, 0);
+        simulate_result_free(res);
+        provisioner_round_free(r);
+        /* Without a nomination the pending pod still fits the claim (4 CPUs, 3 used): no new claim. */
+        json_object_clear(f.nominated);
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        add_host(r, HOST("pve1"));
+        assert_int_equal(simulate_run(r->in, &res), 0);
         assert_int_equal(res->placements[0].target, SIM_TARGET_NODE);
         assert_true(r->in->nodes[res->placements[0].index]->in_flight);
         assert_int_equal(res->n_claims, 0);
@@ -411,6 +459,7 @@ int main(void) {
                 cmocka_unit_test(test_host_charge),
                 cmocka_unit_test(test_round_claim_object),
                 cmocka_unit_test(test_round_inflight_and_nominations),
+                cmocka_unit_test(test_round_registered_not_initialized),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),
                 cmocka_unit_test(test_names_and_reasons),
