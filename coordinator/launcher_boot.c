@@ -549,12 +549,21 @@ static int bind_reservation(struct lctx *c, uint32_t vmid) {
         return r < 0 ? launcher_errf(c, r, "bind %s to VM %u: %s", id, vmid, agents_client_error(c->agent)) : 0;
 }
 
-/* Bind (agent mode) and, when that is done, the Launched record (changes: more status fields, stolen). */
-static int bind_and_record(struct lctx *c, json_t *changes) {
+int launcher_bind(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
-        int r = 0;
-        if (strcmp(launcher_status_str(c, "reservationMode"), "agent") == 0 && launcher_status_str(c, "reservationID")[0])
-                r = bind_reservation(c, vmid);
+        if (strcmp(launcher_status_str(c, "reservationMode"), "agent") != 0 || !launcher_status_str(c, "reservationID")[0] ||
+            c->bound_vmid == vmid)
+                return 0;
+        int r = bind_reservation(c, vmid);
+        if (r == 0)
+                c->bound_vmid = vmid;
+        return r;
+}
+
+/* Bind (agent mode; done already when this reconcile cloned the VM) and, when that is done, the Launched record
+ * (changes: more status fields, stolen). */
+static int bind_and_record(struct lctx *c, json_t *changes) {
+        int r = launcher_bind(c);
         if (r != 0) {
                 json_decref(changes);
                 return r;

@@ -98,6 +98,7 @@ struct lctx {
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
         bool vm_fresh;                /* this reconcile configured the VM, which was never configured: stopped */
+        uint32_t bound_vmid;          /* this reconcile bound the claim's reservation to this VM */
         const char *step;             /* the step this reconcile has done beyond status.launchStep, or NULL */
         json_t *pending;              /* status changes of that step, which the next status write carries */
         char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
@@ -170,6 +171,8 @@ int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX],
 int launcher_firewall_apply(struct lctx *c, uint32_t vmid);
 int launcher_step_start(struct lctx *c);
 int launcher_step_bind(struct lctx *c);
+/* Bind the claim's agent reservation to its VM (nothing without one). 0, LSTEP_WAIT, or an error. */
+int launcher_bind(struct lctx *c);
 /* Wait for a PVE task, first polled first_ms after the call (PVE errors in c->err). */
 int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms);
 

@@ -317,8 +317,11 @@ static int resume_running(struct lctx *c, const json_t *config) {
         return configured(c, volume, id);
 }
 
-/* The clone exists and is done: resize its boot disk, then configure the VM. Never configured before (no tag of
- * the claim), it has never run either; else an earlier run ended before its next record, and the VM may run. */
+/* The clone exists and is done: bind the reservation to it, resize its boot disk, then configure the VM. Never
+ * configured before (no tag of the claim), it has never run either; else an earlier run ended before its next
+ * record, and the VM may run. The bind comes first so that the agent counts the VM on its reservation from now
+ * on, not also as a VM without pinning (which would charge its vCPUs twice until the start); the agent pins it
+ * when QEMU is up. */
 static int finish_clone(struct lctx *c, uint32_t vmid, const json_t *config) {
         bool running = false;
         int r = launcher_need_nodeclass(c);
@@ -327,6 +330,8 @@ static int finish_clone(struct lctx *c, uint32_t vmid, const json_t *config) {
                 r = launcher_vm_running(c, vmid, &running);
         if (r == 0 && running)
                 return resume_running(c, config);
+        if (r == 0)
+                r = launcher_bind(c);
         if (r == 0)
                 r = resize_boot_disk(c, vmid, config);
         return r != 0 ? r : configure(c, vmid, config);
