@@ -262,6 +262,22 @@ static void test_round_claim_object(void **state) {
         fixture_done(&f);
 }
 
+/* Run the round with host pve1, then free it: pod `pod` goes onto an in-flight node, every nominated pod stays on
+ * its claim, and no claim is made. */
+static void expect_on_in_flight(struct provisioner_round *r, size_t pod) {
+        struct sim_result *res;
+        add_host(r, HOST("pve1"));
+        assert_int_equal(simulate_run(r->in, &res), 0);
+        for (size_t i = 0; i < r->n_candidates; i++)
+                if (r->in->pods[i]->node_name)
+                        assert_int_equal(res->placements[i].target, SIM_TARGET_BOUND);
+        assert_int_equal(res->placements[pod].target, SIM_TARGET_NODE);
+        assert_true(r->in->nodes[res->placements[pod].index]->in_flight);
+        assert_int_equal(res->n_claims, 0);
+        simulate_result_free(res);
+        provisioner_round_free(r);
+}
+
 static void test_round_inflight_and_nominations(void **state) {
         (void)state;
         struct fixture f;
@@ -284,15 +300,7 @@ static void test_round_inflight_and_nominations(void **state) {
         assert_true(r->in->nodes[1]->in_flight);
         assert_null(r->in->pods[0]->node_name);
         assert_string_equal(r->in->pods[1]->node_name, "c-2");
-        add_host(r, HOST("pve1"));
-        struct sim_result *res;
-        assert_int_equal(simulate_run(r->in, &res), 0);
-        assert_int_equal(res->placements[1].target, SIM_TARGET_BOUND);
-        assert_int_equal(res->placements[0].target, SIM_TARGET_NODE);
-        assert_true(r->in->nodes[res->placements[0].index]->in_flight);
-        assert_int_equal(res->n_claims, 0);
-        simulate_result_free(res);
-        provisioner_round_free(r);
+        expect_on_in_flight(r, 0);
         fixture_done(&f);
 }
 
@@ -331,13 +339,7 @@ static void test_round_registered_not_initialized(void **state) {
         /* Without a nomination the pending pod still fits the claim (4 CPUs, 3 used): no new claim. */
         json_object_clear(f.nominated);
         assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
-        add_host(r, HOST("pve1"));
-        assert_int_equal(simulate_run(r->in, &res), 0);
-        assert_int_equal(res->placements[0].target, SIM_TARGET_NODE);
-        assert_true(r->in->nodes[res->placements[0].index]->in_flight);
-        assert_int_equal(res->n_claims, 0);
-        simulate_result_free(res);
-        provisioner_round_free(r);
+        expect_on_in_flight(r, 0);
         fixture_done(&f);
 }
 
