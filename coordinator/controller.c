@@ -16,6 +16,7 @@
 #include "latency.h"
 #include "log.h"
 #include "provisioner.h"
+#include "monotime.h"
 
 #define DEFAULT_WORKERS 64
 #define DEFAULT_GC_INTERVAL_MS 60000
@@ -29,12 +30,6 @@ static const struct kube_resource *const KIND_RT[K_N] = {
         [K_PODS] = &kube_pods,          [K_NODES] = &kube_nodes,           [K_CLAIMS] = &kube_nodeclaims,
         [K_POOLS] = &kube_nodepools,    [K_CLASSES] = &kube_nodeclasses,   [K_DAEMONSETS] = &kube_daemonsets,
 };
-
-int64_t controller__mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int64_t controller__wall_ms(void) {
         struct timespec ts;
@@ -70,7 +65,7 @@ static bool all_synced_locked(const struct controller *c) {
 
 static void trigger_locked(struct controller *c) {
         if (json_object_size(c->candidates) > 0) {
-                intake_batch_add(&c->batch, controller__mono_ms());
+                intake_batch_add(&c->batch, monotime_ms());
                 c->wake_loop = true;
         }
 }
@@ -84,7 +79,7 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
                 store_key(pod, key, sizeof key);
         if (ev != KUBE_EVENT_DELETED && intake_pod_is_candidate(pod)) {
                 if (!json_object_get(c->candidates, key)) {
-                        intake_batch_add(&c->batch, controller__mono_ms());
+                        intake_batch_add(&c->batch, monotime_ms());
                         c->wake_loop = true;
                 }
                 json_object_set(c->candidates, key, (json_t *)pod);
@@ -335,7 +330,7 @@ static void host_address(void *userdata, const char *region, const char *host, c
 static void round_locked(struct controller *c, struct provisioner *p) {
         struct snapshot s;
         struct provisioner_outcome out = { 0 };
-        int64_t now = controller__mono_ms(), span = c->batch.open ? c->batch.last_ms - c->batch.first_ms : 0;
+        int64_t now = monotime_ms(), span = c->batch.open ? c->batch.last_ms - c->batch.first_ms : 0;
         c->round_origin_ms = c->batch.open ? c->batch.first_ms : now;
         size_t n = intake_batch_close(&c->batch);
         snapshot_take_locked(c, &s);
@@ -343,13 +338,14 @@ static void round_locked(struct controller *c, struct provisioner *p) {
         int r = provisioner_run(p, &s.s, &out);
         if (r == 0)
                 log_info("batch of %zu new (arriving over %lld ms, closed %lld ms after the first): %zu pending pods: "
-                         "%zu fit nodes, %zu in-flight claims, %zu on %zu new claims, %zu stay pending; %zu hosts (%zu by "
-                         "agents); simulation %.1f ms",
-                         n, (long long)span, (long long)(now - c->round_origin_ms), out.candidates, out.on_nodes, out.on_inflight, out.on_new, out.claims_created, out.unplaced,
-                         out.hosts, out.hosts_from_agents, out.simulate_seconds * 1000);
+                         "%zu fit nodes, %zu in-flight claims, %zu on %zu new claims, %zu stay pending; "
+                         "%zu hosts (%zu by agents); simulation %.1f ms",
+                         n, (long long)span, (long long)(now - c->round_origin_ms), out.candidates, out.on_nodes,
+                         out.on_inflight, out.on_new, out.claims_created, out.unplaced, out.hosts, out.hosts_from_agents,
+                         out.simulate_seconds * 1000);
         snapshot_done(&s);
         pthread_mutex_lock(&c->mu);
-        c->last_round_ms = controller__mono_ms();
+        c->last_round_ms = monotime_ms();
         c->last_unplaced = r < 0 ? 1 : out.unplaced + out.failures;
         stats_set(c->stats, STATS_UNPLACED_PODS, (int64_t)out.unplaced);
 }
@@ -363,11 +359,11 @@ static int64_t loop_deadline_locked(const struct controller *c, int64_t now) {
 
 static void loop_locked(struct controller *c, struct provisioner *p) {
         while (!atomic_load(&c->stop)) {
-                int64_t now = controller__mono_ms();
+                int64_t now = monotime_ms();
                 atomic_store(&c->heartbeat_ms, now);
                 if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, now))
                         round_locked(c, p);
-                now = controller__mono_ms();
+                now = monotime_ms();
                 /* Pods still pending after a round are looked at again: they may have been left unplaced, or
                  * kube-scheduler may have put other pods on the room planned for them (it does not honour
                  * nominations), so their claim became a Node that they do not fit. */
@@ -399,7 +395,8 @@ static void *loop_main(void *arg) {
         }
         kube_client_set_cancel(kube, &c->stop);
         struct provisioner_env env = { .cfg = c->cfg, .kube = kube, .stats = c->stats, .claim_created = claim_created,
-                                       .claim_writing = claim_writing, .host_address = host_address, .userdata = c, .writers = writers };
+                                       .claim_writing = claim_writing, .host_address = host_address, .userdata = c,
+                                       .writers = writers };
         env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
@@ -429,7 +426,7 @@ static void *lease_main(void *arg) {
         kube_client_set_cancel(kube, &c->stop);
         pthread_mutex_lock(&c->mu);
         while (!atomic_load(&c->stop)) {
-                int64_t now = controller__mono_ms();
+                int64_t now = monotime_ms();
                 pthread_mutex_unlock(&c->mu);
                 bool lead = leader_step(&l, kube, now);
                 pthread_mutex_lock(&c->mu);
@@ -441,7 +438,7 @@ static void *lease_main(void *arg) {
                 }
                 struct timespec ts;
                 deadline_ts(now + l.o.retry_ms, &ts);
-                while (!atomic_load(&c->stop) && controller__mono_ms() < now + l.o.retry_ms)
+                while (!atomic_load(&c->stop) && monotime_ms() < now + l.o.retry_ms)
                         pthread_cond_timedwait(&c->lease_cond, &c->mu, &ts);
         }
         pthread_mutex_unlock(&c->mu);
@@ -612,5 +609,5 @@ void controller_get_status(struct controller *c, struct controller_status *ret) 
                                            .pending_pods = json_object_size(c->candidates),
                                            .nodeclaims = json_object_size(c->store[K_CLAIMS]) };
         pthread_mutex_unlock(&c->mu);
-        ret->healthy = controller__mono_ms() - atomic_load(&c->heartbeat_ms) < HEALTHY_WITHIN_MS;
+        ret->healthy = monotime_ms() - atomic_load(&c->heartbeat_ms) < HEALTHY_WITHIN_MS;
 }

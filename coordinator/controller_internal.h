@@ -10,6 +10,7 @@
 #include "controller.h"
 #include "intake.h"
 #include "pve.h"
+#include "monotime.h"
 
 enum ctl_kind { K_PODS, K_NODES, K_CLAIMS, K_POOLS, K_CLASSES, K_DAEMONSETS, K_N };
 
@@ -94,7 +95,6 @@ struct controller {
         char lease_namespace[254], identity[254];
 };
 
-int64_t controller__mono_ms(void);
 int64_t controller__wall_ms(void);
 /* The stored node or claim (kind) with that providerID, borrowed; NULL when none. c->mu held. */
 json_t *controller__by_provider_id_locked(struct controller *c, enum ctl_kind kind, const char *provider_id);

@@ -10,6 +10,7 @@
 #include "controller_internal.h"
 #include "log.h"
 #include "provisioner.h"
+#include "monotime.h"
 
 #define IDLE_TICK_MS 1000
 #define ERROR_RETRY_BASE_MS 1000
@@ -54,12 +55,12 @@ void controller__enqueue_locked(struct controller *c, const json_t *claim) {
         if (!it) {
                 if (!(it = add_item(c, name)))
                         return;
-                it->due_ms = controller__mono_ms();
+                it->due_ms = monotime_ms();
         } else if (it->running) {
                 it->dirty = true;
                 return; /* its worker runs it again when done */
         } else {
-                it->due_ms = controller__mono_ms();
+                it->due_ms = monotime_ms();
         }
         controller__kick_locked(c, it->due_ms);
 }
@@ -71,7 +72,7 @@ void controller__kick_locked(struct controller *c, int64_t due_ms) {
                 return;
         if (c->timer_held && due_ms < c->timer_due_ms)
                 pthread_cond_signal(&c->timer);
-        if (!c->timer_held || due_ms <= controller__mono_ms())
+        if (!c->timer_held || due_ms <= monotime_ms())
                 pthread_cond_signal(&c->work);
 }
 
@@ -107,7 +108,7 @@ static struct ctl_item *next_due(struct controller *c, int64_t now, int64_t *ret
 /* After a reconcile: drop the item, or schedule it again. */
 static void finish_locked(struct controller *c, const char *name, bool exists, int r, int64_t requeue_ms) {
         struct ctl_item *it = find_item(c, name);
-        int64_t now = controller__mono_ms();
+        int64_t now = monotime_ms();
         if (!it)
                 return;
         it->running = false;
@@ -163,7 +164,7 @@ static json_t *all_claims_locked(const struct controller *c) {
 /* Run one due item or a garbage collection; false when there was nothing to do (then *ret_next says when). */
 static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
         struct controller *c = w->ctl;
-        int64_t now = controller__mono_ms();
+        int64_t now = monotime_ms();
         bool synced = c->synced[K_CLAIMS] && c->synced[K_NODES];
         if (!c->leader || !synced)
                 return false;
@@ -227,7 +228,7 @@ static void *worker_main(void *arg) {
         tl_worker = w;
         pthread_mutex_lock(&c->mu);
         while (!atomic_load(&c->stop)) {
-                int64_t now = controller__mono_ms(), next = now + IDLE_TICK_MS;
+                int64_t now = monotime_ms(), next = now + IDLE_TICK_MS;
                 if (!work_once_locked(w, &next))
                         idle_wait_locked(w, now, next);
         }

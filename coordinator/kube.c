@@ -16,6 +16,7 @@
 #include "fileio.h"
 #include "http_client.h"
 #include "kube_internal.h"
+#include "monotime.h"
 
 #define KUBE_DEFAULT_RETRIES 5
 #define KUBE_DEFAULT_BACKOFF_BASE_MS 200L
@@ -203,18 +204,12 @@ static int read_token(const char *path, char **ret) {
         return 0;
 }
 
-static int64_t monotonic_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Re-read a rotated service-account token at most once a minute; keep the old one if reading fails. */
 static void refresh_token(struct kube_client *c, bool force) {
-        if (!c->token_file || (!force && monotonic_ms() - c->token_read_ms < KUBE_TOKEN_REFRESH_MS))
+        if (!c->token_file || (!force && monotime_ms() - c->token_read_ms < KUBE_TOKEN_REFRESH_MS))
                 return;
         char *token;
-        c->token_read_ms = monotonic_ms();
+        c->token_read_ms = monotime_ms();
         if (read_token(c->token_file, &token) < 0)
                 return;
         if (c->token && strcmp(token, c->token) == 0) {
@@ -260,7 +255,7 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opti
         c->backoff_base_ms = o->backoff_base_ms > 0 ? o->backoff_base_ms : KUBE_DEFAULT_BACKOFF_BASE_MS;
         c->backoff_max_ms = o->backoff_max_ms > 0 ? o->backoff_max_ms : KUBE_DEFAULT_BACKOFF_MAX_MS;
         if (getrandom(&c->rng, sizeof c->rng, GRND_NONBLOCK) != sizeof c->rng || c->rng == 0)
-                c->rng = (uint64_t)monotonic_ms() ^ (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
+                c->rng = (uint64_t)monotime_ms() ^ (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
         int r = client_http(c, cfg, o);
         c->server = strndup(cfg->server, strlen(cfg->server) - (cfg->server[strlen(cfg->server) - 1] == '/'));
         c->token_file = cfg->token_file ? strdup(cfg->token_file) : NULL;

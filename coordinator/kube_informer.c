@@ -4,12 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backoff.h"
 #include "kube.h"
 #include "kube_internal.h"
 #include "log.h"
+#include "monotime.h"
 
 #define INFORMER_DEFAULT_WATCH_TIMEOUT_S 300L
 #define INFORMER_IDLE_MARGIN_MS 30000L
@@ -283,12 +283,6 @@ static int watch_path(struct kube_informer *inf, long timeout_s, char **ret) {
         return r;
 }
 
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int expired(struct kube_informer *inf) {
         log_info("watch %s: resource version %s expired (410 Gone); listing again", inf->rt->plural, inf->rv);
         inf->rv[0] = '\0';
@@ -310,7 +304,7 @@ static int session_end(struct kube_informer *inf, const struct session *s, int64
                 return 0;
         }
         /* A stream that ends at once with nothing in it would otherwise be retried in a tight loop. */
-        return now_ms() - started < INFORMER_MIN_QUIET_SESSION_MS ? INFORMER_FAILED : 0;
+        return monotime_ms() - started < INFORMER_MIN_QUIET_SESSION_MS ? INFORMER_FAILED : 0;
 }
 
 static int watch_session(struct kube_informer *inf) {
@@ -322,7 +316,7 @@ static int watch_session(struct kube_informer *inf) {
                 return r;
         struct session s = { .inf = inf };
         struct http_client_response resp = { 0 };
-        int64_t started = now_ms();
+        int64_t started = monotime_ms();
         inf->stats.watches++;
         r = kube_client_stream(inf->c, path, idle, on_line, &s, &resp);
         bool answered = r == 0 && resp.status >= 200 && resp.status < 300;

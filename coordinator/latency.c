@@ -4,6 +4,7 @@
 
 #include "array.h"
 #include "http_client.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LATENCY_FORGET_MS (60L * 60 * 1000) /* a claim never started (failed, deleted) is dropped after this */
@@ -28,12 +28,6 @@ struct latency {
         struct latency_entry *items;
         size_t n, cap;
 };
-
-int64_t latency_now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Each thread keeps its /proc/thread-self/schedstat open (closed when the thread ends): one pread per look. */
 static pthread_key_t schedstat_key;
@@ -135,7 +129,7 @@ void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, cons
         if (!l || !claim)
                 return;
         pthread_mutex_lock(&l->mu);
-        forget_old(l, latency_now_ms());
+        forget_old(l, monotime_ms());
         struct latency_entry *e = find(l, claim);
         if (e) {
                 e->origin_ms = origin_ms;

@@ -32,5 +32,3 @@ struct latency_report {
 };
 int latency_finish(struct latency *l, const char *claim, int64_t now_ms, const struct latency_waits *extra,
                    struct latency_report *ret);
-/* CLOCK_MONOTONIC in ms, the clock of origin_ms and now_ms. */
-int64_t latency_now_ms(void);

@@ -668,22 +668,22 @@ static int reconcile_once(struct lctx *c) {
 
 /* The claim as the API server has it now: the caller's copy may lag behind our own last status write, and a
  * step must never run twice from an old status. The caller's copy will do when it is our last write (a newer
- * write by someone else would fail ours with a conflict), and when this process has not begun the launch: what comes before
- * the first write (the agent's reservation, keyed by the claim, and reading the next free VMID) can be done twice,
- * and that write fails if the copy is old. NULL (with *ret_err 0) when the claim is gone. */
+ * write by someone else would fail ours with a conflict), and when this process has not begun the launch: what
+ * comes before the first write (the agent's reservation, keyed by the claim, and reading the next free VMID) can
+ * be done twice, and that write fails if the copy is old. NULL (with *ret_err 0) when the claim is gone. */
 static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const json_t *claim, int *ret_err) {
         const json_t *meta = json_object_get(claim, "metadata");
         const char *name = json_string_value(json_object_get(meta, "name"));
         const char *step = json_string_value(json_object_get(json_object_get(claim, "status"), "launchStep"));
+        bool deleting = json_object_get(meta, "deletionTimestamp") != NULL;
         json_t *fresh = NULL;
         *ret_err = 0;
-        if (step && strcmp(step, STEP_INITIALIZED) == 0 && !json_object_get(meta, "deletionTimestamp"))
+        if (!deleting && step && strcmp(step, STEP_INITIALIZED) == 0)
                 return json_incref((json_t *)claim); /* nothing left to do but notice a deletion (an update) */
         /* A copy that is one of our writes: our last write is newer, or the same. */
-        if (!json_object_get(meta, "deletionTimestamp") && wrote(l, name, claim_rv(claim), &fresh) && fresh)
+        if (!deleting && wrote(l, name, claim_rv(claim), &fresh) && fresh)
                 return fresh;
-        if (!step && json_object_get(json_object_get(claim, "status"), "host") &&
-            !json_object_get(meta, "deletionTimestamp") && !wrote_any(l, name))
+        if (!deleting && !step && json_object_get(json_object_get(claim, "status"), "host") && !wrote_any(l, name))
                 return json_incref((json_t *)claim); /* placed, not begun: the first write fails on an old copy */
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)

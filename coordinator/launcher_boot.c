@@ -13,6 +13,7 @@
 #include "log.h"
 #include "tokens.h"
 #include "yamlconf.h"
+#include "monotime.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define DEFAULT_SECRET_NAMESPACE "kube-system"
@@ -21,11 +22,13 @@ static json_t *nc_spec(const struct lctx *c) {
         return json_object_get(c->nodeclass, "spec");
 }
 
-int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms) {
-        if (!upid)
-                return 0;
+int launcher_pve_task_wait(struct pve_client *pve, const char *upid, long first_ms) {
         struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = first_ms };
-        int r = pve_task_wait(c->pve, upid, &w);
+        return upid ? pve_task_wait(pve, upid, &w) : 0;
+}
+
+int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms) {
+        int r = launcher_pve_task_wait(c->pve, upid, first_ms);
         return r < 0 ? launcher_errf(c, r, "%s: %s", what, pve_client_error(c->pve)) : 0;
 }
 
@@ -495,11 +498,7 @@ int launcher_firewall_apply(struct lctx *c, uint32_t vmid) {
 /* ---- start and bind ---- */
 
 int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
-        json_t *st = NULL;
-        int r = pve_vm_status_current(c->pve, c->host, vmid, &st);
-        const char *s = json_string_value(json_object_get(st, "status"));
-        *ret_running = r == 0 && s && strcmp(s, "running") == 0;
-        json_decref(st);
+        int r = pve_vm_running(c->pve, c->host, vmid, ret_running);
         return r < 0 ? launcher_errf(c, r, "status of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
 }
 
@@ -512,7 +511,7 @@ static void report_start_latency(struct lctx *c) {
                 return;
         latency_waits_since(&c->waits0, &extra);
         c->timed = false; /* counted now; the reconcile's remaining waits go to nobody */
-        if (latency_finish(e->latency, c->name, latency_now_ms(), &extra, &rep) < 0)
+        if (latency_finish(e->latency, c->name, monotime_ms(), &extra, &rep) < 0)
                 return;
         int64_t own = rep.total_ms > rep.api_ms ? rep.total_ms - rep.api_ms : 0;
         log_info("launcher: NodeClaim %s: start %lld ms after its first pending pod (%lld ms waiting for API "
@@ -551,8 +550,8 @@ static int bind_reservation(struct lctx *c, uint32_t vmid) {
 
 int launcher_bind(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
-        if (strcmp(launcher_status_str(c, "reservationMode"), "agent") != 0 || !launcher_status_str(c, "reservationID")[0] ||
-            c->bound_vmid == vmid)
+        bool agent = strcmp(launcher_status_str(c, "reservationMode"), "agent") == 0;
+        if (!agent || !launcher_status_str(c, "reservationID")[0] || c->bound_vmid == vmid)
                 return 0;
         int r = bind_reservation(c, vmid);
         if (r == 0)

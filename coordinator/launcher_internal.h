@@ -173,7 +173,10 @@ int launcher_step_start(struct lctx *c);
 int launcher_step_bind(struct lctx *c);
 /* Bind the claim's agent reservation to its VM (nothing without one). 0, LSTEP_WAIT, or an error. */
 int launcher_bind(struct lctx *c);
-/* Wait for a PVE task, first polled first_ms after the call (PVE errors in c->err). */
+/* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most
+ * LAUNCHER_TASK_TIMEOUT_MS; the error text is pve_client_error's. */
+int launcher_pve_task_wait(struct pve_client *pve, const char *upid, long first_ms);
+/* The same for the claim's launch (PVE errors in c->err). */
 int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms);
 
 /* ---- launcher_join.c: registration and initialization ---- */

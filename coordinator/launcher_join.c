@@ -270,11 +270,6 @@ int launcher_delete_token(struct kube_client *kube, const char *token_id) {
         return r == -ENOENT ? 0 : r;
 }
 
-static int wait_pve_task(struct pve_client *pve, const char *upid) {
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = LAUNCHER_POLL_LATER_MS };
-        return upid ? pve_task_wait(pve, upid, &w) : 0;
-}
-
 /* Delete the ISO volume; one that is gone already is no error (Proxmox fails the delete task, or the call, with
  * "does not exist"), so no listing first. */
 int launcher_delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen) {
@@ -285,7 +280,7 @@ int launcher_delete_iso(struct pve_client *pve, const char *host, const char *vo
         snprintf(storage, sizeof storage, "%.*s", (int)(colon - volume), volume);
         int r = pve_storage_content_delete(pve, host, storage, volume, &upid);
         if (r == 0)
-                r = wait_pve_task(pve, upid);
+                r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
         free(upid);
         if (r < 0 && (r == -ENOENT || strstr(pve_client_error(pve), "does not exist") ||
                       strstr(pve_client_error(pve), "No such file")))

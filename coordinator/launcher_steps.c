@@ -366,22 +366,26 @@ static int template_key(const struct lctx *c, const json_t *ref, char *key, size
         return 0;
 }
 
+/* The template VMID cached under key; false when none (or not a VMID). */
+static bool cached_template(struct lctx *c, const char *key, uint32_t *ret_vmid) {
+        char *cached = launcher_cache_get(&c->l->cache, key, c->now), *end = NULL;
+        unsigned long v = cached ? strtoul(cached, &end, 10) : 0;
+        bool ok = end && *end == '\0' && v > 0 && v <= UINT32_MAX;
+        free(cached);
+        if (ok)
+                *ret_vmid = (uint32_t)v;
+        return ok;
+}
+
 /* The template's VMID: cached for a minute per host (a clone that fails forgets it). */
 static int find_template(struct lctx *c, uint32_t *ret_vmid) {
         json_t *ref = json_object_get(nc_spec(c), "instanceTemplateRef");
-        char key[1024], *cached = NULL, *end = NULL;
-        int r = template_key(c, ref, key, sizeof key);
-        if (r == 0 && (cached = launcher_cache_get(&c->l->cache, key, c->now))) {
-                unsigned long v = strtoul(cached, &end, 10);
-                bool ok = end && *end == '\0' && v > 0 && v <= UINT32_MAX;
-                free(cached);
-                if (ok) {
-                        *ret_vmid = (uint32_t)v;
-                        return 0;
-                }
-        }
-        r = find_template_ask(c, ref, ret_vmid);
-        if (r == 0 && template_key(c, ref, key, sizeof key) == 0) {
+        char key[1024];
+        bool keyed = template_key(c, ref, key, sizeof key) == 0;
+        if (keyed && cached_template(c, key, ret_vmid))
+                return 0;
+        int r = find_template_ask(c, ref, ret_vmid);
+        if (r == 0 && keyed) {
                 char v[16];
                 snprintf(v, sizeof v, "%u", *ret_vmid);
                 launcher_cache_put(&c->l->cache, key, v, c->now);

@@ -13,36 +13,21 @@
 
 /* ---- VM deletion ---- */
 
-static int wait_task(struct pve_client *pve, const char *upid) {
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = LAUNCHER_POLL_LATER_MS };
-        return upid ? pve_task_wait(pve, upid, &w) : 0;
-}
-
-static int vm_running(struct pve_client *pve, const char *host, uint32_t vmid, bool *ret) {
-        json_t *st = NULL;
-        int r = pve_vm_status_current(pve, host, vmid, &st);
-        const char *s = json_string_value(json_object_get(st, "status"));
-        if (r == 0)
-                *ret = s && strcmp(s, "running") == 0;
-        json_decref(st);
-        return r;
-}
-
 int launcher_delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen) {
         bool running = false;
         char *upid = NULL;
-        int r = vm_running(pve, host, vmid, &running);
+        int r = pve_vm_running(pve, host, vmid, &running);
         if (r == 0 && running) {
                 r = pve_vm_action(pve, host, vmid, "stop", &upid);
                 if (r == 0)
-                        r = wait_task(pve, upid);
+                        r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
                 free(upid);
                 upid = NULL;
         }
         if (r == 0)
                 r = pve_vm_delete(pve, host, vmid, true, true, &upid);
         if (r == 0)
-                r = wait_task(pve, upid);
+                r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
         free(upid);
         if (r == -ENOENT || (r < 0 && strstr(pve_client_error(pve), "does not exist")))
                 return 0;

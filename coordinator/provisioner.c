@@ -19,6 +19,7 @@
 #include "pve.h"
 #include "simulate_json.h"
 #include "stats.h"
+#include "monotime.h"
 
 #define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
 #define CLAIM_NAME_ATTEMPTS 3
@@ -42,12 +43,6 @@ struct provisioner {
         uint64_t rnd;
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
 };
-
-static int64_t mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t next_random(struct provisioner *p) {
         p->rnd ^= p->rnd << 13; /* xorshift64 */
@@ -159,14 +154,14 @@ static void agent_failed(struct provisioner *p, struct agent_conn *a) {
         if (a->retry_at_ms == 0)
                 log_error("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
                           agents_client_error(a->client));
-        a->retry_at_ms = mono_ms() + AGENT_RETRY_MS;
+        a->retry_at_ms = monotime_ms() + AGENT_RETRY_MS;
         stats_add(p->env.stats, STATS_AGENT_ERRORS, 1);
 }
 
 /* The agent's view of the host, or NULL (then Proxmox's accounting is used). */
 static json_t *agent_room(struct provisioner *p, struct agent_conn *a, const struct provisioner_shapes *shapes) {
         json_t *cap = NULL, *offers = NULL, *room = NULL;
-        if (!a || (a->retry_at_ms && mono_ms() < a->retry_at_ms))
+        if (!a || (a->retry_at_ms && monotime_ms() < a->retry_at_ms))
                 return NULL;
         struct agents_shape *as = agent_shapes(shapes);
         int r = as ? 0 : -ENOMEM;

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "http_client.h"
+#include "monotime.h"
 
 #define PVE_DEFAULT_POLL_MS 1000L
 #define PVE_DEFAULT_TASK_TIMEOUT_MS (10L * 60 * 1000)
@@ -248,12 +249,6 @@ static bool canceled(const struct pve_client *c) {
         return c->cancel && atomic_load(c->cancel);
 }
 
-static int64_t monotonic_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Sleep ms in slices, returning -ECANCELED early when the cancel flag is set. */
 static int sleep_ms(const struct pve_client *c, long ms) {
         while (ms > 0) {
@@ -283,7 +278,7 @@ static int task_finished(struct pve_client *c, const char *upid, const struct pv
 int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait *w) {
         long max_poll = w && w->poll_ms > 0 ? w->poll_ms : PVE_DEFAULT_POLL_MS;
         long timeout = w && w->timeout_ms > 0 ? w->timeout_ms : PVE_DEFAULT_TASK_TIMEOUT_MS;
-        int64_t deadline = monotonic_ms() + timeout;
+        int64_t deadline = monotime_ms() + timeout;
         long first = w && w->first_ms > 0 ? w->first_ms : PVE_FIRST_POLL_MS;
         long poll = first < max_poll ? first : max_poll;
         int r = sleep_ms(c, poll); /* a task never ends the moment it is issued: no poll is wasted on that */
@@ -297,7 +292,7 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
                 failures = r < 0 ? failures + 1 : 0;
                 if (r < 0 && (!transient(r) || failures >= PVE_MAX_POLL_FAILURES))
                         return r;
-                long left = (long)(deadline - monotonic_ms());
+                long left = (long)(deadline - monotime_ms());
                 if (left <= 0) {
                         snprintf(c->error, sizeof c->error, "task %s still running after %ld ms", upid, timeout);
                         return -ETIMEDOUT;
@@ -416,6 +411,15 @@ int pve_vm_action(struct pve_client *c, const char *node, uint32_t vmid, const c
 int pve_vm_status_current(struct pve_client *c, const char *node, uint32_t vmid, json_t **ret) {
         struct pve_request r;
         return run(c, &r, pve_req_vm_status(&r, node, vmid, "current"), ret);
+}
+
+int pve_vm_running(struct pve_client *c, const char *node, uint32_t vmid, bool *ret_running) {
+        json_t *st = NULL;
+        int r = pve_vm_status_current(c, node, vmid, &st);
+        const char *s = json_string_value(json_object_get(st, "status"));
+        *ret_running = r == 0 && s && strcmp(s, "running") == 0;
+        json_decref(st);
+        return r;
 }
 
 int pve_vm_delete(struct pve_client *c, const char *node, uint32_t vmid, bool purge, bool destroy_unreferenced_disks,

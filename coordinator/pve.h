@@ -218,6 +218,8 @@ int pve_vm_resize(struct pve_client *c, const char *node, uint32_t vmid, const c
 /* action: start, stop, shutdown, reboot. */
 int pve_vm_action(struct pve_client *c, const char *node, uint32_t vmid, const char *action, char **ret_upid);
 int pve_vm_status_current(struct pve_client *c, const char *node, uint32_t vmid, json_t **ret);
+/* From the current status: whether the VM is running (false on an error, which is returned). */
+int pve_vm_running(struct pve_client *c, const char *node, uint32_t vmid, bool *ret_running);
 int pve_vm_delete(struct pve_client *c, const char *node, uint32_t vmid, bool purge, bool destroy_unreferenced_disks,
                   char **ret_upid);
 int pve_storage_upload(struct pve_client *c, const char *node, const char *storage, const char *content,

@@ -1,6 +1,7 @@
 /* http_client: a keep-alive HTTP(S) client on libcurl: requests, multipart uploads and line streams. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "http_client.h"
+#include "monotime.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -81,12 +82,6 @@ static int buf_append(struct buf *b, const char *data, size_t len, size_t max) {
         b->len += len;
         b->data[b->len] = '\0';
         return 0;
-}
-
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static char *dup_or_null(const char *s) {
@@ -420,7 +415,7 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
         if (t->idle_timeout_ms <= 0)
                 return 0;
         int64_t last = (int64_t)t->last_data.tv_sec * 1000 + t->last_data.tv_nsec / 1000000;
-        if (now_ms() - last < t->idle_timeout_ms)
+        if (monotime_ms() - last < t->idle_timeout_ms)
                 return 0;
         t->idle_hit = true;
         return 1;
@@ -603,18 +598,12 @@ void http_client_thread_wait_note(int64_t us) {
                 thread_wait_us += us;
 }
 
-static int64_t monotonic_us(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int perform(struct transfer *t, struct http_client_response *ret) {
-        int64_t t0 = monotonic_us();
+        int64_t t0 = monotime_us();
         pool_enter(t->c->pool);
         CURLcode code = curl_easy_perform(t->c->curl);
         pool_leave(t->c->pool);
-        thread_wait_us += monotonic_us() - t0;
+        thread_wait_us += monotime_us() - t0;
         int r = transfer_result(t, code);
         if (r == 0)
                 r = take_response(t, ret);

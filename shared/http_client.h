@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Threads: a client owns one CURL easy handle and its connection cache, so it is NOT thread-safe.
- * Each thread creates and uses its own client. Creating and freeing clients from several threads at once is
- * safe with a thread-safe libcurl (7.84 or later, built "threadsafe", as Debian bookworm's 7.88 is). */
+/* Threads: a client owns one CURL easy handle (and, without a pool, its connection cache), so it is NOT
+ * thread-safe. Each thread creates and uses its own client; clients of one http_pool share its connections.
+ * Creating and freeing clients from several threads at once is safe with a thread-safe libcurl (7.84 or later, built "threadsafe", as Debian bookworm's 7.88 is). */
 
 struct http_client_options {
         const char *ca_file;                /* PEM CA bundle that signs the server; NULL = system store */
