@@ -1,0 +1,196 @@
+/* Tests for shared/fiber: tasks yield while they sleep, park or transfer, wake in the right order, are woken from
+ * other threads, and the same calls block as before outside tasks. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fiber.h"
+#include "monotime.h"
+
+#define MAX_LOG 16
+
+struct run_log {
+        int order[MAX_LOG];
+        size_t n;
+        int started;                /* tasks that began */
+        int started_at_wake[MAX_LOG]; /* started, as each task woke */
+};
+
+struct sleeper {
+        struct run_log *log;
+        int id;
+        long ms;
+};
+
+static void sleeper_task(void *data) {
+        struct sleeper *s = data;
+        s->log->started++;
+        fiber_sleep_ms(s->ms);
+        s->log->started_at_wake[s->log->n] = s->log->started;
+        s->log->order[s->log->n++] = s->id;
+}
+
+/* Step until no task is alive, failing after a few seconds. */
+static void run_all(struct fiber_sched *sched) {
+        int64_t end = monotime_ms() + 5000;
+        while (fiber_sched_step(sched, 50) > 0)
+                if (monotime_ms() > end)
+                        fail_msg("tasks still alive after 5 s");
+}
+
+static void test_sleepers_wake_in_time_order(void **state) {
+        (void)state;
+        struct fiber_sched *sched;
+        struct run_log log = { 0 };
+        struct sleeper s[] = { { &log, 1, 60 }, { &log, 2, 10 }, { &log, 3, 35 } };
+        assert_int_equal(fiber_sched_new(&sched), 0);
+        int64_t t0 = monotime_ms();
+        for (size_t i = 0; i < 3; i++)
+                assert_int_equal(fiber_spawn(sched, sleeper_task, &s[i]), 0);
+        run_all(sched);
+        assert_int_equal(log.n, 3);
+        assert_int_equal(log.order[0], 2);
+        assert_int_equal(log.order[1], 3);
+        assert_int_equal(log.order[2], 1);
+        /* They slept at once: all three had begun before the first woke. */
+        assert_int_equal(log.started_at_wake[0], 3);
+        assert_true(monotime_ms() - t0 >= 60);
+        fiber_sched_free(sched);
+}
+
+struct parker {
+        struct fiber *self;
+        int woken;
+        int wake_first; /* wake itself before parking: the park must not wait */
+};
+
+static void parker_task(void *data) {
+        struct parker *p = data;
+        p->self = fiber_self();
+        assert_non_null(p->self);
+        assert_ptr_equal(fiber_data(p->self), p);
+        if (p->wake_first)
+                fiber_wake(p->self);
+        fiber_park();
+        p->woken = 1;
+}
+
+static void *wake_later(void *arg) {
+        struct parker *p = arg;
+        usleep(30 * 1000);
+        fiber_wake(p->self);
+        return NULL;
+}
+
+static void test_park_and_wake_from_another_thread(void **state) {
+        (void)state;
+        struct fiber_sched *sched;
+        struct parker p = { 0 }, early = { .wake_first = 1 };
+        pthread_t th;
+        assert_int_equal(fiber_sched_new(&sched), 0);
+        assert_int_equal(fiber_spawn(sched, parker_task, &p), 0);
+        assert_int_equal(fiber_spawn(sched, parker_task, &early), 0);
+        assert_int_equal(fiber_sched_step(sched, 0), 1); /* early ran through; p is parked */
+        assert_int_equal(early.woken, 1);
+        assert_int_equal(p.woken, 0);
+        assert_int_equal(fiber_sched_step(sched, 0), 1); /* nobody woke it: it stays parked */
+        assert_int_equal(pthread_create(&th, NULL, wake_later, &p), 0);
+        run_all(sched);
+        assert_int_equal(p.woken, 1);
+        pthread_join(th, NULL);
+        fiber_sched_free(sched);
+}
+
+struct fetch {
+        const char *url;
+        struct run_log *log;
+        int id;
+        CURLcode code;
+        char body[64];
+        size_t len;
+};
+
+static size_t on_data(char *data, size_t size, size_t n, void *userdata) {
+        struct fetch *f = userdata;
+        size_t len = size * n;
+        if (f->len + len >= sizeof f->body)
+                return 0;
+        memcpy(f->body + f->len, data, len);
+        f->len += len;
+        return len;
+}
+
+static void fetch_task(void *data) {
+        struct fetch *f = data;
+        CURL *h = curl_easy_init();
+        int64_t done_us = 0;
+        curl_easy_setopt(h, CURLOPT_URL, f->url);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+        f->code = fiber_perform(h, &done_us);
+        assert_true(done_us > 0);
+        f->log->order[f->log->n++] = f->id;
+        curl_easy_cleanup(h);
+}
+
+static void test_transfers_yield(void **state) {
+        (void)state;
+        char path[] = "/tmp/test_fiber_XXXXXX", url[64];
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "hello fiber\n", 12), 12);
+        close(fd);
+        snprintf(url, sizeof url, "file://%s", path);
+        struct fiber_sched *sched;
+        struct run_log log = { 0 };
+        struct fetch a = { url, &log, 1, CURLE_FAILED_INIT, "", 0 }, b = { url, &log, 2, CURLE_FAILED_INIT, "", 0 };
+        struct sleeper quick = { &log, 3, 0 };
+        assert_int_equal(fiber_sched_new(&sched), 0);
+        assert_int_equal(fiber_spawn(sched, fetch_task, &a), 0);
+        assert_int_equal(fiber_spawn(sched, fetch_task, &b), 0);
+        assert_int_equal(fiber_spawn(sched, sleeper_task, &quick), 0);
+        run_all(sched);
+        assert_int_equal(a.code, CURLE_OK);
+        assert_int_equal(b.code, CURLE_OK);
+        assert_string_equal(a.body, "hello fiber\n");
+        assert_string_equal(b.body, "hello fiber\n");
+        /* Both transfers yielded: the third task, spawned last, did not wait behind them. */
+        assert_int_equal(log.n, 3);
+        assert_int_equal(log.order[0], 3);
+        /* Outside a task the same call blocks and works. */
+        struct fetch c = { url, &log, 4, CURLE_FAILED_INIT, "", 0 };
+        assert_null(fiber_self());
+        fetch_task(&c);
+        assert_int_equal(c.code, CURLE_OK);
+        assert_string_equal(c.body, "hello fiber\n");
+        unlink(path);
+        fiber_sched_free(sched);
+}
+
+static void test_outside_tasks(void **state) {
+        (void)state;
+        assert_null(fiber_self());
+        int64_t t0 = monotime_ms();
+        fiber_sleep_ms(20); /* a plain sleep */
+        assert_true(monotime_ms() - t0 >= 20);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_sleepers_wake_in_time_order),
+                cmocka_unit_test(test_park_and_wake_from_another_thread),
+                cmocka_unit_test(test_transfers_yield),
+                cmocka_unit_test(test_outside_tasks),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
