@@ -14,6 +14,7 @@
 
 #include "backoff.h"
 #include "fileio.h"
+#include "fiber.h"
 #include "http_client.h"
 #include "kube_internal.h"
 #include "monotime.h"
@@ -317,8 +318,7 @@ int kube_client_sleep(struct kube_client *c, long ms) {
                 if (kube_client_canceled(c))
                         return -ECANCELED;
                 long slice = ms < KUBE_SLEEP_SLICE_MS ? ms : KUBE_SLEEP_SLICE_MS;
-                struct timespec ts = { slice / 1000, (slice % 1000) * 1000000L };
-                nanosleep(&ts, NULL);
+                fiber_sleep_ms(slice);
                 ms -= slice;
         }
         return kube_client_canceled(c) ? -ECANCELED : 0;

@@ -3,6 +3,7 @@
 #include "latency.h"
 
 #include "array.h"
+#include "fiber.h"
 #include "http_client.h"
 #include "monotime.h"
 
@@ -66,8 +67,11 @@ static int64_t run_delay_us(void) {
         return sscanf(buf, "%" SCNu64 " %" SCNu64, &cpu_ns, &delay_ns) == 2 ? (int64_t)(delay_ns / 1000) : 0;
 }
 
+/* In a task (fiber.h), the time it was ready to run while other tasks had the thread stands for the time a
+ * thread is runnable without a CPU. */
 void latency_waits_now(struct latency_waits *ret) {
-        *ret = (struct latency_waits){ http_client_thread_wait_us(), run_delay_us() };
+        struct fiber *f = fiber_self();
+        *ret = (struct latency_waits){ http_client_thread_wait_us(), f ? fiber_ready_us(f) : run_delay_us() };
 }
 
 void latency_waits_since(const struct latency_waits *start, struct latency_waits *ret) {

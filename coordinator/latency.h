@@ -7,10 +7,10 @@
 
 struct latency;
 
-/* What a thread has spent so far not doing its own work: inside API requests (and pauses between polls of
- * running Proxmox tasks, http_client_thread_wait_us), and runnable but waiting for a CPU (the scheduler's
- * run_delay of /proc/thread-self/schedstat; 0 where unavailable). Differences of two readings are what a piece
- * of work spent on each. */
+/* What a thread, or task (fiber.h), has spent so far not doing its own work: inside API requests (and pauses
+ * between polls of running Proxmox tasks, http_client_thread_wait_us), and runnable but waiting for a CPU (the
+ * scheduler's run_delay of /proc/thread-self/schedstat, 0 where unavailable; for a task, the time it was ready
+ * while other tasks had its thread). Differences of two readings are what a piece of work spent on each. */
 struct latency_waits {
         int64_t api_us, cpu_us;
 };

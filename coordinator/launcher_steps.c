@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fiber.h"
 #include "http_client.h"
 #include "log.h"
 #include "tokens.h"
@@ -413,10 +414,9 @@ static int clone_ended(struct lctx *c, uint32_t vmid, const struct pve_task_stat
  * storage is done by then, and is then not recorded as Cloning. 0 with ts when it ended, 1 while it runs. */
 static int clone_poll_inline(struct lctx *c, const char *upid, struct pve_task_status *ts) {
         for (long nap = 10, waited = 0;; waited += nap, nap *= 2) {
-                struct timespec t = { 0, nap * 1000000L };
                 if (waited + nap > LAUNCHER_CLONE_INLINE_MS)
                         return 1;
-                nanosleep(&t, NULL);
+                fiber_sleep_ms(nap);
                 http_client_thread_wait_note(nap * 1000); /* the clone's time, not ours */
                 int r = pve_task_status(c->pve, upid, ts);
                 if (r < 0)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fiber.h"
 #include "http_client.h"
 #include "monotime.h"
 
@@ -255,8 +256,7 @@ static int sleep_ms(const struct pve_client *c, long ms) {
                 if (canceled(c))
                         return -ECANCELED;
                 long slice = ms < PVE_SLEEP_SLICE_MS ? ms : PVE_SLEEP_SLICE_MS;
-                struct timespec ts = { slice / 1000, (slice % 1000) * 1000000L };
-                nanosleep(&ts, NULL);
+                fiber_sleep_ms(slice);
                 ms -= slice;
         }
         return canceled(c) ? -ECANCELED : 0;

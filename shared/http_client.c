@@ -1,6 +1,8 @@
 /* http_client: a keep-alive HTTP(S) client on libcurl: requests, multipart uploads and line streams. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "http_client.h"
+#include "array.h"
+#include "fiber.h"
 #include "monotime.h"
 
 #include <curl/curl.h>
@@ -27,6 +29,8 @@ struct http_pool {
         pthread_cond_t turn;     /* signalled when a request ends */
         unsigned max_requests;   /* 0 = no limit */
         unsigned active;
+        struct fiber **waiting;  /* tasks (fiber.h) waiting for a turn, first come first */
+        size_t n_waiting, cap_waiting;
 };
 
 struct http_client {
@@ -162,17 +166,37 @@ void http_pool_free(struct http_pool *p) {
                 pthread_mutex_destroy(&p->locks[i]);
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->turn);
+        free(p->waiting);
         free(p);
         curl_global_cleanup();
+}
+
+/* A task waits for its turn parked, not blocking the thread its other tasks run on. p->mu held. */
+static void pool_wait_fiber_locked(struct http_pool *p, struct fiber *f) {
+        if (ARRAY_GROW(&p->waiting, &p->cap_waiting, p->n_waiting, 16) < 0) {
+                pthread_mutex_unlock(&p->mu);
+                fiber_sleep_ms(1); /* no memory for the list: look again soon */
+                pthread_mutex_lock(&p->mu);
+                return;
+        }
+        p->waiting[p->n_waiting++] = f;
+        pthread_mutex_unlock(&p->mu);
+        fiber_park();
+        pthread_mutex_lock(&p->mu);
 }
 
 /* Wait for a turn to run a request. */
 static void pool_enter(struct http_pool *p) {
         if (!p || !p->max_requests)
                 return;
+        struct fiber *self = fiber_self();
         pthread_mutex_lock(&p->mu);
-        while (p->active >= p->max_requests)
-                pthread_cond_wait(&p->turn, &p->mu);
+        while (p->active >= p->max_requests) {
+                if (self)
+                        pool_wait_fiber_locked(p, self);
+                else
+                        pthread_cond_wait(&p->turn, &p->mu);
+        }
         p->active++;
         pthread_mutex_unlock(&p->mu);
 }
@@ -182,7 +206,13 @@ static void pool_leave(struct http_pool *p) {
                 return;
         pthread_mutex_lock(&p->mu);
         p->active--;
-        pthread_cond_signal(&p->turn);
+        if (p->n_waiting > 0) {
+                struct fiber *f = p->waiting[0];
+                memmove(p->waiting, p->waiting + 1, --p->n_waiting * sizeof *p->waiting);
+                fiber_wake(f);
+        } else {
+                pthread_cond_signal(&p->turn);
+        }
         pthread_mutex_unlock(&p->mu);
 }
 
@@ -586,24 +616,31 @@ static int take_response(struct transfer *t, struct http_client_response *ret) {
         return 0;
 }
 
-/* Time this thread spent in requests (not streams), for the callers' latency accounting. */
+/* Time this thread, or task (fiber.h), spent in requests (not streams), for the callers' latency accounting. */
 static _Thread_local int64_t thread_wait_us;
 
+static int64_t *wait_counter(void) {
+        struct fiber *f = fiber_self();
+        return f ? fiber_wait_us(f) : &thread_wait_us;
+}
+
 int64_t http_client_thread_wait_us(void) {
-        return thread_wait_us;
+        return *wait_counter();
 }
 
 void http_client_thread_wait_note(int64_t us) {
         if (us > 0)
-                thread_wait_us += us;
+                *wait_counter() += us;
 }
 
+/* In a task, other tasks run until the answer is in; the time until then is the request's, the time until the
+ * task runs again is the task's own. */
 static int perform(struct transfer *t, struct http_client_response *ret) {
-        int64_t t0 = monotime_us();
+        int64_t t0 = monotime_us(), done_us;
         pool_enter(t->c->pool);
-        CURLcode code = curl_easy_perform(t->c->curl);
+        CURLcode code = fiber_perform(t->c->curl, &done_us);
         pool_leave(t->c->pool);
-        thread_wait_us += monotime_us() - t0;
+        *wait_counter() += done_us - t0;
         int r = transfer_result(t, code);
         if (r == 0)
                 r = take_response(t, ret);

@@ -8,8 +8,9 @@
 #include <stdint.h>
 
 /* Threads: a client owns one CURL easy handle (and, without a pool, its connection cache), so it is NOT
- * thread-safe. Each thread creates and uses its own client; clients of one http_pool share its connections.
- * Creating and freeing clients from several threads at once is safe with a thread-safe libcurl (7.84 or later, built "threadsafe", as Debian bookworm's 7.88 is). */
+ * thread-safe. Each thread, or each task of a thread (fiber.h), creates and uses its own client; clients of one
+ * http_pool share its connections. Creating and freeing clients from several threads at once is safe with a
+ * thread-safe libcurl (7.84 or later, built "threadsafe", as Debian bookworm's 7.88 is). */
 
 struct http_client_options {
         const char *ca_file;                /* PEM CA bundle that signs the server; NULL = system store */
@@ -113,9 +114,10 @@ char *http_client_escape(const char *s);
  * refines the cases its server gives a special meaning. Pure. */
 int http_status_errno(long status);
 
-/* Microseconds the calling thread has spent inside requests (connect, send, wait for and read the answer;
- * http_client_request and http_client_request_multipart, not streams) since it started. A caller takes the
- * difference across a piece of work to tell waiting for a peer from its own time. */
+/* Microseconds the calling thread, or task (fiber.h), has spent inside requests (connect, send, wait for and read
+ * the answer; http_client_request and http_client_request_multipart, not streams) since it started. A caller
+ * takes the difference across a piece of work to tell waiting for a peer from its own time. In a task, a request
+ * yields to the other tasks of its thread until the answer is in. */
 int64_t http_client_thread_wait_us(void);
 /* Count us more as waiting for a peer outside a request (sleeping between polls of work the peer reported as
  * still running). */
