@@ -569,11 +569,9 @@ void controller_stop(struct controller *c) {
         if (c->lease_started)
                 pthread_join(c->lease, NULL);
         c->lease_started = false;
-        for (size_t i = 0; i < c->n_workers; i++)
-                if (c->workers[i].started) {
-                        pthread_join(c->workers[i].thread, NULL);
-                        c->workers[i].started = false;
-                }
+        if (c->launch_started)
+                pthread_join(c->launch, NULL);
+        c->launch_started = false;
         for (int k = 0; k < K_N; k++)
                 if (c->watchers[k].started) {
                         pthread_join(c->watchers[k].thread, NULL);

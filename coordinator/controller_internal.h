@@ -36,11 +36,11 @@ struct ctl_agent {
         struct agents_client *client;
 };
 
+/* A worker: a task of the launch thread while it has work (busy), with its own clients. */
 struct ctl_worker {
         struct controller *ctl;
         size_t index;
-        pthread_t thread;
-        bool started;
+        bool busy;
         struct kube_client *kube;
         struct pve_client **pve; /* per config cluster, lazily */
         struct ctl_agent *agents;
@@ -80,10 +80,9 @@ struct controller {
         size_t n_workers;
         struct ctl_item *items;  /* the work queue: any idle worker takes the next due claim that is not running */
         size_t n_items, cap_items;
-        pthread_cond_t work;     /* signalled when an item becomes due (with c->mu) */
-        pthread_cond_t timer;    /* the one idle worker that waits for the next due time waits on this */
-        bool timer_held;         /* an idle worker waits on timer */
-        int64_t timer_due_ms;    /* until then */
+        struct fiber_sched *sched; /* the workers' tasks, run by the launch thread */
+        pthread_t launch;
+        bool launch_started;
         bool work_init;
         struct launcher *launcher;
         struct kube_client *launcher_kube; /* for launcher calls outside workers */

@@ -1,5 +1,6 @@
-/* controller_work: the worker pool that drives the launcher (a work queue of NodeClaims with requeue times and
- * per-key exclusivity), periodic garbage collection, and the launcher's environment of per-thread clients. */
+/* controller_work: the launch thread that drives the launcher (a work queue of NodeClaims with requeue times and
+ * per-key exclusivity, worked by tasks of one thread, fiber.h), periodic garbage collection, and the launcher's
+ * environment of per-worker clients. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "array.h"
 #include "controller_internal.h"
+#include "fiber.h"
 #include "log.h"
 #include "provisioner.h"
 #include "monotime.h"
@@ -16,8 +18,12 @@
 #define ERROR_RETRY_BASE_MS 1000
 #define ERROR_RETRY_MAX_MS 60000
 
-/* The worker running on this thread (NULL on other threads): the launcher's callbacks find their clients here. */
-static _Thread_local struct ctl_worker *tl_worker;
+/* The worker whose task is running (NULL outside the launch thread's tasks): the launcher's callbacks find their
+ * clients here. */
+static struct ctl_worker *current_worker(void) {
+        struct fiber *f = fiber_self();
+        return f ? fiber_data(f) : NULL;
+}
 
 /* ---- the queue (c->mu held) ---- */
 
@@ -65,15 +71,11 @@ void controller__enqueue_locked(struct controller *c, const json_t *claim) {
         controller__kick_locked(c, it->due_ms);
 }
 
-/* Idle workers wait on c->work, except one that waits on c->timer until the next item is due: when it is, one
- * worker wakes, not every idle one (200 workers woken at each due time spent most of their CPU on the lock). */
+/* An item is due at due_ms: the launch thread looks at the queue again. */
 void controller__kick_locked(struct controller *c, int64_t due_ms) {
-        if (!c->work_init)
-                return;
-        if (c->timer_held && due_ms < c->timer_due_ms)
-                pthread_cond_signal(&c->timer);
-        if (!c->timer_held || due_ms <= monotime_ms())
-                pthread_cond_signal(&c->work);
+        (void)due_ms;
+        if (c->work_init)
+                fiber_sched_wakeup(c->sched);
 }
 
 void controller__forget_locked(struct controller *c, const char *name) {
@@ -85,24 +87,33 @@ void controller__forget_locked(struct controller *c, const char *name) {
 }
 
 void controller__wake_workers_locked(struct controller *c) {
-        if (!c->work_init)
-                return;
-        pthread_cond_broadcast(&c->work);
-        pthread_cond_broadcast(&c->timer);
+        if (c->work_init)
+                fiber_sched_wakeup(c->sched);
 }
 
-static struct ctl_item *next_due(struct controller *c, int64_t now, int64_t *ret_next) {
+static struct ctl_item *next_due(struct controller *c, int64_t now) {
         struct ctl_item *best = NULL;
         for (size_t i = 0; i < c->n_items; i++) {
                 struct ctl_item *it = &c->items[i];
-                if (it->running)
-                        continue;
-                if (it->due_ms <= now && (!best || it->due_ms < best->due_ms))
+                if (!it->running && it->due_ms <= now && (!best || it->due_ms < best->due_ms))
                         best = it;
-                else if (it->due_ms > now && it->due_ms < *ret_next)
-                        *ret_next = it->due_ms;
         }
         return best;
+}
+
+/* How many items that are not running are due now; *ret_next is lowered to when the next other one is. */
+static size_t count_due(const struct controller *c, int64_t now, int64_t *ret_next) {
+        size_t n = 0;
+        for (size_t i = 0; i < c->n_items; i++) {
+                const struct ctl_item *it = &c->items[i];
+                if (it->running)
+                        continue;
+                if (it->due_ms <= now)
+                        n++;
+                else if (it->due_ms < *ret_next)
+                        *ret_next = it->due_ms;
+        }
+        return n;
 }
 
 /* After a reconcile: drop the item, or schedule it again. */
@@ -161,12 +172,15 @@ static json_t *all_claims_locked(const struct controller *c) {
         return arr;
 }
 
-/* Run one due item or a garbage collection; false when there was nothing to do (then *ret_next says when). */
-static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
+static bool may_work_locked(const struct controller *c) {
+        return c->leader && c->synced[K_CLAIMS] && c->synced[K_NODES] && !atomic_load(&c->stop);
+}
+
+/* Run one due item or a garbage collection; false when there was nothing to do. */
+static bool work_once_locked(struct ctl_worker *w) {
         struct controller *c = w->ctl;
         int64_t now = monotime_ms();
-        bool synced = c->synced[K_CLAIMS] && c->synced[K_NODES];
-        if (!c->leader || !synced)
+        if (!may_work_locked(c))
                 return false;
         if (w->index == 0 && c->ops->collect_garbage && now >= w->next_gc_ms) {
                 json_t *claims = all_claims_locked(c);
@@ -177,9 +191,7 @@ static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
                 pthread_mutex_lock(&c->mu);
                 return true;
         }
-        if (w->index == 0 && w->next_gc_ms < *ret_next)
-                *ret_next = w->next_gc_ms;
-        struct ctl_item *it = next_due(c, now, ret_next);
+        struct ctl_item *it = next_due(c, now);
         if (!it)
                 return false;
         char *name = strdup(it->name);
@@ -201,38 +213,55 @@ static bool work_once_locked(struct ctl_worker *w, int64_t *ret_next) {
         return true;
 }
 
-static void wait_until_locked(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t ms) {
-        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
-        pthread_cond_timedwait(cond, mu, &ts);
-}
-
-/* Wait for work due at next: as the timer holder when no other idle worker is, else on c->work (worker 0 also
- * for its garbage collection, due at w->next_gc_ms). */
-static void idle_wait_locked(struct ctl_worker *w, int64_t now, int64_t next) {
+/* A worker's task: due items (and, for worker 0, garbage collections) until none is left. */
+static void worker_task(void *data) {
+        struct ctl_worker *w = data;
         struct controller *c = w->ctl;
-        int64_t tick = now + IDLE_TICK_MS;
-        if (c->timer_held || next >= tick) {
-                wait_until_locked(&c->work, &c->mu, w->index == 0 && w->next_gc_ms < tick ? w->next_gc_ms : tick);
-                return;
-        }
-        c->timer_held = true;
-        c->timer_due_ms = next;
-        wait_until_locked(&c->timer, &c->mu, next);
-        c->timer_held = false;
-        pthread_cond_signal(&c->work); /* another idle worker takes the timer over */
-}
-
-static void *worker_main(void *arg) {
-        struct ctl_worker *w = arg;
-        struct controller *c = w->ctl;
-        tl_worker = w;
         pthread_mutex_lock(&c->mu);
-        while (!atomic_load(&c->stop)) {
-                int64_t now = monotime_ms(), next = now + IDLE_TICK_MS;
-                if (!work_once_locked(w, &next))
-                        idle_wait_locked(w, now, next);
-        }
+        while (work_once_locked(w))
+                ;
+        w->busy = false;
         pthread_mutex_unlock(&c->mu);
+}
+
+/* A task for each idle worker, as many as there is work due; *ret_next is lowered to when more is due. */
+static void start_tasks_locked(struct controller *c, int64_t now, int64_t *ret_next) {
+        if (!may_work_locked(c) || c->n_workers == 0)
+                return;
+        size_t due = count_due(c, now, ret_next);
+        struct ctl_worker *w0 = &c->workers[0];
+        if (c->ops->collect_garbage && !w0->busy && now >= w0->next_gc_ms)
+                due++; /* worker 0 is looked at first below */
+        else if (c->ops->collect_garbage && !w0->busy && w0->next_gc_ms < *ret_next)
+                *ret_next = w0->next_gc_ms;
+        for (size_t i = 0; i < c->n_workers && due > 0; i++) {
+                struct ctl_worker *w = &c->workers[i];
+                if (w->busy)
+                        continue;
+                w->busy = true;
+                if (fiber_spawn(c->sched, worker_task, w) < 0) {
+                        w->busy = false;
+                        return;
+                }
+                due--;
+        }
+}
+
+/* The launch thread: the workers' tasks run the reconciles, each one yielding to the others while it waits for
+ * an answer or pauses between polls, so the workers cost a task each, not a thread each. */
+static void *launch_main(void *arg) {
+        struct controller *c = arg;
+        size_t alive = 0;
+        for (;;) {
+                bool stop = atomic_load(&c->stop);
+                if (stop && alive == 0)
+                        break;
+                int64_t now = monotime_ms(), next = now + IDLE_TICK_MS;
+                pthread_mutex_lock(&c->mu);
+                start_tasks_locked(c, now, &next);
+                pthread_mutex_unlock(&c->mu);
+                alive = fiber_sched_step(c->sched, stop ? IDLE_TICK_MS / 10 : (long)(next - now));
+        }
         return NULL;
 }
 
@@ -240,12 +269,13 @@ static void *worker_main(void *arg) {
 
 static struct kube_client *kube_for_thread(void *userdata) {
         struct controller *c = userdata;
-        return tl_worker ? tl_worker->kube : c->launcher_kube;
+        struct ctl_worker *w = current_worker();
+        return w ? w->kube : c->launcher_kube;
 }
 
 static struct pve_client *pve_for_region(void *userdata, const char *region) {
         struct controller *c = userdata;
-        struct ctl_worker *w = tl_worker;
+        struct ctl_worker *w = current_worker();
         for (size_t i = 0; w && region && i < c->cfg->n_clusters; i++) {
                 const struct config_cluster *cl = &c->cfg->clusters[i];
                 if (strcmp(cl->region, region) != 0)
@@ -281,7 +311,7 @@ static char *agent_address(struct controller *c, const char *region, const char 
 
 static struct agents_client *agent_for_host(void *userdata, const char *region, const char *host) {
         struct controller *c = userdata;
-        struct ctl_worker *w = tl_worker;
+        struct ctl_worker *w = current_worker();
         if (!w || !c->cfg->agents.enabled || !region || !host)
                 return NULL;
         for (size_t i = 0; i < w->n_agents; i++)
@@ -306,7 +336,7 @@ static struct agents_client *agent_for_host(void *userdata, const char *region, 
 
 static const json_t *node_by_provider_id(void *userdata, const char *provider_id) {
         struct controller *c = userdata;
-        struct ctl_worker *w = tl_worker;
+        struct ctl_worker *w = current_worker();
         if (!w || !provider_id)
                 return NULL;
         pthread_mutex_lock(&c->mu);
@@ -351,12 +381,8 @@ static int worker_new(struct controller *c, struct ctl_worker *w, size_t index) 
 }
 
 int controller__workers_new(struct controller *c) {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&c->work, &ca);
-        pthread_cond_init(&c->timer, &ca);
-        pthread_condattr_destroy(&ca);
+        if (fiber_sched_new(&c->sched) < 0)
+                return log_error_errno(-ENOMEM, "cannot set up the launch thread's tasks");
         c->work_init = true;
         c->workers = calloc(c->o.workers, sizeof *c->workers);
         if (!c->workers)
@@ -378,14 +404,10 @@ int controller__workers_new(struct controller *c) {
 }
 
 int controller__workers_start(struct controller *c) {
-        for (size_t i = 0; i < c->n_workers; i++) {
-                if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0)
-                        return log_error_errno(-EAGAIN, "cannot start worker %zu", i);
-                char name[16];
-                snprintf(name, sizeof name, "launcher-%u", (unsigned)(i % 10000));
-                pthread_setname_np(c->workers[i].thread, name);
-                c->workers[i].started = true;
-        }
+        if (pthread_create(&c->launch, NULL, launch_main, c) != 0)
+                return log_error_errno(-EAGAIN, "cannot start the launch thread");
+        pthread_setname_np(c->launch, "launcher");
+        c->launch_started = true;
         return 0;
 }
 
@@ -417,10 +439,8 @@ void controller__workers_free(struct controller *c) {
         free(c->items);
         c->items = NULL;
         c->n_items = c->cap_items = 0;
-        if (c->work_init) {
-                pthread_cond_destroy(&c->work);
-                pthread_cond_destroy(&c->timer);
-        }
+        fiber_sched_free(c->sched);
+        c->sched = NULL;
         c->work_init = false;
         kube_client_free(c->launcher_kube);
         c->launcher_kube = NULL;
