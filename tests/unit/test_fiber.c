@@ -7,7 +7,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +181,68 @@ static void test_transfers_yield(void **state) {
         fiber_sched_free(sched);
 }
 
+struct silent {
+        int port;
+        atomic_bool cancel;
+        CURLcode code;
+};
+
+static int cancel_on_flag(void *userdata, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+        (void)a, (void)b, (void)c, (void)d;
+        struct silent *s = userdata;
+        return atomic_load(&s->cancel) ? 1 : 0;
+}
+
+static void silent_fetch_task(void *data) {
+        struct silent *s = data;
+        char url[64];
+        int64_t done_us;
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/", s->port);
+        CURL *h = curl_easy_init();
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cancel_on_flag);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, s);
+        s->code = fiber_perform(h, &done_us);
+        curl_easy_cleanup(h);
+}
+
+static void set_cancel_task(void *data) {
+        struct silent *s = data;
+        fiber_sleep_ms(100);
+        atomic_store(&s->cancel, true);
+}
+
+/* A peer that accepts the connection (the kernel does, from the backlog) and never answers. */
+static int silent_listener(int *ret_port) {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof a;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(listen(fd, 4), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+        *ret_port = ntohs(a.sin_port);
+        return fd;
+}
+
+static void test_silent_peer_cancelled_by_progress(void **state) {
+        (void)state;
+        struct fiber_sched *sched;
+        struct silent s = { .code = CURLE_OK };
+        int fd = silent_listener(&s.port);
+        assert_int_equal(fiber_sched_new(&sched), 0);
+        assert_int_equal(fiber_spawn(sched, silent_fetch_task, &s), 0);
+        assert_int_equal(fiber_spawn(sched, set_cancel_task, &s), 0);
+        int64_t t0 = monotime_ms();
+        run_all(sched); /* fails after 5 s: the transfer's own timeout (30 s) must not be what ends it */
+        assert_int_equal(s.code, CURLE_ABORTED_BY_CALLBACK);
+        assert_true(monotime_ms() - t0 >= 100);
+        close(fd);
+        fiber_sched_free(sched);
+}
+
 static void test_outside_tasks(void **state) {
         (void)state;
         assert_null(fiber_self());
@@ -190,6 +256,7 @@ int main(void) {
                 cmocka_unit_test(test_sleepers_wake_in_time_order),
                 cmocka_unit_test(test_park_and_wake_from_another_thread),
                 cmocka_unit_test(test_transfers_yield),
+                cmocka_unit_test(test_silent_peer_cancelled_by_progress),
                 cmocka_unit_test(test_outside_tasks),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
