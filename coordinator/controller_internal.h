@@ -105,6 +105,4 @@ void controller__workers_free(struct controller *c);
 void controller__enqueue_locked(struct controller *c, const json_t *claim);
 void controller__forget_locked(struct controller *c, const char *name);
 void controller__wake_workers_locked(struct controller *c);
-/* An item is due at due_ms: wake the worker that should take it. */
-void controller__kick_locked(struct controller *c, int64_t due_ms);
 bool controller__backoff_active(void *userdata, const char *nodepool, const char *host);

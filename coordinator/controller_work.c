@@ -68,14 +68,7 @@ void controller__enqueue_locked(struct controller *c, const json_t *claim) {
         } else {
                 it->due_ms = monotime_ms();
         }
-        controller__kick_locked(c, it->due_ms);
-}
-
-/* An item is due at due_ms: the launch thread looks at the queue again. */
-void controller__kick_locked(struct controller *c, int64_t due_ms) {
-        (void)due_ms;
-        if (c->work_init)
-                fiber_sched_wakeup(c->sched);
+        controller__wake_workers_locked(c);
 }
 
 void controller__forget_locked(struct controller *c, const char *name) {
@@ -86,6 +79,7 @@ void controller__forget_locked(struct controller *c, const char *name) {
                 remove_item(c, it);
 }
 
+/* The queue or the leadership changed: the launch thread looks at the queue again. */
 void controller__wake_workers_locked(struct controller *c) {
         if (c->work_init)
                 fiber_sched_wakeup(c->sched);
@@ -133,11 +127,11 @@ static void finish_locked(struct controller *c, const char *name, bool exists, i
                 int64_t delay = (int64_t)ERROR_RETRY_BASE_MS << shift;
                 it->failures++;
                 it->due_ms = now + (delay < ERROR_RETRY_MAX_MS ? delay : ERROR_RETRY_MAX_MS);
-                controller__kick_locked(c, it->due_ms);
+                controller__wake_workers_locked(c);
         } else if (requeue_ms > 0) {
                 it->failures = 0;
                 it->due_ms = now + requeue_ms;
-                controller__kick_locked(c, it->due_ms);
+                controller__wake_workers_locked(c);
         } else {
                 remove_item(c, it);
         }
@@ -230,9 +224,10 @@ static void start_tasks_locked(struct controller *c, int64_t now, int64_t *ret_n
                 return;
         size_t due = count_due(c, now, ret_next);
         struct ctl_worker *w0 = &c->workers[0];
-        if (c->ops->collect_garbage && !w0->busy && now >= w0->next_gc_ms)
+        bool gc_idle = c->ops->collect_garbage && !w0->busy;
+        if (gc_idle && now >= w0->next_gc_ms)
                 due++; /* worker 0 is looked at first below */
-        else if (c->ops->collect_garbage && !w0->busy && w0->next_gc_ms < *ret_next)
+        else if (gc_idle && w0->next_gc_ms < *ret_next)
                 *ret_next = w0->next_gc_ms;
         for (size_t i = 0; i < c->n_workers && due > 0; i++) {
                 struct ctl_worker *w = &c->workers[i];

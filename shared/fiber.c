@@ -230,11 +230,12 @@ static void resume(struct fiber_sched *s, struct fiber *f) {
 
 int fiber_spawn(struct fiber_sched *s, fiber_fn fn, void *data) {
         struct fiber *f = calloc(1, sizeof *f);
-        if (!f || ARRAY_GROW(&s->alive, &s->cap_alive, s->n_alive, 16) < 0 || !(f->map = stack_take(s))) {
+        char *map = f && ARRAY_GROW(&s->alive, &s->cap_alive, s->n_alive, 16) == 0 ? stack_take(s) : NULL;
+        if (!map) {
                 free(f);
                 return -ENOMEM;
         }
-        *f = (struct fiber){ .s = s, .map = f->map, .fn = fn, .data = data };
+        *f = (struct fiber){ .s = s, .map = map, .fn = fn, .data = data };
         getcontext(&f->ctx);
         f->ctx.uc_stack.ss_sp = f->map + page_size();
         f->ctx.uc_stack.ss_size = FIBER_STACK_SIZE;
