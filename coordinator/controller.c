@@ -115,8 +115,8 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
         } else {
                 if (initialized(claim) && !was)
                         stats_add(c->stats, STATS_LAUNCH_INITIALIZED, 1);
-                /* A claim our provisioner is still writing comes to a worker with its status (claim_created). */
-                bool writing = !placed(claim) && json_object_get(c->writing, meta_str(claim, "name") ?: "");
+                /* A claim our provisioner is still writing comes to a worker from the writer (claim_created). */
+                bool writing = json_object_get(c->writing, meta_str(claim, "name") ?: "") != NULL;
                 if (!writing && !own_write(c, ev, claim))
                         controller__enqueue_locked(c, claim);
         }
@@ -396,7 +396,7 @@ static void *loop_main(void *arg) {
         kube_client_set_cancel(kube, &c->stop);
         struct provisioner_env env = { .cfg = c->cfg, .kube = kube, .stats = c->stats, .claim_created = claim_created,
                                        .claim_writing = claim_writing, .host_address = host_address, .userdata = c,
-                                       .writers = writers };
+                                       .writers = writers, .placement_by_launcher = c->launcher != NULL };
         env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;

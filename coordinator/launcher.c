@@ -12,6 +12,7 @@
 
 #include "array.h"
 #include "log.h"
+#include "provisioner.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
 #define DEFAULT_REGISTRATION_TIMEOUT_MS (15L * 60 * 1000)
@@ -683,7 +684,7 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         /* A copy that is one of our writes: our last write is newer, or the same. */
         if (!deleting && wrote(l, name, claim_rv(claim), &fresh) && fresh)
                 return fresh;
-        if (!deleting && !step && json_object_get(json_object_get(claim, "status"), "host") && !wrote_any(l, name))
+        if (!deleting && !step && provisioner_claim_host(claim) && !wrote_any(l, name))
                 return json_incref((json_t *)claim); /* placed, not begun: the first write fails on an old copy */
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)

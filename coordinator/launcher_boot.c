@@ -598,7 +598,7 @@ int launcher_step_start(struct lctx *c) {
                 r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
                 if (r < 0)
                         return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
-                r = launcher_task_wait(c, "start", upid, LAUNCHER_POLL_LATER_MS);
+                r = launcher_task_wait(c, "start", upid, LAUNCHER_POLL_START_MS);
                 free(upid);
                 if (r != 0)
                         return r;

@@ -13,6 +13,7 @@
 #include "fiber.h"
 #include "http_client.h"
 #include "log.h"
+#include "provisioner.h"
 #include "tokens.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -38,10 +39,22 @@ static json_t *vmid_fields(struct lctx *c, uint32_t vmid, json_t *ch) {
         return ch;
 }
 
+/* The claim's place and the shape's capacity and allocatable, unless its status has them (the provisioner writes
+ * them itself only when no launcher runs). */
+static void placement_fields(struct lctx *c, json_t *ch) {
+        if (launcher_status_str(c, "host")[0])
+                return;
+        json_t *st = provisioner_placement_status(c->host, c->region, &c->shape);
+        json_object_update_missing(ch, st);
+        json_decref(st);
+}
+
 /* Record the reservation together with a VMID picked now (one status write); without a VMID, the reservation
  * alone. A crash before the write leaves a reservation the agent gives back to the same owner. */
 static int record_reserved(struct lctx *c, json_t *ch) {
         uint32_t vmid;
+        if (ch)
+                placement_fields(c, ch);
         int r = ch ? launcher_pick_vmid(c, &vmid) : -ENOMEM;
         if (r != 0) {
                 int w = launcher_set_step(c, STEP_RESERVED, ch);
@@ -122,9 +135,9 @@ static bool counts_before(const struct lctx *c, const json_t *other, const char 
         return cmp < 0 || (cmp == 0 && strcmp(meta_str(other, "name"), c->name) < 0);
 }
 
-static bool same_host(const struct lctx *c, const json_t *status) {
-        const char *h = json_string_value(json_object_get(status, "host"));
-        const char *r = json_string_value(json_object_get(status, "region"));
+/* A claim not begun yet has its place in its requirements only. */
+static bool same_host(const struct lctx *c, const json_t *other) {
+        const char *h = provisioner_claim_host(other), *r = provisioner_claim_region(other);
         return h && r && strcmp(h, c->host) == 0 && strcmp(r, c->region) == 0;
 }
 
@@ -142,7 +155,7 @@ static void count_claim(struct lctx *c, const json_t *other, struct inflight *in
         const char *step = json_string_value(json_object_get(status, "launchStep"));
         struct shape s;
         step = step ? step : "";
-        if (strcmp(meta_str(other, "uid"), c->uid) == 0 || !same_host(c, status) ||
+        if (strcmp(meta_str(other, "uid"), c->uid) == 0 || !same_host(c, other) ||
             json_object_get(json_object_get(other, "metadata"), "deletionTimestamp") ||
             (step[0] && !step_before_configured(step)) || !counts_before(c, other, step) || other_shape(c, other, &s) < 0)
                 return;

@@ -339,9 +339,11 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, const 
         json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
         if (!claim)
                 return;
-        /* The launcher takes the claim up once its status (the placement) is written. */
+        /* The launcher takes the claim up from here (claim_created), with its status when there is no launcher to
+         * record it. */
         struct latency_waits mine;
-        claim = claim_status(p, kube, r, w->res, i, claim);
+        if (!p->env.placement_by_launcher)
+                claim = claim_status(p, kube, r, w->res, i, claim);
         latency_waits_since(waits0, &mine);
         mine.api_us += w->pre_waits.api_us;
         mine.cpu_us += w->pre_waits.cpu_us;

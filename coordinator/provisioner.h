@@ -113,6 +113,8 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
 
 /* The PVE host a claim is planned on: status.host, else its zone requirement; NULL when neither. */
 const char *provisioner_claim_host(const json_t *claim);
+/* Its PVE cluster: status.region, else its region requirement; NULL when neither. */
+const char *provisioner_claim_region(const json_t *claim);
 
 /* ---- claims, events, usage (pure) ---- */
 
@@ -125,6 +127,8 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                                  const char *name);
 /* Its status: host, region, capacity and allocatable of the shape. New reference. */
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
+/* The same from its parts (region may be NULL); what the launcher records with its first status write. */
+json_t *provisioner_placement_status(const char *host, const char *region, const struct shape *shape);
 
 /* The Event reason for a pod the simulation left pending, from its reason text. Static string. */
 const char *provisioner_unplaced_reason(const char *text);
@@ -141,14 +145,13 @@ struct provisioner_env {
         const struct config *cfg;
         struct kube_client *kube;          /* the calling thread's */
         struct stats *stats;               /* may be NULL */
-        /* A claim was created and its status written (the stored object; without status when that write
-         * failed): put it into the cache at once, so that the next round counts it even before its watch event
-         * arrives, and launch it. waits: what this round spent waiting on the claim's way (before the claim
-         * writes, then its writer up to here). May be NULL. */
+        /* A claim was created, and its status written unless placement_by_launcher (the stored object; without
+         * status when that write failed or was left to the launcher): put it into the cache at once, so that the
+         * next round counts it even before its watch event arrives, and launch it. waits: what this round spent
+         * waiting on the claim's way (before the claim writes, then its writer up to here). May be NULL. */
         void (*claim_created)(void *userdata, const json_t *claim, const struct latency_waits *waits);
         /* The claim of that name is being created (writing true, before its POST), or its POST failed (false):
-         * until claim_created, its watch events carry no placement, and the launcher leaves them alone. May be
-         * NULL. */
+         * until claim_created, the launcher leaves its watch events alone. May be NULL. */
         void (*claim_writing)(void *userdata, const char *name, bool writing);
         /* A host's address from /cluster/status (for the agents). May be NULL. */
         void (*host_address)(void *userdata, const char *region, const char *host, const char *address);
@@ -159,6 +162,10 @@ struct provisioner_env {
          * claim in order: create, then status, then claim_created). 0 = all on kube, one after another. */
         struct kube_client *const *writers;
         size_t n_writers;
+        /* A launcher runs: it records the placement (provisioner_placement_status) with its first status write,
+         * so the writers only create the claims (one request and one watch event less per claim). Without a
+         * launcher, the writers write the status themselves. */
+        bool placement_by_launcher;
 };
 
 struct provisioner_outcome {

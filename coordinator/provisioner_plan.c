@@ -440,14 +440,18 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                          spec);
 }
 
+json_t *provisioner_placement_status(const char *host, const char *region, const struct shape *shape) {
+        json_t *st = json_pack("{s:s, s:o, s:o}", "host", host, "capacity", resource_list(&shape->capacity),
+                               "allocatable", resource_list(&shape->allocatable));
+        if (st && region && *region)
+                json_object_set_new(st, "region", json_string(region));
+        return st;
+}
+
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {
         const struct sim_claim *c = &res->claims[i];
         const struct sim_host *h = r->in->hosts[c->host];
-        json_t *st = json_pack("{s:s, s:o, s:o}", "host", h->name, "capacity", resource_list(&c->shape->capacity),
-                               "allocatable", resource_list(&c->shape->allocatable));
-        if (st && h->region)
-                json_object_set_new(st, "region", json_string(h->region));
-        return st;
+        return provisioner_placement_status(h->name, h->region, c->shape);
 }
 
 /* ---- pools ---- */
@@ -516,6 +520,10 @@ const char *provisioner_claim_host(const json_t *claim) {
         return claim_place(claim, "host", SIM_LABEL_ZONE);
 }
 
+const char *provisioner_claim_region(const json_t *claim) {
+        return claim_place(claim, "region", SIM_LABEL_REGION);
+}
+
 static bool vmid_listed(const json_t *vmids, json_int_t vmid) {
         size_t i;
         json_t *v;
@@ -542,7 +550,7 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
         json_t *c;
         json_array_foreach(claims, i, c) {
                 const json_t *spec = json_object_get(c, "spec");
-                const char *h = provisioner_claim_host(c), *reg = claim_place(c, "region", SIM_LABEL_REGION);
+                const char *h = provisioner_claim_host(c), *reg = provisioner_claim_region(c);
                 if (!name || !h || strcmp(h, name) != 0 || (region && reg && strcmp(region, reg) != 0) ||
                     host_knows(c, agent, vmids) ||
                     is_set(json_object_get(json_object_get(c, "metadata"), "deletionTimestamp")))

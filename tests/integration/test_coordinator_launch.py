@@ -75,6 +75,9 @@ class LaunchTest(cl.CoordinatorTest):
             node = nodes[claim["status"]["nodeName"]]
             self.assertEqual(node["spec"]["providerID"], claim["status"]["providerID"])
             self.assertEqual(node["metadata"]["labels"]["topology.kubernetes.io/zone"], claim["status"]["host"])
+            # recorded by the launcher's first status write: the Node reports what the claim promised
+            self.assertEqual(claim["status"]["capacity"]["cpu"], node["status"]["capacity"]["cpu"], claim["status"])
+            self.assertIn("memory", claim["status"]["allocatable"])
         # Each pod runs on the node of a claim; the two anti-affinity pods on different ones.
         on = {n: pods[n]["spec"]["nodeName"] for n in names}
         self.assertTrue(set(on.values()) <= {x["status"]["nodeName"] for x in claims.values()}, on)
@@ -87,6 +90,9 @@ class LaunchTest(cl.CoordinatorTest):
         self.assertEqual(m['pvescale_coordinator_launches_total{result="failed"}'], 0)
         self.assertGreater(m['pvescale_coordinator_launcher_reconciles_total{result="ok"}'], 0)
         self.assertEqual(cl.uncovered_calls(c.sim), [], "calls the Helm chart's RBAC does not allow")
+        # The writers only create the claims; their placement goes with the launcher's first status write.
+        kube_calls = c.sim.admin("GET", "/calls").json["kube"]
+        self.assertEqual([k for k in kube_calls if k.startswith("PATCH") and "nodeclaims" in k], [], kube_calls)
 
 
 if __name__ == "__main__":
