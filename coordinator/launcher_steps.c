@@ -272,6 +272,14 @@ static int wait_for_clone(struct lctx *c) {
         return launcher_wait(c, left < delay ? left : delay);
 }
 
+/* Proxmox said the clone still runs: the pause until the next poll is its time, not ours. */
+static int wait_for_running_clone(struct lctx *c) {
+        int r = wait_for_clone(c);
+        if (r == LSTEP_WAIT)
+                http_client_thread_wait_note(c->requeue_ms * 1000);
+        return r;
+}
+
 int launcher_vm_owner(const struct lctx *c, const json_t *config) {
         char uid[LAUNCHER_UID_MAX];
         int64_t created;
@@ -424,7 +432,8 @@ static void clone_options(struct lctx *c, struct pve_clone *o) {
 static int clone_ended(struct lctx *c, uint32_t vmid, const struct pve_task_status *ts);
 
 /* Poll a clone this reconcile just began, for a short while (LAUNCHER_CLONE_INLINE_MS): a linked clone on fast
- * storage is done by then, and is then not recorded as Cloning. 0 with ts when it ended, 1 while it runs. */
+ * storage is done by then, and is then not recorded as Cloning. 0 with ts when it ended, 1 while it runs, 2 when
+ * a poll failed. */
 static int clone_poll_inline(struct lctx *c, const char *upid, struct pve_task_status *ts) {
         for (long nap = 10, waited = 0;; waited += nap, nap *= 2) {
                 if (waited + nap > LAUNCHER_CLONE_INLINE_MS)
@@ -433,7 +442,7 @@ static int clone_poll_inline(struct lctx *c, const char *upid, struct pve_task_s
                 http_client_thread_wait_note(nap * 1000); /* the clone's time, not ours */
                 int r = pve_task_status(c->pve, upid, ts);
                 if (r < 0)
-                        return 1; /* the Cloning record keeps the task; the next reconcile polls again */
+                        return 2; /* the Cloning record keeps the task; the next reconcile polls again */
                 if (!ts->running)
                         return 0;
         }
@@ -462,14 +471,16 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
         }
         log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
         snprintf(c->image_id, sizeof c->image_id, "%s/%u", c->host, tmpl);
-        if (clone_poll_inline(c, upid, &ts) == 0) {
+        int polled = clone_poll_inline(c, upid, &ts);
+        if (polled == 0) {
                 free(upid);
                 return clone_ended(c, vmid, &ts);
         }
         /* A crash before this write is no loss: the VM's description names the claim, and the next run finds it. */
         json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", c->image_id);
         free(upid);
-        return launcher_set_step(c, STEP_CLONING, ch) ?: wait_for_clone(c);
+        r = launcher_set_step(c, STEP_CLONING, ch);
+        return r != 0 ? r : polled == 1 ? wait_for_running_clone(c) : wait_for_clone(c);
 }
 
 /* The VMID already has a config: ours from an earlier run, someone's clone in progress, or someone else's. */
@@ -549,13 +560,7 @@ int launcher_step_cloning(struct lctx *c) {
                 return launcher_set_step(c, STEP_VMID, json_pack("{s:n}", "cloneTask"));
         if (r < 0)
                 return launcher_errf(c, r, "clone task of VM %u: %s", vmid, pve_client_error(c->pve));
-        if (ts.running) {
-                r = wait_for_clone(c);
-                if (r == LSTEP_WAIT) /* Proxmox said it is still cloning: waiting for it, not our time */
-                        http_client_thread_wait_note(c->requeue_ms * 1000);
-                return r;
-        }
-        return clone_ended(c, vmid, &ts);
+        return ts.running ? wait_for_running_clone(c) : clone_ended(c, vmid, &ts);
 }
 
 /* ---- config ---- */
