@@ -159,7 +159,8 @@ struct provisioner_env {
         bool (*backoff_active)(void *userdata, const char *nodepool, const char *host);
         void *userdata;
         /* More clients, one per writer thread: a round's claims are created by that many threads at once (each
-         * claim in order: create, then status, then claim_created). 0 = all on kube, one after another. */
+         * claim in order: create, then status unless placement_by_launcher, then claim_created). 0 = all on kube,
+         * one after another. */
         struct kube_client *const *writers;
         size_t n_writers;
         /* A launcher runs: it records the placement (provisioner_placement_status) with its first status write,
