@@ -750,3 +750,33 @@ bool kube_condition_true(const json_t *status, const char *type) {
         const char *s = json_string_value(json_object_get(kube_condition(status, type), "status"));
         return s && strcmp(s, "True") == 0;
 }
+
+bool kube_taint_ephemeral(const json_t *taint) {
+        static const char *const known[][2] = {
+                { "node.kubernetes.io/not-ready", "NoSchedule" },
+                { "node.kubernetes.io/not-ready", "NoExecute" },
+                { "node.kubernetes.io/unreachable", "NoSchedule" },
+                { "node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule" },
+        };
+        const char *key = json_string_value(json_object_get(taint, "key"));
+        const char *effect = json_string_value(json_object_get(taint, "effect"));
+        if (!key)
+                return false;
+        if (strncmp(key, "readiness.k8s.io/", strlen("readiness.k8s.io/")) == 0)
+                return true;
+        for (size_t i = 0; effect && i < sizeof known / sizeof known[0]; i++)
+                if (strcmp(key, known[i][0]) == 0 && strcmp(effect, known[i][1]) == 0)
+                        return true;
+        return false;
+}
+
+bool kube_taints_have_key(const json_t *taints, const char *key) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(taints, i, t) {
+                const char *k = json_string_value(json_object_get(t, "key"));
+                if (k && strcmp(k, key) == 0)
+                        return true;
+        }
+        return false;
+}

@@ -247,3 +247,10 @@ const struct kube_informer_stats *kube_informer_stats(const struct kube_informer
 const json_t *kube_condition(const json_t *status, const char *type);
 /* Whether that condition exists with status "True". Pure. */
 bool kube_condition_true(const json_t *status, const char *type);
+/* Whether a taint (a Node's spec.taints item) is one Kubernetes puts on a Node while it starts and removes once it
+ * is ready, as Karpenter's KnownEphemeralTaints: node.kubernetes.io/not-ready (NoSchedule or NoExecute),
+ * node.kubernetes.io/unreachable:NoSchedule, node.cloudprovider.kubernetes.io/uninitialized:NoSchedule and any
+ * readiness.k8s.io/ key. Pure. */
+bool kube_taint_ephemeral(const json_t *taint);
+/* Whether a taints array has a taint with this key. Pure. */
+bool kube_taints_have_key(const json_t *taints, const char *key);

@@ -133,17 +133,6 @@ static bool same_taint(const json_t *a, const json_t *b) {
                json_equal(json_object_get(a, "effect"), json_object_get(b, "effect"));
 }
 
-static bool has_taint_key(const json_t *taints, const char *key) {
-        size_t i;
-        json_t *t;
-        json_array_foreach(taints, i, t) {
-                const char *k = json_string_value(json_object_get(t, "key"));
-                if (k && strcmp(k, key) == 0)
-                        return true;
-        }
-        return false;
-}
-
 struct node_edit {
         json_t *labels, *taints;
 };
@@ -189,7 +178,11 @@ static int node_apply(json_t *node, void *userdata) {
         return changed ? 0 : KUBE_MODIFY_SKIP;
 }
 
-static bool node_initialized(struct lctx *c, const json_t *node);
+/* Ready, with the unregistered, startup and known ephemeral taints gone (launcher_node_initialized). */
+static bool node_initialized(struct lctx *c, const json_t *node) {
+        return launcher_node_initialized(node, taint_list(c, "startupTaints"));
+}
+
 static int record_initialized(struct lctx *c, const char *node_name);
 
 /* Label and taint the Node (from the informer's copy; a conflict reads it again), then record Registered, or
@@ -242,26 +235,6 @@ int launcher_step_register(struct lctx *c) {
 }
 
 /* ---- initialized ---- */
-
-static bool node_ready(const json_t *node) {
-        return kube_condition_true(json_object_get(node, "status"), "Ready");
-}
-
-/* Ready, and every startup taint (removed by a node-local agent) and the unregistered taint gone. */
-static bool node_initialized(struct lctx *c, const json_t *node) {
-        const json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
-        const json_t *startup = taint_list(c, "startupTaints");
-        size_t i;
-        json_t *t;
-        if (!node_ready(node) || has_taint_key(taints, CLOUDINIT_UNREGISTERED_TAINT_KEY))
-                return false;
-        json_array_foreach(startup, i, t) {
-                const char *k = json_string_value(json_object_get(t, "key"));
-                if (k && has_taint_key(taints, k))
-                        return false;
-        }
-        return true;
-}
 
 int launcher_delete_token(struct kube_client *kube, const char *token_id) {
         char name[64];

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "cloudinit.h"
 #include "kube.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -479,4 +480,23 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
 
 bool launcher_condition_true(const json_t *status, const char *type) {
         return kube_condition_true(status, type);
+}
+
+bool launcher_node_initialized(const json_t *node, const json_t *startup_taints) {
+        const json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        size_t i;
+        json_t *t;
+        if (!kube_condition_true(json_object_get(node, "status"), "Ready") ||
+            kube_taints_have_key(taints, CLOUDINIT_UNREGISTERED_TAINT_KEY))
+                return false;
+        json_array_foreach(taints, i, t) {
+                if (kube_taint_ephemeral(t))
+                        return false;
+        }
+        json_array_foreach(startup_taints, i, t) {
+                const char *k = json_string_value(json_object_get(t, "key"));
+                if (k && kube_taints_have_key(taints, k))
+                        return false;
+        }
+        return true;
 }

@@ -94,3 +94,8 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
                            const char *message, int64_t now_ms);
 /* True when status.conditions has type with status "True". */
 bool launcher_condition_true(const json_t *status, const char *type);
+
+/* Whether a Node is initialized, as Karpenter decides it: Ready, and none of its taints left is the unregistered
+ * taint, a startup taint (by key; startup_taints from the pool, may be NULL) or a known ephemeral taint
+ * (kube_taint_ephemeral). Pure. */
+bool launcher_node_initialized(const json_t *node, const json_t *startup_taints);

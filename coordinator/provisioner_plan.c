@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cloudinit.h"
 #include "kube.h"
 #include "provisioner.h"
 #include "quantity.h"
@@ -135,12 +136,17 @@ static int node_key(char *buf, size_t size, char kind, const char *value) {
         return value && *value && snprintf(buf, size, "%c:%s", kind, value) < (int)size ? 0 : 1;
 }
 
-/* The keys of the Nodes, to tell registered claims from in-flight ones. */
+/* The keys of the Nodes, to tell registered claims from in-flight ones. A Node that still carries the
+ * unregistered taint is left out: the launcher removes that taint before it records Initialized, so such a copy
+ * is older than its claim's (the two watches deliver in their own order), and the claim still stands for it. */
 static json_t *node_index(const json_t *nodes) {
         json_t *idx = json_object(), *node;
         size_t i;
         char key[512];
         json_array_foreach(nodes, i, node) {
+                if (kube_taints_have_key(json_object_get(json_object_get(node, "spec"), "taints"),
+                                         CLOUDINIT_UNREGISTERED_TAINT_KEY))
+                        continue;
                 if (node_key(key, sizeof key, 'p', str_at(json_object_get(node, "spec"), "providerID")) == 0)
                         json_object_set_new(idx, key, json_true());
                 if (node_key(key, sizeof key, 'n', meta_str(node, "name")) == 0)

@@ -95,5 +95,40 @@ class LaunchTest(cl.CoordinatorTest):
         self.assertEqual([k for k in kube_calls if k.startswith("PATCH") and "nodeclaims" in k], [], kube_calls)
 
 
+    def test_no_second_claim_while_the_not_ready_taint_lingers(self):
+        """Ready comes before the node lifecycle controller takes its not-ready taint off (its monitor period). A
+        claim is Initialized only once that taint is gone too, as in Karpenter, so a round in that window keeps
+        the waiting pods on their claims instead of making new ones."""
+        c = self.c
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 4}).status, 200)
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        for i in range(2):
+            c.create(PODS, cl.pod("anti-%d" % i, cpu="500m", memory="512Mi", labels={"app": "anti"}, affinity=anti))
+        self.co = cl.Coordinator(c)
+
+        def lingering():  # every Node Ready, each still with the not-ready taint
+            nodes = c.items("/api/v1/nodes")
+            return len(nodes) == 2 and all(
+                {x["type"]: x["status"] for x in n["status"].get("conditions", [])}.get("Ready") == "True" and
+                "node.kubernetes.io/not-ready" in [t["key"] for t in n["spec"].get("taints", [])] for n in nodes)
+        cl.wait_for(lingering, 90, interval=0.2, what="two Nodes Ready with the not-ready taint")
+        for claim in c.claims():
+            conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
+            self.assertNotEqual(conds.get("Initialized"), "True", claim["status"])
+        # A new pod opens a round while the anti-affinity pods wait for the taint to go.
+        c.create(PODS, cl.pod("small", cpu="100m", memory="64Mi"))
+
+        def running():
+            return all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))
+        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+        claims = c.claims()
+        self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
+        self.assertEqual(len(c.vms()), 2)
+
+
 if __name__ == "__main__":
     unittest.main()

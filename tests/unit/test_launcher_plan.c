@@ -238,6 +238,43 @@ static void test_token_id_for_claim(void **state) {
         assert_int_equal(strspn(a, "abcdefghijklmnopqrstuvwxyz0123456789"), TOKENS_ID_LEN); /* kubeadm's [a-z0-9]{6} */
 }
 
+/* A Node with these taints (a JSON array text) and Ready status, judged with one startup taint "boot". */
+static bool node_init(const char *ready, const char *taints) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"n\"}, \"spec\": {\"taints\": %s}, \"status\": "
+                 "{\"conditions\": [{\"type\": \"Ready\", \"status\": \"%s\"}]}}", taints, ready);
+        json_t *node = test_json_parse(text), *startup = test_json_parse("[{\"key\": \"boot\", \"effect\": \"NoSchedule\"}]");
+        bool init = launcher_node_initialized(node, startup);
+        json_decref(node);
+        json_decref(startup);
+        return init;
+}
+
+/* Initialized as Karpenter decides it: Ready, and no unregistered, startup or known ephemeral taint left. */
+static void test_node_initialized(void **state) {
+        (void)state;
+        assert_true(node_init("True", "[]"));
+        assert_true(node_init("True", "[{\"key\": \"dedicated\", \"value\": \"x\", \"effect\": \"NoSchedule\"}]"));
+        assert_false(node_init("False", "[]"));
+        assert_false(node_init("Unknown", "[]"));
+        assert_false(node_init("True", "[{\"key\": \"pvescale.io/unregistered\", \"effect\": \"NoExecute\"}]"));
+        assert_false(node_init("True", "[{\"key\": \"boot\", \"effect\": \"NoSchedule\"}]"));
+        /* Ready is set before the node lifecycle controller takes its not-ready taint off. */
+        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoSchedule\"}]"));
+        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoExecute\"}]"));
+        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoSchedule\"}]"));
+        assert_false(node_init("True", "[{\"key\": \"node.cloudprovider.kubernetes.io/uninitialized\", "
+                                       "\"value\": \"true\", \"effect\": \"NoSchedule\"}]"));
+        assert_false(node_init("True", "[{\"key\": \"readiness.k8s.io/cni\", \"effect\": \"NoSchedule\"}]"));
+        /* Same keys with other effects are not in the list. */
+        assert_true(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoExecute\"}]"));
+        assert_true(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"PreferNoSchedule\"}]"));
+        /* A Node without status or spec is not initialized; without taints it is judged on Ready alone. */
+        json_t *bare = test_json_parse("{\"metadata\": {\"name\": \"n\"}}");
+        assert_false(launcher_node_initialized(bare, NULL));
+        json_decref(bare);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_numa_from_agent_and_params),
@@ -252,6 +289,7 @@ int main(void) {
                 cmocka_unit_test(test_conditions),
                 cmocka_unit_test(test_tokens),
                 cmocka_unit_test(test_token_id_for_claim),
+                cmocka_unit_test(test_node_initialized),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

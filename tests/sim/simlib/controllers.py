@@ -417,6 +417,8 @@ class Controllers:
             managed = [t for t in taints if t not in keep]
             if [(t["key"], t["effect"]) for t in managed] == [(t["key"], t["effect"]) for t in want]:
                 continue
+            if ready == "True" and _ready_for(node) < float(self.w.knob("node_monitor_seconds")):
+                continue  # kube-controller-manager sees the new Ready only at its next node monitor pass
             new = _copy(node)
             stamp = util.rfc3339()
             new.setdefault("spec", {})["taints"] = keep + [dict(t, timeAdded=stamp) if t["effect"] == "NoExecute" else t
@@ -937,6 +939,15 @@ def _node_affinity_ok(spec, node):
         if not any(sel.match_node_selector_term(t, node) for t in terms):
             return False
     return True
+
+
+def _ready_for(node):
+    """Seconds since the Node's Ready condition last changed (0 when unknown)."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        since = util.parse_rfc3339(c.get("lastTransitionTime")) if c.get("type") == "Ready" else None
+        if since is not None:
+            return time.time() - since
+    return 0.0
 
 
 def _node_ready(node):

@@ -46,7 +46,7 @@ KNOBS = {
     "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
     "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": True, "ccm_delete_nodes": False,
-    "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1,
+    "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1, "node_monitor_seconds": 0.0,
     "scheduler_backoff_seconds": 1.0, "scheduler_max_backoff_seconds": 10.0,
 }
 
