@@ -111,6 +111,8 @@ def main():
               "and pausing\nbetween polls of a Proxmox task that was reported still running (docs/coordinator.md)."
               "\ntargets: own p99 <= batch idle (1000 ms) + 100 ms; <= 5 ms CPU per claim")
         assert len(own) == CLAIMS, "%d start lines for %d claims" % (len(own), CLAIMS)
+        made = len(c.claims())
+        assert made == CLAIMS, "%d NodeClaims for %d pods that each need a node" % (made, CLAIMS)
         print("WALL name=scaleup wall_p50_ms=%.0f wall_p99_ms=%.0f" % (pct(wall, 50), pct(wall, 99)))
         print("RESULT name=scaleup claims=%d overhead_p50_ms=%.0f overhead_p99_ms=%.0f cpu_ms_per_claim=%.2f"
               % (len(own), pct([o[2] for o in own], 50), pct([o[2] for o in own], 99), cpu_ms))
