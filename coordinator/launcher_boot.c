@@ -257,15 +257,29 @@ static int tdata_load(struct lctx *c, struct tdata *t) {
         return t->values && t->labels && t->taints && t->tags ? 0 : -ENOMEM;
 }
 
+/* The class's KubeletConfiguration, with maxPods set to the shape's pod capacity when the class leaves it out:
+ * the kubelet then reports the capacity the claim promised (its own default is 110). A value that is not an
+ * object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
+static json_t *kubelet_configuration(struct lctx *c) {
+        json_t *kc = json_object_get(nc_spec(c), "kubeletConfiguration");
+        json_t *out = !kc ? json_object() : json_is_object(kc) ? json_copy(kc) : json_incref(kc);
+        if (json_is_object(out) && !json_object_get(out, "maxPods"))
+                json_object_set_new(out, "maxPods", json_integer((json_int_t)c->shape.capacity.v[RESOURCE_PODS]));
+        return out;
+}
+
 static int template_data(struct lctx *c, const char *token, const struct tdata *t, json_t **ret) {
         char err[512];
         const char *nc = json_string_value(json_object_get(json_object_get(c->nodeclass, "metadata"), "name"));
+        json_t *kubelet = kubelet_configuration(c);
+        if (!kubelet)
+                return -ENOMEM;
         struct cloudinit_node n = {
                 .hostname = c->name, .vmid = (uint32_t)launcher_status_int(c, "vmid"),
                 .instance_type = c->shape.name, .region = c->region, .zone = c->host, .node_class = nc,
                 .cpu = c->shape.vcpus, .memory_mib = c->shape.vm_memory_bytes / MIB,
                 .kubernetes_version = t->version, .root_ca = t->ca, .bootstrap_token = token, .api_server = t->server,
-                .kubelet_configuration = json_object_get(nc_spec(c), "kubeletConfiguration"), .labels = t->labels,
+                .kubelet_configuration = kubelet, .labels = t->labels,
                 .taints = t->taints, .values = t->values,
         };
         const char *tags[32];
@@ -276,6 +290,7 @@ static int template_data(struct lctx *c, const char *token, const struct tdata *
                         tags[n.n_tags++] = json_string_value(e);
         n.tags = tags;
         int r = cloudinit_data(&n, ret, err, sizeof err);
+        json_decref(kubelet);
         return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "%s", err) : r;
 }
 

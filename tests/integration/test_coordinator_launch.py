@@ -77,6 +77,8 @@ class LaunchTest(cl.CoordinatorTest):
             self.assertEqual(node["metadata"]["labels"]["topology.kubernetes.io/zone"], claim["status"]["host"])
             # recorded by the launcher's first status write: the Node reports what the claim promised
             self.assertEqual(claim["status"]["capacity"]["cpu"], node["status"]["capacity"]["cpu"], claim["status"])
+            # the kubelet is told the shape's pod capacity (--max-pods), not left at its default of 110
+            self.assertEqual(claim["status"]["capacity"]["pods"], node["status"]["capacity"]["pods"], claim["status"])
             self.assertIn("memory", claim["status"]["allocatable"])
         # Each pod runs on the node of a claim; the two anti-affinity pods on different ones.
         on = {n: pods[n]["spec"]["nodeName"] for n in names}
