@@ -22,8 +22,10 @@ static json_t *nc_spec(const struct lctx *c) {
         return json_object_get(c->nodeclass, "spec");
 }
 
+/* A task first polled later than LAUNCHER_TASK_POLL_MS is polled that rarely after, too. */
 int launcher_pve_task_wait(struct pve_client *pve, const char *upid, long first_ms) {
-        struct pve_wait w = { .poll_ms = 500, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = first_ms };
+        long poll = first_ms > LAUNCHER_TASK_POLL_MS ? first_ms : LAUNCHER_TASK_POLL_MS;
+        struct pve_wait w = { .poll_ms = poll, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = first_ms };
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 

@@ -36,7 +36,9 @@
 #define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
 #define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
 #define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
-#define LAUNCHER_POLL_START_MS 400 /* first poll of a start: QEMU is rarely up sooner, and nothing waits on it */
+#define LAUNCHER_POLL_START_MS 1000 /* first poll, and interval, of a start: a start takes seconds (QEMU, then the
+                                    * guest), and nothing waits on its answer; the Proxmox UI polls as often */
+#define LAUNCHER_TASK_POLL_MS 500  /* longest interval between polls of the other tasks */
 #define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
 #define LAUNCHER_VOLUME_MAX 200

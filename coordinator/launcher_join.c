@@ -178,15 +178,15 @@ static int node_apply(json_t *node, void *userdata) {
         return changed ? 0 : KUBE_MODIFY_SKIP;
 }
 
-/* Ready, with the unregistered, startup and known ephemeral taints gone (launcher_node_initialized). */
-static bool node_initialized(struct lctx *c, const json_t *node) {
-        return launcher_node_initialized(node, taint_list(c, "startupTaints"));
+static enum launcher_node_state node_state(struct lctx *c, const json_t *node) {
+        return launcher_node_state(node, taint_list(c, "startupTaints"));
 }
 
 static int record_initialized(struct lctx *c, const char *node_name);
 
 /* Label and taint the Node (from the informer's copy; a conflict reads it again), then record Registered, or
- * Initialized at once when the Node is ready already (one status write instead of two). */
+ * Initialized at once when the Node is ready already (one status write instead of two). A Ready Node that only
+ * waits for Kubernetes to take its ephemeral taints off is not recorded yet: its next event brings both. */
 static int register_node(struct lctx *c, const json_t *node) {
         const char *node_name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
         struct node_edit e = { launcher_wanted_labels(c, false), launcher_wanted_taints(c, false) };
@@ -199,10 +199,12 @@ static int register_node(struct lctx *c, const json_t *node) {
         if (r < 0)
                 return launcher_errf(c, r, "label Node %s: %s", node_name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: Node %s registered", c->name, node_name);
-        bool ready = node_initialized(c, stored ? stored : node);
+        enum launcher_node_state state = node_state(c, stored ? stored : node);
         json_decref(stored);
-        if (ready)
+        if (state == LAUNCHER_NODE_INITIALIZED)
                 return record_initialized(c, node_name);
+        if (state == LAUNCHER_NODE_SETTLING) /* the Node's next event brings both conditions in one write */
+                return launcher_wait(c, LAUNCHER_POLL_MS);
         json_t *ch = json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "nodeName", node_name,
                                "conditions", "type", "Registered", "status", "True", "reason", "Registered", "message",
                                "", "type", "Initialized", "status", "Unknown", "reason", "AwaitingReady", "message",
@@ -309,7 +311,7 @@ int launcher_step_initialize(struct lctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
         int r = launcher_need_pool(c);
-        bool init = r == 0 && node && node_initialized(c, node);
+        bool init = r == 0 && node && node_state(c, node) == LAUNCHER_NODE_INITIALIZED;
         json_decref(owned);
         if (r != 0)
                 return r;

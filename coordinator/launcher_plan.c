@@ -482,21 +482,21 @@ bool launcher_condition_true(const json_t *status, const char *type) {
         return kube_condition_true(status, type);
 }
 
-bool launcher_node_initialized(const json_t *node, const json_t *startup_taints) {
+enum launcher_node_state launcher_node_state(const json_t *node, const json_t *startup_taints) {
         const json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        bool ephemeral = false;
         size_t i;
         json_t *t;
-        if (!kube_condition_true(json_object_get(node, "status"), "Ready") ||
-            kube_taints_have_key(taints, CLOUDINIT_UNREGISTERED_TAINT_KEY))
-                return false;
-        json_array_foreach(taints, i, t) {
-                if (kube_taint_ephemeral(t))
-                        return false;
-        }
+        if (!kube_condition_true(json_object_get(node, "status"), "Ready"))
+                return LAUNCHER_NODE_NOT_READY;
+        if (kube_taints_have_key(taints, CLOUDINIT_UNREGISTERED_TAINT_KEY))
+                return LAUNCHER_NODE_TAINTED;
         json_array_foreach(startup_taints, i, t) {
                 const char *k = json_string_value(json_object_get(t, "key"));
                 if (k && kube_taints_have_key(taints, k))
-                        return false;
+                        return LAUNCHER_NODE_TAINTED;
         }
-        return true;
+        json_array_foreach(taints, i, t)
+                ephemeral = ephemeral || kube_taint_ephemeral(t);
+        return ephemeral ? LAUNCHER_NODE_SETTLING : LAUNCHER_NODE_INITIALIZED;
 }

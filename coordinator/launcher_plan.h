@@ -95,7 +95,10 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
 /* True when status.conditions has type with status "True". */
 bool launcher_condition_true(const json_t *status, const char *type);
 
-/* Whether a Node is initialized, as Karpenter decides it: Ready, and none of its taints left is the unregistered
- * taint, a startup taint (by key; startup_taints from the pool, may be NULL) or a known ephemeral taint
- * (kube_taint_ephemeral). Pure. */
-bool launcher_node_initialized(const json_t *node, const json_t *startup_taints);
+/* Where a Node is on its way to initialized, as Karpenter decides it: Ready, and none of its taints left is the
+ * unregistered taint, a startup taint (by key; startup_taints from the pool, may be NULL) or a known ephemeral
+ * taint (kube_taint_ephemeral). SETTLING: Ready, and only known ephemeral taints left (Kubernetes takes them off
+ * on its own, within seconds). Pure. */
+enum launcher_node_state { LAUNCHER_NODE_NOT_READY, LAUNCHER_NODE_TAINTED, LAUNCHER_NODE_SETTLING,
+                           LAUNCHER_NODE_INITIALIZED };
+enum launcher_node_state launcher_node_state(const json_t *node, const json_t *startup_taints);

@@ -239,39 +239,51 @@ static void test_token_id_for_claim(void **state) {
 }
 
 /* A Node with these taints (a JSON array text) and Ready status, judged with one startup taint "boot". */
-static bool node_init(const char *ready, const char *taints) {
+static enum launcher_node_state node_init(const char *ready, const char *taints) {
         char text[1024];
         snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"n\"}, \"spec\": {\"taints\": %s}, \"status\": "
                  "{\"conditions\": [{\"type\": \"Ready\", \"status\": \"%s\"}]}}", taints, ready);
         json_t *node = test_json_parse(text), *startup = test_json_parse("[{\"key\": \"boot\", \"effect\": \"NoSchedule\"}]");
-        bool init = launcher_node_initialized(node, startup);
+        enum launcher_node_state st = launcher_node_state(node, startup);
         json_decref(node);
         json_decref(startup);
-        return init;
+        return st;
 }
 
+#define INIT LAUNCHER_NODE_INITIALIZED
+#define SETTLING LAUNCHER_NODE_SETTLING
+#define TAINTED LAUNCHER_NODE_TAINTED
+#define NOT_READY LAUNCHER_NODE_NOT_READY
+
 /* Initialized as Karpenter decides it: Ready, and no unregistered, startup or known ephemeral taint left. */
-static void test_node_initialized(void **state) {
+static void test_node_state(void **state) {
         (void)state;
-        assert_true(node_init("True", "[]"));
-        assert_true(node_init("True", "[{\"key\": \"dedicated\", \"value\": \"x\", \"effect\": \"NoSchedule\"}]"));
-        assert_false(node_init("False", "[]"));
-        assert_false(node_init("Unknown", "[]"));
-        assert_false(node_init("True", "[{\"key\": \"pvescale.io/unregistered\", \"effect\": \"NoExecute\"}]"));
-        assert_false(node_init("True", "[{\"key\": \"boot\", \"effect\": \"NoSchedule\"}]"));
+        assert_int_equal(node_init("True", "[]"), INIT);
+        assert_int_equal(node_init("True", "[{\"key\": \"dedicated\", \"value\": \"x\", \"effect\": \"NoSchedule\"}]"), INIT);
+        assert_int_equal(node_init("False", "[]"), NOT_READY);
+        assert_int_equal(node_init("Unknown", "[]"), NOT_READY);
+        assert_int_equal(node_init("True", "[{\"key\": \"pvescale.io/unregistered\", \"effect\": \"NoExecute\"}]"), TAINTED);
+        assert_int_equal(node_init("True", "[{\"key\": \"boot\", \"effect\": \"NoSchedule\"}]"), TAINTED);
         /* Ready is set before the node lifecycle controller takes its not-ready taint off. */
-        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoSchedule\"}]"));
-        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoExecute\"}]"));
-        assert_false(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoSchedule\"}]"));
-        assert_false(node_init("True", "[{\"key\": \"node.cloudprovider.kubernetes.io/uninitialized\", "
-                                       "\"value\": \"true\", \"effect\": \"NoSchedule\"}]"));
-        assert_false(node_init("True", "[{\"key\": \"readiness.k8s.io/cni\", \"effect\": \"NoSchedule\"}]"));
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoSchedule\"}]"),
+                         SETTLING);
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoExecute\"}]"),
+                         SETTLING);
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoSchedule\"}]"),
+                         SETTLING);
+        assert_int_equal(node_init("True", "[{\"key\": \"node.cloudprovider.kubernetes.io/uninitialized\", "
+                                           "\"value\": \"true\", \"effect\": \"NoSchedule\"}]"), SETTLING);
+        assert_int_equal(node_init("True", "[{\"key\": \"readiness.k8s.io/cni\", \"effect\": \"NoSchedule\"}]"), SETTLING);
+        /* A startup taint outranks an ephemeral one: it waits on a node-local agent, not on Kubernetes. */
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"NoSchedule\"},"
+                                           " {\"key\": \"boot\", \"effect\": \"NoSchedule\"}]"), TAINTED);
         /* Same keys with other effects are not in the list. */
-        assert_true(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoExecute\"}]"));
-        assert_true(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"PreferNoSchedule\"}]"));
-        /* A Node without status or spec is not initialized; without taints it is judged on Ready alone. */
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/unreachable\", \"effect\": \"NoExecute\"}]"), INIT);
+        assert_int_equal(node_init("True", "[{\"key\": \"node.kubernetes.io/not-ready\", \"effect\": \"PreferNoSchedule\"}]"),
+                         INIT);
+        /* A Node without status is not Ready. */
         json_t *bare = test_json_parse("{\"metadata\": {\"name\": \"n\"}}");
-        assert_false(launcher_node_initialized(bare, NULL));
+        assert_int_equal(launcher_node_state(bare, NULL), NOT_READY);
         json_decref(bare);
 }
 
@@ -289,7 +301,7 @@ int main(void) {
                 cmocka_unit_test(test_conditions),
                 cmocka_unit_test(test_tokens),
                 cmocka_unit_test(test_token_id_for_claim),
-                cmocka_unit_test(test_node_initialized),
+                cmocka_unit_test(test_node_state),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
