@@ -20,7 +20,7 @@
 
 struct latency_entry {
         char *claim;
-        int64_t origin_ms;
+        int64_t origin_ms, handoff_own_ms;
         struct latency_waits waits;
 };
 
@@ -125,22 +125,25 @@ static int append(struct latency *l, const char *claim, int64_t origin_ms, const
         char *name = strdup(claim);
         if (!name)
                 return -ENOMEM;
-        l->items[l->n++] = (struct latency_entry){ name, origin_ms, *w };
+        l->items[l->n++] = (struct latency_entry){ .claim = name, .origin_ms = origin_ms, .waits = *w };
         return 0;
 }
 
 void latency_begin(struct latency *l, const char *claim, int64_t origin_ms, const struct latency_waits *w) {
         if (!l || !claim)
                 return;
+        int64_t now = monotime_ms();
         pthread_mutex_lock(&l->mu);
-        forget_old(l, monotime_ms());
+        forget_old(l, now);
         struct latency_entry *e = find(l, claim);
         if (e) {
                 e->origin_ms = origin_ms;
                 e->waits = *w;
-        } else {
-                (void)append(l, claim, origin_ms, w); /* accounting only: ENOMEM loses one sample */
+        } else if (append(l, claim, origin_ms, w) == 0) { /* accounting only: ENOMEM loses one sample */
+                e = &l->items[l->n - 1];
         }
+        if (e)
+                e->handoff_own_ms = now - origin_ms - w->api_us / 1000;
         pthread_mutex_unlock(&l->mu);
 }
 
@@ -165,7 +168,7 @@ int latency_finish(struct latency *l, const char *claim, int64_t now_ms, const s
         struct latency_entry *e = find(l, claim);
         if (e) {
                 *ret = (struct latency_report){ now_ms - e->origin_ms, (e->waits.api_us + extra->api_us) / 1000,
-                                                (e->waits.cpu_us + extra->cpu_us) / 1000 };
+                                                (e->waits.cpu_us + extra->cpu_us) / 1000, e->handoff_own_ms };
                 remove_at(l, (size_t)(e - l->items));
                 r = 0;
         }

@@ -29,6 +29,7 @@ void latency_add_wait(struct latency *l, const char *claim, const struct latency
  * its waits in ms, and the claim is forgotten. -ENOENT for a claim not begun in this process. */
 struct latency_report {
         int64_t total_ms, api_ms, cpu_ms;
+        int64_t handoff_own_ms; /* own time when the claim was begun: the round and its writer, before any launch */
 };
 int latency_finish(struct latency *l, const char *claim, int64_t now_ms, const struct latency_waits *extra,
                    struct latency_report *ret);

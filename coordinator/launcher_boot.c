@@ -532,8 +532,9 @@ static void report_start_latency(struct lctx *c) {
                 return;
         int64_t own = rep.total_ms > rep.api_ms ? rep.total_ms - rep.api_ms : 0;
         log_info("launcher: NodeClaim %s: start %lld ms after its first pending pod (%lld ms waiting for API "
-                 "answers, %lld ms own, of which %lld ms runnable waiting for a CPU)", c->name, (long long)rep.total_ms,
-                 (long long)rep.api_ms, (long long)own, (long long)rep.cpu_ms);
+                 "answers, %lld ms own, of which %lld ms runnable waiting for a CPU and %lld ms before the launcher "
+                 "took it up)", c->name, (long long)rep.total_ms, (long long)rep.api_ms, (long long)own,
+                 (long long)rep.cpu_ms, (long long)rep.handoff_own_ms);
         stats_observe(e->stats, STATS_H_START, (double)rep.total_ms / 1000);
         stats_observe(e->stats, STATS_H_START_OWN, (double)own / 1000);
 }

@@ -37,11 +37,13 @@ def pct(values, p):
 
 
 START = re.compile(r"NodeClaim (\S+): start (\d+) ms after its first pending pod \((\d+) ms waiting for API answers, "
-                   r"(\d+) ms own, of which (\d+) ms runnable waiting for a CPU\)")
+                   r"(\d+) ms own, of which (\d+) ms runnable waiting for a CPU and (-?\d+) ms before the launcher "
+                   r"took it up\)")
 
 
 def own_overheads(log):
-    """Per claim, the coordinator's own account at its start call: (total, waiting, own, of own: runnable) in ms."""
+    """Per claim, the coordinator's own account at its start call: (total, waiting, own, of own: runnable, of own:
+    before the launcher took the claim up) in ms."""
     return [tuple(int(x) for x in m.groups()[1:]) for m in START.finditer(log)]
 
 
@@ -103,6 +105,8 @@ def main():
         row("  of which waiting for API answers and tasks", [o[1] for o in own])
         row("  of which its own (overhead)", [o[2] for o in own])
         row("    of that, runnable but waiting for a CPU", [o[3] for o in own])
+        row("    of that, before the launcher took it up", [o[4] for o in own])
+        row("    of that, in the launcher", [o[2] - o[4] for o in own])
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print_calls(report["api_calls"])
