@@ -41,6 +41,9 @@ START = re.compile(r"NodeClaim (\S+): start (\d+) ms after its first pending pod
                    r"took it up\)")
 
 
+BATCH = re.compile(r"batch of (\d+) new \(arriving over (\d+) ms, closed (\d+) ms after the first\)")
+
+
 def own_overheads(log):
     """Per claim, the coordinator's own account at its start call: (total, waiting, own, of own: runnable, of own:
     before the launcher took the claim up) in ms."""
@@ -107,6 +110,9 @@ def main():
         row("    of that, runnable but waiting for a CPU", [o[3] for o in own])
         row("    of that, before the launcher took it up", [o[4] for o in own])
         row("    of that, in the launcher", [o[2] - o[4] for o in own])
+        for n, span, closed in BATCH.findall(co.logtext()):
+            print("batch of %s pods: they arrived over %s ms (the simulator's watch delivery), so it closed after %s ms"
+                  % (n, span, closed))
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print_calls(report["api_calls"])
