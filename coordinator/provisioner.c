@@ -531,11 +531,9 @@ static void log_problems(struct provisioner *p, const json_t *problems) {
 
 static int simulate(struct provisioner *p, struct provisioner_round *r, struct sim_result **ret,
                     struct provisioner_outcome *out) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
+        int64_t t0 = monotime_us();
         int rc = simulate_run(r->in, ret);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        out->simulate_seconds = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+        out->simulate_seconds = (double)(monotime_us() - t0) / 1e6;
         stats_observe(p->env.stats, STATS_H_SIMULATE, out->simulate_seconds);
         if (rc < 0)
                 log_error("simulation failed: %s", strerror(-rc));
