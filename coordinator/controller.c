@@ -462,16 +462,18 @@ static void names_from_env(struct controller *c) {
         snprintf(c->identity, sizeof c->identity, "%s", id);
 }
 
-/* Requests that run at once against the API server, and against each Proxmox cluster; the other workers wait
- * for a turn (pveproxy itself serves with three worker processes). The agents are not limited. */
+/* Requests that run at once against the API server, against each Proxmox cluster and against all agents; the
+ * other workers wait for a turn (pveproxy itself serves with three worker processes). Each request at once is
+ * a connection kept open, and a new one costs a TLS handshake. */
 #define KUBE_MAX_REQUESTS 32
 #define PVE_MAX_REQUESTS 32
+#define AGENT_MAX_REQUESTS 16
 
 static int pools_new(struct controller *c) {
         c->pve_pools = calloc(c->cfg->n_clusters + 1, sizeof *c->pve_pools);
         int r = c->pve_pools ? http_pool_new(KUBE_MAX_REQUESTS, &c->kube_pool) : -ENOMEM;
         if (r == 0)
-                r = http_pool_new(0, &c->agents_pool);
+                r = http_pool_new(AGENT_MAX_REQUESTS, &c->agents_pool);
         for (size_t i = 0; r == 0 && i < c->cfg->n_clusters; i++)
                 r = http_pool_new(PVE_MAX_REQUESTS, &c->pve_pools[i]);
         return r;
