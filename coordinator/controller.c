@@ -465,8 +465,8 @@ static void names_from_env(struct controller *c) {
 /* Requests that run at once against the API server, against each Proxmox cluster and against all agents; the
  * other workers wait for a turn (pveproxy itself serves with three worker processes). Each request at once is
  * a connection kept open, and a new one costs a TLS handshake. */
-#define KUBE_MAX_REQUESTS 32
-#define PVE_MAX_REQUESTS 32
+#define KUBE_MAX_REQUESTS 16
+#define PVE_MAX_REQUESTS 16
 #define AGENT_MAX_REQUESTS 16
 
 static int pools_new(struct controller *c) {
