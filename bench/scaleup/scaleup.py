@@ -111,8 +111,8 @@ def main():
         row("    of that, before the launcher took it up", [o[4] for o in own])
         row("    of that, in the launcher", [o[2] - o[4] for o in own])
         for n, span, closed in BATCH.findall(co.logtext()):
-            print("batch of %s pods: they arrived over %s ms (the simulator's watch delivery), so it closed after %s ms"
-                  % (n, span, closed))
+            print("batch of %s pods: they arrived over %s ms (as the simulator's scheduler marked them unschedulable), "
+                  "so it closed after %s ms" % (n, span, closed))
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print_calls(report["api_calls"])

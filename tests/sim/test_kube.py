@@ -175,6 +175,25 @@ class KubeTest(unittest.TestCase):
         r = self.k("GET", NS + "/configmaps?resourceVersionMatch=Exact&resourceVersion=" + rv0)
         self.assertEqual((r.status, r.json["reason"]), (410, "Expired"))
 
+    def test_watch_delivers_a_burst_whole_and_in_order(self):
+        # 300 pods made in one burst queue their events together; the watch writes queued events in batches (at
+        # most 256 per write) and must lose, repeat or reorder none, nor the event after the burst
+        conn, resp = self.sim.watch(NS + "/pods?watch=1&labelSelector=burst")
+        names = ["burst-%03d" % i for i in range(300)]
+        pods = [pod(n, schedulerName="elsewhere") for n in names]  # no controller of the simulator touches them
+        for p in pods:
+            p["metadata"]["labels"]["burst"] = "1"
+        r = self.sim.admin("POST", "/actions/pods", {"namespace": "default", "pods": pods})
+        self.assertEqual(r.status, 201, r)
+        self.k("PATCH", NS + "/pods/burst-000", {"metadata": {"annotations": {"after": "burst"}}},
+               ctype="application/merge-patch+json")
+        evs = read_events(resp, 301)
+        self.assertEqual([(e["type"], e["object"]["metadata"]["name"]) for e in evs],
+                         [("ADDED", n) for n in names] + [("MODIFIED", "burst-000")])
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in evs]
+        self.assertEqual(rvs, sorted(rvs))
+        conn.close()
+
     def test_watch_disconnect_fault(self):
         conn, resp = self.sim.watch(NS + "/secrets?watch=1")
         self.sim.admin("POST", "/actions/disconnect-watches")

@@ -87,10 +87,15 @@ class Request:
         self.chunked = True
 
     def write_chunk(self, data):
-        if not data:
+        self.write_chunks([data])
+
+    def write_chunks(self, datas):
+        """Several chunks in one write (one TLS record, one send where they fit)."""
+        out = b"".join(b"%x\r\n" % len(d) + d + b"\r\n" for d in datas if d)
+        if not out:
             return
         w = self.h.wfile
-        w.write(b"%x\r\n" % len(data) + data + b"\r\n")
+        w.write(out)
         w.flush()
 
     def end_chunked(self):
