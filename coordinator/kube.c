@@ -644,6 +644,10 @@ static int modify_once(struct kube_client *c, const struct kube_resource *rt, co
         r = fn(obj, userdata);
         if (r == 0)
                 r = kube_update(c, rt, ns, sub, obj, ret);
+        if (r == KUBE_MODIFY_SKIP && ret) { /* nothing to write: the object as it stands */
+                *ret = obj;
+                return r;
+        }
         json_decref(obj);
         return r;
 }

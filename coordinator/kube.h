@@ -171,7 +171,8 @@ typedef int (*kube_modify_fn)(json_t *obj, void *userdata);
 
 /* Get, modify, update (sub NULL or "status"); on 409 Conflict get again and retry, at most max_attempts
  * times in all (0 = 5). Returns 0 with the stored object in ret (may be NULL), KUBE_MODIFY_SKIP when fn
- * skipped, -ESTALE when every attempt conflicted, or another error. */
+ * skipped, with the object fn saw unchanged in ret (the caller's copy, or the one got after a conflict),
+ * -ESTALE when every attempt conflicted, or another error. */
 int kube_modify(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
                 const char *sub, kube_modify_fn fn, void *userdata, unsigned max_attempts, json_t **ret);
 /* kube_modify that starts from a copy the caller has (an informer's, say; NULL = get it): the first round

@@ -32,6 +32,7 @@
 #define LAUNCHER_MAX_ATTEMPTS 8      /* consecutive failures of one step before the launch fails */
 #define LAUNCHER_RETRY_MAX_MS 30000  /* longest pause between two attempts of a step */
 #define LAUNCHER_POLL_MS 1000        /* polling interval of clone tasks, Nodes, bind */
+#define LAUNCHER_SETTLE_MAX_MS 10000 /* how long a Ready Node's ephemeral taints may delay the Registered record */
 #define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
 #define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
 #define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */

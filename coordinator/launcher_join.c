@@ -184,9 +184,17 @@ static enum launcher_node_state node_state(struct lctx *c, const json_t *node) {
 
 static int record_initialized(struct lctx *c, const char *node_name);
 
+/* A Ready Node whose ephemeral taints Kubernetes has not taken off yet: wait for them (its next event brings
+ * Registered and Initialized in one write), but not for ever: Ready for LAUNCHER_SETTLE_MAX_MS (the node lifecycle
+ * controller takes the not-ready taint off within its 5 s monitor period), or since an unknown time, and it is
+ * recorded Registered, to wait for Initialized like any other. */
+static bool settling(const struct lctx *c, const json_t *node) {
+        int64_t since = launcher_node_ready_since(node);
+        return since >= 0 && c->now - since < LAUNCHER_SETTLE_MAX_MS;
+}
+
 /* Label and taint the Node (from the informer's copy; a conflict reads it again), then record Registered, or
- * Initialized at once when the Node is ready already (one status write instead of two). A Ready Node that only
- * waits for Kubernetes to take its ephemeral taints off is not recorded yet: its next event brings both. */
+ * Initialized at once when the Node is ready already (one status write instead of two). */
 static int register_node(struct lctx *c, const json_t *node) {
         const char *node_name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
         struct node_edit e = { launcher_wanted_labels(c, false), launcher_wanted_taints(c, false) };
@@ -199,11 +207,13 @@ static int register_node(struct lctx *c, const json_t *node) {
         if (r < 0)
                 return launcher_errf(c, r, "label Node %s: %s", node_name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: Node %s registered", c->name, node_name);
-        enum launcher_node_state state = node_state(c, stored ? stored : node);
+        const json_t *now = stored ? stored : node;
+        enum launcher_node_state state = node_state(c, now);
+        bool wait = state == LAUNCHER_NODE_SETTLING && settling(c, now);
         json_decref(stored);
         if (state == LAUNCHER_NODE_INITIALIZED)
                 return record_initialized(c, node_name);
-        if (state == LAUNCHER_NODE_SETTLING) /* the Node's next event brings both conditions in one write */
+        if (wait)
                 return launcher_wait(c, LAUNCHER_POLL_MS);
         json_t *ch = json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "nodeName", node_name,
                                "conditions", "type", "Registered", "status", "True", "reason", "Registered", "message",

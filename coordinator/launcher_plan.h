@@ -102,3 +102,6 @@ bool launcher_condition_true(const json_t *status, const char *type);
 enum launcher_node_state { LAUNCHER_NODE_NOT_READY, LAUNCHER_NODE_TAINTED, LAUNCHER_NODE_SETTLING,
                            LAUNCHER_NODE_INITIALIZED };
 enum launcher_node_state launcher_node_state(const json_t *node, const json_t *startup_taints);
+/* Since when (ms since the epoch) the Node is Ready, from its Ready condition's lastTransitionTime; -1 when it is
+ * not Ready or the time is missing or malformed. Pure. */
+int64_t launcher_node_ready_since(const json_t *node);

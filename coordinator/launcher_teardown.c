@@ -182,7 +182,12 @@ int launcher_ensure_finalizer(struct lctx *c) {
                 c->claim = stored;
                 return 0;
         }
-        if (r == KUBE_MODIFY_SKIP || r == -EAGAIN) {
+        if (r == KUBE_MODIFY_SKIP) { /* someone changed the claim (stored is the fresh one): start over */
+                json_decref(c->claim);
+                c->claim = stored;
+                return -EAGAIN;
+        }
+        if (r == -EAGAIN) {
                 /* someone changed the claim: start over from the fresh one */
                 r = kube_get(c->kube, &kube_nodeclaims, NULL, c->name, &stored);
                 if (r < 0)

@@ -4,8 +4,10 @@
 # pending pods end up Running on them. Every Kubernetes call made on the way is one the Helm chart's RBAC allows.
 # SPDX-License-Identifier: Apache-2.0
 import base64
+import calendar
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -130,6 +132,36 @@ class LaunchTest(cl.CoordinatorTest):
         claims = c.claims()
         self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
         self.assertEqual(len(c.vms()), 2)
+
+    def test_registered_when_the_not_ready_taint_never_goes(self):
+        """A Ready Node whose not-ready taint stays (a node lifecycle controller that does not run) does not keep
+        its claim short of Registered for ever: after 10 s Ready the claim is recorded Registered and waits for
+        Initialized, still in flight, so the pod gets no second claim."""
+        c = self.c
+        # Ready as it registers, so the launcher first sees it Ready with the taint
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 3600, "ready_delay_seconds": 0}).status,
+                         200)
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        c.create(PODS, cl.pod("stuck", cpu="500m", memory="512Mi"))
+        self.co = cl.Coordinator(c)
+
+        def registered():
+            claims = c.claims()
+            conds = {x["type"]: x["status"] for x in claims[0]["status"].get("conditions", [])} if claims else {}
+            return conds.get("Registered") == "True" and claims[0]
+        claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
+        st = claim["status"]
+        conds = {x["type"]: x["status"] for x in st["conditions"]}
+        self.assertEqual((st["launchStep"], conds.get("Initialized")), ("Registered", "Unknown"), st)
+        node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
+        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+        waited = time.time() - calendar.timegm(time.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+        self.assertGreaterEqual(waited, 9, "recorded before the settle window ended: %s %s" % (node, self.co.logtext()[-3000:]))
+        self.assertIn("node.kubernetes.io/not-ready", [t["key"] for t in node["spec"]["taints"]])
+        time.sleep(3)  # a round or two more: the pod stays on its claim
+        self.assertEqual(len(c.claims()), 1)
 
 
 if __name__ == "__main__":

@@ -143,8 +143,13 @@ static void test_modify_retries_on_conflict(void **state) {
                                                                                "labels"), "mine")), "yes");
         assert_string_equal(json_string_value(json_object_get(json_object_get(out, "data"), "other")), "yes");
         json_decref(out);
-        assert_int_equal(kube_modify(c, &kube_configmaps, "default", "mod", NULL, add_label, &m, 3, NULL),
+        assert_int_equal(kube_modify(c, &kube_configmaps, "default", "mod", NULL, add_label, &m, 3, &out),
                          KUBE_MODIFY_SKIP);
+        /* skipped: the object as it stands, the writer's change included */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(out, "data"), "other")), "yes");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(out, "metadata"),
+                                                                               "labels"), "mine")), "yes");
+        json_decref(out);
         m.calls = 0;
         assert_int_equal(kube_modify(c, &kube_configmaps, "default", "mod", NULL, add_label, &m, 1, NULL),
                          KUBE_MODIFY_SKIP); /* label already there: the writer's change alone */

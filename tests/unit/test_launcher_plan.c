@@ -287,6 +287,31 @@ static void test_node_state(void **state) {
         json_decref(bare);
 }
 
+static int64_t ready_since(const char *ready_condition) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"status\": {\"conditions\": [{\"type\": \"MemoryPressure\", \"status\": "
+                 "\"False\", \"lastTransitionTime\": \"2026-01-01T00:00:00Z\"}, %s]}}", ready_condition);
+        json_t *node = test_json_parse(buf);
+        int64_t since = launcher_node_ready_since(node);
+        json_decref(node);
+        return since;
+}
+
+/* The Ready condition's own transition time, not another condition's; nothing when not Ready or undated. */
+static void test_node_ready_since(void **state) {
+        (void)state;
+        int64_t want;
+        assert_int_equal(launcher_parse_rfc3339("2026-11-21T10:00:05Z", &want), 0);
+        assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"True\", "
+                                     "\"lastTransitionTime\": \"2026-11-21T10:00:05Z\"}"), want);
+        assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"False\", "
+                                     "\"lastTransitionTime\": \"2026-11-21T10:00:05Z\"}"), -1);
+        assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"True\"}"), -1);
+        assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"True\", "
+                                     "\"lastTransitionTime\": \"yesterday\"}"), -1);
+        assert_int_equal(ready_since("{\"type\": \"DiskPressure\", \"status\": \"False\"}"), -1);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_numa_from_agent_and_params),
@@ -302,6 +327,7 @@ int main(void) {
                 cmocka_unit_test(test_tokens),
                 cmocka_unit_test(test_token_id_for_claim),
                 cmocka_unit_test(test_node_state),
+                cmocka_unit_test(test_node_ready_since),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
