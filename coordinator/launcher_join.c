@@ -207,9 +207,9 @@ static int register_node(struct lctx *c, const json_t *node) {
         if (r < 0)
                 return launcher_errf(c, r, "label Node %s: %s", node_name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: Node %s registered", c->name, node_name);
-        const json_t *now = stored ? stored : node;
-        enum launcher_node_state state = node_state(c, now);
-        bool wait = state == LAUNCHER_NODE_SETTLING && settling(c, now);
+        const json_t *current = stored ? stored : node;
+        enum launcher_node_state state = node_state(c, current);
+        bool wait = state == LAUNCHER_NODE_SETTLING && settling(c, current);
         json_decref(stored);
         if (state == LAUNCHER_NODE_INITIALIZED)
                 return record_initialized(c, node_name);
