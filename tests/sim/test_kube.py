@@ -176,8 +176,8 @@ class KubeTest(unittest.TestCase):
         self.assertEqual((r.status, r.json["reason"]), (410, "Expired"))
 
     def test_watch_delivers_a_burst_whole_and_in_order(self):
-        # 300 pods made in one burst queue their events together; the watch writes queued events in batches (at
-        # most 256 per write) and must lose, repeat or reorder none, nor the event after the burst
+        # 300 pods made in one burst queue their events together: the watch must lose, repeat or reorder none of
+        # them, nor the event after the burst
         conn, resp = self.sim.watch(NS + "/pods?watch=1&labelSelector=burst")
         names = ["burst-%03d" % i for i in range(300)]
         pods = [pod(n, schedulerName="elsewhere") for n in names]  # no controller of the simulator touches them

@@ -87,15 +87,10 @@ class Request:
         self.chunked = True
 
     def write_chunk(self, data):
-        self.write_chunks([data])
-
-    def write_chunks(self, datas):
-        """Several chunks in one write (one TLS record, one send where they fit)."""
-        out = b"".join(b"%x\r\n" % len(d) + d + b"\r\n" for d in datas if d)
-        if not out:
+        if not data:
             return
         w = self.h.wfile
-        w.write(out)
+        w.write(b"%x\r\n" % len(data) + data + b"\r\n")
         w.flush()
 
     def end_chunked(self):

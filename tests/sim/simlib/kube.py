@@ -766,7 +766,8 @@ class KubeApp:
                 err = KubeError(410, "Expired", expired).status()
                 req.write_chunk(util.json_bytes({"type": "ERROR", "object": err}) + b"\n")
                 return
-            req.write_chunks([util.json_bytes({"type": etype, "object": obj}) + b"\n" for etype, obj in initial])
+            for etype, obj in initial:
+                req.write_chunk(util.json_bytes({"type": etype, "object": obj}) + b"\n")
             if send_initial and bookmarks:
                 req.write_chunk(util.json_bytes({"type": "BOOKMARK", "object": {
                     "kind": rt.kind, "apiVersion": rt.api_version,
@@ -804,24 +805,10 @@ class KubeApp:
                             "kind": rt.kind, "apiVersion": rt.api_version,
                             "metadata": {"resourceVersion": str(rv)}}}) + b"\n")
                 continue
-            if not self._send_queued(req, wt, ev):
+            if ev is None:
                 return
-
-    @staticmethod
-    def _send_queued(req, wt, ev):
-        """Write ev and every event queued behind it in one write, as kube-apiserver's watch handler flushes only
-        when its channel is empty. False when the watch was closed (a None in the queue)."""
-        lines = []
-        while ev is not None:
-            lines.append(util.json_bytes({"type": ev[0], "object": ev[1]}) + b"\n")
-            if len(lines) >= 256:
-                break
-            try:
-                ev = wt.q.get_nowait()
-            except queue.Empty:
-                break
-        req.write_chunks(lines)
-        return ev is not None
+            etype, obj = ev
+            req.write_chunk(util.json_bytes({"type": etype, "object": obj}) + b"\n")
 
     def disconnect_watches(self):
         with self.w.lock:
