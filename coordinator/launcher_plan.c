@@ -502,10 +502,11 @@ enum launcher_node_state launcher_node_state(const json_t *node, const json_t *s
 }
 
 int64_t launcher_node_ready_since(const json_t *node) {
-        const json_t *ready = kube_condition(json_object_get(node, "status"), "Ready");
+        const json_t *status = json_object_get(node, "status");
         int64_t ms;
-        if (!ready || strcmp(json_string_value(json_object_get(ready, "status")) ?: "", "True") != 0 ||
-            launcher_parse_rfc3339(json_string_value(json_object_get(ready, "lastTransitionTime")), &ms) < 0)
+        if (!kube_condition_true(status, "Ready") ||
+            launcher_parse_rfc3339(json_string_value(json_object_get(kube_condition(status, "Ready"),
+                                                                     "lastTransitionTime")), &ms) < 0)
                 return -1;
         return ms;
 }
