@@ -21,6 +21,10 @@ HOSTS = "pve1=eas-tioga,pve2=eas-tioga,pve3=eas-tioga"
 PODS = "/api/v1/namespaces/default/pods"
 ZERO = ("clone_seconds=0", "create_seconds=0", "start_seconds=0", "join_delay_seconds=0", "ready_delay_seconds=0",
         "pod_start_seconds=0", "stats_delay_seconds=0", "auth_delay_seconds=0.1")
+# The test suite's simulator retries unschedulable pods every 50-500 ms to keep tests short; a burst then
+# rewrites each pending pod's PodScheduled message about 20 times. kube-scheduler backs a pod off 1 s, doubling to
+# 10 s (podInitialBackoffSeconds, podMaxBackoffSeconds), so the bench uses that.
+SCHEDULER = ("scheduler_backoff_seconds=1", "scheduler_max_backoff_seconds=10")
 
 
 def cpu_seconds(pid):
@@ -97,7 +101,7 @@ def print_calls(calls):
 
 
 def main():
-    c = cl.Cluster(HOSTS, knobs=ZERO)
+    c = cl.Cluster(HOSTS, knobs=ZERO + SCHEDULER)
     co = None
     try:
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
