@@ -639,11 +639,15 @@ class Controllers:
         pending.sort(key=lambda p: (-(p["spec"].get("priority") or 0), p["metadata"].get("creationTimestamp", ""),
                                     p["metadata"]["name"]))
         interval = float(self.w.knob("scheduler_retry_seconds"))
+        events = []
         for pod in pending:
             st = self.sched.get(pod["metadata"]["uid"])
             if st is not None and not self._sched_due(st, pod, now, interval):
                 continue
-            self._schedule_one(pod, t, st, now)
+            self._schedule_one(pod, t, st, now, events)
+        # kube-scheduler's event broadcaster sends its events asynchronously, after the pods' own writes.
+        for ev in events:
+            self.event(*ev)
 
     def _requests(self, pods):
         """pod_requests per uid, cached (a pod's requests cannot change after creation)."""
@@ -705,7 +709,7 @@ class Controllers:
             t.keys[nn] = k
         return k
 
-    def _schedule_one(self, pod, t, st, now):
+    def _schedule_one(self, pod, t, st, now, events):
         md = pod["metadata"]
         uid = md["uid"]
         if st is None:
@@ -729,7 +733,7 @@ class Controllers:
                 feasible.append(n)
         if feasible:
             best = min(feasible, key=lambda n: (self._score(n, t.used, req), n["metadata"]["name"]))
-            self._bind(pod, best["metadata"]["name"], t, req)
+            self._bind(pod, best["metadata"]["name"], t, req, events)
             return
         st.update(attempts=st["attempts"] + 1, last=now, gen=self.sched_gen, memo=memo)
         if not t.nodes:
@@ -737,9 +741,9 @@ class Controllers:
         else:
             parts = sorted("%d %s" % (c, r) for r, c in reasons.items())
             msg = "0/%d nodes are available: %s." % (len(t.nodes), ", ".join(parts))
-        st["rv"] = self._mark_unschedulable(pod, msg)
+        st["rv"] = self._mark_unschedulable(pod, msg, events)
 
-    def _bind(self, pod, nn, t, req):
+    def _bind(self, pod, nn, t, req, events):
         md = pod["metadata"]
         cur = self.s.find("pods", md["namespace"], md["name"])
         newp = self.w.kube_hooks.bind_pod(cur, nn)
@@ -754,11 +758,12 @@ class Controllers:
             pods = dict(snap[2])
             pods[md["uid"]] = newp["metadata"].get("labels")
             self.node_snap[nn] = (snap[0], snap[1], pods)
-        self.event(newp, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (md["namespace"], md["name"], nn))
+        events.append((newp, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (md["namespace"], md["name"],
+                                                                                         nn)))
 
-    def _mark_unschedulable(self, pod, msg):
-        """Set PodScheduled=False with msg (and a FailedScheduling event) unless it says so already; returns the
-        pod's resourceVersion afterwards."""
+    def _mark_unschedulable(self, pod, msg, events):
+        """Set PodScheduled=False with msg (and queue a FailedScheduling event) unless it says so already; returns
+        the pod's resourceVersion afterwards."""
         for c in (pod.get("status") or {}).get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message") == msg:
                 return pod["metadata"]["resourceVersion"]
@@ -766,7 +771,7 @@ class Controllers:
         conds = new.setdefault("status", {}).setdefault("conditions", [])
         set_condition(conds, "PodScheduled", "False", "Unschedulable", msg)
         res = self.commit("pods", pod, new)
-        self.event(new, "Warning", "FailedScheduling", msg)
+        events.append((new, "Warning", "FailedScheduling", msg))
         return res["metadata"]["resourceVersion"]
 
     def _score(self, node, used, req):
