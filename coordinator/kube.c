@@ -452,16 +452,17 @@ int kube_request(struct kube_client *c, const char *method, const char *path, co
                 http_client_response_done(&resp);
                 return r;
         }
+        if (!ret_obj) { /* the caller wants only the success: do not parse what nobody reads */
+                http_client_response_done(&resp);
+                return 0;
+        }
         json_t *obj = resp.body_len ? json_loadb(resp.body, resp.body_len, 0, NULL) : json_object();
         http_client_response_done(&resp);
         if (!obj) {
                 snprintf(c->error, sizeof c->error, "%s %s: the answer is not JSON", method, path);
                 return -EBADMSG;
         }
-        if (ret_obj)
-                *ret_obj = obj;
-        else
-                json_decref(obj);
+        *ret_obj = obj;
         return 0;
 }
 

@@ -113,7 +113,8 @@ int kube_errno_from_status(long status, const char *reason);
  * honoured. */
 
 /* Raw call: method, path (with query), optional JSON body with content_type (NULL = application/json).
- * 0 with the response object (new reference; NULL when the body was empty and ret_obj is NULL-safe). */
+ * 0 with the response object in ret_obj (new reference; an empty body gives {}); -EBADMSG when it is not JSON.
+ * With ret_obj NULL a 2xx answer is not parsed at all. */
 int kube_request(struct kube_client *c, const char *method, const char *path, const char *content_type,
                  const json_t *body, json_t **ret_obj);
 

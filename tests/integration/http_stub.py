@@ -88,6 +88,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               headers={"Retry-After": when})
         self.reply(200, {"kind": "ConfigMap", "attempt": n})
 
+    def r_not_json(self, n, body, q):
+        data = b"done, but not in JSON"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def r_post_busy(self, n, body, q):
         # A 429 without Retry-After (like a PodDisruptionBudget refusal) on a POST.
         self.reply(429, {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "budget"})

@@ -391,6 +391,25 @@ static void test_kube_retry_rules(void **state) {
         kube_client_free(k);
 }
 
+/* A 2xx answer is parsed only for a caller that takes it: one that is not JSON fails such a call, and is just a
+ * success for a caller that wanted none (an Event, a delete). */
+static void test_kube_answer_parsed_only_when_wanted(void **state) {
+        (void)state;
+        struct kube_config cfg = { .server = (char *)stub };
+        struct kube_client_options o = { .max_retries = 0 };
+        struct kube_client *k;
+        json_t *out = NULL;
+        assert_int_equal(kube_client_new(&cfg, &o, &k), 0);
+        assert_int_equal(kube_request(k, "POST", "/not-json", NULL, NULL, &out), -EBADMSG);
+        assert_null(out);
+        assert_non_null(strstr(kube_client_error(k), "POST /not-json: the answer is not JSON"));
+        assert_int_equal(kube_request(k, "POST", "/not-json", NULL, NULL, NULL), 0);
+        assert_int_equal(kube_request(k, "GET", "/echo", NULL, NULL, &out), 0);
+        assert_string_equal(json_string_value(json_object_get(out, "method")), "GET");
+        json_decref(out);
+        kube_client_free(k);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_reason_phrase),
@@ -405,6 +424,7 @@ int main(void) {
                 cmocka_unit_test(test_multipart),
                 cmocka_unit_test(test_escape),
                 cmocka_unit_test(test_kube_retry_rules),
+                cmocka_unit_test(test_kube_answer_parsed_only_when_wanted),
         };
         return cmocka_run_group_tests(tests, setup, NULL);
 }
