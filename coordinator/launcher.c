@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "array.h"
+#include "cloudinit.h"
 #include "log.h"
 #include "provisioner.h"
 
@@ -71,6 +72,10 @@ void launcher_free(struct launcher *l) {
         free(l->seen);
         pthread_mutex_destroy(&l->mu);
         pthread_mutex_destroy(&l->iso_mu);
+        for (size_t i = 0; i < LAUNCHER_TEMPLATE_SETS; i++) {
+                free(l->templates[i].key);
+                cloudinit_set_free(l->templates[i].set);
+        }
         launcher_cache_done(&l->cache);
         json_decref(l->written);
         free(l);

@@ -296,45 +296,88 @@ static int template_data(struct lctx *c, const char *token, const struct tdata *
         return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "%s", err) : r;
 }
 
-static int template_set(struct lctx *c, struct cloudinit_set **ret) {
-        json_t *secret = NULL, *files = NULL;
-        struct cloudinit_templates t = { { 0 } };
-        char err[512];
+/* The NodeClass's template texts ({"user-data": ..., ...} from its templatesRef Secret), or NULL for the defaults. */
+static int template_texts(struct lctx *c, json_t **ret) {
+        json_t *secret = NULL;
         int r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
         if (r < 0 && r != -ENOENT)
                 return r;
-        files = secret ? secret_strings(secret) : NULL;
-        for (int f = 0; f < CLOUDINIT_N_FILES; f++)
-                t.text[f] = json_string_value(json_object_get(files, cloudinit_file_name((enum cloudinit_file)f)));
-        r = cloudinit_set_new(&t, ret, err, sizeof err);
-        json_decref(files);
+        *ret = secret ? secret_strings(secret) : NULL;
         json_decref(secret);
-        return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "templates: %s", err) : r;
+        return secret && !*ret ? -ENOMEM : 0;
+}
+
+/* Every file's text, length-prefixed ("-" for a default): what tells two template sets apart. */
+static char *templates_key(const struct cloudinit_templates *t) {
+        size_t len = 1;
+        for (int f = 0; f < CLOUDINIT_N_FILES; f++)
+                len += 24 + (t->text[f] ? strlen(t->text[f]) : 0);
+        char *key = malloc(len), *p = key;
+        for (int f = 0; key && f < CLOUDINIT_N_FILES; f++)
+                p += t->text[f] ? sprintf(p, "%zu:%s", strlen(t->text[f]), t->text[f]) : sprintf(p, "-");
+        return key;
+}
+
+/* The parsed set of these templates, parsed now unless one of the last LAUNCHER_TEMPLATE_SETS was these. Owned by
+ * the launcher; call with iso_mu held, and use it before letting go. */
+static int template_set(struct lctx *c, const json_t *texts, const struct cloudinit_set **ret) {
+        struct launcher *l = c->l;
+        struct cloudinit_templates t = { { 0 } };
+        struct cloudinit_set *set = NULL;
+        char err[512];
+        for (int f = 0; f < CLOUDINIT_N_FILES; f++)
+                t.text[f] = json_string_value(json_object_get(texts, cloudinit_file_name((enum cloudinit_file)f)));
+        char *key = templates_key(&t);
+        if (!key)
+                return -ENOMEM;
+        for (size_t i = 0; i < LAUNCHER_TEMPLATE_SETS; i++)
+                if (l->templates[i].key && strcmp(l->templates[i].key, key) == 0) {
+                        free(key);
+                        *ret = l->templates[i].set;
+                        return 0;
+                }
+        int r = cloudinit_set_new(&t, &set, err, sizeof err);
+        if (r < 0) {
+                free(key);
+                return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "templates: %s", err) : r;
+        }
+        struct launcher_templates *e = &l->templates[l->next_templates++ % LAUNCHER_TEMPLATE_SETS];
+        free(e->key);
+        cloudinit_set_free(e->set);
+        *e = (struct launcher_templates){ .key = key, .set = set };
+        *ret = set;
+        return 0;
+}
+
+/* Render the templates and build the ISO from them (no I/O: the launch thread's other tasks wait on iso_mu only
+ * while this runs). */
+static int render_iso(struct lctx *c, const json_t *texts, json_t *data, unsigned char **ret_img, size_t *ret_len) {
+        const struct cloudinit_set *set = NULL;
+        struct cloudinit_files files = { { 0 } };
+        char err[512] = "";
+        pthread_mutex_lock(&c->l->iso_mu);
+        int r = template_set(c, texts, &set);
+        if (r == 0 && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
+                r = launcher_failf(c, "InvalidCloudInit", "%s", err);
+        if (r == 0 && (r = cloudinit_iso_build(&files, ret_img, ret_len, err, sizeof err)) < 0)
+                launcher_errf(c, r, "cloud-init ISO: %s", err);
+        pthread_mutex_unlock(&c->l->iso_mu);
+        cloudinit_files_done(&files);
+        return r;
 }
 
 /* The rendered user-data, meta-data and network-config as a cidata ISO image. */
 static int build_iso(struct lctx *c, const char *token, unsigned char **ret_img, size_t *ret_len) {
         struct tdata t = { 0 };
-        struct cloudinit_set *set = NULL;
-        struct cloudinit_files files = { { 0 } };
-        json_t *data = NULL;
-        char err[512] = "";
+        json_t *data = NULL, *texts = NULL;
         int r = tdata_load(c, &t);
         if (r == 0)
                 r = template_data(c, token, &t, &data);
         if (r == 0)
-                r = template_set(c, &set);
-        if (r == 0 && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
-                r = launcher_failf(c, "InvalidCloudInit", "%s", err);
-        if (r == 0) {
-                pthread_mutex_lock(&c->l->iso_mu);
-                r = cloudinit_iso_build(&files, ret_img, ret_len, err, sizeof err);
-                pthread_mutex_unlock(&c->l->iso_mu);
-                if (r < 0)
-                        launcher_errf(c, r, "cloud-init ISO: %s", err);
-        }
-        cloudinit_files_done(&files);
-        cloudinit_set_free(set);
+                r = template_texts(c, &texts);
+        if (r == 0)
+                r = render_iso(c, texts, data, ret_img, ret_len);
+        json_decref(texts);
         json_decref(data);
         tdata_done(&t);
         return r;

@@ -72,6 +72,17 @@ struct launcher_cache {
         size_t n, cap;
 };
 
+#define LAUNCHER_TEMPLATE_SETS 8 /* parsed template sets kept: one per set of template texts in use */
+
+struct cloudinit_set;
+
+/* A NodeClass's cloud-init templates, parsed once: key holds every file's text (length-prefixed, "-" for a file
+ * left to its default), so that a changed template is parsed anew. */
+struct launcher_templates {
+        char *key;
+        struct cloudinit_set *set;
+};
+
 struct launcher {
         struct launcher_env env;
         struct launcher_options o;
@@ -82,7 +93,9 @@ struct launcher {
         size_t n_vmids, cap_vmids;
         struct launcher_seen *seen; /* GC: when an orphan without a creation time was first seen */
         size_t n_seen, cap_seen;
-        pthread_mutex_t iso_mu; /* libisofs is process-wide */
+        pthread_mutex_t iso_mu; /* libisofs is process-wide; also guards templates */
+        struct launcher_templates templates[LAUNCHER_TEMPLATE_SETS]; /* parsed cloud-init templates, by their text */
+        size_t next_templates;                                       /* the entry a new set replaces */
         struct launcher_cache cache;
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
 };

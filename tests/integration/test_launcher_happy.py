@@ -169,6 +169,54 @@ class LauncherHappyPathTest(unittest.TestCase):
         self.assertNotIn(small["status"]["reservationID"], [r["id"] for r in w.reservations("pve1")])
         w.check_no_orphans(self)
 
+    def meta_data_of(self, name):
+        """The meta-data file of a launched claim's ISO, read while the node has not joined yet."""
+        claim = wait_for(lambda: (lambda c: c if (c.get("status") or {}).get("isoVolume") else None)(
+            self.w.claim(name)), 60, what="%s has its ISO" % name)
+        st = claim["status"]
+        iso = os.path.join(self.w.sim.ep["hosts"][st["host"]]["iso_dir"], st["isoVolume"].split("/", 1)[1])
+        return launchlib.read_iso(iso)["meta-data"]
+
+    def test_templates_from_a_secret_follow_its_changes(self):
+        # A NodeClass's templatesRef Secret: its meta-data template renders into the ISO, and a change of the
+        # Secret reaches the next launch of the same running launcher (parsed templates are kept by their text).
+        w = self.w
+        path = "/api/v1/namespaces/kube-system/secrets"
+
+        def meta_data(version):
+            text = ('instance-id: {{ .Metadata.InstanceID | quote }}\nlocal-hostname: {{ .Metadata.Hostname | quote }}'
+                    '\ntemplate-version: %s\n' % version)
+            return {"meta-data": launchlib.base64.b64encode(text.encode()).decode()}
+        secret = w.kcreate(path, {"apiVersion": "v1", "kind": "Secret", "data": meta_data("v1"),
+                                  "metadata": {"name": "cloud-init-templates", "namespace": "kube-system"}})
+        ref = {"name": "cloud-init-templates", "namespace": "kube-system"}
+        w.kcreate(launchlib.API + "/proxmoxnodeclasses",
+                  launchlib.node_class("custom", metadataOptions={"type": "cdrom", "templatesRef": ref}))
+        w.create_claim("tmpl-a", host="pve1", nodeclass="custom")
+        p = w.start_driver(exit_when="never", timeout_ms=90000)
+        try:
+            first = self.meta_data_of("tmpl-a")
+            self.assertIn("template-version: v1", first)
+            self.assertIn('local-hostname: "tmpl-a"', first)
+            secret["data"] = meta_data("v2")
+            r = w.sim.kube("PUT", path + "/cloud-init-templates", secret)
+            self.assertEqual(r.status, 200, r)
+            w.create_claim("tmpl-b", host="pve1", nodeclass="custom")
+            second = self.meta_data_of("tmpl-b")
+            self.assertIn("template-version: v2", second)
+            self.assertIn('local-hostname: "tmpl-b"', second)
+            for name in ("tmpl-a", "tmpl-b"):
+                wait_for(lambda n=name: (w.claim(n).get("status") or {}).get("launchStep") == "Initialized", 60,
+                         what="%s initialized" % name)
+                w.delete_claim(name)
+            wait_for(lambda: w.claim("tmpl-a") is None and w.claim("tmpl-b") is None, 60, what="claims gone")
+        finally:
+            p.kill()
+            p.wait()
+        log = w.driver_log(p)
+        self.assertNotIn("InvalidCloudInit", log)
+        w.check_no_orphans(self)
+
 
 if __name__ == "__main__":
     unittest.main()
