@@ -302,9 +302,10 @@ static int template_texts(struct lctx *c, json_t **ret) {
         int r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
         if (r < 0 && r != -ENOENT)
                 return r;
-        *ret = secret ? secret_strings(secret) : NULL;
+        bool found = secret != NULL;
+        *ret = found ? secret_strings(secret) : NULL;
         json_decref(secret);
-        return secret && !*ret ? -ENOMEM : 0;
+        return found && !*ret ? -ENOMEM : 0;
 }
 
 /* Every file's text, length-prefixed ("-" for a default): what tells two template sets apart. */
