@@ -217,6 +217,45 @@ class LauncherHappyPathTest(unittest.TestCase):
         self.assertNotIn("InvalidCloudInit", log)
         w.check_no_orphans(self)
 
+    def test_templates_that_do_not_parse_fail_the_launch(self):
+        # A broken template in the Secret fails the launch cleanly: a Warning event names file, line and column,
+        # the claim is deleted and nothing it made is left. The broken set is not kept: the fixed Secret renders
+        # at the next launch of the same launcher.
+        w = self.w
+        path = "/api/v1/namespaces/kube-system/secrets"
+
+        def templates(meta):
+            return {"meta-data": launchlib.base64.b64encode(meta.encode()).decode()}
+        secret = w.kcreate(path, {"apiVersion": "v1", "kind": "Secret",
+                                  "data": templates('instance-id: {{ .Metadata.InstanceID | nosuchfn }}\n'),
+                                  "metadata": {"name": "broken-templates", "namespace": "kube-system"}})
+        ref = {"name": "broken-templates", "namespace": "kube-system"}
+        w.kcreate(launchlib.API + "/proxmoxnodeclasses",
+                  launchlib.node_class("broken", metadataOptions={"type": "cdrom", "templatesRef": ref}))
+        w.create_claim("bad-tmpl", host="pve1", nodeclass="broken")
+        p = w.start_driver(exit_when="never", timeout_ms=90000)
+        try:
+            wait_for(lambda: w.claim("bad-tmpl") is None, 60, what="the failed claim deleted")
+            events = [e for e in w.events("InvalidCloudInit") if e["involvedObject"]["name"] == "bad-tmpl"]
+            self.assertEqual(len(events), 1, events)
+            self.assertIn('meta-data:1:', events[0]["message"])
+            self.assertIn("nosuchfn", events[0]["message"])
+            w.check_no_orphans(self)
+            secret["data"] = templates('instance-id: {{ .Metadata.InstanceID | quote }}\ntemplate-version: fixed\n')
+            r = w.sim.kube("PUT", path + "/broken-templates", secret)
+            self.assertEqual(r.status, 200, r)
+            # pve2: the launcher backs pool default off pve1 after the failure (no create-destroy loop)
+            w.create_claim("fixed-tmpl", host="pve2", nodeclass="broken")
+            self.assertIn("template-version: fixed", self.meta_data_of("fixed-tmpl"))
+            wait_for(lambda: (w.claim("fixed-tmpl").get("status") or {}).get("launchStep") == "Initialized", 60,
+                     what="fixed-tmpl initialized")
+            w.delete_claim("fixed-tmpl")
+            wait_for(lambda: w.claim("fixed-tmpl") is None, 60, what="fixed-tmpl gone")
+        finally:
+            p.kill()
+            p.wait()
+        w.check_no_orphans(self)
+
 
 if __name__ == "__main__":
     unittest.main()
