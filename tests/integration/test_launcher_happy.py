@@ -177,30 +177,45 @@ class LauncherHappyPathTest(unittest.TestCase):
         iso = os.path.join(self.w.sim.ep["hosts"][st["host"]]["iso_dir"], st["isoVolume"].split("/", 1)[1])
         return launchlib.read_iso(iso)["meta-data"]
 
+    SECRETS = "/api/v1/namespaces/kube-system/secrets"
+
+    @staticmethod
+    def meta_data_secret(meta):
+        """Secret data with a meta-data template."""
+        return {"meta-data": launchlib.base64.b64encode(meta.encode()).decode()}
+
+    def templates_class(self, name, meta):
+        """A Secret name-templates with a meta-data template, and a NodeClass name whose templatesRef names it;
+        returns the Secret."""
+        w = self.w
+        ref = {"name": name + "-templates", "namespace": "kube-system"}
+        secret = w.kcreate(self.SECRETS, {"apiVersion": "v1", "kind": "Secret", "data": self.meta_data_secret(meta),
+                                          "metadata": dict(ref)})
+        w.kcreate(launchlib.API + "/proxmoxnodeclasses",
+                  launchlib.node_class(name, metadataOptions={"type": "cdrom", "templatesRef": ref}))
+        return secret
+
+    def change_templates(self, secret, meta):
+        secret["data"] = self.meta_data_secret(meta)
+        r = self.w.sim.kube("PUT", self.SECRETS + "/" + secret["metadata"]["name"], secret)
+        self.assertEqual(r.status, 200, r)
+
     def test_templates_from_a_secret_follow_its_changes(self):
         # A NodeClass's templatesRef Secret: its meta-data template renders into the ISO, and a change of the
         # Secret reaches the next launch of the same running launcher (parsed templates are kept by their text).
         w = self.w
-        path = "/api/v1/namespaces/kube-system/secrets"
 
         def meta_data(version):
-            text = ('instance-id: {{ .Metadata.InstanceID | quote }}\nlocal-hostname: {{ .Metadata.Hostname | quote }}'
+            return ('instance-id: {{ .Metadata.InstanceID | quote }}\nlocal-hostname: {{ .Metadata.Hostname | quote }}'
                     '\ntemplate-version: %s\n' % version)
-            return {"meta-data": launchlib.base64.b64encode(text.encode()).decode()}
-        secret = w.kcreate(path, {"apiVersion": "v1", "kind": "Secret", "data": meta_data("v1"),
-                                  "metadata": {"name": "cloud-init-templates", "namespace": "kube-system"}})
-        ref = {"name": "cloud-init-templates", "namespace": "kube-system"}
-        w.kcreate(launchlib.API + "/proxmoxnodeclasses",
-                  launchlib.node_class("custom", metadataOptions={"type": "cdrom", "templatesRef": ref}))
+        secret = self.templates_class("custom", meta_data("v1"))
         w.create_claim("tmpl-a", host="pve1", nodeclass="custom")
         p = w.start_driver(exit_when="never", timeout_ms=90000)
         try:
             first = self.meta_data_of("tmpl-a")
             self.assertIn("template-version: v1", first)
             self.assertIn('local-hostname: "tmpl-a"', first)
-            secret["data"] = meta_data("v2")
-            r = w.sim.kube("PUT", path + "/cloud-init-templates", secret)
-            self.assertEqual(r.status, 200, r)
+            self.change_templates(secret, meta_data("v2"))
             w.create_claim("tmpl-b", host="pve1", nodeclass="custom")
             second = self.meta_data_of("tmpl-b")
             self.assertIn("template-version: v2", second)
@@ -222,16 +237,7 @@ class LauncherHappyPathTest(unittest.TestCase):
         # the claim is deleted and nothing it made is left. The broken set is not kept: the fixed Secret renders
         # at the next launch of the same launcher.
         w = self.w
-        path = "/api/v1/namespaces/kube-system/secrets"
-
-        def templates(meta):
-            return {"meta-data": launchlib.base64.b64encode(meta.encode()).decode()}
-        secret = w.kcreate(path, {"apiVersion": "v1", "kind": "Secret",
-                                  "data": templates('instance-id: {{ .Metadata.InstanceID | nosuchfn }}\n'),
-                                  "metadata": {"name": "broken-templates", "namespace": "kube-system"}})
-        ref = {"name": "broken-templates", "namespace": "kube-system"}
-        w.kcreate(launchlib.API + "/proxmoxnodeclasses",
-                  launchlib.node_class("broken", metadataOptions={"type": "cdrom", "templatesRef": ref}))
+        secret = self.templates_class("broken", "instance-id: {{ .Metadata.InstanceID | nosuchfn }}\n")
         w.create_claim("bad-tmpl", host="pve1", nodeclass="broken")
         p = w.start_driver(exit_when="never", timeout_ms=90000)
         try:
@@ -241,9 +247,7 @@ class LauncherHappyPathTest(unittest.TestCase):
             self.assertIn('meta-data:1:', events[0]["message"])
             self.assertIn("nosuchfn", events[0]["message"])
             w.check_no_orphans(self)
-            secret["data"] = templates('instance-id: {{ .Metadata.InstanceID | quote }}\ntemplate-version: fixed\n')
-            r = w.sim.kube("PUT", path + "/broken-templates", secret)
-            self.assertEqual(r.status, 200, r)
+            self.change_templates(secret, "instance-id: {{ .Metadata.InstanceID | quote }}\ntemplate-version: fixed\n")
             # pve2: the launcher backs pool default off pve1 after the failure (no create-destroy loop)
             w.create_claim("fixed-tmpl", host="pve2", nodeclass="broken")
             self.assertIn("template-version: fixed", self.meta_data_of("fixed-tmpl"))
@@ -255,7 +259,6 @@ class LauncherHappyPathTest(unittest.TestCase):
             p.kill()
             p.wait()
         w.check_no_orphans(self)
-
 
 if __name__ == "__main__":
     unittest.main()
