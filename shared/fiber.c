@@ -58,6 +58,9 @@ struct fiber_sched {
         struct fiber *current;
         struct fiber **alive;
         size_t n_alive, cap_alive;
+        struct fiber **sleeping; /* the F_SLEEP ones, so a step looks at them and not at every task; room for
+                                  * all alive tasks, so that a sleep never needs memory */
+        size_t n_sleeping, cap_sleeping;
         struct fiber **ready, **running; /* ready, and the ones of it being run now */
         size_t n_ready, cap_ready, cap_running;
         char **stacks; /* free stacks */
@@ -139,6 +142,7 @@ void fiber_sched_free(struct fiber_sched *s) {
                 munmap(s->stacks[i], FIBER_STACK_SIZE + page_size());
         free(s->stacks);
         free(s->alive);
+        free(s->sleeping);
         free(s->ready);
         free(s->running);
         if (s->multi)
@@ -230,7 +234,9 @@ static void resume(struct fiber_sched *s, struct fiber *f) {
 
 int fiber_spawn(struct fiber_sched *s, fiber_fn fn, void *data) {
         struct fiber *f = calloc(1, sizeof *f);
-        char *map = f && ARRAY_GROW(&s->alive, &s->cap_alive, s->n_alive, 16) == 0 ? stack_take(s) : NULL;
+        bool room = f && ARRAY_GROW(&s->alive, &s->cap_alive, s->n_alive, 16) == 0 &&
+                    ARRAY_GROW(&s->sleeping, &s->cap_sleeping, s->n_alive, 16) == 0;
+        char *map = room ? stack_take(s) : NULL;
         if (!map) {
                 free(f);
                 return -ENOMEM;
@@ -273,14 +279,16 @@ static void run_ready(struct fiber_sched *s) {
 static long wake_sleepers(struct fiber_sched *s, long limit_ms) {
         int64_t now = monotime_us();
         pthread_mutex_lock(&s->mu);
-        for (size_t i = 0; i < s->n_alive; i++) {
-                struct fiber *f = s->alive[i];
-                if (f->state != F_SLEEP)
-                        continue;
-                if (f->due_us <= now)
+        for (size_t i = 0; i < s->n_sleeping;) {
+                struct fiber *f = s->sleeping[i];
+                if (f->due_us <= now) {
+                        s->sleeping[i] = s->sleeping[--s->n_sleeping];
                         ready_locked(s, f);
-                else if ((f->due_us - now + 999) / 1000 < limit_ms)
+                        continue;
+                }
+                if ((f->due_us - now + 999) / 1000 < limit_ms)
                         limit_ms = (long)((f->due_us - now + 999) / 1000);
+                i++;
         }
         if (s->n_ready > 0)
                 limit_ms = 0;
@@ -382,6 +390,7 @@ void fiber_sleep_ms(long ms) {
         pthread_mutex_lock(&f->s->mu);
         f->state = F_SLEEP;
         f->due_us = monotime_us() + (int64_t)ms * 1000;
+        f->s->sleeping[f->s->n_sleeping++] = f; /* room made at spawn */
         pthread_mutex_unlock(&f->s->mu);
         yield(f);
 }
