@@ -90,3 +90,55 @@ const char **jsonutil_sorted_keys(const json_t *obj, size_t *ret_n) {
         *ret_n = n;
         return keys;
 }
+
+static bool holds_null(const json_t *v) {
+        const char *k;
+        json_t *e;
+        size_t i;
+        if (json_is_null(v))
+                return true;
+        if (json_is_object(v))
+                json_object_foreach((json_t *)v, k, e)
+                        if (holds_null(e))
+                                return true;
+        if (json_is_array(v))
+                json_array_foreach(v, i, e)
+                        if (holds_null(e))
+                                return true;
+        return false;
+}
+
+/* One member of the patch: nothing when equal, a nested patch for two objects, else the new value. */
+static int diff_member(json_t *patch, const char *key, const json_t *old, json_t *now) {
+        json_t *sub = NULL;
+        if (old && json_equal((json_t *)old, now))
+                return 0;
+        if (holds_null(now))
+                return -EINVAL;
+        if (!json_is_object(old) || !json_is_object(now))
+                return json_object_set(patch, key, now) < 0 ? -ENOMEM : 0;
+        int r = jsonutil_merge_diff(old, now, &sub);
+        if (r == 0 && json_object_set_new(patch, key, sub) < 0)
+                r = -ENOMEM;
+        return r;
+}
+
+int jsonutil_merge_diff(const json_t *from, const json_t *to, json_t **ret_patch) {
+        json_t *patch = json_object(), *v;
+        const char *k;
+        int r = patch ? 0 : -ENOMEM;
+        if (!json_is_object(from) || !json_is_object(to))
+                r = -EINVAL;
+        json_object_foreach((json_t *)from, k, v)
+                if (r == 0 && !json_object_get(to, k) && json_object_set_new(patch, k, json_null()) < 0)
+                        r = -ENOMEM;
+        json_object_foreach((json_t *)to, k, v)
+                if (r == 0)
+                        r = diff_member(patch, k, json_object_get(from, k), v);
+        if (r < 0) {
+                json_decref(patch);
+                return r;
+        }
+        *ret_patch = patch;
+        return 0;
+}

@@ -29,3 +29,9 @@ int jsonutil_parse(const char *text, size_t len, json_t **ret_value, char *err, 
 /* The keys of an object in strcmp order (Go's map order). The array is malloc'd (free it); the strings are
  * borrowed from obj. NULL on ENOMEM; an empty object gives a valid empty array. */
 const char **jsonutil_sorted_keys(const json_t *obj, size_t *ret_n);
+
+/* The JSON merge patch (RFC 7386) that turns object from into object to: changed members with their new value,
+ * objects on both sides as a patch of their own, removed members as null. Equal objects give {}. A null inside
+ * to cannot be said in a merge patch (it would delete): -EINVAL then. New reference in *ret_patch; 0, -EINVAL
+ * or -ENOMEM. Pure. */
+int jsonutil_merge_diff(const json_t *from, const json_t *to, json_t **ret_patch);

@@ -5,6 +5,7 @@
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import calendar
+import json
 import os
 import sys
 import time
@@ -26,6 +27,16 @@ def cluster_info(sim):
             "data": {"kubeconfig": kubeconfig}}
 
 
+def claim_history(sim, rv):
+    """Every NodeClaim event since resourceVersion rv, from a watch that replays them and ends after 1 s."""
+    conn, resp = sim.watch(cl.GROUP + "/nodeclaims?watch=1&resourceVersion=%s&timeoutSeconds=1" % rv)
+    try:
+        assert resp.status == 200, resp.status
+        return [json.loads(line) for line in resp.read().decode().splitlines() if line.strip()]
+    finally:
+        conn.close()
+
+
 class LaunchTest(cl.CoordinatorTest):
     def setUp(self):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
@@ -44,6 +55,7 @@ class LaunchTest(cl.CoordinatorTest):
                 "requiredDuringSchedulingIgnoredDuringExecution": [
                     {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}))
         self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)
+        rv0 = c.sim.kube("GET", cl.GROUP + "/nodeclaims").json["metadata"]["resourceVersion"]
         self.co = cl.Coordinator(c)
 
         def running():
@@ -94,9 +106,16 @@ class LaunchTest(cl.CoordinatorTest):
         self.assertEqual(m['pvescale_coordinator_launches_total{result="failed"}'], 0)
         self.assertGreater(m['pvescale_coordinator_launcher_reconciles_total{result="ok"}'], 0)
         self.assertEqual(cl.uncovered_calls(c.sim), [], "calls the Helm chart's RBAC does not allow")
-        # The writers only create the claims; their placement goes with the launcher's first status write.
-        kube_calls = c.sim.admin("GET", "/calls").json["kube"]
-        self.assertEqual([k for k in kube_calls if k.startswith("PATCH") and "nodeclaims" in k], [], kube_calls)
+        # The writers only create the claims; their placement goes with the launcher's first status write, which
+        # also records the VMID (the claims' history, replayed by a watch from before the coordinator started).
+        first_write = {}
+        for ev in claim_history(c.sim, rv0):
+            name = ev["object"]["metadata"]["name"]
+            if ev["type"] == "MODIFIED" and name not in first_write:
+                first_write[name] = ev["object"].get("status") or {}
+        self.assertEqual(sorted(first_write), sorted(claims))
+        for name, st in first_write.items():
+            self.assertTrue(st.get("host") and st.get("vmid") and st.get("placement"), (name, st))
 
 
     def test_no_second_claim_while_the_not_ready_taint_lingers(self):
