@@ -16,6 +16,7 @@
 #include "fileio.h"
 #include "fiber.h"
 #include "http_client.h"
+#include "jsonutil.h"
 #include "kube_internal.h"
 #include "monotime.h"
 
@@ -635,16 +636,40 @@ int kube_delete(struct kube_client *c, const struct kube_resource *rt, const cha
         return r;
 }
 
-/* One get-modify-update round; from a copy of current when there is one. */
-static int modify_once(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
-                       const char *sub, const json_t *current, kube_modify_fn fn, void *userdata, json_t **ret) {
-        json_t *obj = current ? json_deep_copy(current) : NULL;
-        int r = current ? (obj ? 0 : -ENOMEM) : kube_get(c, rt, ns, name, &obj);
+/* Write obj, modified from before: a merge patch of the difference with before's resourceVersion as the
+ * precondition (409, -ESTALE, like the PUT's), so the request carries the change and not the whole object, and
+ * nothing the copy lacks is written back. What a merge patch cannot say (a null in obj) goes as the PUT. */
+static int write_modified(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
+                          const char *sub, const json_t *before, json_t *obj, json_t **ret) {
+        const char *rv = obj_string(before, "resourceVersion");
+        json_t *patch = NULL, *md;
+        int r = rv ? jsonutil_merge_diff(before, obj, &patch) : -EINVAL;
+        if (r == -EINVAL)
+                return kube_update(c, rt, ns, sub, obj, ret);
         if (r < 0)
                 return r;
-        r = fn(obj, userdata);
+        md = json_object_get(patch, "metadata");
+        if (!md && json_object_set_new(patch, "metadata", md = json_object()) < 0)
+                md = NULL;
+        r = md && json_object_set_new(md, "resourceVersion", json_string(rv)) == 0 ? 0 : -ENOMEM;
         if (r == 0)
-                r = kube_update(c, rt, ns, sub, obj, ret);
+                r = kube_patch(c, rt, ns ? ns : obj_string(obj, "namespace"), name, sub, KUBE_PATCH_MERGE, patch, ret);
+        json_decref(patch);
+        return r;
+}
+
+/* One get-modify-write round; from a copy of current when there is one. */
+static int modify_once(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
+                       const char *sub, const json_t *current, kube_modify_fn fn, void *userdata, json_t **ret) {
+        json_t *got = NULL, *obj = NULL;
+        int r = current ? 0 : kube_get(c, rt, ns, name, &got);
+        if (r < 0)
+                return r;
+        obj = json_deep_copy(current ? current : got);
+        r = obj ? fn(obj, userdata) : -ENOMEM;
+        if (r == 0)
+                r = write_modified(c, rt, ns, name, sub, current ? current : got, obj, ret);
+        json_decref(got);
         if (r == KUBE_MODIFY_SKIP && ret) { /* nothing to write: the object as it stands */
                 *ret = obj;
                 return r;

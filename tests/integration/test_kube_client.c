@@ -187,8 +187,8 @@ static int count_calls(json_t *obj, void *userdata) {
         return 0;
 }
 
-/* From a caller's copy: no GET when the copy is current (what only the copy has is written); a stale copy
- * conflicts, and the second round starts from the server's object. */
+/* From a caller's copy: no GET when the copy is current, and only what fn changed is written (a merge patch),
+ * not what only the copy has; a stale copy conflicts, and the second round starts from the server's object. */
 static void test_modify_from_copy(void **state) {
         (void)state;
         struct kube_client *c = client(0), *other = client(0);
@@ -200,7 +200,8 @@ static void test_modify_from_copy(void **state) {
         assert_int_equal(kube_modify_from(c, &kube_configmaps, "default", "from", NULL, copy, count_calls, &calls, 3,
                                           &out), 0);
         assert_int_equal(calls, 1);
-        assert_non_null(json_object_get(json_object_get(out, "data"), "only-in-copy"));
+        assert_string_equal(json_string_value(json_object_get(json_object_get(out, "data"), "mine")), "yes");
+        assert_null(json_object_get(json_object_get(out, "data"), "only-in-copy"));
         json_t *p = j("{\"data\": {\"other\": \"yes\"}}");
         assert_int_equal(kube_patch(other, &kube_configmaps, "default", "from", NULL, KUBE_PATCH_MERGE, p, NULL), 0);
         json_decref(p);
@@ -213,6 +214,30 @@ static void test_modify_from_copy(void **state) {
         json_decref(out);
         json_decref(copy);
         kube_client_free(other);
+        kube_client_free(c);
+}
+
+static int drop_labels(json_t *obj, void *userdata) {
+        (void)userdata;
+        return json_object_set_new(json_object_get(obj, "metadata"), "labels", json_null());
+}
+
+/* A null, which a merge patch cannot say (it would mean "delete"), goes as a PUT of the whole object: what only
+ * the caller's copy has is written too then. */
+static void test_modify_with_a_null_puts(void **state) {
+        (void)state;
+        struct kube_client *c = client(0);
+        json_t *cm = j("{\"metadata\": {\"name\": \"nulls\", \"labels\": {\"a\": \"b\"}}, \"data\": {\"x\": \"1\"}}");
+        json_t *copy, *out;
+        assert_int_equal(kube_create(c, &kube_configmaps, "default", cm, &copy), 0);
+        json_object_set_new(json_object_get(copy, "data"), "only-in-copy", json_string("1"));
+        assert_int_equal(kube_modify_from(c, &kube_configmaps, "default", "nulls", NULL, copy, drop_labels, NULL, 3,
+                                          &out), 0);
+        assert_null(json_object_get(json_object_get(json_object_get(out, "metadata"), "labels"), "a"));
+        assert_string_equal(json_string_value(json_object_get(json_object_get(out, "data"), "only-in-copy")), "1");
+        json_decref(out);
+        json_decref(copy);
+        json_decref(cm);
         kube_client_free(c);
 }
 
@@ -719,6 +744,7 @@ int main(void) {
                 cmocka_unit_test(test_modify_retries_on_conflict),
                 cmocka_unit_test(test_modify_gives_up),
                 cmocka_unit_test(test_modify_from_copy),
+                cmocka_unit_test(test_modify_with_a_null_puts),
                 cmocka_unit_test(test_patches),
                 cmocka_unit_test(test_custom_resource_status),
                 cmocka_unit_test(test_list_pages_and_selectors),
