@@ -168,7 +168,8 @@ class LaunchTest(cl.CoordinatorTest):
 
         def registered():
             claims = c.claims()
-            conds = {x["type"]: x["status"] for x in claims[0]["status"].get("conditions", [])} if claims else {}
+            st = (claims[0].get("status") or {}) if claims else {}  # none yet between create and first write
+            conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
             return conds.get("Registered") == "True" and claims[0]
         claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
         st = claim["status"]
