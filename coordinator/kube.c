@@ -636,14 +636,11 @@ int kube_delete(struct kube_client *c, const struct kube_resource *rt, const cha
         return r;
 }
 
-/* Write obj, modified from before: a merge patch of the difference with before's resourceVersion as the
- * precondition (409, -ESTALE, like the PUT's), so the request carries the change and not the whole object, and
- * nothing the copy lacks is written back. What a merge patch cannot say (a null in obj) goes as the PUT. */
-static int write_modified(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,
-                          const char *sub, const json_t *before, json_t *obj, json_t **ret) {
-        const char *rv = obj_string(before, "resourceVersion");
+int kube_update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                     const json_t *before, const json_t *obj, json_t **ret) {
+        const char *rv = obj_string(before, "resourceVersion"), *name = obj_string(obj, "name");
         json_t *patch = NULL, *md;
-        int r = rv ? jsonutil_merge_diff(before, obj, &patch) : -EINVAL;
+        int r = rv && name ? jsonutil_merge_diff(before, obj, &patch) : -EINVAL;
         if (r == -EINVAL)
                 return kube_update(c, rt, ns, sub, obj, ret);
         if (r < 0)
@@ -668,7 +665,7 @@ static int modify_once(struct kube_client *c, const struct kube_resource *rt, co
         obj = json_deep_copy(current ? current : got);
         r = obj ? fn(obj, userdata) : -ENOMEM;
         if (r == 0)
-                r = write_modified(c, rt, ns, name, sub, current ? current : got, obj, ret);
+                r = kube_update_from(c, rt, ns, sub, current ? current : got, obj, ret);
         json_decref(got);
         if (r == KUBE_MODIFY_SKIP && ret) { /* nothing to write: the object as it stands */
                 *ret = obj;

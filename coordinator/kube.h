@@ -134,6 +134,11 @@ int kube_create(struct kube_client *c, const struct kube_resource *rt, const cha
  * "status". */
 int kube_update(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
                 const json_t *obj, json_t **ret);
+/* Write obj, made from before (the object as read): a merge patch of the difference, with before's
+ * resourceVersion as its precondition (-ESTALE on 409, like kube_update), so the request carries the change and
+ * nothing only the copy has is written back. What a merge patch cannot say (a null in obj) goes as kube_update. */
+int kube_update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                     const json_t *before, const json_t *obj, json_t **ret);
 
 enum kube_patch_type {
         KUBE_PATCH_MERGE,     /* application/merge-patch+json (RFC 7386) */
@@ -170,9 +175,8 @@ int kube_delete(struct kube_client *c, const struct kube_resource *rt, const cha
 typedef int (*kube_modify_fn)(json_t *obj, void *userdata);
 #define KUBE_MODIFY_SKIP 1
 
-/* Get, modify, write (sub NULL or "status"): a merge patch of what fn changed, with the resourceVersion it
- * started from as its precondition (a PUT when fn left a null in the object, which a merge patch cannot say);
- * on 409 Conflict get again and retry, at most max_attempts times in all (0 = 5). Returns 0 with the stored object in ret (may be NULL), KUBE_MODIFY_SKIP when fn
+/* Get, modify, write with kube_update_from (sub NULL or "status"); on 409 Conflict get again and retry, at most
+ * max_attempts times in all (0 = 5). Returns 0 with the stored object in ret (may be NULL), KUBE_MODIFY_SKIP when fn
  * skipped, with the object fn saw unchanged in ret (the caller's copy, or the one got after a conflict),
  * -ESTALE when every attempt conflicted, or another error. */
 int kube_modify(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name,

@@ -12,7 +12,6 @@
 
 #include "array.h"
 #include "cloudinit.h"
-#include "jsonutil.h"
 #include "log.h"
 #include "provisioner.h"
 
@@ -399,26 +398,6 @@ static json_t *claim_for_write(const json_t *claim) {
         return obj;
 }
 
-/* Write obj's status: a merge patch of what differs from the claim it was made from, with the claim's
- * resourceVersion as the precondition (-ESTALE on a conflict, like the PUT), so the request carries the change
- * and not the whole claim. A status the patch cannot say (a null in it) goes as the PUT. */
-static int write_status(struct lctx *c, json_t *obj, json_t **ret_stored) {
-        json_t *empty = json_object(), *old = json_object_get(c->claim, "status"), *diff = NULL, *patch = NULL;
-        int r = empty ? jsonutil_merge_diff(old ? old : empty, json_object_get(obj, "status"), &diff) : -ENOMEM;
-        json_decref(empty);
-        if (r == 0 && claim_rv(c->claim))
-                patch = json_pack("{s:{s:s}, s:o}", "metadata", "resourceVersion", claim_rv(c->claim), "status", diff);
-        else
-                json_decref(diff);
-        if (r == -ENOMEM || (r == 0 && !patch))
-                return -ENOMEM;
-        if (!patch) /* -EINVAL */
-                return kube_update(c->kube, &kube_nodeclaims, NULL, "status", obj, ret_stored);
-        r = kube_patch(c->kube, &kube_nodeclaims, NULL, c->name, "status", KUBE_PATCH_MERGE, patch, ret_stored);
-        json_decref(patch);
-        return r;
-}
-
 int launcher_commit(struct lctx *c, json_t *changes) {
         int r = changes ? -ESTALE : -ENOMEM;
         if (changes && c->pending) /* what an unrecorded step did goes with this write */
@@ -427,7 +406,7 @@ int launcher_commit(struct lctx *c, json_t *changes) {
                 json_t *obj = claim_for_write(c->claim), *stored = NULL;
                 r = obj ? apply_changes(obj, changes, c->now) : -ENOMEM;
                 if (r == 0)
-                        r = write_status(c, obj, &stored);
+                        r = kube_update_from(c->kube, &kube_nodeclaims, NULL, "status", c->claim, obj, &stored);
                 json_decref(obj);
                 if (r == 0) {
                         note_written(c->l, c->name, stored);
