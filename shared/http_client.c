@@ -43,6 +43,7 @@ struct http_client {
         char **headers;
         size_t n_headers;
         const atomic_bool *cancel;
+        bool configured; /* set_constant ran */
         char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -254,7 +255,6 @@ static int client_init(struct http_client *c, const struct http_client_options *
         if (!c->curl)
                 return -EIO;
         c->pool = o->pool;
-        /* Kept across curl_easy_reset, which resets every other option. */
         if (c->pool && curl_easy_setopt(c->curl, CURLOPT_SHARE, c->pool->share) != CURLE_OK)
                 return -EIO;
         return 0;
@@ -494,31 +494,43 @@ static void set_tls(struct http_client *c) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L);
 }
 
-static void set_common(struct http_client *c, struct transfer *t, const char *url, struct curl_slist *headers,
-                       long timeout_ms) {
+/* The options every request of this client shares, set on its first: setting them again (after a
+ * curl_easy_reset) for each request copied the same strings again every time. */
+static void set_constant(struct http_client *c) {
         CURL *h = c->curl;
-        curl_easy_reset(h);
-        c->errbuf[0] = '\0';
-        curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         /* PVE carries its error text in the HTTP/1.1 reason phrase, which HTTP/2 does not have. */
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         if (c->pool)
                 curl_easy_setopt(h, CURLOPT_MAXCONNECTS, HTTP_POOL_MAX_CONNECTIONS);
         set_tls(c);
+        c->configured = true;
+}
+
+/* What differs per request. The method is back to a plain GET first (no custom verb, no body left over from
+ * the request before); set_method or the caller sets this request's. */
+static void set_common(struct http_client *c, struct transfer *t, const char *url, struct curl_slist *headers,
+                       long timeout_ms) {
+        CURL *h = c->curl;
+        if (!c->configured)
+                set_constant(c);
+        c->errbuf[0] = '\0';
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, t);
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, NULL);
         clock_gettime(CLOCK_MONOTONIC, &t->last_data);
 }
 

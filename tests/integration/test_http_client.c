@@ -1,6 +1,6 @@
 /* Integration test of shared/http_client (and the kube client's retry rules) against a scripted HTTP/1.1 stub
  * (http_stub.py): reason phrases, keep-alive, headers, bodies per method, Retry-After, line streams split across
- * chunks, idle streams, timeouts, cancellation, multipart. Run by test_coordinator_clients.py. */
+ * chunks, idle streams, timeouts, cancellation, multipart (and the requests after one). Run by test_coordinator_clients.py. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <pthread.h>
@@ -341,6 +341,18 @@ static void test_multipart(void **state) {
         assert_string_equal(s(json_array_get(p, 1), "filename"), "claim-1.iso");
         assert_string_equal(s(json_array_get(p, 1), "type"), "application/octet-stream");
         assert_int_equal(json_integer_value(json_object_get(json_array_get(p, 1), "size")), sizeof iso);
+        json_decref(doc);
+        /* The client keeps its options between requests: nothing of the upload carries over. */
+        doc = call(c, "GET", "/echo", NULL, NULL, NULL);
+        assert_string_equal(s(doc, "method"), "GET");
+        assert_null(s(doc, "content_length"));
+        assert_null(s(doc, "content_type"));
+        json_decref(doc);
+        assert_int_equal(http_client_request_multipart(c, url("/upload"), NULL, parts, 2, &r), 0);
+        http_client_response_done(&r);
+        doc = call(c, "DELETE", "/echo", NULL, NULL, NULL);
+        assert_string_equal(s(doc, "method"), "DELETE");
+        assert_null(s(doc, "content_length"));
         json_decref(doc);
         http_client_free(c);
 }
