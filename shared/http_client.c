@@ -534,11 +534,10 @@ static void set_common(struct http_client *c, struct transfer *t, const char *ur
         clock_gettime(CLOCK_MONOTONIC, &t->last_data);
 }
 
+/* On top of the plain GET set_common leaves. */
 static void set_method(CURL *h, const char *method, const void *body, size_t body_len) {
-        if (strcmp(method, "GET") == 0 && !body) {
-                curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        if (strcmp(method, "GET") == 0 && !body)
                 return;
-        }
         if (strcmp(method, "HEAD") == 0) {
                 curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
                 return;
@@ -738,7 +737,6 @@ int http_client_stream(struct http_client *c, const char *url, const char *const
         if (!list)
                 return -ENOMEM;
         set_common(c, &t, url, list, 0);
-        curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
         CURLcode code = curl_easy_perform(c->curl);
         int r = stream_result(&t, code, ret_resp);
         curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
