@@ -76,19 +76,25 @@ static size_t page_size(void) {
         return p > 0 ? (size_t)p : 4096;
 }
 
-/* libcurl: watch fd for what (CURL_POLL_*), or stop watching it. */
+/* libcurl: watch fd for what (CURL_POLL_*), or stop watching it. A socket epoll already watches carries a mark
+ * (curl_multi_assign), so a change is one MOD, not a MOD that fails and then an ADD. */
 static int on_socket(CURL *h, curl_socket_t fd, int what, void *userdata, void *socketp) {
-        (void)h, (void)socketp;
+        (void)h;
         struct fiber_sched *s = userdata;
         if (what == CURL_POLL_REMOVE) {
                 epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, fd, NULL); /* fails when it is closed already: fine */
-                return 0;
+                return 0; /* libcurl forgets the mark with the socket */
         }
         struct epoll_event ev = { .events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
                                             ((what & CURL_POLL_OUT) ? EPOLLOUT : 0),
                                   .data.fd = fd };
-        if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, fd, &ev) < 0 && errno == ENOENT)
-                return epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -1 : 0;
+        int r = epoll_ctl(s->epoll_fd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+        if (r < 0 && errno == (socketp ? ENOENT : EEXIST)) /* epoll and the mark disagree: trust epoll */
+                r = epoll_ctl(s->epoll_fd, socketp ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+        if (r < 0)
+                return -1;
+        if (!socketp)
+                curl_multi_assign(s->multi, fd, s);
         return 0;
 }
 
