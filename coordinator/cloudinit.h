@@ -87,10 +87,16 @@ int cloudinit_render(const struct cloudinit_set *set, json_t *data, struct cloud
                      size_t errlen);
 
 /* The NoCloud ISO 9660 image in memory: volume id "cidata", Rock Ridge and Joliet, the three files in its
- * root. Uses libisofs (iso_init/iso_finish are process-wide: do not call from several threads at once).
+ * root. Uses libisofs, whose process-wide state is set up once; images may be built on several threads.
  * Returns 0 with a malloc'ed image, -EIO with the libisofs error in err, or -ENOMEM. */
 int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
                         size_t errlen);
+/* Lets a little time pass (a task's sleep: other tasks run meanwhile). */
+typedef void (*cloudinit_pause_fn)(void *data);
+/* cloudinit_iso_build, but calls pause (up to 50 times) while libisofs's writer thread makes the image, and reads
+ * it only then: the same image without a thread wake-up per block. */
+int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
+                                unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen);
 
 /* cloudinit_iso_build, then write the image to path atomically (mode 0644). Also -errno of the write. */
 int cloudinit_iso_write(const struct cloudinit_files *files, const char *path, char *err, size_t errlen);

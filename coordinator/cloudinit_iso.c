@@ -3,6 +3,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #define LIBISOFS_WITHOUT_LIBBURN 1
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +18,12 @@
 
 #define ISO_BLOCK 2048
 #define FILE_MODE 0644
+/* The ring buffer between libisofs's writer thread and the reader holds the whole image, so the writer ends
+ * without waiting for the reader: the blocks of the files plus room for the descriptors, directories and path
+ * tables of a three-file image (about 35 blocks). */
+#define FIFO_SPARE_BLOCKS 64
+/* At most this many pauses for the writer to end; then the reader takes what there is and waits for the rest. */
+#define PAUSES_MAX 50
 
 static int iso_fail(char *err, size_t errlen, const char *what, int code) {
         if (err && errlen)
@@ -46,7 +53,14 @@ static int add_file(IsoImage *image, const char *name, const char *text, size_t 
         return 0;
 }
 
-static int make_opts(IsoWriteOpts **ret, char *err, size_t errlen) {
+static size_t fifo_blocks(const struct cloudinit_files *files) {
+        size_t blocks = FIFO_SPARE_BLOCKS;
+        for (int i = 0; i < CLOUDINIT_N_FILES; i++)
+                blocks += (files->len[i] + ISO_BLOCK - 1) / ISO_BLOCK;
+        return blocks;
+}
+
+static int make_opts(const struct cloudinit_files *files, IsoWriteOpts **ret, char *err, size_t errlen) {
         IsoWriteOpts *opts = NULL;
         int r = iso_write_opts_new(&opts, 0);
         if (r < 0)
@@ -62,6 +76,7 @@ static int make_opts(IsoWriteOpts **ret, char *err, size_t errlen) {
         iso_write_opts_set_default_file_mode(opts, FILE_MODE);
         iso_write_opts_set_default_uid(opts, 0);
         iso_write_opts_set_default_gid(opts, 0);
+        iso_write_opts_set_fifo_size(opts, fifo_blocks(files));
         *ret = opts;
         return 0;
 }
@@ -100,8 +115,8 @@ static int read_image(struct burn_source *src, unsigned char **ret_image, size_t
         return 0;
 }
 
-static int build(IsoImage *image, const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len,
-                 char *err, size_t errlen) {
+static int build(IsoImage *image, const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
+                 unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen) {
         IsoWriteOpts *opts = NULL;
         struct burn_source *src = NULL;
         int r = 0;
@@ -109,13 +124,16 @@ static int build(IsoImage *image, const struct cloudinit_files *files, unsigned 
                 r = add_file(image, cloudinit_file_name(i), files->text[i] ? files->text[i] : "", files->len[i],
                              err, errlen);
         if (r >= 0)
-                r = make_opts(&opts, err, errlen);
+                r = make_opts(files, &opts, err, errlen);
         if (r < 0)
                 return r;
         r = iso_image_create_burn_source(image, opts, &src);
         iso_write_opts_free(opts);
         if (r < 0)
                 return iso_fail(err, errlen, "write", r);
+        /* Reading while the writer thread runs hands every block over with a thread wake-up; after it, at once. */
+        for (int i = 0; pause && i < PAUSES_MAX && iso_image_generator_is_running(image) == 1; i++)
+                pause(pause_data);
         r = read_image(src, ret_image, ret_len);
         if (r == -EIO && err && errlen)
                 snprintf(err, errlen, "cloud-init ISO: image generation failed");
@@ -124,22 +142,36 @@ static int build(IsoImage *image, const struct cloudinit_files *files, unsigned 
         return r;
 }
 
-int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
-                        size_t errlen) {
+/* libisofs's process-wide state, made once and kept: iso_init and iso_finish around each image would race with
+ * the images other tasks of the thread have in progress. */
+static pthread_once_t iso_once = PTHREAD_ONCE_INIT;
+static int iso_init_result;
+
+static void iso_init_once(void) {
+        iso_init_result = iso_init_with_flag(1); /* bit0: leave the process locale alone */
+        if (iso_init_result >= 0)
+                iso_set_msgs_severities("NEVER", "NEVER", "libisofs");
+}
+
+int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
+                                unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen) {
         IsoImage *image = NULL;
-        int r = iso_init_with_flag(1); /* bit0: leave the process locale alone */
-        if (r < 0)
-                return iso_fail(err, errlen, "init", r);
-        iso_set_msgs_severities("NEVER", "NEVER", "libisofs");
-        r = iso_image_new(CLOUDINIT_VOLUME_ID, &image);
+        pthread_once(&iso_once, iso_init_once);
+        if (iso_init_result < 0)
+                return iso_fail(err, errlen, "init", iso_init_result);
+        int r = iso_image_new(CLOUDINIT_VOLUME_ID, &image);
         if (r < 0)
                 r = iso_fail(err, errlen, "image", r);
         else
-                r = build(image, files, ret_image, ret_len, err, errlen);
+                r = build(image, files, pause, pause_data, ret_image, ret_len, err, errlen);
         if (image)
                 iso_image_unref(image);
-        iso_finish();
         return r;
+}
+
+int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
+                        size_t errlen) {
+        return cloudinit_iso_build_pausing(files, NULL, NULL, ret_image, ret_len, err, errlen);
 }
 
 int cloudinit_iso_write(const struct cloudinit_files *files, const char *path, char *err, size_t errlen) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cloudinit.h"
+#include "fiber.h"
 #include "log.h"
 #include "tokens.h"
 #include "yamlconf.h"
@@ -350,8 +351,13 @@ static int template_set(struct lctx *c, const json_t *texts, const struct cloudi
         return 0;
 }
 
-/* Render the templates and build the ISO from them (no I/O: the launch thread's other tasks wait on iso_mu only
- * while this runs). */
+static void pause_task(void *data) {
+        (void)data;
+        fiber_sleep_ms(1);
+}
+
+/* Render the templates (the launch thread's other tasks wait on iso_mu only while this runs: no I/O), then build
+ * the ISO from them while the other tasks run. */
 static int render_iso(struct lctx *c, const json_t *texts, json_t *data, unsigned char **ret_img, size_t *ret_len) {
         const struct cloudinit_set *set = NULL;
         struct cloudinit_files files = { { 0 } };
@@ -360,9 +366,9 @@ static int render_iso(struct lctx *c, const json_t *texts, json_t *data, unsigne
         int r = template_set(c, texts, &set);
         if (r == 0 && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
                 r = launcher_failf(c, "InvalidCloudInit", "%s", err);
-        if (r == 0 && (r = cloudinit_iso_build(&files, ret_img, ret_len, err, sizeof err)) < 0)
-                launcher_errf(c, r, "cloud-init ISO: %s", err);
         pthread_mutex_unlock(&c->l->iso_mu);
+        if (r == 0 && (r = cloudinit_iso_build_pausing(&files, pause_task, NULL, ret_img, ret_len, err, sizeof err)) < 0)
+                launcher_errf(c, r, "cloud-init ISO: %s", err);
         cloudinit_files_done(&files);
         return r;
 }

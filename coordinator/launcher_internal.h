@@ -93,7 +93,7 @@ struct launcher {
         size_t n_vmids, cap_vmids;
         struct launcher_seen *seen; /* GC: when an orphan without a creation time was first seen */
         size_t n_seen, cap_seen;
-        pthread_mutex_t iso_mu; /* libisofs is process-wide; also guards templates */
+        pthread_mutex_t iso_mu; /* guards templates (the parsed cloud-init template sets) */
         struct launcher_templates templates[LAUNCHER_TEMPLATE_SETS]; /* parsed cloud-init templates, by their text */
         size_t next_templates;                                       /* the entry a new set replaces */
         struct launcher_cache cache;

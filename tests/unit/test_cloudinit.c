@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <yaml.h>
 #include <cmocka.h>
@@ -378,6 +379,13 @@ static void test_render_errors(void **state) {
         json_decref(d);
 }
 
+/* A pause that only counts (the writer thread runs on its own meanwhile). */
+static void count_pause(void *data) {
+        struct timespec ts = { 0, 200000 };
+        (*(unsigned *)data)++;
+        nanosleep(&ts, NULL);
+}
+
 /* ---- the ISO ---- */
 
 static bool have_xorriso(void) {
@@ -472,6 +480,20 @@ static void test_iso(void **state) {
         assert_int_equal(len % 2048, 0);
         assert_memory_equal(image + 16 * 2048 + 1, "CD001", 5);
         free(image);
+
+        /* built with pauses until libisofs's writer thread is done, then read at once: the same files */
+        unsigned pauses = 0;
+        assert_int_equal(cloudinit_iso_build_pausing(&f, count_pause, &pauses, &image, &len, err, sizeof err), 0);
+        assert_true(pauses <= 50);
+        assert_int_equal(len, (size_t)st.st_size);
+        snprintf(iso, sizeof iso, "%s/paused.iso", tmp);
+        assert_int_equal(fileio_write_atomic(iso, image, len, 0644), 0);
+        free(image);
+        snprintf(cmd, sizeof cmd, "xorriso -abort_on FATAL -osirrox on -indev '%s' -extract / '%s/paused' >/dev/null 2>&1",
+                 iso, tmp);
+        assert_int_equal(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "%s/paused", tmp);
+        check_tree(cmd, &f);
 
         assert_int_equal(test_rmtree(tmp), 0);
         cloudinit_files_done(&f);
