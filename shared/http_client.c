@@ -44,6 +44,7 @@ struct http_client {
         size_t n_headers;
         const atomic_bool *cancel;
         bool configured; /* set_constant ran */
+        int proxy_scheme; /* the scheme whose proxy variables set_proxy read: 0 none yet, 1 http, 2 https */
         char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -515,6 +516,33 @@ static void set_constant(struct http_client *c) {
         c->configured = true;
 }
 
+/* The first of the variables that is set, even empty (as libcurl reads them), or NULL. */
+static const char *first_env(const char *const *names, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                const char *v = names[i] ? getenv(names[i]) : NULL;
+                if (v)
+                        return v;
+        }
+        return NULL;
+}
+
+/* The proxy and no-proxy list the environment gives, set explicitly: libcurl would otherwise read the variables
+ * again for every transfer. Looked up as libcurl does (the scheme's variable in lower case, then in upper case
+ * but for HTTP_PROXY, then all_proxy and ALL_PROXY; no_proxy, then NO_PROXY); read again only when the scheme
+ * changes. An empty proxy is none. */
+static void set_proxy(struct http_client *c, const char *url) {
+        int scheme = strncasecmp(url, "https:", 6) == 0 ? 2 : 1;
+        if (scheme == c->proxy_scheme)
+                return;
+        const char *https[] = { "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY" };
+        const char *http[] = { "http_proxy", NULL, "all_proxy", "ALL_PROXY" };
+        const char *no[] = { "no_proxy", "NO_PROXY" };
+        const char *proxy = first_env(scheme == 2 ? https : http, 4), *no_proxy = first_env(no, 2);
+        curl_easy_setopt(c->curl, CURLOPT_PROXY, proxy ? proxy : "");
+        curl_easy_setopt(c->curl, CURLOPT_NOPROXY, no_proxy ? no_proxy : "");
+        c->proxy_scheme = scheme;
+}
+
 /* What differs per request. The method is back to a plain GET first (no custom verb, no body left over from
  * the request before); set_method or the caller sets this request's. */
 static void set_common(struct http_client *c, struct transfer *t, const char *url, struct curl_slist *headers,
@@ -522,6 +550,7 @@ static void set_common(struct http_client *c, struct transfer *t, const char *ur
         CURL *h = c->curl;
         if (!c->configured)
                 set_constant(c);
+        set_proxy(c, url);
         c->errbuf[0] = '\0';
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);

@@ -73,7 +73,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          "content_length": self.headers.get("Content-Length"),
                          "content_type": self.headers.get("Content-Type"),
                          "authorization": self.headers.get("Authorization"), "x_extra": self.headers.get("X-Extra"),
-                         "query": {k: v[-1] for k, v in q.items()}, "port": self.client_address[1]})
+                         "query": {k: v[-1] for k, v in q.items()}, "port": self.client_address[1],
+                         "target": self.path})
 
     def r_retry_after(self, n, body, q):
         if n == 1:

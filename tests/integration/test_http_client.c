@@ -422,6 +422,49 @@ static void test_kube_answer_parsed_only_when_wanted(void **state) {
         kube_client_free(k);
 }
 
+/* The proxy comes from the environment as libcurl reads it (http_proxy for http URLs), read when the client
+ * makes its first request; no_proxy names hosts reached directly. The stub answers as the proxy. */
+static void test_proxy_from_environment(void **state) {
+        (void)state;
+        const char *target = "http://pvescale-proxy-test.invalid/echo";
+        struct http_client_response r;
+        setenv("http_proxy", stub, 1);
+        struct http_client *c = client(5000);
+        assert_int_equal(http_client_request(c, "GET", target, NULL, NULL, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        json_t *doc = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_non_null(doc);
+        assert_string_equal(s(doc, "target"), target); /* the absolute form a proxy gets */
+        json_decref(doc);
+        http_client_response_done(&r);
+        assert_int_equal(http_client_request(c, "GET", url("/echo"), NULL, NULL, 0, &r), 0);
+        doc = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_non_null(strstr(s(doc, "target"), "http://")); /* the stub's own address goes through it too */
+        json_decref(doc);
+        http_client_response_done(&r);
+        http_client_free(c);
+
+        setenv("no_proxy", "pvescale-proxy-test.invalid", 1);
+        c = client(5000);
+        assert_true(http_client_request(c, "GET", target, NULL, NULL, 0, &r) < 0); /* direct: the name is not found */
+        assert_int_equal(http_client_request(c, "GET", url("/echo"), NULL, NULL, 0, &r), 0);
+        doc = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_non_null(strstr(s(doc, "target"), "http://"));
+        json_decref(doc);
+        http_client_response_done(&r);
+        http_client_free(c);
+        unsetenv("http_proxy");
+        unsetenv("no_proxy");
+
+        c = client(5000);
+        assert_int_equal(http_client_request(c, "GET", url("/echo"), NULL, NULL, 0, &r), 0);
+        doc = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_string_equal(s(doc, "target"), "/echo"); /* no proxy: the origin form */
+        json_decref(doc);
+        http_client_response_done(&r);
+        http_client_free(c);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_reason_phrase),
@@ -437,6 +480,7 @@ int main(void) {
                 cmocka_unit_test(test_escape),
                 cmocka_unit_test(test_kube_retry_rules),
                 cmocka_unit_test(test_kube_answer_parsed_only_when_wanted),
+                cmocka_unit_test(test_proxy_from_environment),
         };
         return cmocka_run_group_tests(tests, setup, NULL);
 }
