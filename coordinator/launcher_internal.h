@@ -37,6 +37,7 @@
 #define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
 #define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
 #define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
+#define LAUNCHER_ISO_DELETE_DELAY_S 5 /* how long Proxmox may hold an ISO delete to answer with its outcome */
 #define LAUNCHER_POLL_START_MS 1000 /* first poll, and interval, of a start: a start takes seconds (QEMU, then the
                                     * guest), and nothing waits on its answer; the Proxmox UI polls as often */
 #define LAUNCHER_TASK_POLL_MS 500  /* longest interval between polls of the other tasks */

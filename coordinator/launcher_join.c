@@ -256,14 +256,15 @@ int launcher_delete_token(struct kube_client *kube, const char *token_id) {
 }
 
 /* Delete the ISO volume; one that is gone already is no error (Proxmox fails the delete task, or the call, with
- * "does not exist"), so no listing first. */
+ * "does not exist"), so no listing first. Proxmox waits for its delete task (delay) and answers null when it went
+ * well, so the task is polled only when it failed or took longer. */
 int launcher_delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen) {
         char storage[64], *upid = NULL;
         const char *colon = strchr(volume, ':');
         if (!colon || (size_t)(colon - volume) >= sizeof storage)
                 return 0;
         snprintf(storage, sizeof storage, "%.*s", (int)(colon - volume), volume);
-        int r = pve_storage_content_delete(pve, host, storage, volume, &upid);
+        int r = pve_storage_content_delete(pve, host, storage, volume, LAUNCHER_ISO_DELETE_DELAY_S, &upid);
         if (r == 0)
                 r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
         free(upid);

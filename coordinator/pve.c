@@ -441,10 +441,10 @@ int pve_storage_content(struct pve_client *c, const char *node, const char *stor
 }
 
 int pve_storage_content_delete(struct pve_client *c, const char *node, const char *storage, const char *volume,
-                               char **ret_upid) {
+                               unsigned delay_s, char **ret_upid) {
         struct pve_request r;
         json_t *data;
-        int err = run(c, &r, pve_req_storage_content_delete(&r, node, storage, volume), &data);
+        int err = run(c, &r, pve_req_storage_content_delete(&r, node, storage, volume, delay_s), &data);
         if (err < 0)
                 return err;
         char *upid = json_is_string(data) ? strdup(json_string_value(data)) : NULL;

@@ -114,7 +114,9 @@ int pve_req_task_status(struct pve_request *ret, const char *upid);
 int pve_req_task_log(struct pve_request *ret, const char *upid, unsigned start, unsigned limit);
 /* content: NULL or "iso", "images", ... */
 int pve_req_storage_content(struct pve_request *ret, const char *node, const char *storage, const char *content);
-int pve_req_storage_content_delete(struct pve_request *ret, const char *node, const char *storage, const char *volume);
+/* delay_s 1-30: PVE waits that long for the task and answers null when it ended well in time (0: no delay). */
+int pve_req_storage_content_delete(struct pve_request *ret, const char *node, const char *storage, const char *volume,
+                                   unsigned delay_s);
 /* multipart upload of data as filename (content "iso", "vztmpl" or "import"); data is borrowed. */
 int pve_req_storage_upload(struct pve_request *ret, const char *node, const char *storage, const char *content,
                            const char *filename, const void *data, size_t len);
@@ -226,9 +228,10 @@ int pve_storage_upload(struct pve_client *c, const char *node, const char *stora
                        const char *filename, const void *data, size_t len, char **ret_upid);
 int pve_storage_content(struct pve_client *c, const char *node, const char *storage, const char *content,
                         json_t **ret);
-/* *ret_upid is NULL when PVE finished at once (data null). */
+/* *ret_upid is NULL when PVE finished at once, or within delay_s seconds (data null); else the task to wait for,
+ * which may have failed. */
 int pve_storage_content_delete(struct pve_client *c, const char *node, const char *storage, const char *volume,
-                               char **ret_upid);
+                               unsigned delay_s, char **ret_upid);
 int pve_vm_firewall_options_set(struct pve_client *c, const char *node, uint32_t vmid,
                                 const struct pve_params *options);
 int pve_vm_firewall_rules(struct pve_client *c, const char *node, uint32_t vmid, json_t **ret);

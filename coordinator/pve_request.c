@@ -353,16 +353,19 @@ int pve_req_storage_content(struct pve_request *ret, const char *node, const cha
 }
 
 int pve_req_storage_content_delete(struct pve_request *ret, const char *node, const char *storage,
-                                   const char *volume) {
+                                   const char *volume, unsigned delay_s) {
         SEG(v);
         *ret = (struct pve_request){ 0 };
-        if (!seg_ok(&v, volume))
+        if (!seg_ok(&v, volume) || delay_s > 30)
                 return -EINVAL;
         char suffix[1024];
         if ((size_t)snprintf(suffix, sizeof suffix, "/content/%s", v.s) >= sizeof suffix)
                 return -EINVAL;
-        return storage_req(ret, "DELETE", "/nodes/{node}/storage/{storage}/content/{volume}", node, storage,
-                           suffix);
+        int r = storage_req(ret, "DELETE", "/nodes/{node}/storage/{storage}/content/{volume}", node, storage,
+                            suffix);
+        if (r == 0 && delay_s)
+                pve_params_add_int(&ret->params, "delay", delay_s);
+        return r < 0 ? r : req_finish(ret);
 }
 
 int pve_req_storage_upload(struct pve_request *ret, const char *node, const char *storage, const char *content,

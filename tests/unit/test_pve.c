@@ -234,7 +234,8 @@ static void test_builders_match_schema(void **state) {
         CHECK(pve_req_task_status(&req_, "UPID:pve1:0001A2B3:00C0FFEE:66A1B2C3:qmstart:105:root@pam!autoscaler:"));
         CHECK(pve_req_task_log(&req_, "UPID:pve1:0001A2B3:00C0FFEE:66A1B2C3:qmstart:105:root@pam!autoscaler:", 0, 50));
         CHECK(pve_req_storage_content(&req_, "pve1", "local", "iso"));
-        CHECK(pve_req_storage_content_delete(&req_, "pve1", "local", "local:iso/claim.iso"));
+        CHECK(pve_req_storage_content_delete(&req_, "pve1", "local", "local:iso/claim.iso", 0));
+        CHECK(pve_req_storage_content_delete(&req_, "pve1", "local", "local:iso/claim.iso", 5));
         CHECK(pve_req_storage_upload(&req_, "pve1", "local", "iso", "claim.iso", iso, 3));
         CHECK(pve_req_vm_firewall_options_set(&req_, "pve1", 105, &fw));
         CHECK(pve_req_vm_firewall_rules(&req_, "pve1", 105));
@@ -249,10 +250,16 @@ static void test_builders_match_schema(void **state) {
 static void test_request_shapes(void **state) {
         (void)state;
         struct pve_request r;
-        assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x y.iso"), 0);
+        assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x y.iso", 0), 0);
         assert_string_equal(r.method, "DELETE");
         assert_string_equal(r.path, "/nodes/pve1/storage/local/content/local%3Aiso%2Fx%20y.iso");
+        assert_null(pve_params_get(&r.params, "delay"));
         pve_request_done(&r);
+        /* PVE waits up to delay seconds (1-30) for the delete task */
+        assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x.iso", 30), 0);
+        assert_string_equal(pve_params_get(&r.params, "delay"), "30");
+        pve_request_done(&r);
+        assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x.iso", 31), -EINVAL);
 
         const char *upid = "UPID:pve1:0001A2B3:00C0FFEE:66A1B2C3:qmclone:9000:pvescale@pve!coordinator:";
         assert_int_equal(pve_req_task_status(&r, upid), 0);
