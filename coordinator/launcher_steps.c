@@ -430,16 +430,34 @@ static void clone_options(struct lctx *c, struct pve_clone *o) {
 }
 
 static int clone_ended(struct lctx *c, uint32_t vmid, const struct pve_task_status *ts);
+static int cloned(struct lctx *c, uint32_t vmid, const json_t *config);
+
+/* The clone's config, read soon after the clone began: NULL while Proxmox still holds its "clone" lock (or the
+ * read failed). Proxmox drops that lock as the clone's last step, so a config without it is a finished clone,
+ * and the task needs no poll; with a resource pool the VM joins the pool after that, and can still fail there,
+ * so the task is polled instead. */
+static json_t *settled_clone_config(struct lctx *c, uint32_t vmid) {
+        json_t *config = NULL;
+        if (json_object_get(nc_spec(c), "resourcePool") || pve_vm_config_get(c->pve, c->host, vmid, &config) < 0)
+                return NULL;
+        if (!json_object_get(config, "lock"))
+                return config;
+        json_decref(config);
+        return NULL;
+}
 
 /* Poll a clone this reconcile just began, for a short while (LAUNCHER_CLONE_INLINE_MS): a linked clone on fast
- * storage is done by then, and is then not recorded as Cloning. 0 with ts when it ended, 1 while it runs, 2 when
- * a poll failed. */
-static int clone_poll_inline(struct lctx *c, const char *upid, struct pve_task_status *ts) {
+ * storage is done by then, and is then not recorded as Cloning. 0 when it ended, with *ret_config when its config
+ * says so or else ts from its task; 1 while it runs; 2 when a poll failed. */
+static int clone_poll_inline(struct lctx *c, uint32_t vmid, const char *upid, struct pve_task_status *ts,
+                             json_t **ret_config) {
         for (long nap = 10, waited = 0;; waited += nap, nap *= 2) {
                 if (waited + nap > LAUNCHER_CLONE_INLINE_MS)
                         return 1;
                 fiber_sleep_ms(nap);
                 http_client_thread_wait_note(nap * 1000); /* the clone's time, not ours */
+                if ((*ret_config = settled_clone_config(c, vmid)))
+                        return 0;
                 int r = pve_task_status(c->pve, upid, ts);
                 if (r < 0)
                         return 2; /* the Cloning record keeps the task; the next reconcile polls again */
@@ -471,10 +489,13 @@ static int issue_clone(struct lctx *c, uint32_t vmid) {
         }
         log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
         snprintf(c->image_id, sizeof c->image_id, "%s/%u", c->host, tmpl);
-        int polled = clone_poll_inline(c, upid, &ts);
+        json_t *config = NULL;
+        int polled = clone_poll_inline(c, vmid, upid, &ts, &config);
         if (polled == 0) {
                 free(upid);
-                return clone_ended(c, vmid, &ts);
+                r = config ? cloned(c, vmid, config) : clone_ended(c, vmid, &ts);
+                json_decref(config);
+                return r;
         }
         /* A crash before this write is no loss: the VM's description names the claim, and the next run finds it. */
         json_t *ch = json_pack("{s:s, s:s}", "cloneTask", upid, "imageID", c->image_id);
@@ -527,12 +548,17 @@ static int clone_failed(struct lctx *c, const char *why) {
         return r < 0 ? r : launcher_wait(c, launcher_backoff_delay((unsigned)attempts, 1000, LAUNCHER_RETRY_MAX_MS));
 }
 
+/* The clone finished: the VM is ours (its description names the claim) or someone else took the VMID. */
+static int cloned(struct lctx *c, uint32_t vmid, const json_t *config) {
+        return launcher_vm_owner(c, config) == 1 ? finish_clone(c, vmid, config) : repick_vmid(c, vmid);
+}
+
 static int clone_done(struct lctx *c, uint32_t vmid) {
         json_t *config = NULL;
         int r = pve_vm_config_get(c->pve, c->host, vmid, &config);
         if (r < 0)
                 return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = launcher_vm_owner(c, config) == 1 ? finish_clone(c, vmid, config) : repick_vmid(c, vmid);
+        r = cloned(c, vmid, config);
         json_decref(config);
         return r;
 }

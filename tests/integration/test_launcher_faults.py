@@ -1,5 +1,6 @@
 """Integration test: launcher faults against the simulator and real agents: a failing clone (and HTTP 500s) then
-success; a clone that times out, then clean-up, an Event and a back-off with no create-destroy loop; a node that
+success; a clone done by its config (no lock) without a task poll, or by its task with a resource pool; a clone
+that times out, then clean-up, an Event and a back-off with no create-destroy loop; a node that
 never registers; an agent that is down (Proxmox accounting instead); watch disconnects in the middle of a launch."""
 # SPDX-License-Identifier: Apache-2.0
 import os
@@ -64,6 +65,34 @@ class LauncherFaultTest(unittest.TestCase):
         p.kill()
         p.wait()
         self.assertIn("paused for 600000 ms after 1 failed launch", w.driver_log(p))
+
+    def test_clone_done_by_its_config_or_its_task(self):
+        # qemu-server drops the clone lock before the task ends (then joins the resource pool, which can still
+        # fail). A clone whose config shows no lock is done: its task is not polled. With a resourcePool the
+        # launcher polls the task to its end, and the VM is in the pool.
+        w = self.world(knobs=["clone_seconds=0", "clone_finish_seconds=4"])
+        self.assertIsNone(w.pve("POST", "/pools", {"poolid": "k8s"}))
+        w.kcreate(launchlib.API + "/proxmoxnodeclasses", launchlib.node_class("pooled", resourcePool="k8s"))
+        w.kcreate(launchlib.API + "/nodepools", launchlib.node_pool("pooled", "pooled"))
+        w.create_claim("free")
+        w.create_claim("pooled", pool="pooled", nodeclass="pooled")
+        rc, log = w.run_driver()
+        self.assertEqual(rc, 0, log)
+        vmids = {}
+        for name in ("free", "pooled"):
+            st = w.claim(name)["status"]
+            self.assertEqual(st["launchStep"], "Initialized")
+            vmids[name] = st["vmid"]
+        # Both clones come from the same template, so their tasks (id = the template) are told apart by polls.
+        polls = sorted(t["polls"] for t in w.sim.admin("GET", "/tasks").json if t["type"] == "qmclone")
+        self.assertEqual(len(polls), 2, polls)
+        # Polled to its end, a 4 s task takes several polls; one whose config is read first takes none (one when
+        # the first read came before the simulator's clone thread ran).
+        self.assertLessEqual(polls[0], 1, "the clone whose config showed no lock was polled to its end")
+        self.assertGreaterEqual(polls[1], 3, "the pooled clone's task was not polled to its end")
+        members = [m["vmid"] for m in w.pve("GET", "/pools/k8s")["members"]]
+        self.assertEqual(members, [vmids["pooled"]])
+        w.check_no_orphans(self)
 
     def test_registration_timeout(self):
         w = self.world(knobs=['never_join=["late"]'])

@@ -64,6 +64,7 @@ class Task:
         self.endtime = None
         self.log = []
         self.done = threading.Event()
+        self.polls = 0  # GET .../status calls, for the admin API's /tasks
 
     def status_obj(self):
         o = {"upid": self.upid, "node": self.node, "pid": self.pid, "pstart": self.pstart,
@@ -691,9 +692,13 @@ class PveApp:
                 new.firewall_options, new.firewall_rules = fw
                 new.created_at = time.time()
                 new.save()
-                if p.get("pool"):
-                    self.r.pools[p["pool"]]["vms"].add(newid)
                 self.w.vm_event("created", new)
+            # As in qemu-server's clone worker, the lock goes first; the VM joins its pool after, and the task
+            # ends only then (clone_finish_seconds stands for that tail).
+            time.sleep(float(self.w.knob("clone_finish_seconds")))
+            if p.get("pool"):
+                with self.w.lock:
+                    self.r.pools[p["pool"]]["vms"].add(newid)
         return self.r.start_task(src.host.name, "qmclone", src.vmid, u, work)
 
     def _clone_conf(self, src, newid, p, full, srcvm):
@@ -915,7 +920,9 @@ class PveApp:
         return t
 
     def h_GET_nodes_node_tasks_upid_status(self, p, u):
-        return self._task(p).status_obj()
+        t = self._task(p)
+        t.polls += 1
+        return t.status_obj()
 
     def h_GET_nodes_node_tasks_upid_log(self, p, u):
         t = self._task(p)

@@ -32,7 +32,8 @@ DEFAULT_HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 
 KNOBS = {
     # PVE timings
-    "auth_delay_seconds": 3.0, "clone_seconds": 1.0, "create_seconds": 0.2, "destroy_seconds": 0.2,
+    "auth_delay_seconds": 3.0, "clone_seconds": 1.0, "clone_finish_seconds": 0.0, "create_seconds": 0.2,
+    "destroy_seconds": 0.2,
     "start_seconds": 0.1, "shutdown_seconds": 0.2, "stats_delay_seconds": 1.0, "nextid_reserve_seconds": 30.0,
     # PVE faults
     "clone_fail_rate": 0.0, "clone_fail_next": 0, "clone_error_next": 0, "start_fail_next": 0, "upload_fail_next": 0,
@@ -323,6 +324,11 @@ class AdminApp:
                 return w.report.to_json(w)
         if m == "GET" and p == "/calls":
             return w.call_counts()
+        if m == "GET" and p == "/tasks":
+            with w.lock:
+                return [{"upid": t.upid, "type": t.type, "id": t.id, "node": t.node, "status": t.status,
+                         "exitstatus": t.exitstatus, "polls": t.polls}
+                        for r in w.regions.values() for t in r.tasks.values()]
         if m == "POST" and p == "/calls/reset":
             with w.lock:
                 w.counts.clear()
