@@ -100,6 +100,16 @@ def print_calls(calls):
             print("  %6.2f  %-4s %s" % (per, api, k))
 
 
+def print_task_polls(tasks):
+    """How often the coordinator asked for each kind of Proxmox task's status, per task."""
+    kinds = {}
+    for t in tasks:
+        n, polls = kinds.get(t["type"], (0, 0))
+        kinds[t["type"]] = (n + 1, polls + t["polls"])
+    print("task polls per task: " + ", ".join("%s %.2f (%d tasks)" % (k, p / n, n)
+                                             for k, (n, p) in sorted(kinds.items())))
+
+
 def main():
     c = cl.Cluster(HOSTS, knobs=ZERO + SCHEDULER)
     co = None
@@ -153,6 +163,7 @@ def main():
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print("%-46s %7.1f%%" % ("machine CPU time stolen by the host", 100 * stolen / max(ticks, 1)))
         print_calls(report["api_calls"])
+        print_task_polls(c.sim.admin("GET", "/tasks").json)
         print("own = the coordinator's account at each start call: time since its batch's first pending pod minus the "
               "time its\nthreads spent inside requests on that claim's way (provisioning round, launcher reconciles) "
               "and pausing\nbetween polls of a Proxmox task that was reported still running (docs/coordinator.md)."
