@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -65,6 +66,8 @@ struct fiber_sched {
         size_t n_ready, cap_ready, cap_running;
         char **stacks; /* free stacks */
         size_t n_stacks, cap_stacks;
+        unsigned char *parked; /* parked[fd]: epoll still watches it, libcurl does not (see on_socket) */
+        size_t cap_parked;
         const void *main_bottom;
         size_t main_size;
 };
@@ -76,21 +79,49 @@ static size_t page_size(void) {
         return p > 0 ? (size_t)p : 4096;
 }
 
-/* libcurl: watch fd for what (CURL_POLL_*), or stop watching it. A socket epoll already watches carries a mark
- * (curl_multi_assign), so a change is one MOD, not a MOD that fails and then an ADD. */
+static bool is_parked(const struct fiber_sched *s, int fd) {
+        return fd >= 0 && (size_t)fd < s->cap_parked && s->parked[fd];
+}
+
+static void unpark(struct fiber_sched *s, int fd) {
+        if (is_parked(s, fd))
+                s->parked[fd] = 0;
+}
+
+static int park(struct fiber_sched *s, int fd) {
+        while (fd >= 0 && (size_t)fd >= s->cap_parked) {
+                size_t old = s->cap_parked;
+                if (ARRAY_GROW(&s->parked, &s->cap_parked, old, 64) < 0)
+                        return -ENOMEM;
+                memset(s->parked + old, 0, s->cap_parked - old);
+        }
+        if (fd < 0)
+                return -EBADF;
+        s->parked[fd] = 1;
+        return 0;
+}
+
+/* libcurl: watch fd for what (CURL_POLL_*), or stop watching it. A socket libcurl stops watching is mostly a
+ * connection going idle in its cache, soon taken by the next transfer: it stays in epoll, parked, so that its next
+ * transfer costs one MOD, not a DEL now and an ADD then; an event on a parked socket (the server closed it) drops
+ * it from epoll then, and a closed socket leaves epoll by itself. A socket epoll watches for libcurl carries a mark
+ * (curl_multi_assign), so a change is one MOD too. */
 static int on_socket(CURL *h, curl_socket_t fd, int what, void *userdata, void *socketp) {
         (void)h;
         struct fiber_sched *s = userdata;
         if (what == CURL_POLL_REMOVE) {
-                epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, fd, NULL); /* fails when it is closed already: fine */
+                if (park(s, fd) < 0)
+                        epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, fd, NULL); /* fails when closed already: fine */
                 return 0; /* libcurl forgets the mark with the socket */
         }
+        bool watched = socketp || is_parked(s, fd);
         struct epoll_event ev = { .events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
                                             ((what & CURL_POLL_OUT) ? EPOLLOUT : 0),
                                   .data.fd = fd };
-        int r = epoll_ctl(s->epoll_fd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
-        if (r < 0 && errno == (socketp ? ENOENT : EEXIST)) /* epoll and the mark disagree: trust epoll */
-                r = epoll_ctl(s->epoll_fd, socketp ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+        unpark(s, fd);
+        int r = epoll_ctl(s->epoll_fd, watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+        if (r < 0 && errno == (watched ? ENOENT : EEXIST)) /* epoll and our marks disagree: trust epoll */
+                r = epoll_ctl(s->epoll_fd, watched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
         if (r < 0)
                 return -1;
         if (!socketp)
@@ -147,6 +178,7 @@ void fiber_sched_free(struct fiber_sched *s) {
         for (size_t i = 0; i < s->n_stacks; i++)
                 munmap(s->stacks[i], FIBER_STACK_SIZE + page_size());
         free(s->stacks);
+        free(s->parked);
         free(s->alive);
         free(s->sleeping);
         free(s->ready);
@@ -347,9 +379,12 @@ static void drive_transfers(struct fiber_sched *s, long wait_ms) {
                 int what = ((ev[i].events & EPOLLIN) ? CURL_CSELECT_IN : 0) |
                            ((ev[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
                            ((ev[i].events & (EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_ERR : 0);
-                if (ev[i].data.fd == s->wake_fd)
+                if (ev[i].data.fd == s->wake_fd) {
                         drain_wake(s);
-                else
+                } else if (is_parked(s, ev[i].data.fd)) { /* an idle connection closed: libcurl finds out on reuse */
+                        epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, ev[i].data.fd, NULL);
+                        unpark(s, ev[i].data.fd);
+                } else
                         curl_multi_socket_action(s->multi, ev[i].data.fd, what, &running);
         }
         if (s->curl_due_us && s->curl_due_us <= monotime_us()) {

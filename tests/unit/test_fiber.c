@@ -1,5 +1,6 @@
 /* Tests for shared/fiber: tasks yield while they sleep, park or transfer, wake in the right order, are woken from
- * other threads, and the same calls block as before outside tasks. */
+ * other threads, an idle connection the peer closes neither spins the scheduler nor breaks the next transfer, and
+ * the same calls block as before outside tasks. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -243,6 +244,94 @@ static void test_silent_peer_cancelled_by_progress(void **state) {
         fiber_sched_free(sched);
 }
 
+/* A keep-alive peer that answers each request on a connection with a fixed 200, and closes the first connection
+ * soon after its answer, as a server does with an idle one. */
+struct closing_peer {
+        int listen_fd;
+        int connections;
+};
+
+static void answer_requests(int fd, bool close_soon) {
+        static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0) {
+                assert_int_equal(write(fd, answer, sizeof answer - 1), (ssize_t)(sizeof answer - 1));
+                if (close_soon) {
+                        usleep(50 * 1000);
+                        break;
+                }
+        }
+        close(fd);
+}
+
+static void *closing_peer_main(void *arg) {
+        struct closing_peer *p = arg;
+        for (int i = 0; i < 2; i++) {
+                int fd = accept(p->listen_fd, NULL, NULL);
+                if (fd < 0)
+                        break;
+                p->connections++;
+                answer_requests(fd, i == 0);
+        }
+        return NULL;
+}
+
+struct twice {
+        char url[64];
+        CURLcode first, second;
+        int steps_while_idle; /* scheduler steps while the task slept with its connection idle */
+        bool sleeping;
+};
+
+static void fetch_twice_task(void *data) {
+        struct twice *t = data;
+        int64_t done_us;
+        CURL *h = curl_easy_init();
+        curl_easy_setopt(h, CURLOPT_URL, t->url);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        struct fetch sink = { 0 };
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+        t->first = fiber_perform(h, &done_us);
+        t->sleeping = true;
+        fiber_sleep_ms(300); /* the peer closes the idle connection meanwhile */
+        t->sleeping = false;
+        sink.len = 0;
+        t->second = fiber_perform(h, &done_us);
+        curl_easy_cleanup(h);
+}
+
+/* libcurl stops watching a connection that goes idle; the scheduler keeps it in epoll for its next transfer. When
+ * the peer closes it meanwhile, that must drop it, not wake the scheduler over and over (epoll is level-triggered),
+ * and the next transfer connects again. */
+static void test_idle_connection_closed_by_peer(void **state) {
+        (void)state;
+        struct closing_peer peer = { 0 };
+        struct twice t = { .first = CURLE_FAILED_INIT, .second = CURLE_FAILED_INIT };
+        struct fiber_sched *sched;
+        pthread_t th;
+        int port;
+        peer.listen_fd = silent_listener(&port);
+        snprintf(t.url, sizeof t.url, "http://127.0.0.1:%d/", port);
+        assert_int_equal(pthread_create(&th, NULL, closing_peer_main, &peer), 0);
+        assert_int_equal(fiber_sched_new(&sched), 0);
+        assert_int_equal(fiber_spawn(sched, fetch_twice_task, &t), 0);
+        int64_t end = monotime_ms() + 5000;
+        while (fiber_sched_step(sched, 50) > 0) {
+                t.steps_while_idle += t.sleeping;
+                if (monotime_ms() > end)
+                        fail_msg("tasks still alive after 5 s");
+        }
+        assert_int_equal(t.first, CURLE_OK);
+        assert_int_equal(t.second, CURLE_OK);
+        assert_int_equal(peer.connections, 2);
+        /* About 300 ms in steps of up to 50 ms, plus the wake for the closed connection: a handful, not thousands. */
+        assert_in_range(t.steps_while_idle, 1, 20);
+        fiber_sched_free(sched); /* closes the second connection, which the peer reads to its end */
+        pthread_join(th, NULL);
+        close(peer.listen_fd);
+}
+
 static void test_outside_tasks(void **state) {
         (void)state;
         assert_null(fiber_self());
@@ -257,6 +346,7 @@ int main(void) {
                 cmocka_unit_test(test_park_and_wake_from_another_thread),
                 cmocka_unit_test(test_transfers_yield),
                 cmocka_unit_test(test_silent_peer_cancelled_by_progress),
+                cmocka_unit_test(test_idle_connection_closed_by_peer),
                 cmocka_unit_test(test_outside_tasks),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
