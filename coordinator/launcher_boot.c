@@ -653,9 +653,7 @@ int launcher_step_bind(struct lctx *c) {
 }
 
 /* Start the VM, then bind its reservation at once: one status write (Launched) for both; Started is recorded
- * alone only when the bind has to wait. Launched is written as Proxmox took the start, with its task (startTask):
- * the Node registering proves the start, and one that has not registered LAUNCHER_START_CHECK_MS later has the task
- * looked at (launcher_check_start). A rerun finds the VM running and does not start it twice. */
+ * alone only when the bind has to wait. A rerun finds the VM running and does not start it twice. */
 int launcher_step_start(struct lctx *c) {
         uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
         char *upid = NULL, when[40];
@@ -668,11 +666,13 @@ int launcher_step_start(struct lctx *c) {
                 r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
                 if (r < 0)
                         return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
+                r = launcher_task_wait(c, "start", upid, LAUNCHER_POLL_START_MS);
+                free(upid);
+                if (r != 0)
+                        return r;
         }
-        log_info("launcher: NodeClaim %s: VM %u %s on %s", c->name, vmid, upid ? "starting" : "runs", c->host);
-        json_t *started = json_pack("{s:s, s:s?}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when),
-                                    "startTask", upid);
-        free(upid);
+        log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
+        json_t *started = json_pack("{s:s}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when));
         r = bind_and_record(c, json_deep_copy(started));
         if (r == LSTEP_WAIT) {
                 int64_t requeue = c->requeue_ms;
@@ -682,61 +682,4 @@ int launcher_step_start(struct lctx *c) {
         }
         json_decref(started);
         return r;
-}
-
-/* The start failed: start again from Configured (the VM is configured), counting the attempt. */
-static int start_failed(struct lctx *c, const char *why) {
-        int64_t attempts = launcher_status_int(c, "attempts") + 1;
-        launcher_errf(c, -EIO, "start of VM %lld failed: %s", (long long)launcher_status_int(c, "vmid"), why);
-        log_error("launcher: NodeClaim %s: %s (attempt %lld)", c->name, c->err, (long long)attempts);
-        if (attempts >= LAUNCHER_MAX_ATTEMPTS)
-                return launcher_failf(c, "LaunchFailed", "%s", c->err);
-        json_t *ch = json_pack("{s:s, s:n, s:n, s:I, s:s, s:[{s:s, s:s, s:s, s:s}]}", "launchStep", STEP_CONFIGURED,
-                               "startTask", "startedAt", "attempts", (json_int_t)attempts, "lastError", c->err,
-                               "conditions", "type", "Launched", "status", "False", "reason", "StartFailed",
-                               "message", c->err);
-        int r = launcher_commit(c, ch);
-        if (r == 0)
-                c->requeue_ms = launcher_backoff_delay((unsigned)attempts, 1000, LAUNCHER_RETRY_MAX_MS);
-        return r != 0 ? r : LSTEP_WAIT;
-}
-
-/* No Node yet: has the start gone well? 0 when it has, or nobody knows yet (*ret_due_ms: when to look); else
- * LSTEP_WAIT (looked at again), or what start_failed returns. Once seen done, the launcher remembers it, so a
- * slow guest is not polled again. */
-int launcher_check_start(struct lctx *c, int64_t *ret_due_ms) {
-        const char *upid = launcher_status_str(c, "startTask");
-        char key[300], *seen;
-        struct pve_task_status ts;
-        *ret_due_ms = 0;
-        if (!upid[0] || launcher_need_pve(c) != 0)
-                return 0;
-        snprintf(key, sizeof key, "started/%s", upid);
-        if ((seen = launcher_cache_get(&c->l->cache, key, c->now))) {
-                free(seen);
-                return 0;
-        }
-        int64_t due = launcher_status_time(c, "startedAt") + LAUNCHER_START_CHECK_MS;
-        if (c->now < due) {
-                *ret_due_ms = due;
-                return 0;
-        }
-        int r = pve_task_status(c->pve, upid, &ts);
-        if (r == -EINVAL || r == -ENOENT) { /* Proxmox forgot the task: the VM's state tells */
-                bool running = false;
-                r = launcher_vm_running(c, (uint32_t)launcher_status_int(c, "vmid"), &running);
-                if (r == 0 && !running)
-                        return start_failed(c, "the VM is not running");
-                ts.running = false;
-                snprintf(ts.exitstatus, sizeof ts.exitstatus, "OK");
-        }
-        if (r < 0)
-                return launcher_errf(c, r, "start task of VM %lld: %s", (long long)launcher_status_int(c, "vmid"),
-                                     pve_client_error(c->pve));
-        if (ts.running)
-                return launcher_wait(c, LAUNCHER_POLL_START_MS);
-        if (!pve_task_exit_ok(ts.exitstatus))
-                return start_failed(c, ts.exitstatus);
-        launcher_cache_put(&c->l->cache, key, "ok", c->now);
-        return 0;
 }

@@ -38,9 +38,8 @@
 #define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
 #define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
 #define LAUNCHER_ISO_DELETE_DELAY_S 5 /* how long Proxmox may hold an ISO delete to answer with its outcome */
-#define LAUNCHER_POLL_START_MS 1000 /* interval of the polls of a start: a start takes seconds (QEMU, then the
+#define LAUNCHER_POLL_START_MS 1000 /* first poll, and interval, of a start: a start takes seconds (QEMU, then the
                                     * guest), and nothing waits on its answer; the Proxmox UI polls as often */
-#define LAUNCHER_START_CHECK_MS 2000 /* a start its Node has not proved by then has its task looked at */
 #define LAUNCHER_TASK_POLL_MS 500  /* longest interval between polls of the other tasks */
 #define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
 #define LAUNCHER_COMPONENT "pvescale-launcher"
@@ -189,7 +188,6 @@ int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX],
 /* The NodeClass security groups on the VM (firewall enabled, one group rule per interface). */
 int launcher_firewall_apply(struct lctx *c, uint32_t vmid);
 int launcher_step_start(struct lctx *c);
-int launcher_check_start(struct lctx *c, int64_t *ret_due_ms);
 int launcher_step_bind(struct lctx *c);
 /* Bind the claim's agent reservation to its VM (nothing without one). 0, LSTEP_WAIT, or an error. */
 int launcher_bind(struct lctx *c);

@@ -215,27 +215,11 @@ static int register_node(struct lctx *c, const json_t *node) {
                 return record_initialized(c, node_name);
         if (wait)
                 return launcher_wait(c, LAUNCHER_POLL_MS);
-        json_t *ch = json_pack("{s:s, s:n, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "nodeName", node_name,
-                               "startTask", "conditions", "type", "Registered", "status", "True", "reason", "Registered", "message",
+        json_t *ch = json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}", "nodeName", node_name,
+                               "conditions", "type", "Registered", "status", "True", "reason", "Registered", "message",
                                "", "type", "Initialized", "status", "Unknown", "reason", "AwaitingReady", "message",
                                "waiting for the Node to be Ready");
         return launcher_set_step(c, STEP_REGISTERED, ch);
-}
-
-/* No Node yet: the start is looked at when due (launcher_check_start), and the registration timeout counts. */
-static int wait_for_node(struct lctx *c) {
-        int64_t start_due = 0, left = launcher_status_time(c, "startedAt") + c->l->o.registration_timeout_ms - c->now;
-        int r = launcher_check_start(c, &start_due);
-        if (r != 0)
-                return r;
-        if (left <= 0)
-                return launcher_failf(c, "RegistrationTimeout", "no Node with providerID %s within %lld s",
-                                      launcher_status_str(c, "providerID"),
-                                      (long long)(c->l->o.registration_timeout_ms / 1000));
-        int64_t wait = left < LAUNCHER_POLL_MS ? left : LAUNCHER_POLL_MS;
-        if (start_due && start_due - c->now < wait)
-                wait = start_due - c->now;
-        return launcher_wait(c, wait);
 }
 
 int launcher_step_register(struct lctx *c) {
@@ -244,7 +228,12 @@ int launcher_step_register(struct lctx *c) {
         const char *n = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
         if (!n || !*n) {
                 json_decref(owned);
-                return wait_for_node(c);
+                int64_t left = launcher_status_time(c, "startedAt") + c->l->o.registration_timeout_ms - c->now;
+                if (left <= 0)
+                        return launcher_failf(c, "RegistrationTimeout", "no Node with providerID %s within %lld s",
+                                              launcher_status_str(c, "providerID"),
+                                              (long long)(c->l->o.registration_timeout_ms / 1000));
+                return launcher_wait(c, left < LAUNCHER_POLL_MS ? left : LAUNCHER_POLL_MS);
         }
         int r = launcher_need_nodeclass(c);
         if (r == 0)
@@ -314,9 +303,8 @@ static int record_initialized(struct lctx *c, const char *node_name) {
         int r = clean_up_join(c);
         if (r != 0)
                 return r;
-        json_t *ch = json_pack("{s:n, s:n, s:n, s:[{s:s, s:s, s:s, s:s}]}", "tokenID", "isoVolume", "startTask",
-                               "conditions", "type", "Initialized", "status", "True", "reason", "Initialized",
-                               "message", "");
+        json_t *ch = json_pack("{s:n, s:n, s:[{s:s, s:s, s:s, s:s}]}", "tokenID", "isoVolume", "conditions", "type",
+                               "Initialized", "status", "True", "reason", "Initialized", "message", "");
         json_t *registered = node_name ? json_pack("{s:s, s:s, s:s, s:s}", "type", "Registered", "status", "True",
                                                    "reason", "Registered", "message", "")
                                        : NULL;

@@ -824,8 +824,6 @@ class PveApp:
             vm.incarnation = uuid.uuid4().hex
             vm.history["started"].append(vm.started_at)
             self.w.vm_event("started", vm)
-        # QEMU runs; qemu-server's start task goes on with the hookscript's post-start phase before it ends.
-        time.sleep(float(self.w.knob("start_finish_seconds")))
 
     def _apply_pending(self, vm):
         if not vm.pending and not vm.pending_delete:
