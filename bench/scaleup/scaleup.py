@@ -3,6 +3,7 @@
 claims, against the simulator with clone and boot delays set to 0 and a real agent per host. Prints a table and
 a RESULT line."""
 # SPDX-License-Identifier: Apache-2.0
+import collections
 import os
 import re
 import sys
@@ -101,13 +102,16 @@ def print_calls(calls):
 
 
 def print_task_polls(tasks):
-    """How often the coordinator asked for each kind of Proxmox task's status, per task."""
+    """How often the coordinator asked for each kind of Proxmox task's status: per task, and how many tasks took
+    0, 1, 2, ... polls."""
     kinds = {}
     for t in tasks:
-        n, polls = kinds.get(t["type"], (0, 0))
-        kinds[t["type"]] = (n + 1, polls + t["polls"])
-    print("task polls per task: " + ", ".join("%s %.2f (%d tasks)" % (k, p / n, n)
-                                             for k, (n, p) in sorted(kinds.items())))
+        kinds.setdefault(t["type"], []).append(t["polls"])
+    print("task polls per task:")
+    for k, polls in sorted(kinds.items()):
+        hist = collections.Counter(polls)
+        print("  %-8s %.2f over %d tasks (%s)" % (k, sum(polls) / len(polls), len(polls),
+                                                 ", ".join("%d: %d" % kv for kv in sorted(hist.items()))))
 
 
 def main():
