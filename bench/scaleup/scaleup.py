@@ -4,9 +4,11 @@ claims, against the simulator with clone and boot delays set to 0 and a real age
 a RESULT line."""
 # SPDX-License-Identifier: Apache-2.0
 import collections
+import json
 import os
 import re
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +44,47 @@ def machine_ticks():
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:9]]
     return fields[7], sum(fields)
+
+
+# A NodeClaim much as the coordinator reads it from a watch (about 2.3 KB).
+SPEED_DOC = json.dumps({
+    "apiVersion": "pvescale.io/v1alpha1", "kind": "NodeClaim",
+    "metadata": {"name": "default-x7k2p", "uid": "8c2d7f0e-1b8f-4d7e-9a51-6f0c6b1f2a11", "resourceVersion": "123456",
+                 "generation": 1, "creationTimestamp": "2026-11-22T00:00:00Z", "finalizers": ["pvescale.io/termination"],
+                 "labels": {"pvescale.io/nodepool": "default", "node.kubernetes.io/instance-type": "c1.1VCPU-2GB",
+                            "topology.kubernetes.io/region": "r1", "topology.kubernetes.io/zone": "pve1"}},
+    "spec": {"nodeClassRef": {"group": "pvescale.io", "kind": "ProxmoxNodeClass", "name": "default"},
+             "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c1.1VCPU-2GB"]},
+                              {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["pve1"]}],
+             "resources": {"requests": {"cpu": "500m", "memory": "512Mi", "pods": "1"}}},
+    "status": {"conditions": [{"type": t, "status": "True", "reason": t, "message": "",
+                               "lastTransitionTime": "2026-11-22T00:00:01Z"} for t in ("Launched", "Registered")],
+               "providerID": "proxmox://r1/100", "imageID": "pve1/9000", "vmid": 100, "launchStep": "Launched",
+               "capacity": {"cpu": "1", "memory": "2Gi", "pods": "110"},
+               "placement": {"host": "pve1", "cpus": "4", "numa": [{"node": 0, "cpus": "4", "memoryMiB": 2048}]}}})
+
+
+def machine_speed(reads=5000):
+    """CPU microseconds this thread spends reading that NodeClaim once (the mean of reads): how fast a CPU second of
+    this machine is just then. The host's other guests change it from hour to hour even when they steal no time,
+    and every CPU number of the bench moves with it."""
+    t0 = time.thread_time()
+    for _ in range(reads):
+        json.loads(SPEED_DOC)
+    return (time.thread_time() - t0) * 1e6 / reads
+
+
+class SpeedProbe(threading.Thread):
+    """machine_speed every 250 ms while the bench runs (about 1 % of one CPU)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.samples = []
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.25):
+            self.samples.append(machine_speed(200))
 
 
 def pct(values, p):
@@ -122,6 +165,9 @@ def main():
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         co = cl.Coordinator(c, args=["--workers", WORKERS])
+        speed0 = min(machine_speed(1000) for _ in range(8))  # the fastest: the other vCPU idle at that moment
+        probe = SpeedProbe()
+        probe.start()
         cpu0, ticks0 = cpu_seconds(co.proc.pid), machine_ticks()
         # All pods pending at one instant, as a Deployment scaled up makes them (the simulator's bulk create).
         r = c.sim.admin("POST", "/actions/pods", {"namespace": "default",
@@ -129,6 +175,8 @@ def main():
         assert r.status == 201, r
 
         cpu1, ticks1 = at_last_start(co, 600)
+        probe.done.set()
+        probe.join()
 
         def started():
             vms = c.sim.admin("GET", "/report").json["vms"]
@@ -166,6 +214,9 @@ def main():
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
         print("%-46s %7.1f%%" % ("machine CPU time stolen by the host", 100 * stolen / max(ticks, 1)))
+        run_speed = pct(probe.samples, 50) if probe.samples else speed0
+        print("%-46s %8.1f %8.1f" % ("machine speed: µs to read a NodeClaim (idle, run)", speed0, run_speed))
+        print("%-46s %8.2f" % ("  CPU per claim at the idle speed (ms)", cpu_ms * speed0 / run_speed))
         print_calls(report["api_calls"])
         print_task_polls(c.sim.admin("GET", "/tasks").json)
         print("own = the coordinator's account at each start call: time since its batch's first pending pod minus the "
