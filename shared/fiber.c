@@ -89,14 +89,14 @@ static void unpark(struct fiber_sched *s, int fd) {
 }
 
 static int park(struct fiber_sched *s, int fd) {
-        while (fd >= 0 && (size_t)fd >= s->cap_parked) {
+        if (fd < 0)
+                return -EBADF;
+        while ((size_t)fd >= s->cap_parked) {
                 size_t old = s->cap_parked;
                 if (ARRAY_GROW(&s->parked, &s->cap_parked, old, 64) < 0)
                         return -ENOMEM;
                 memset(s->parked + old, 0, s->cap_parked - old);
         }
-        if (fd < 0)
-                return -EBADF;
         s->parked[fd] = 1;
         return 0;
 }
@@ -383,7 +383,7 @@ static void drive_transfers(struct fiber_sched *s, long wait_ms) {
                         drain_wake(s);
                 } else if (is_parked(s, ev[i].data.fd)) { /* an idle connection closed: libcurl finds out on reuse */
                         epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, ev[i].data.fd, NULL);
-                        unpark(s, ev[i].data.fd);
+                        s->parked[ev[i].data.fd] = 0;
                 } else
                         curl_multi_socket_action(s->multi, ev[i].data.fd, what, &running);
         }

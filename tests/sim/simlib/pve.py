@@ -921,8 +921,9 @@ class PveApp:
 
     def h_GET_nodes_node_tasks_upid_status(self, p, u):
         t = self._task(p)
-        t.polls += 1
-        return t.status_obj()
+        with self.w.lock:
+            t.polls += 1
+            return t.status_obj()
 
     def h_GET_nodes_node_tasks_upid_log(self, p, u):
         t = self._task(p)
