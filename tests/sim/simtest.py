@@ -53,8 +53,16 @@ class Response:
         return "<%d %s %s>" % (self.status, self.reason, self.raw[:300])
 
 
+def compiled_standin():
+    """The compiled stand-in for VM processes when the build has it (env PVESCALE_BUILD_DIR), else None."""
+    build = os.environ.get("PVESCALE_BUILD_DIR")
+    path = os.path.join(build, "tests", "sim", "standin-kvm") if build else None
+    return path if path and os.access(path, os.X_OK) else None
+
+
 class Sim:
-    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False):
+    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False, standin="compiled"):
+        """standin: "compiled" (the build's standin-kvm when there is one) or "python"."""
         self.dir = tempfile.mkdtemp(prefix="pvescale-sim-test-")
         self.state = os.path.join(self.dir, "state")
         cmd = [sys.executable, RUN, "--state-dir", self.state]
@@ -67,6 +75,8 @@ class Sim:
             cmd += ["--scenario", path]
         if qemu:
             cmd.append("--qemu")
+        if standin == "compiled" and compiled_standin():
+            cmd += ["--standin", compiled_standin()]
         for k in list(FAST) + list(knobs):
             cmd += ["--set", k]
         cmd += list(args)

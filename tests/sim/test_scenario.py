@@ -66,7 +66,8 @@ class ProcessTest(unittest.TestCase):
     def test_bad_cli_exits_2(self):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d, True)
-        for args in (["--hosts", "pve1=no-such-topology"], ["--hosts", "garbage"], ["--set", "nope=1"]):
+        for args in (["--hosts", "pve1=no-such-topology"], ["--hosts", "garbage"], ["--set", "nope=1"],
+                     ["--standin", os.path.join(d, "no-such-standin")]):
             r = subprocess.run([sys.executable, simtest.RUN, "--state-dir", d] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=30)
             self.assertEqual(r.returncode, 2, args)

@@ -569,7 +569,9 @@ def build(args):
     w.pve_validator = pveschema.Validator(os.path.join(shared, "data", "pve-api-schema.json"))
     w.kube_schemas = k8sschema.Schemas(os.path.join(shared, "data", "k8s-openapi", "v3"))
     threading.Thread(target=w.kube_schemas.preload, daemon=True).start()
-    w.procs = hostsmod.ProcessManager(state, use_qemu=args.qemu)
+    if args.standin and not (os.path.isfile(args.standin) and os.access(args.standin, os.X_OK)):
+        raise UsageError("--standin: %s is not an executable file" % args.standin)
+    w.procs = hostsmod.ProcessManager(state, use_qemu=args.qemu, standin=args.standin)
     extract.join()
     tcfg = scenario.get("template") or {}
     base_id = int(tcfg.get("vmid", 9000))
@@ -700,6 +702,8 @@ def main(argv=None):
     ap.add_argument("--scenario")
     ap.add_argument("--hosts")
     ap.add_argument("--qemu", action="store_true", help="run real tiny QEMU processes instead of stand-ins")
+    ap.add_argument("--standin", metavar="PATH",
+                    help="the compiled stand-in for VM processes (build/tests/sim/standin-kvm) instead of the Python one")
     ap.add_argument("--report")
     ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
     args = ap.parse_args(argv)
