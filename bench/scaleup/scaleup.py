@@ -38,11 +38,16 @@ def cpu_seconds(pid):
     return int(fields[11]) / tck, int(fields[12]) / tck
 
 
-def machine_ticks():
-    """(stolen, all) CPU ticks of the whole machine so far (/proc/stat): time the host gave to others while a vCPU
-    had work, which stretches every time the bench measures."""
+def cpu_ticks():
+    """The whole machine's CPU ticks so far (/proc/stat): user, nice, system, idle, iowait, irq, softirq, steal."""
     with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def machine_ticks():
+    """(stolen, all) CPU ticks of the whole machine so far: time the host gave to others while a vCPU had work,
+    which stretches every time the bench measures."""
+    fields = cpu_ticks()
     return fields[7], sum(fields)
 
 
@@ -79,12 +84,9 @@ def wait_quiet(limit=0.15, timeout=20):
     agents settle after start-up), so the idle speed is read on an idle machine."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        with open("/proc/stat") as f:
-            a = [int(x) for x in f.readline().split()[1:9]]
+        a = cpu_ticks()
         time.sleep(0.25)
-        with open("/proc/stat") as f:
-            b = [int(x) for x in f.readline().split()[1:9]]
-        d = [y - x for x, y in zip(a, b)]
+        d = [y - x for x, y in zip(a, cpu_ticks())]
         if sum(d) and (sum(d) - d[3] - d[4]) / sum(d) < limit:
             return
 

@@ -75,8 +75,9 @@ class Sim:
             cmd += ["--scenario", path]
         if qemu:
             cmd.append("--qemu")
-        if standin == "compiled" and compiled_standin():
-            cmd += ["--standin", compiled_standin()]
+        compiled = compiled_standin() if standin == "compiled" else None
+        if compiled:
+            cmd += ["--standin", compiled]
         for k in list(FAST) + list(knobs):
             cmd += ["--set", k]
         cmd += list(args)

@@ -66,12 +66,15 @@ class ProcessTest(unittest.TestCase):
     def test_bad_cli_exits_2(self):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "endpoints.json"), "w") as f:
+            f.write("{}")
         for args in (["--hosts", "pve1=no-such-topology"], ["--hosts", "garbage"], ["--set", "nope=1"],
                      ["--standin", os.path.join(d, "no-such-standin")]):
             r = subprocess.run([sys.executable, simtest.RUN, "--state-dir", d] + args, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, timeout=30)
             self.assertEqual(r.returncode, 2, args)
             self.assertEqual(len(r.stderr.decode().strip().splitlines()), 1, r.stderr)
+            self.assertTrue(os.path.exists(os.path.join(d, "endpoints.json")), args)  # an earlier run's state stays
 
     def test_sigterm_kills_vms_and_keeps_files(self):
         sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve")

@@ -544,12 +544,6 @@ def build(args):
     host_list = parse_hosts(spec)
     if not host_list:
         raise UsageError("no hosts given")
-    state = os.path.abspath(args.state_dir)
-    os.makedirs(state, exist_ok=True)
-    try:
-        os.unlink(os.path.join(state, "endpoints.json"))
-    except FileNotFoundError:
-        pass
     w = World(args, scenario)
     lib = topology.Library()
     for h in host_list:
@@ -557,6 +551,15 @@ def build(args):
             lib.get(h["topology"])
         except KeyError as e:
             raise UsageError(str(e.args[0]))
+    if args.standin and not (os.path.isfile(args.standin) and os.access(args.standin, os.X_OK)):
+        raise UsageError("--standin: %s is not an executable file" % args.standin)
+    # The input is good: only now is the state of an earlier run replaced.
+    state = os.path.abspath(args.state_dir)
+    os.makedirs(state, exist_ok=True)
+    try:
+        os.unlink(os.path.join(state, "endpoints.json"))
+    except FileNotFoundError:
+        pass
     kill_stale(state)
     reset_host_dirs(state)
     extract = threading.Thread(target=lib.extract, args=([h["topology"] for h in host_list],
@@ -569,8 +572,6 @@ def build(args):
     w.pve_validator = pveschema.Validator(os.path.join(shared, "data", "pve-api-schema.json"))
     w.kube_schemas = k8sschema.Schemas(os.path.join(shared, "data", "k8s-openapi", "v3"))
     threading.Thread(target=w.kube_schemas.preload, daemon=True).start()
-    if args.standin and not (os.path.isfile(args.standin) and os.access(args.standin, os.X_OK)):
-        raise UsageError("--standin: %s is not an executable file" % args.standin)
     w.procs = hostsmod.ProcessManager(state, use_qemu=args.qemu, standin=args.standin)
     extract.join()
     tcfg = scenario.get("template") or {}
