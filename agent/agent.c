@@ -66,10 +66,6 @@ int agent_load_settings(struct agent *a, char *err, size_t errlen) {
         return 0;
 }
 
-static bool same_json(const json_t *x, const json_t *y) {
-        return x && y && json_equal((json_t *)x, (json_t *)y);
-}
-
 int64_t agent_now(void) {
         return (int64_t)time(NULL);
 }
@@ -109,10 +105,8 @@ int agent_refresh(struct agent *a) {
         int r = inventory_load(a->cfg.pve_config_dir, a->cfg.pve_run_dir, &inv);
         if (r < 0)
                 return r;
-        json_t *old_vms = a->inventory ? inventory_to_json(a->inventory) : NULL, *new_vms = inventory_to_json(inv);
-        bool changed = !same_json(old_vms, new_vms) || !a->capacity;
-        json_decref(old_vms);
-        json_decref(new_vms);
+        a->inventory_reads++;
+        bool changed = !a->inventory || !inventory_equal(a->inventory, inv) || !a->capacity;
         inventory_free(a->inventory);
         a->inventory = inv;
         int released = agent_expire(a);

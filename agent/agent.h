@@ -23,6 +23,7 @@ struct agent {
         struct ledger *ledger;
         struct pin_state pins;
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
+        uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         char *token;          /* API bearer token; NULL for one-shot commands */
         /* Cached response bodies, rebuilt when the state they show changes. */

@@ -18,10 +18,16 @@
 #include "api.h"
 #include "http_server.h"
 #include "log.h"
+#include "monotime.h"
 
 #define TICK_MS 500
 #define TICKS_PER_S (1000 / TICK_MS)
 #define MAX_EVENTS 16
+/* A burst of PVE file changes (a clone, a config edit, a start: several files each) is read once: the inventory
+ * is re-read when the directories have been quiet for REFRESH_QUIET_US, and at the latest REFRESH_MAX_US after
+ * the first change of a steady stream. */
+#define REFRESH_QUIET_US 20000
+#define REFRESH_MAX_US 100000
 
 enum { SRC_SIGNAL = 1, SRC_INOTIFY, SRC_TIMER, SRC_HTTP };
 
@@ -31,6 +37,7 @@ struct loop {
         int epoll_fd, signal_fd, inotify_fd, timer_fd;
         int watch_config, watch_run;
         bool dirty, stop, watchdog;
+        int64_t dirty_since_us, changed_us; /* the first and the last change since the last re-read */
         unsigned ticks;
 };
 
@@ -74,6 +81,23 @@ static void watch_dirs(struct loop *l) {
                 l->watch_run = inotify_add_watch(l->inotify_fd, l->agent->cfg.pve_run_dir, mask);
 }
 
+static void mark_dirty(struct loop *l) {
+        int64_t now = monotime_us();
+        if (!l->dirty)
+                l->dirty_since_us = now;
+        l->changed_us = now;
+        l->dirty = true;
+}
+
+/* Milliseconds until the inventory is due to be re-read: 0 now, -1 when nothing changed. */
+static int refresh_due_ms(const struct loop *l) {
+        if (!l->dirty)
+                return -1;
+        int64_t quiet = l->changed_us + REFRESH_QUIET_US, latest = l->dirty_since_us + REFRESH_MAX_US;
+        int64_t left = (quiet < latest ? quiet : latest) - monotime_us();
+        return left <= 0 ? 0 : (int)((left + 999) / 1000);
+}
+
 static void drain_inotify(struct loop *l) {
         char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
         ssize_t n;
@@ -88,7 +112,7 @@ static void drain_inotify(struct loop *l) {
                         }
                         p += sizeof *ev + ev->len;
                 }
-                l->dirty = true;
+                mark_dirty(l);
         }
 }
 
@@ -99,7 +123,7 @@ static void reload_topology(struct loop *l) {
                 log_error("reload failed, keeping the previous state: %s", err);
         else
                 log_info("topology and node settings re-read");
-        l->dirty = true;
+        mark_dirty(l);
         sd_notify(0, "READY=1");
 }
 
@@ -145,7 +169,7 @@ static void handle_tick(struct loop *l) {
                 log_error("cannot save the reservations after expiring some");
         if (every(l, l->agent->cfg.rescan_interval_s)) {
                 watch_dirs(l);
-                l->dirty = true; /* pmxcfs (FUSE) does not report edits made on other nodes */
+                mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
         }
         if (every(l, l->agent->cfg.pin_interval_s))
                 pin_service_scan(l->agent, true);
@@ -166,7 +190,9 @@ static void dispatch(struct loop *l, uint32_t tag) {
 
 static int loop_iterate(struct loop *l) {
         struct epoll_event events[MAX_EVENTS];
-        int timeout = http_server_timeout_ms(l->http);
+        int timeout = http_server_timeout_ms(l->http), due = refresh_due_ms(l);
+        if (due >= 0 && (timeout < 0 || due < timeout))
+                timeout = due;
         int n = epoll_wait(l->epoll_fd, events, MAX_EVENTS, timeout);
         if (n < 0 && errno != EINTR)
                 return -errno;
@@ -174,7 +200,7 @@ static int loop_iterate(struct loop *l) {
                 dispatch(l, events[i].data.u32);
         if (n == 0)
                 http_server_run(l->http);
-        if (l->dirty)
+        if (refresh_due_ms(l) == 0)
                 refresh(l);
         return 0;
 }

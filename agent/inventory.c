@@ -337,3 +337,54 @@ json_t *inventory_to_json(const struct inventory *inv) {
         }
         return vms;
 }
+
+/* ---- comparing ---- */
+
+static bool same_str(const char *a, const char *b) {
+        return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool same_set(const struct cpuset *a, const struct cpuset *b) {
+        return a == b || (a && b && cpuset_equal(a, b));
+}
+
+static bool same_numa_node(const struct vm_numa *a, const struct vm_numa *b) {
+        return a->present == b->present && same_set(a->guest_cpus, b->guest_cpus) &&
+               same_set(a->hostnodes, b->hostnodes) && a->memory_mib == b->memory_mib &&
+               strcmp(a->policy, b->policy) == 0;
+}
+
+static bool same_errors(const struct vm *a, const struct vm *b) {
+        if (a->n_errors != b->n_errors)
+                return false;
+        for (size_t i = 0; i < a->n_errors; i++)
+                if (a->errors[i].line != b->errors[i].line || !same_str(a->errors[i].reason, b->errors[i].reason))
+                        return false;
+        return true;
+}
+
+bool vm_equal(const struct vm *a, const struct vm *b) {
+        if (a->vmid != b->vmid || a->cores != b->cores || a->sockets != b->sockets || a->vcpus != b->vcpus ||
+            a->memory_mib != b->memory_mib || a->balloon_mib != b->balloon_mib || a->numa != b->numa ||
+            a->numa_valid != b->numa_valid || a->template_vm != b->template_vm || a->running != b->running ||
+            a->pid != b->pid)
+                return false;
+        if (!same_str(a->name, b->name) || !same_str(a->tags, b->tags) || strcmp(a->hugepages, b->hugepages) != 0 ||
+            !same_set(a->affinity, b->affinity) || !same_errors(a, b))
+                return false;
+        for (size_t i = 0; i < INVENTORY_MAX_NUMA; i++)
+                if (!same_numa_node(&a->numa_nodes[i], &b->numa_nodes[i]))
+                        return false;
+        return true;
+}
+
+bool inventory_equal(const struct inventory *a, const struct inventory *b) {
+        if (!a || !b)
+                return a == b;
+        if (a->n_vms != b->n_vms)
+                return false;
+        for (size_t i = 0; i < a->n_vms; i++)
+                if (!vm_equal(a->vms[i], b->vms[i]))
+                        return false;
+        return true;
+}

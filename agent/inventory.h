@@ -70,6 +70,10 @@ const struct vm *inventory_find(const struct inventory *inv, int vmid);
  * -EINVAL (pid file without a pid), -ESRCH (no such process, a zombie, or not the QEMU of this VM: stale). */
 int inventory_running_pid(const char *run_dir, int vmid);
 
+/* Whether two parsed VMs (two inventories: the same VMs in the same order) are the same in every field. */
+bool vm_equal(const struct vm *a, const struct vm *b);
+bool inventory_equal(const struct inventory *a, const struct inventory *b);
+
 /* {"vmid", "name", "vcpus" (effective), "cores", "sockets", "memory_bytes", "balloon_bytes", "affinity"
  * (cpulist or null), "numa", "numa_nodes": [{"index", "cpus", "hostnodes", "memory_bytes", "policy"}],
  * "hugepages", "tags": [...], "template", "running", "pid" (or null), "errors": [{"line", "reason"}]}. */

@@ -207,7 +207,7 @@ static void render_reservations(FILE *f, const struct ledger *l) {
         sample_u64(f, "pvescale_agent_reservations", "state=\"bound\"", bound);
 }
 
-static void render_vms(FILE *f, const struct inventory *inv) {
+static void render_vms(FILE *f, const struct inventory *inv, uint64_t reads) {
         uint64_t running = 0, stopped = 0, bad = 0;
         for (size_t i = 0; i < inv->n_vms; i++) {
                 *(inv->vms[i]->running ? &running : &stopped) += 1;
@@ -217,6 +217,9 @@ static void render_vms(FILE *f, const struct inventory *inv) {
         sample_u64(f, "pvescale_agent_vms", "state=\"running\"", running);
         sample_u64(f, "pvescale_agent_vms", "state=\"stopped\"", stopped);
         gauge_u64(f, "pvescale_agent_vm_config_problems", "VMs whose qemu-server config has malformed lines.", bad);
+        family(f, "pvescale_agent_inventory_reads_total", "counter",
+               "Times the VM configs and run files were read (a burst of changes is read once).");
+        sample_u64(f, "pvescale_agent_inventory_reads_total", "", reads);
 }
 
 static void render_pinning(FILE *f, const struct agent *a) {
@@ -286,7 +289,7 @@ char *metrics_render(const struct metrics *m, const struct agent *a) {
         if (a->ledger)
                 render_reservations(f, a->ledger);
         if (a->inventory)
-                render_vms(f, a->inventory);
+                render_vms(f, a->inventory, a->inventory_reads);
         render_pinning(f, a);
         render_requests(f, m);
         render_latency(f, m);

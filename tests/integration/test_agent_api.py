@@ -148,6 +148,41 @@ class AgentApiTest(unittest.TestCase):
         finally:
             os.unlink(path)
 
+    def inventory_reads(self):
+        status, text = self.get("/metrics", token=False)
+        self.assertEqual(status, 200)
+        line = [l for l in text.splitlines() if l.startswith("pvescale_agent_inventory_reads_total ")]
+        self.assertEqual(len(line), 1, text)
+        return int(float(line[0].split()[1]))
+
+    def wait_for_vmids(self, done):
+        """Poll GET /v1/vms until done(set of vmids) holds (5 s at most), and assert it does."""
+        deadline = time.time() + 5
+        while True:
+            status, body = self.get("/v1/vms")
+            self.assertEqual(status, 200, body)
+            vmids = {vm["vmid"] for vm in json.loads(body)["vms"]}
+            if done(vmids) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertTrue(done(vmids), sorted(vmids))
+
+    def test_burst_of_config_changes_is_read_once(self):
+        """40 configs written 1 ms apart (a burst of clones) are all seen, in a few reads, not one per file."""
+        before = self.inventory_reads()
+        paths = [os.path.join(self.conf_dir, "%d.conf" % vmid) for vmid in range(300, 340)]
+        try:
+            for i, path in enumerate(paths):
+                with open(path, "w") as f:
+                    f.write("name: burst%d\ncores: 1\nmemory: 512\n" % i)
+                time.sleep(0.001)
+            self.wait_for_vmids(lambda vmids: set(range(300, 340)) <= vmids)
+            self.assertLessEqual(self.inventory_reads() - before, 8)
+        finally:
+            for path in paths:
+                os.unlink(path)
+            self.wait_for_vmids(lambda vmids: not vmids & set(range(300, 340)))
+
 
 class AgentStartupTest(unittest.TestCase):
     def setUp(self):

@@ -346,6 +346,42 @@ static pid_t dead_pid(bool reaped) {
         return pid;
 }
 
+/* Every field the agent's accounting reads makes two parses differ; the same text parses equal. */
+static void test_vm_equal(void **state) {
+        (void)state;
+        const char *base = "cores: 4\nmemory: 8192\nname: a\nnuma: 1\n"
+                           "numa0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\n";
+        const char *changed[] = {
+                "cores: 2\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\n",
+                "cores: 4\nmemory: 4096\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: b\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=0,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=preferred\naffinity: 4-7\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-8\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\ntags: x;y\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x\n",
+                "cores: 4\nmemory: 8192\nname: a\nnuma: 1\nnuma0: cpus=0-3,hostnodes=1,memory=8192,policy=bind\naffinity: 4-7\ntags: x;y\ncores: z\n",
+        };
+        struct vm *a = parse(base), *b = parse(base);
+        assert_true(vm_equal(a, b));
+        b->running = true;
+        b->pid = 42;
+        assert_false(vm_equal(a, b));
+        for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) {
+                struct vm *c = parse(changed[i]);
+                assert_false(vm_equal(a, c));
+                vm_free(c);
+        }
+        struct inventory one = { .n_vms = 1, .vms = &a }, other = { .n_vms = 1, .vms = &b }, none = { 0 };
+        assert_true(inventory_equal(&one, &one));
+        assert_false(inventory_equal(&one, &other));
+        assert_false(inventory_equal(&one, &none));
+        assert_false(inventory_equal(&one, NULL));
+        assert_true(inventory_equal(NULL, NULL));
+        vm_free(a);
+        vm_free(b);
+}
+
 static void test_running_with_id(void **state) {
         (void)state;
         pid_t kvm = spawn_as("/usr/bin/kvm", "-id", "105");
@@ -462,6 +498,7 @@ int main(void) {
                 cmocka_unit_test(test_numa_consistency),
                 cmocka_unit_test(test_template_and_booleans),
                 cmocka_unit_test(test_vm_json),
+                cmocka_unit_test(test_vm_equal),
                 cmocka_unit_test_setup_teardown(test_running_with_id, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_running_with_pidfile, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_not_running, setup, teardown),
