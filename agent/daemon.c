@@ -145,7 +145,7 @@ static void refresh(struct loop *l) {
                 return;
         }
         if (r > 0) {
-                pin_service_scan(l->agent, false); /* a VM (re)started: pin its new QEMU process */
+                pin_service_scan(l->agent, PIN_SCAN_NEW); /* a VM (re)started: pin its new QEMU process */
                 char status[128];
                 snprintf(status, sizeof status, "STATUS=Serving; %zu VMs, %u CPUs free", l->agent->inventory->n_vms,
                          l->agent->capacity->cpus_free);
@@ -172,9 +172,9 @@ static void handle_tick(struct loop *l) {
                 mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
         }
         if (every(l, l->agent->cfg.pin_interval_s))
-                pin_service_scan(l->agent, true);
+                pin_service_scan(l->agent, PIN_SCAN_REPAIR);
         else if (l->agent->pins.pending)
-                pin_service_scan(l->agent, false);
+                pin_service_scan(l->agent, PIN_SCAN_TICK);
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
@@ -260,7 +260,7 @@ int daemon_run(struct agent *a) {
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
         int r = loop_open(&l);
         if (r == 0) {
-                pin_service_scan(a, true);
+                pin_service_scan(a, PIN_SCAN_REPAIR);
                 sd_notifyf(0, "READY=1\nSTATUS=Serving; %zu VMs, %u CPUs free\nMAINPID=%d", a->inventory->n_vms,
                            a->capacity->cpus_free, (int)getpid());
                 log_info("ready: node %s, region %s, %zu VMs", a->cfg.node_name, a->cfg.region, a->inventory->n_vms);

@@ -11,6 +11,8 @@
 #include "log.h"
 #include "pinning.h"
 
+#define PIN_RECHECKS 4 /* timer ticks (2 s) */
+
 /* The plan for a VM bound to a placed reservation: borrowed from the placement; mem_nodes is owned. */
 static int plan_for(const struct agent *a, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
         const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
@@ -73,8 +75,13 @@ static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
         cpuset_free(nodes);
         bool complete = r == 0 && rep->vcpus_missing == 0;
         struct pin_record *rec = record_for(&a->pins, vmid);
-        if (complete && rec)
+        if (complete && rec) {
+                if (rec->pid != plan.pid) { /* a QEMU process pinned for the first time */
+                        rec->rechecks = PIN_RECHECKS;
+                        a->pins.pending = true;
+                }
                 rec->pid = plan.pid;
+        }
         if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
                 a->pins.pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
                 return r;
@@ -143,7 +150,16 @@ static void forget_gone(struct agent *a) {
         a->pins.n = kept;
 }
 
-void pin_service_scan(struct agent *a, bool repair) {
+/* A VM pinned a moment ago: whether one of its rechecks is due and finds a thread off its CPUs. */
+static bool recheck_drifted(struct agent *a, int vmid) {
+        struct pin_record *rec = (struct pin_record *)find_record(a, vmid);
+        if (!rec || rec->rechecks == 0 || !already_pinned(a, vmid))
+                return false;
+        rec->rechecks--;
+        return vm_drift(a, vmid) > 0;
+}
+
+void pin_service_scan(struct agent *a, enum pin_scan mode) {
         a->pins.pending = false;
         forget_gone(a);
         for (size_t i = 0; i < a->ledger->n; i++) {
@@ -151,11 +167,15 @@ void pin_service_scan(struct agent *a, bool repair) {
                 struct pin_report rep;
                 if (!vmid || !wants_pin(a, vmid))
                         continue;
-                bool due = repair ? !already_pinned(a, vmid) || vm_drift(a, vmid) > 0
-                                  : !already_pinned(a, vmid) && !failed_before(a, vmid);
+                bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(a, vmid) || vm_drift(a, vmid) > 0
+                           : (!already_pinned(a, vmid) && !failed_before(a, vmid)) ||
+                                     (mode == PIN_SCAN_TICK && recheck_drifted(a, vmid));
                 if (due)
                         pin_vm(a, vmid, &rep);
         }
+        for (size_t i = 0; i < a->pins.n; i++)
+                if (a->pins.records[i].rechecks > 0)
+                        a->pins.pending = true;
 }
 
 int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report) {

@@ -12,12 +12,15 @@ struct pin_record {
         int vmid;
         int pid;        /* fully pinned */
         int failed_pid; /* pinning failed for this QEMU: retried only by the periodic repair, not on every change */
+        unsigned rechecks; /* timer ticks left in which a freshly pinned QEMU is checked again: threads created as
+                            * it starts running (KVM's NX huge page recovery worker) inherit their creator's mask */
 };
 
 struct pin_state {
         size_t n;
         struct pin_record *records;
-        bool pending;                  /* a VM needs pinning but its threads were not all there yet */
+        bool pending;                  /* a VM needs pinning but its threads were not all there yet, or a
+                                        * freshly pinned one is to be checked again */
         unsigned long long pins_ok;    /* pinning_apply runs that pinned everything */
         unsigned long long pin_failures; /* runs with failed threads or errors */
 };
@@ -26,9 +29,14 @@ struct pin_state {
  * was not pinned yet, and the policy is static. */
 void pin_service_vm_changed(struct agent *a, int vmid);
 
-/* Look at every bound VM: pin new QEMU processes (restarts); with repair, also re-pin VMs whose real
- * affinity drifted from the wanted one. Forget records of VMs that are gone. */
-void pin_service_scan(struct agent *a, bool repair);
+enum pin_scan {
+        PIN_SCAN_NEW,    /* pin new QEMU processes (starts, restarts) */
+        PIN_SCAN_TICK,   /* that, and check the VMs pinned in the last few ticks again */
+        PIN_SCAN_REPAIR, /* that, and re-pin every VM whose real affinity drifted from the wanted one */
+};
+
+/* Look at every bound VM as the mode says. Forget records of VMs that are gone. */
+void pin_service_scan(struct agent *a, enum pin_scan mode);
 
 /* POST /v1/vms/{vmid}/pin: pin now whatever was pinned before. 0 with a report; -ENOENT not bound to a
  * placed reservation, -ESRCH not running, -EPERM policy is simple; other negative errno from pinning. */
