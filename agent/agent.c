@@ -106,7 +106,7 @@ int agent_refresh(struct agent *a) {
         if (r < 0)
                 return r;
         a->inventory_reads++;
-        bool changed = !a->inventory || !inventory_equal(a->inventory, inv) || !a->capacity;
+        bool changed = !inventory_equal(a->inventory, inv) || !a->capacity;
         inventory_free(a->inventory);
         a->inventory = inv;
         int released = agent_expire(a);

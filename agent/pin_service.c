@@ -104,7 +104,7 @@ static bool wants_pin(const struct agent *a, int vmid) {
         return r && r->placement && vm && vm->running && vm->pid > 0;
 }
 
-static const struct pin_record *find_record(const struct agent *a, int vmid) {
+static struct pin_record *find_record(const struct agent *a, int vmid) {
         for (size_t i = 0; i < a->pins.n; i++)
                 if (a->pins.records[i].vmid == vmid)
                         return &a->pins.records[i];
@@ -152,7 +152,7 @@ static void forget_gone(struct agent *a) {
 
 /* A VM pinned a moment ago: whether one of its rechecks is due and finds a thread off its CPUs. */
 static bool recheck_drifted(struct agent *a, int vmid) {
-        struct pin_record *rec = (struct pin_record *)find_record(a, vmid);
+        struct pin_record *rec = find_record(a, vmid);
         if (!rec || rec->rechecks == 0 || !already_pinned(a, vmid))
                 return false;
         rec->rechecks--;
