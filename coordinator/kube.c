@@ -408,12 +408,17 @@ static char *url_of(const struct kube_client *c, const char *path) {
         return asprintf(&url, "%s%s", c->server, path) < 0 ? NULL : url;
 }
 
+static const char ACCEPT_JSON[] = "Accept: application/json";
+/* The object's metadata alone; a server that cannot answer so sends the whole object. */
+static const char ACCEPT_METADATA[] = "Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, "
+                                      "application/json";
+
 /* Send with retries; on success *resp holds the final response (any status). */
 static int send_retrying(struct kube_client *c, const char *method, const char *path, const char *ctype,
-                         const char *body, struct http_client_response *resp) {
+                         const char *body, const char *accept, struct http_client_response *resp) {
         char ct[128];
         snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
-        const char *headers[] = { "Accept: application/json", body ? ct : NULL, NULL };
+        const char *headers[] = { accept, body ? ct : NULL, NULL };
         char *url = url_of(c, path);
         if (!url)
                 return -ENOMEM;
@@ -435,15 +440,15 @@ static int send_retrying(struct kube_client *c, const char *method, const char *
         return r;
 }
 
-int kube_request(struct kube_client *c, const char *method, const char *path, const char *content_type,
-                 const json_t *body, json_t **ret_obj) {
+static int request(struct kube_client *c, const char *method, const char *path, const char *content_type,
+                   const json_t *body, const char *accept, json_t **ret_obj) {
         c->error[0] = '\0';
         c->last_reason[0] = '\0';
         char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         if (body && !text)
                 return -ENOMEM;
         struct http_client_response resp = { 0 };
-        int r = send_retrying(c, method, path, content_type, text, &resp);
+        int r = send_retrying(c, method, path, content_type, text, accept, &resp);
         free(text);
         if (r < 0)
                 return r == -ENOMEM ? r : fail_transport(c, method, path, r);
@@ -467,9 +472,14 @@ int kube_request(struct kube_client *c, const char *method, const char *path, co
         return 0;
 }
 
+int kube_request(struct kube_client *c, const char *method, const char *path, const char *content_type,
+                 const json_t *body, json_t **ret_obj) {
+        return request(c, method, path, content_type, body, ACCEPT_JSON, ret_obj);
+}
+
 int kube_client_stream(struct kube_client *c, const char *path, long idle_timeout_ms, http_client_line_fn fn,
                        void *userdata, struct http_client_response *ret_resp) {
-        static const char *const headers[] = { "Accept: application/json", NULL };
+        static const char *const headers[] = { ACCEPT_JSON, NULL };
         char *url = url_of(c, path);
         if (!url)
                 return -ENOMEM;
@@ -490,15 +500,21 @@ static const char *obj_string(const json_t *obj, const char *key) {
 }
 
 /* Build the path, run the request, free the path. */
-static int call(struct kube_client *c, const char *method, const struct kube_resource *rt, const char *ns,
-                const char *name, const char *sub, const char *ctype, const json_t *body, json_t **ret) {
+static int call_accepting(struct kube_client *c, const char *method, const struct kube_resource *rt, const char *ns,
+                          const char *name, const char *sub, const char *ctype, const json_t *body,
+                          const char *accept, json_t **ret) {
         char *path;
         int r = kube_path(rt, ns, name, sub, &path);
         if (r < 0)
                 return r;
-        r = kube_request(c, method, path, ctype, body, ret);
+        r = request(c, method, path, ctype, body, accept, ret);
         free(path);
         return r;
+}
+
+static int call(struct kube_client *c, const char *method, const struct kube_resource *rt, const char *ns,
+                const char *name, const char *sub, const char *ctype, const json_t *body, json_t **ret) {
+        return call_accepting(c, method, rt, ns, name, sub, ctype, body, ACCEPT_JSON, ret);
 }
 
 int kube_get(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *name, json_t **ret) {
@@ -636,8 +652,9 @@ int kube_delete(struct kube_client *c, const struct kube_resource *rt, const cha
         return r;
 }
 
-int kube_update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
-                     const json_t *before, const json_t *obj, json_t **ret) {
+/* The merge patch goes with the given Accept header; the PUT (for nulls) always asks for the whole object. */
+static int update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                       const json_t *before, const json_t *obj, const char *accept, json_t **ret) {
         const char *rv = obj_string(before, "resourceVersion"), *name = obj_string(obj, "name");
         json_t *patch = NULL, *md;
         int r = rv && name ? jsonutil_merge_diff(before, obj, &patch) : -EINVAL;
@@ -650,9 +667,45 @@ int kube_update_from(struct kube_client *c, const struct kube_resource *rt, cons
                 md = NULL;
         r = md && json_object_set_new(md, "resourceVersion", json_string(rv)) == 0 ? 0 : -ENOMEM;
         if (r == 0)
-                r = kube_patch(c, rt, ns ? ns : obj_string(obj, "namespace"), name, sub, KUBE_PATCH_MERGE, patch, ret);
+                r = call_accepting(c, "PATCH", rt, ns ? ns : obj_string(obj, "namespace"), name, sub,
+                                   patch_content_type(KUBE_PATCH_MERGE), patch, accept, ret);
         json_decref(patch);
         return r;
+}
+
+int kube_update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                     const json_t *before, const json_t *obj, json_t **ret) {
+        return update_from(c, rt, ns, sub, before, obj, ACCEPT_JSON, ret);
+}
+
+/* obj with the answer's metadata when the answer is PartialObjectMetadata, else the answer itself. Takes answer. */
+static int with_metadata_of(struct kube_client *c, const json_t *obj, json_t *answer, json_t **ret) {
+        const char *kind = json_string_value(json_object_get(answer, "kind"));
+        if (!kind || strcmp(kind, "PartialObjectMetadata") != 0) {
+                *ret = answer;
+                return 0;
+        }
+        json_t *md = json_object_get(answer, "metadata");
+        json_t *out = json_is_object(md) ? json_copy((json_t *)obj) : NULL;
+        int r = !json_is_object(md) ? -EBADMSG : out && json_object_set(out, "metadata", md) == 0 ? 0 : -ENOMEM;
+        json_decref(answer);
+        if (r == -EBADMSG)
+                snprintf(c->error, sizeof c->error, "PartialObjectMetadata without metadata");
+        if (r < 0) {
+                json_decref(out);
+                return r;
+        }
+        *ret = out;
+        return 0;
+}
+
+int kube_update_from_as_sent(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                             const json_t *before, const json_t *obj, json_t **ret) {
+        json_t *answer = NULL;
+        int r = update_from(c, rt, ns, sub, before, obj, ret ? ACCEPT_METADATA : ACCEPT_JSON, ret ? &answer : NULL);
+        if (r < 0 || !ret)
+                return r;
+        return with_metadata_of(c, obj, answer, ret);
 }
 
 /* One get-modify-write round; from a copy of current when there is one. */

@@ -139,6 +139,12 @@ int kube_update(struct kube_client *c, const struct kube_resource *rt, const cha
  * nothing only the copy has is written back. What a merge patch cannot say (a null in obj) goes as kube_update. */
 int kube_update_from(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
                      const json_t *before, const json_t *obj, json_t **ret);
+/* kube_update_from for a write the server stores as sent (a custom resource's status subresource, no webhook
+ * changing it): the answer is asked for as PartialObjectMetadata, and *ret is obj with the metadata the server
+ * gave it (its new resourceVersion), which spares reading the whole object back. A server that answers with the
+ * whole object (or the PUT kube_update_from falls back to) is taken at its word. */
+int kube_update_from_as_sent(struct kube_client *c, const struct kube_resource *rt, const char *ns, const char *sub,
+                             const json_t *before, const json_t *obj, json_t **ret);
 
 enum kube_patch_type {
         KUBE_PATCH_MERGE,     /* application/merge-patch+json (RFC 7386) */

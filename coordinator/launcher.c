@@ -406,7 +406,7 @@ int launcher_commit(struct lctx *c, json_t *changes) {
                 json_t *obj = claim_for_write(c->claim), *stored = NULL;
                 r = obj ? apply_changes(obj, changes, c->now) : -ENOMEM;
                 if (r == 0)
-                        r = kube_update_from(c->kube, &kube_nodeclaims, NULL, "status", c->claim, obj, &stored);
+                        r = kube_update_from_as_sent(c->kube, &kube_nodeclaims, NULL, "status", c->claim, obj, &stored);
                 json_decref(obj);
                 if (r == 0) {
                         note_written(c->l, c->name, stored);

@@ -322,6 +322,45 @@ static void test_custom_resource_status(void **state) {
         kube_client_free(c);
 }
 
+/* A status write answered with metadata alone: the copy is what the server holds, including its new version. */
+static void test_update_from_as_sent(void **state) {
+        (void)state;
+        struct kube_client *c = client(0);
+        json_t *claim = j("{\"apiVersion\": \"pvescale.io/v1alpha1\", \"kind\": \"NodeClaim\","
+                          " \"metadata\": {\"name\": \"default-sent\"}, \"spec\": {\"nodePool\": \"default\"}}");
+        json_t *before, *stored, *stored2, *got;
+        assert_int_equal(kube_create(c, &kube_nodeclaims, NULL, claim, &before), 0);
+        json_t *obj = json_deep_copy(before);
+        json_object_set_new(obj, "status", j("{\"vmid\": 107, \"host\": \"pve2\"}"));
+        assert_int_equal(kube_update_from_as_sent(c, &kube_nodeclaims, NULL, "status", before, obj, &stored), 0);
+        assert_int_equal(kube_get(c, &kube_nodeclaims, NULL, "default-sent", &got), 0);
+        assert_true(json_equal(stored, got));
+        json_decref(got);
+        /* The answer carries no spec: a spec change, which the status subresource ignores, stays in the copy. */
+        json_t *obj2 = json_deep_copy(stored);
+        json_object_set_new(json_object_get(obj2, "spec"), "nodePool", json_string("elsewhere"));
+        json_object_set_new(json_object_get(obj2, "status"), "vmid", json_integer(108));
+        assert_int_equal(kube_update_from_as_sent(c, &kube_nodeclaims, NULL, "status", stored, obj2, &stored2), 0);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(stored2, "spec"), "nodePool")),
+                            "elsewhere");
+        assert_int_equal(kube_get(c, &kube_nodeclaims, NULL, "default-sent", &got), 0);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(got, "spec"), "nodePool")), "default");
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(got, "status"), "vmid")), 108);
+        assert_true(json_equal(json_object_get(got, "metadata"), json_object_get(stored2, "metadata")));
+        json_decref(got);
+        /* Written from the first copy again: the version it carries is stale. */
+        json_t *stale = NULL;
+        assert_int_equal(kube_update_from_as_sent(c, &kube_nodeclaims, NULL, "status", before, obj, &stale), -ESTALE);
+        assert_null(stale);
+        json_decref(obj2);
+        json_decref(stored2);
+        json_decref(stored);
+        json_decref(obj);
+        json_decref(before);
+        json_decref(claim);
+        kube_client_free(c);
+}
+
 /* ---- lists ---- */
 
 static void test_list_pages_and_selectors(void **state) {
@@ -747,6 +786,7 @@ int main(void) {
                 cmocka_unit_test(test_modify_with_a_null_puts),
                 cmocka_unit_test(test_patches),
                 cmocka_unit_test(test_custom_resource_status),
+                cmocka_unit_test(test_update_from_as_sent),
                 cmocka_unit_test(test_list_pages_and_selectors),
                 cmocka_unit_test(test_events),
                 cmocka_unit_test(test_bind_and_evict),

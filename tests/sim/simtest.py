@@ -190,9 +190,10 @@ class Sim:
                         ctype="multipart/form-data; boundary=%s" % boundary)
 
     # ---- Kubernetes -------------------------------------------------------------------
-    def kube(self, method, path, body=None, ctype="application/json", token=None, timeout=30):
+    def kube(self, method, path, body=None, ctype="application/json", token=None, timeout=30,
+             accept="application/json"):
         headers = {"Authorization": "Bearer %s" % (token if token is not None else self.ep["kube"]["token"]),
-                   "Accept": "application/json"}
+                   "Accept": accept}
         data = None
         if body is not None:
             data = json.dumps(body) if not isinstance(body, (bytes, str)) else body
@@ -203,10 +204,13 @@ class Sim:
         u = urllib.parse.urlsplit(self.ep["kube"]["url"])
         return http.client.HTTPSConnection(u.hostname, u.port, context=self.ctx, timeout=30)
 
-    def watch(self, path, timeout=30):
+    def watch(self, path, timeout=30, accept=None):
         """Open a watch; returns (connection, response) to read JSON lines from."""
         conn = self.kube_conn()
-        conn.request("GET", path, headers={"Authorization": "Bearer %s" % self.ep["kube"]["token"]})
+        headers = {"Authorization": "Bearer %s" % self.ep["kube"]["token"]}
+        if accept:
+            headers["Accept"] = accept
+        conn.request("GET", path, headers=headers)
         return conn, conn.getresponse()
 
     # ---- admin --------------------------------------------------------------------------

@@ -175,6 +175,36 @@ class KubeTest(unittest.TestCase):
         r = self.k("GET", NS + "/configmaps?resourceVersionMatch=Exact&resourceVersion=" + rv0)
         self.assertEqual((r.status, r.json["reason"]), (410, "Expired"))
 
+    def test_partial_object_metadata(self):
+        meta = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+        r = self.k("POST", NS + "/configmaps", {"metadata": {"name": "pom", "labels": {"p": "1"}}, "data": {"a": "1"}},
+                   accept=meta)
+        self.assertEqual(r.status, 201)
+        self.assertEqual((r.json["kind"], r.json["apiVersion"]), ("PartialObjectMetadata", "meta.k8s.io/v1"))
+        self.assertEqual((r.json["metadata"]["name"], r.json["metadata"]["labels"]), ("pom", {"p": "1"}))
+        self.assertNotIn("data", r.json)
+        conn, resp = self.sim.watch(NS + "/configmaps?watch=1&labelSelector=p&resourceVersion=" +
+                                    r.json["metadata"]["resourceVersion"], accept=meta)
+        r = self.k("PATCH", NS + "/configmaps/pom", {"data": {"a": "2"}}, ctype="application/merge-patch+json",
+                   accept=meta)
+        self.assertEqual((r.status, r.json["kind"]), (200, "PartialObjectMetadata"))
+        rv = r.json["metadata"]["resourceVersion"]
+        ev = read_events(resp, 1)[0]
+        conn.close()
+        self.assertEqual((ev["type"], ev["object"]["kind"], ev["object"]["metadata"]["resourceVersion"]),
+                         ("MODIFIED", "PartialObjectMetadata", rv))
+        self.assertEqual(self.k("GET", NS + "/configmaps/pom").json["data"], {"a": "2"})  # the write went whole
+        self.assertEqual(self.k("GET", NS + "/configmaps/pom", accept=meta).json["metadata"]["resourceVersion"], rv)
+        lst = self.k("GET", NS + "/configmaps?labelSelector=p",
+                     accept="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").json
+        self.assertEqual((lst["kind"], [i["kind"] for i in lst["items"]]),
+                         ("PartialObjectMetadataList", ["PartialObjectMetadata"]))
+        # a list asked for as a single object's representation falls back to the next type offered
+        self.assertEqual(self.k("GET", NS + "/configmaps?labelSelector=p", accept=meta).json["kind"], "ConfigMapList")
+        r = self.k("GET", NS + "/configmaps/pom", accept="application/json;as=Table;g=meta.k8s.io;v=v1")
+        self.assertEqual((r.status, r.json["reason"]), (406, "NotAcceptable"))
+        self.assertEqual(self.k("GET", NS + "/configmaps/pom", accept="application/yaml, */*").json["kind"], "ConfigMap")
+
     def test_watch_delivers_a_burst_whole_and_in_order(self):
         # 300 pods made in one burst queue their events together: the watch must lose, repeat or reorder none of
         # them, nor the event after the burst

@@ -124,6 +124,38 @@ def _copy(o):
     return copy.deepcopy(o)
 
 
+META_GROUP, META_VERSION = "meta.k8s.io", "v1"
+
+
+def negotiate_as(accept, want):
+    """The representation an Accept header asks for, negotiated as kube-apiserver does: the first media type that
+    is JSON (or a wildcard) and either plain, giving None (the object itself), or asking for `want`
+    ("PartialObjectMetadata" or "PartialObjectMetadataList") of meta.k8s.io/v1, giving `want`. Media types the
+    simulator does not serve (YAML, protobuf) are passed over; when nothing is left and some type asked for another
+    representation, 406 NotAcceptable."""
+    asked_other = False
+    for part in (accept or "*/*").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        params = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
+        if fields[0].lower() not in ("application/json", "application/*", "*/*"):
+            continue
+        if "as" not in params:
+            return None
+        if params["as"] == want and params.get("g") == META_GROUP and params.get("v") == META_VERSION:
+            return want
+        asked_other = True
+    if asked_other:
+        raise KubeError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                        "application/yaml, application/vnd.kubernetes.protobuf")
+    return None
+
+
+def partial_metadata(obj):
+    """obj as PartialObjectMetadata: its metadata alone."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": META_GROUP + "/" + META_VERSION,
+            "metadata": obj.get("metadata") or {}}
+
+
 class Watcher:
     def __init__(self, rt, ns, label_reqs, field_reqs):
         self.rt = rt
@@ -615,9 +647,10 @@ class KubeApp:
                 res = self.w.kube_hooks.bind(ns, (obj.get("metadata") or {}).get("name"), obj)
             return req.reply_json(201, res)
         if m == "GET":
+            want = negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata")
             with self.w.lock:
                 o = _copy(self.s.get(rt, ns, name))
-            return req.reply_json(200, o)
+            return req.reply_json(200, partial_metadata(o) if want else o)
         if m == "POST" and name is None:
             obj = self._body(req)
             self._check_typemeta(rt, obj)
@@ -675,6 +708,8 @@ class KubeApp:
         raise KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     def _reply_obj(self, req, code, obj):
+        if negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata"):
+            obj = partial_metadata(obj)
         hdrs = {}
         warns = self.w.kube_hooks.warnings
         if warns:
@@ -690,6 +725,7 @@ class KubeApp:
         return lr, fr
 
     def _list(self, req, rt, ns):
+        want = negotiate_as(req.headers.get("Accept"), "PartialObjectMetadataList")
         lr, fr = self._selectors(req, rt)
         limit = int(req.q1("limit", "0") or 0)
         cont = req.q1("continue")
@@ -725,9 +761,13 @@ class KubeApp:
                     c.pop("kind", None)
                     c.pop("apiVersion", None)
                 out.append(c)
+        if want:
+            return req.reply_json(200, {"kind": want, "apiVersion": META_GROUP + "/" + META_VERSION, "metadata": meta,
+                                        "items": [partial_metadata(o) for o in out]})
         req.reply_json(200, {"kind": rt.kind + "List", "apiVersion": rt.api_version, "metadata": meta, "items": out})
 
     def _watch(self, req, rt, ns):
+        shape = partial_metadata if negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata") else None
         lr, fr = self._selectors(req, rt)
         rv_param = req.q1("resourceVersion") or ""
         bookmarks = req.q1("allowWatchBookmarks") in ("1", "true")
@@ -767,13 +807,13 @@ class KubeApp:
                 req.write_chunk(util.json_bytes({"type": "ERROR", "object": err}) + b"\n")
                 return
             for etype, obj in initial:
-                req.write_chunk(util.json_bytes({"type": etype, "object": obj}) + b"\n")
+                req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj) if shape else obj}) + b"\n")
             if send_initial and bookmarks:
                 req.write_chunk(util.json_bytes({"type": "BOOKMARK", "object": {
                     "kind": rt.kind, "apiVersion": rt.api_version,
                     "metadata": {"resourceVersion": str(cur_rv),
                                  "annotations": {"k8s.io/initial-events-end": "true"}}}}) + b"\n")
-            self._stream(req, wt, rt, timeout, bookmarks)
+            self._stream(req, wt, rt, timeout, bookmarks, shape)
         except OSError:
             pass
         finally:
@@ -783,7 +823,7 @@ class KubeApp:
                     self.s.watchers.remove(wt)
             req.end_chunked()
 
-    def _stream(self, req, wt, rt, timeout, bookmarks):
+    def _stream(self, req, wt, rt, timeout, bookmarks, shape):
         end = time.time() + timeout
         interval = float(self.w.knob("bookmark_interval_seconds"))
         while not self.w.stopping:
@@ -808,7 +848,7 @@ class KubeApp:
             if ev is None:
                 return
             etype, obj = ev
-            req.write_chunk(util.json_bytes({"type": etype, "object": obj}) + b"\n")
+            req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj) if shape else obj}) + b"\n")
 
     def disconnect_watches(self):
         with self.w.lock:
