@@ -15,6 +15,7 @@
 #include "tokens.h"
 #include "yamlconf.h"
 #include "monotime.h"
+#include "quantity.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define DEFAULT_SECRET_NAMESPACE "kube-system"
@@ -260,14 +261,41 @@ static int tdata_load(struct lctx *c, struct tdata *t) {
         return t->values && t->labels && t->taints && t->tags ? 0 : -ENOMEM;
 }
 
-/* The class's KubeletConfiguration, with maxPods set to the shape's pod capacity when the class leaves it out:
- * the kubelet then reports the capacity the claim promised (its own default is 110). A value that is not an
- * object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
+/* A copy of the class's kubeReserved or systemReserved with the shape's cpu and memory where it leaves them out.
+ * A value that is not an object is passed on for cloudinit_data to refuse. New reference, or NULL. */
+static json_t *reserved_filled(const json_t *given, const struct resources *shape) {
+        char buf[32];
+        if (given && !json_is_object(given))
+                return json_incref((json_t *)given);
+        json_t *out = given ? json_copy((json_t *)given) : json_object();
+        if (out && !json_object_get(out, "cpu"))
+                json_object_set_new(out, "cpu", json_string(quantity_format_milli(shape->v[RESOURCE_CPU], buf,
+                                                                                  sizeof buf)));
+        if (out && !json_object_get(out, "memory"))
+                json_object_set_new(out, "memory", json_string(quantity_format_bytes(shape->v[RESOURCE_MEMORY], buf,
+                                                                                     sizeof buf)));
+        return out;
+}
+
+/* The class's KubeletConfiguration, completed with what the shape was computed with where the class leaves it
+ * out: maxPods (the kubelet's own default is 110), kubeReserved and systemReserved (its own default is none).
+ * The kubelet then reports the pods and allocatable the claim promised. (evictionHard is left to the kubelet:
+ * the shape assumes its default, and the flag would replace all of its default thresholds.) A value that is not
+ * an object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
 static json_t *kubelet_configuration(struct lctx *c) {
         json_t *kc = json_object_get(nc_spec(c), "kubeletConfiguration");
         json_t *out = !kc ? json_object() : json_is_object(kc) ? json_copy(kc) : json_incref(kc);
-        if (json_is_object(out) && !json_object_get(out, "maxPods"))
+        if (!json_is_object(out))
+                return out;
+        if (!json_object_get(out, "maxPods"))
                 json_object_set_new(out, "maxPods", json_integer((json_int_t)c->shape.capacity.v[RESOURCE_PODS]));
+        json_t *kube = json_object_get(out, "kubeReserved"), *sys = json_object_get(out, "systemReserved");
+        /* set_new takes the value (a NULL fails): the second is made only when the first went in */
+        if (json_object_set_new(out, "kubeReserved", reserved_filled(kube, &c->shape.kube_reserved)) < 0 ||
+            json_object_set_new(out, "systemReserved", reserved_filled(sys, &c->shape.system_reserved)) < 0) {
+                json_decref(out);
+                return NULL;
+        }
         return out;
 }
 

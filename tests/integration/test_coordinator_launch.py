@@ -13,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
+from simlib.util import parse_quantity  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -93,7 +94,13 @@ class LaunchTest(cl.CoordinatorTest):
             self.assertEqual(claim["status"]["capacity"]["cpu"], node["status"]["capacity"]["cpu"], claim["status"])
             # the kubelet is told the shape's pod capacity (--max-pods), not left at its default of 110
             self.assertEqual(claim["status"]["capacity"]["pods"], node["status"]["capacity"]["pods"], claim["status"])
-            self.assertIn("memory", claim["status"]["allocatable"])
+            # and what the shape reserves (--kube-reserved, --system-reserved; the kubelet's own default is none):
+            # the Node offers the CPU the claim promised, and at least its memory (the simulated guest kernel keeps
+            # none of the VM's memory for itself)
+            alloc, node_alloc = claim["status"]["allocatable"], node["status"]["allocatable"]
+            self.assertEqual(parse_quantity(alloc["cpu"]), parse_quantity(node_alloc["cpu"]), (alloc, node_alloc))
+            self.assertLess(parse_quantity(node_alloc["memory"]), parse_quantity(node["status"]["capacity"]["memory"]))
+            self.assertGreaterEqual(parse_quantity(node_alloc["memory"]), parse_quantity(alloc["memory"]))
         # Each pod runs on the node of a claim; the two anti-affinity pods on different ones.
         on = {n: pods[n]["spec"]["nodeName"] for n in names}
         self.assertTrue(set(on.values()) <= {x["status"]["nodeName"] for x in claims.values()}, on)
