@@ -203,6 +203,10 @@ class KubeTest(unittest.TestCase):
         self.assertEqual(self.k("GET", NS + "/configmaps?labelSelector=p", accept=meta).json["kind"], "ConfigMapList")
         r = self.k("GET", NS + "/configmaps/pom", accept="application/json;as=Table;g=meta.k8s.io;v=v1")
         self.assertEqual((r.status, r.json["reason"]), (406, "NotAcceptable"))
+        r = self.k("PATCH", NS + "/configmaps/pom", {"data": {"a": "3"}}, ctype="application/merge-patch+json",
+                   accept="application/json;as=Table;g=meta.k8s.io;v=v1")
+        self.assertEqual((r.status, r.json["reason"]), (406, "NotAcceptable"))
+        self.assertEqual(self.k("GET", NS + "/configmaps/pom").json["data"], {"a": "2"})  # refused before the write
         self.assertEqual(self.k("GET", NS + "/configmaps/pom", accept="application/yaml, */*").json["kind"], "ConfigMap")
 
     def test_watch_delivers_a_burst_whole_and_in_order(self):

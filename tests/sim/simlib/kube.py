@@ -641,13 +641,14 @@ class KubeApp:
             if req.q1("watch") in ("1", "true"):
                 return self._watch(req, rt, ns)
             return self._list(req, rt, ns)
+        # Negotiated before anything is done, as kube-apiserver does: a 406 changes nothing.
+        want = negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata")
         if rt.plural == "bindings" and m == "POST":
             obj = self._body(req)
             with self.w.lock:
                 res = self.w.kube_hooks.bind(ns, (obj.get("metadata") or {}).get("name"), obj)
             return req.reply_json(201, res)
         if m == "GET":
-            want = negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata")
             with self.w.lock:
                 o = _copy(self.s.get(rt, ns, name))
             return req.reply_json(200, partial_metadata(o) if want else o)
@@ -656,7 +657,7 @@ class KubeApp:
             self._check_typemeta(rt, obj)
             with self.w.lock:
                 res = self.s.create(rt, ns, obj, dry)
-            return self._reply_obj(req, 201, res)
+            return self._reply_obj(req, 201, res, want)
         if m == "POST" and sub == "eviction" and rt.plural == "pods":
             obj = self._body(req)
             with self.w.lock:
@@ -676,12 +677,12 @@ class KubeApp:
             self._check_typemeta(rt, obj)
             with self.w.lock:
                 res = self.s.update(rt, ns, name, obj, sub, dry_run=dry)
-            return self._reply_obj(req, 200, res)
+            return self._reply_obj(req, 200, res, want)
         if m == "PATCH":
             ctype = (req.headers.get("Content-Type") or "").lower()
             with self.w.lock:
                 res = self.s.patch(rt, ns, name, ctype, req.body, sub, dry_run=dry)
-            return self._reply_obj(req, 200, res)
+            return self._reply_obj(req, 200, res, want)
         if m == "DELETE" and name is not None:
             opts = {}
             if req.body:
@@ -707,8 +708,8 @@ class KubeApp:
             return req.reply_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
         raise KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
-    def _reply_obj(self, req, code, obj):
-        if negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata"):
+    def _reply_obj(self, req, code, obj, want):
+        if want:
             obj = partial_metadata(obj)
         hdrs = {}
         warns = self.w.kube_hooks.warnings
