@@ -150,6 +150,10 @@ def negotiate_as(accept, want):
     return None
 
 
+def _same(obj):
+    return obj
+
+
 def partial_metadata(obj):
     """obj as PartialObjectMetadata: its metadata alone."""
     return {"kind": "PartialObjectMetadata", "apiVersion": META_GROUP + "/" + META_VERSION,
@@ -768,7 +772,7 @@ class KubeApp:
         req.reply_json(200, {"kind": rt.kind + "List", "apiVersion": rt.api_version, "metadata": meta, "items": out})
 
     def _watch(self, req, rt, ns):
-        shape = partial_metadata if negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata") else None
+        shape = partial_metadata if negotiate_as(req.headers.get("Accept"), "PartialObjectMetadata") else _same
         lr, fr = self._selectors(req, rt)
         rv_param = req.q1("resourceVersion") or ""
         bookmarks = req.q1("allowWatchBookmarks") in ("1", "true")
@@ -808,7 +812,7 @@ class KubeApp:
                 req.write_chunk(util.json_bytes({"type": "ERROR", "object": err}) + b"\n")
                 return
             for etype, obj in initial:
-                req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj) if shape else obj}) + b"\n")
+                req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj)}) + b"\n")
             if send_initial and bookmarks:
                 req.write_chunk(util.json_bytes({"type": "BOOKMARK", "object": {
                     "kind": rt.kind, "apiVersion": rt.api_version,
@@ -849,7 +853,7 @@ class KubeApp:
             if ev is None:
                 return
             etype, obj = ev
-            req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj) if shape else obj}) + b"\n")
+            req.write_chunk(util.json_bytes({"type": etype, "object": shape(obj)}) + b"\n")
 
     def disconnect_watches(self):
         with self.w.lock:
