@@ -97,6 +97,8 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opti
 void kube_client_free(struct kube_client *c);
 /* Stop transfers, waits and informers of this client while *flag is true. */
 void kube_client_set_cancel(struct kube_client *c, const atomic_bool *flag);
+/* Whether the cancel flag is set: the client's calls fail with -ECANCELED (a stop, not an error). */
+bool kube_client_canceled(const struct kube_client *c);
 /* Why the last call failed: "PUT /apis/...: 409 Conflict: Operation cannot be fulfilled ...". "" after success. */
 const char *kube_client_error(const struct kube_client *c);
 /* The HTTP status of the last call (0 = no response), and its Status reason ("Conflict", "AlreadyExists"...). */

@@ -20,5 +20,4 @@ int kube_client_fail_status(struct kube_client *c, const char *what, const json_
 void kube_client_set_error(struct kube_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sleep ms, waking early with -ECANCELED when the cancel flag is set. */
 int kube_client_sleep(struct kube_client *c, long ms);
-bool kube_client_canceled(const struct kube_client *c);
 uint64_t kube_client_seed(struct kube_client *c);

@@ -638,6 +638,8 @@ static int run_steps(struct lctx *c) {
                         return launcher_fail(c);
                 if (r == -EAGAIN)
                         return r;
+                if (r == -ECANCELED || (r < 0 && kube_client_canceled(c->kube)))
+                        return -ECANCELED; /* a stop: the claim goes on from its status at the next start */
                 if (r < 0)
                         return step_error(c, r);
         }
@@ -694,7 +696,9 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)
                 note_written(l, name, NULL);
-        if (r < 0 && r != -ENOENT)
+        if (r == -ECANCELED)
+                *ret_err = r;
+        else if (r < 0 && r != -ENOENT)
                 *ret_err = log_error_errno(r, "launcher: GET NodeClaim %s: %s", name ? name : "?", kube_client_error(kube));
         return fresh;
 }
@@ -736,8 +740,12 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 r = 0;
                 requeue = 100;
         }
+        if (r == -ECANCELED)
+                log_debug("launcher: NodeClaim %s: stopped (%s)", c.name, c.err[0] ? c.err : "canceled");
+        else if (r < 0)
+                log_error("launcher: NodeClaim %s: %s", c.name, c.err[0] ? c.err : strerror(-r));
         if (r < 0)
-                return log_error_errno(r, "launcher: NodeClaim %s: %s", c.name, c.err[0] ? c.err : strerror(-r));
+                return r;
         *ret_requeue_ms = requeue;
         return 0;
 }

@@ -133,9 +133,8 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
                 return;
         log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
                  (long long)vmid, region, node, (long long)(age / 1000));
-        gc_error(g, launcher_delete_vm(pve, node, (uint32_t)vmid, err, sizeof err) < 0
-                            ? log_error_errno(-EIO, "launcher: GC: %s", err)
-                            : 0);
+        int r = launcher_delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
+        gc_error(g, r == -ECANCELED ? r : r < 0 ? log_error_errno(-EIO, "launcher: GC: %s", err) : 0);
 }
 
 /* ---- reservations and ISOs of one host ---- */
@@ -227,7 +226,8 @@ static void gc_region(struct gc *g, const char *region) {
                 return;
         int r = pve_cluster_resources(pve, "vm", &list);
         if (r < 0) {
-                gc_error(g, log_error_errno(r, "launcher: GC: VMs of %s: %s", region, pve_client_error(pve)));
+                gc_error(g, r == -ECANCELED ? r : log_error_errno(r, "launcher: GC: VMs of %s: %s", region,
+                                                                   pve_client_error(pve)));
                 return;
         }
         json_array_foreach(list, i, vm)

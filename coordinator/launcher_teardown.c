@@ -109,7 +109,7 @@ static int teardown_reservations(struct lctx *c) {
                         r = 0;
         }
         json_decref(list);
-        if (r < 0)
+        if (r < 0 && r != -ECANCELED)
                 log_error("launcher: NodeClaim %s: reservations on %s not released: %s", c->name, c->host,
                           agents_client_error(c->agent));
         return 0;
@@ -235,7 +235,7 @@ int launcher_fail(struct lctx *c) {
                 return r;
         log_error("launcher: NodeClaim %s failed (%s): %s; deleting it", c->name, reason, message);
         r = kube_event_emit(c->kube, &kube_nodeclaims, c->claim, "Warning", reason, message, LAUNCHER_COMPONENT);
-        if (r < 0)
+        if (r < 0 && r != -ECANCELED)
                 log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         if (c->nodepool[0] && c->host[0])
                 launcher_backoff_note(c->l, c->nodepool, c->host, c->now);

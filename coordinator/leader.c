@@ -82,7 +82,7 @@ static bool write_lease(struct leader *l, struct kube_client *kube, const json_t
                 : base ? kube_update(kube, &kube_leases, l->o.namespace, NULL, lease, NULL)
                        : kube_create(kube, &kube_leases, l->o.namespace, lease, NULL);
         json_decref(lease);
-        if (r < 0 && r != -ESTALE && r != -EEXIST)
+        if (r < 0 && r != -ESTALE && r != -EEXIST && r != -ECANCELED)
                 log_error("lease %s/%s: %s", l->o.namespace, l->o.name, kube_client_error(kube));
         return r == 0;
 }
@@ -106,7 +106,7 @@ bool leader_step(struct leader *l, struct kube_client *kube, int64_t now_ms) {
                         json_decref(lease);
                         return false;
                 }
-        } else {
+        } else if (r != -ECANCELED) {
                 log_error("lease %s/%s: %s", l->o.namespace, l->o.name, kube_client_error(kube));
         }
         json_decref(lease);

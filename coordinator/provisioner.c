@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,25 @@ struct provisioner {
         uint64_t rnd;
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
 };
+
+/* A stop cancels the round's calls (every client shares the stop flag): what fails then is no error. */
+static bool stopping(const struct provisioner *p) {
+        return kube_client_canceled(p->env.kube);
+}
+
+/* A call of the round failed: log it once and count it, unless the process is stopping. */
+static void __attribute__((format(printf, 3, 4))) call_failed(struct provisioner *p, enum stats_counter counter,
+                                                              const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        if (stopping(p))
+                return;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        log_error("%s", msg);
+        stats_add(p->env.stats, counter, 1);
+}
 
 static uint64_t next_random(struct provisioner *p) {
         p->rnd ^= p->rnd << 13; /* xorshift64 */
@@ -151,6 +171,8 @@ static struct agents_shape *agent_shapes(const struct provisioner_shapes *shapes
 }
 
 static void agent_failed(struct provisioner *p, struct agent_conn *a) {
+        if (stopping(p))
+                return;
         if (a->retry_at_ms == 0)
                 log_error("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
                           agents_client_error(a->client));
@@ -202,8 +224,7 @@ static json_t *pve_room(struct provisioner *p, struct pve_client *pve, const cha
                         json_t **ret_vmids) {
         json_t *status = NULL, *vms = NULL, *room = NULL;
         if (pve_node_status(pve, host, &status) < 0 || pve_vm_list(pve, host, &vms) < 0) {
-                log_error("region %s host %s: %s", region, host, pve_client_error(pve));
-                stats_add(p->env.stats, STATS_PVE_ERRORS, 1);
+                call_failed(p, STATS_PVE_ERRORS, "region %s host %s: %s", region, host, pve_client_error(pve));
         } else {
                 room = provisioner_host_from_pve(host, region, status, vms);
                 *ret_vmids = vmid_list(vms);
@@ -255,8 +276,7 @@ static void add_region(struct host_ctx *hc, size_t ci) {
         if (!pve)
                 return;
         if (pve_cluster_status(pve, &st) < 0) {
-                log_error("region %s: %s", region, pve_client_error(pve));
-                stats_add(p->env.stats, STATS_PVE_ERRORS, 1);
+                call_failed(p, STATS_PVE_ERRORS, "region %s: %s", region, pve_client_error(pve));
                 return;
         }
         size_t i;
@@ -308,8 +328,7 @@ static json_t *create_claim(struct provisioner *p, struct kube_client *kube, con
                 if (obj && p->env.claim_writing)
                         p->env.claim_writing(p->env.userdata, name, false);
                 if (rc != -EEXIST) {
-                        log_error("create NodeClaim %s: %s", name, kube_client_error(kube));
-                        stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                        call_failed(p, STATS_KUBE_ERRORS, "create NodeClaim %s: %s", name, kube_client_error(kube));
                         return NULL;
                 }
         }
@@ -326,8 +345,7 @@ static json_t *claim_status(struct provisioner *p, struct kube_client *kube, con
                 json_decref(claim);
                 return stored;
         }
-        log_error("NodeClaim %s: status: %s", name, kube_client_error(kube));
-        stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+        call_failed(p, STATS_KUBE_ERRORS, "NodeClaim %s: status: %s", name, kube_client_error(kube));
         json_decref(patch);
         return claim;
 }
@@ -440,8 +458,8 @@ static void tell(struct provisioner *p, const json_t *pod, const char *verdict, 
         if (last && strcmp(last, verdict) == 0)
                 return;
         if (kube_event_emit(p->env.kube, &kube_pods, pod, type, reason, message, COMPONENT) < 0) {
-                log_error("event %s on pod %s: %s", reason, key, kube_client_error(p->env.kube));
-                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                call_failed(p, STATS_KUBE_ERRORS, "event %s on pod %s: %s", reason, key,
+                            kube_client_error(p->env.kube));
                 out->failures++;
                 return;
         }
@@ -505,8 +523,8 @@ static void update_pools(struct provisioner *p, const struct provisioner_round *
                         json_t *patch = json_pack("{s:{s:O}}", "status", "resources", usage);
                         if (!patch || kube_patch(p->env.kube, &kube_nodepools, NULL, r->in->pools[i]->name, "status",
                                                  KUBE_PATCH_MERGE, patch, NULL) < 0) {
-                                log_error("NodePool %s: status: %s", r->in->pools[i]->name, kube_client_error(p->env.kube));
-                                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                                call_failed(p, STATS_KUBE_ERRORS, "NodePool %s: status: %s", r->in->pools[i]->name,
+                                            kube_client_error(p->env.kube));
                                 out->failures++;
                         }
                         json_decref(patch);
@@ -606,8 +624,7 @@ static void seed_verdicts(struct provisioner *p) {
         struct kube_list_options o = { .field_selector = "reason=" PROVISIONER_REASON_NOMINATED };
         p->seeded = true;
         if (kube_list(p->env.kube, &kube_events, NULL, &o, &list) < 0) {
-                log_error("list Nominated events: %s", kube_client_error(p->env.kube));
-                stats_add(p->env.stats, STATS_KUBE_ERRORS, 1);
+                call_failed(p, STATS_KUBE_ERRORS, "list Nominated events: %s", kube_client_error(p->env.kube));
                 return;
         }
         json_t *newest = json_object(); /* uid → resourceVersion of the event kept */
