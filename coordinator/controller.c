@@ -414,6 +414,17 @@ static void *loop_main(void *arg) {
 
 /* ---- leader election (its own thread, so that a long round never delays a renewal) ---- */
 
+/* The lease is given up with a client of its own: the thread's client is canceled by then, and a stop must not
+ * wait on an API server that does not answer for longer than a renewal may take. */
+static void release_lease(struct controller *c, struct leader *l) {
+        struct kube_client *kube = NULL;
+        struct kube_client_options o = { .timeout_ms = l->o.renew_deadline_ms, .max_retries = KUBE_NO_RETRY };
+        if (!l->leading || kube_client_new(c->kcfg, &o, &kube) < 0)
+                return;
+        leader_release(l, kube);
+        kube_client_free(kube);
+}
+
 static void *lease_main(void *arg) {
         struct controller *c = arg;
         struct kube_client *kube = NULL;
@@ -423,9 +434,10 @@ static void *lease_main(void *arg) {
                 log_error("kubernetes client for leader election: out of memory");
                 return NULL;
         }
-        kube_client_set_cancel(kube, &c->stop);
+        /* The lease is held (renewed) until the work it guards has stopped, not only until the stop began. */
+        kube_client_set_cancel(kube, &c->lease_stop);
         pthread_mutex_lock(&c->mu);
-        while (!atomic_load(&c->stop)) {
+        while (!atomic_load(&c->lease_stop)) {
                 int64_t now = monotime_ms();
                 pthread_mutex_unlock(&c->mu);
                 bool lead = leader_step(&l, kube, now);
@@ -438,11 +450,12 @@ static void *lease_main(void *arg) {
                 }
                 struct timespec ts;
                 deadline_ts(now + l.o.retry_ms, &ts);
-                while (!atomic_load(&c->stop) && monotime_ms() < now + l.o.retry_ms)
+                while (!atomic_load(&c->lease_stop) && monotime_ms() < now + l.o.retry_ms)
                         pthread_cond_timedwait(&c->lease_cond, &c->mu, &ts);
         }
         pthread_mutex_unlock(&c->mu);
         kube_client_free(kube);
+        release_lease(c, &l);
         return NULL;
 }
 
@@ -568,12 +581,17 @@ void controller_stop(struct controller *c) {
         if (c->loop_started)
                 pthread_join(c->loop, NULL);
         c->loop_started = false;
-        if (c->lease_started)
-                pthread_join(c->lease, NULL);
-        c->lease_started = false;
         if (c->launch_started)
                 pthread_join(c->launch, NULL);
         c->launch_started = false;
+        /* Nothing the lease guards runs any more: give it up, as controller-runtime's ReleaseOnCancel does. */
+        atomic_store(&c->lease_stop, true);
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->lease_cond);
+        pthread_mutex_unlock(&c->mu);
+        if (c->lease_started)
+                pthread_join(c->lease, NULL);
+        c->lease_started = false;
         for (int k = 0; k < K_N; k++)
                 if (c->watchers[k].started) {
                         pthread_join(c->watchers[k].thread, NULL);

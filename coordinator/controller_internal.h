@@ -56,6 +56,7 @@ struct controller {
         const struct controller_launcher_ops *ops;
         struct stats *stats;
         atomic_bool stop;
+        atomic_bool lease_stop; /* set once the work the lease guards has stopped: then the lease is given up */
         atomic_int_fast64_t heartbeat_ms;
 
         pthread_mutex_t mu; /* everything below */

@@ -116,3 +116,37 @@ bool leader_step(struct leader *l, struct kube_client *kube, int64_t now_ms) {
         set_leading(l, ok || (l->leading && now_ms - l->renewed_at < l->o.renew_deadline_ms));
         return l->leading;
 }
+
+json_t *leader_released(const json_t *base, const char *now) {
+        json_t *lease = json_deep_copy(base), *spec = json_object_get(lease, "spec");
+        if (!json_is_object(spec)) {
+                spec = json_object();
+                json_object_set_new(lease, "spec", spec);
+        }
+        json_object_del(spec, "holderIdentity");
+        json_object_set_new(spec, "leaseDurationSeconds", json_integer(1));
+        json_object_set_new(spec, "renewTime", json_string(now));
+        json_object_set_new(spec, "acquireTime", json_string(now));
+        return lease;
+}
+
+void leader_release(struct leader *l, struct kube_client *kube) {
+        json_t *lease = NULL, *released = NULL;
+        char now[40];
+        if (!l->leading)
+                return;
+        int r = kube_get(kube, &kube_leases, l->o.namespace, l->o.name, &lease);
+        const char *holder = r == 0 ? spec_str(lease, "holderIdentity") : NULL;
+        if (r == 0 && holder && strcmp(holder, l->o.identity) == 0) {
+                micro_now(now, sizeof now);
+                released = leader_released(lease, now);
+                r = released ? kube_update(kube, &kube_leases, l->o.namespace, NULL, released, NULL) : -ENOMEM;
+        }
+        if (r < 0 && r != -ENOENT && r != -ESTALE) /* gone, or changed by another replica: nothing to give up */
+                log_error("lease %s/%s: not released: %s", l->o.namespace, l->o.name, kube_client_error(kube));
+        else if (released)
+                log_info("lease %s/%s: released", l->o.namespace, l->o.name);
+        l->leading = false;
+        json_decref(released);
+        json_decref(lease);
+}

@@ -48,3 +48,11 @@ json_t *leader_lease(const struct leader *l, const json_t *base, bool taking, co
 /* One round against the API: read, decide, write. Updates l->leading (and logs changes). Returns whether this
  * replica leads now. */
 bool leader_step(struct leader *l, struct kube_client *kube, int64_t now_ms);
+
+/* The lease given up at wall time now, as client-go's ReleaseOnCancel leaves it: no holder, a duration of 1 s,
+ * renewTime and acquireTime now, the transitions kept. New reference. Pure. */
+json_t *leader_released(const json_t *base, const char *now);
+
+/* Give the lease up when this replica leads (once the work it guards has stopped), so that another replica takes
+ * over at once instead of after the lease duration. A lease someone else holds by now is left alone. */
+void leader_release(struct leader *l, struct kube_client *kube);

@@ -168,6 +168,32 @@ class ProvisioningTest(cl.CoordinatorTest):
             p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_sigterm_gives_the_lease_up(self):
+        """A leader stopped with SIGTERM gives its Lease up once its work has stopped (no holder, 1 s), as
+        controller-runtime's ReleaseOnCancel does: a new replica leads at once, not after the 15 s lease."""
+        c = self.c
+        path = "/apis/coordination.k8s.io/v1/namespaces/default/leases/pvescale-coordinator"
+        first = cl.Coordinator(c, ["--launch=false"], env={"POD_NAME": "coordinator-a"})
+        try:
+            cl.wait_for(lambda: first.metric("leader") == 1, 20, what="coordinator-a leading")
+        finally:
+            rc = first.stop()
+        self.assertEqual(rc, 0)
+        self.assertIn("lease default/pvescale-coordinator: released", first.logtext())
+        spec = c.sim.kube("GET", path).json["spec"]
+        self.assertNotIn("holderIdentity", spec)
+        self.assertEqual(spec["leaseDurationSeconds"], 1)
+        self.assertEqual(spec["acquireTime"], spec["renewTime"])
+        transitions = spec.get("leaseTransitions", 0)
+
+        began = time.monotonic()
+        self.co = cl.Coordinator(c, ["--launch=false"], env={"POD_NAME": "coordinator-b"})
+        cl.wait_for(lambda: self.co.metric("leader") == 1, 20, interval=0.1, what="coordinator-b leading")
+        self.assertLess(time.monotonic() - began, 10, "coordinator-b waited for the lease to run out")
+        spec = c.sim.kube("GET", path).json["spec"]
+        self.assertEqual(spec["holderIdentity"], "coordinator-b")
+        self.assertEqual(spec["leaseTransitions"], transitions + 1)
+
     def test_nodepool_limit_leaves_pods_pending_with_the_reason(self):
         c = self.c
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass())

@@ -1,5 +1,5 @@
 /* Tests for coordinator/leader: the lease decisions (create, renew, wait, take over after the holder stopped
- * renewing, judged by our own clock) and the lease object written. */
+ * renewing, judged by our own clock), the lease object written, and the lease given up on a stop. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,7 +72,30 @@ static void test_lease_object(void **state) {
         json_decref(base);
 }
 
+static void test_released_lease(void **state) {
+        (void)state;
+        const char *now = "2026-02-03T04:05:06.123456Z";
+        json_t *base = lease("me", "2026-01-01T00:00:00.000000Z");
+        json_t *released = leader_released(base, now), *spec = json_object_get(released, "spec");
+        assert_null(json_object_get(spec, "holderIdentity"));
+        assert_int_equal(json_integer_value(json_object_get(spec, "leaseDurationSeconds")), 1);
+        assert_string_equal(json_string_value(json_object_get(spec, "renewTime")), now);
+        assert_string_equal(json_string_value(json_object_get(spec, "acquireTime")), now);
+        assert_int_equal(json_integer_value(json_object_get(spec, "leaseTransitions")), 2);
+        /* written with the read version as its precondition; the base is not modified */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(released, "metadata"), "resourceVersion")),
+                            "7");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(base, "spec"), "holderIdentity")), "me");
+        /* a replica that reads it next takes it over at once */
+        struct leader l;
+        leader_init(&l, &(struct leader_options){ .namespace = "kube-system", .identity = "other" });
+        assert_int_equal(leader_decide(&l, released, 1000), LEADER_TAKE);
+        json_decref(released);
+        json_decref(base);
+}
+
 int main(void) {
-        const struct CMUnitTest tests[] = { cmocka_unit_test(test_decide), cmocka_unit_test(test_lease_object) };
+        const struct CMUnitTest tests[] = { cmocka_unit_test(test_decide), cmocka_unit_test(test_lease_object),
+                                            cmocka_unit_test(test_released_lease) };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
