@@ -50,7 +50,7 @@ static bool stopping(const struct provisioner *p) {
         return kube_client_canceled(p->env.kube);
 }
 
-/* A call of the round failed: log it once and count it, unless the process is stopping. */
+/* A call of the round failed: log it and count it, unless the process is stopping. */
 static void __attribute__((format(printf, 3, 4))) call_failed(struct provisioner *p, enum stats_counter counter,
                                                               const char *fmt, ...) {
         char msg[1024];
