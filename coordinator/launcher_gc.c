@@ -134,7 +134,9 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
         log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
                  (long long)vmid, region, node, (long long)(age / 1000));
         int r = launcher_delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
-        gc_error(g, r == -ECANCELED ? r : r < 0 ? log_error_errno(-EIO, "launcher: GC: %s", err) : 0);
+        if (r < 0 && r != -ECANCELED) /* a stop's cancel is no failure to log */
+                r = log_error_errno(-EIO, "launcher: GC: %s", err);
+        gc_error(g, r);
 }
 
 /* ---- reservations and ISOs of one host ---- */
@@ -226,8 +228,9 @@ static void gc_region(struct gc *g, const char *region) {
                 return;
         int r = pve_cluster_resources(pve, "vm", &list);
         if (r < 0) {
-                gc_error(g, r == -ECANCELED ? r : log_error_errno(r, "launcher: GC: VMs of %s: %s", region,
-                                                                   pve_client_error(pve)));
+                if (r != -ECANCELED)
+                        log_error("launcher: GC: VMs of %s: %s", region, pve_client_error(pve));
+                gc_error(g, r);
                 return;
         }
         json_array_foreach(list, i, vm)
