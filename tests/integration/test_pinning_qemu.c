@@ -85,16 +85,7 @@ static bool have_two_cpus(void) {
         return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_ISSET(0, &set) && CPU_ISSET(1, &set);
 }
 
-static int start_qemu(const char *run_dir) {
-        char name[64], qmp[PATH_MAX + 64], pidfile[PATH_MAX + 64];
-        snprintf(name, sizeof(name), "guest=vm%d,debug-threads=on", VMID);
-        snprintf(qmp, sizeof(qmp), "unix:%s/%d.qmp,server=on,wait=off", run_dir, VMID);
-        snprintf(pidfile, sizeof(pidfile), "%s/%d.pid", run_dir, VMID);
-        /* Multi-threaded TCG gives one thread per vCPU ("CPU n/TCG") where KVM is missing.
-         * PVESCALE_QEMU_ACCEL overrides the choice (e.g. "tcg,thread=multi" to test TCG on a KVM host). */
-        const char *accel = getenv("PVESCALE_QEMU_ACCEL");
-        if (!accel || !*accel)
-                accel = kvm_usable() ? "kvm" : "tcg,thread=multi";
+static int run_qemu(const char *name, const char *accel, const char *qmp, const char *pidfile) {
         fprintf(stderr, "starting QEMU with -accel %s\n", accel);
         pid_t child = fork();
         if (child < 0)
@@ -108,6 +99,22 @@ static int start_qemu(const char *run_dir) {
         int status = 0;
         waitpid(child, &status, 0); /* with -daemonize, the parent exits once the VM is set up */
         return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -ECHILD;
+}
+
+static int start_qemu(const char *run_dir) {
+        char name[64], qmp[PATH_MAX + 64], pidfile[PATH_MAX + 64];
+        snprintf(name, sizeof(name), "guest=vm%d,debug-threads=on", VMID);
+        snprintf(qmp, sizeof(qmp), "unix:%s/%d.qmp,server=on,wait=off", run_dir, VMID);
+        snprintf(pidfile, sizeof(pidfile), "%s/%d.pid", run_dir, VMID);
+        /* Multi-threaded TCG gives one thread per vCPU ("CPU n/TCG") where KVM is missing, or where /dev/kvm opens
+         * but QEMU cannot run a guest with it (some nested hosts). PVESCALE_QEMU_ACCEL overrides the choice (e.g.
+         * "tcg,thread=multi" to test TCG on a KVM host). */
+        const char *accel = getenv("PVESCALE_QEMU_ACCEL");
+        if (accel && *accel)
+                return run_qemu(name, accel, qmp, pidfile);
+        if (kvm_usable() && run_qemu(name, "kvm", qmp, pidfile) == 0)
+                return 0;
+        return run_qemu(name, "tcg,thread=multi", qmp, pidfile);
 }
 
 /* The thread ids of pid, ending with 0; at most max - 1 of them. */
