@@ -16,6 +16,7 @@ import agentlib  # noqa: E402
 from test_agent_reservations import Client  # noqa: E402
 
 VMID = 9001
+TCG = ["-accel", "tcg,thread=multi"]
 
 
 def qemu_accel():
@@ -27,9 +28,6 @@ def qemu_accel():
         return ["-accel", "kvm"]
     except OSError:
         return TCG
-
-
-TCG = ["-accel", "tcg,thread=multi"]
 
 
 def thread_affinity(pid):
@@ -75,8 +73,8 @@ class PinningEndToEndTest(unittest.TestCase):
         pidfile = os.path.join(self.run_dir, "%d.pid" % VMID)
         accel = qemu_accel()
 
-        def run(accel):
-            return subprocess.run(["qemu-system-x86_64", "-name", "guest=vm%d,debug-threads=on" % VMID] + accel + [
+        def run(how):
+            return subprocess.run(["qemu-system-x86_64", "-name", "guest=vm%d,debug-threads=on" % VMID] + how + [
                                   "-smp", "2", "-m", "64", "-nodefaults", "-display", "none",
                                   "-qmp", "unix:%s/%d.qmp,server=on,wait=off" % (self.run_dir, VMID),
                                   "-pidfile", pidfile, "-daemonize"], timeout=30)
