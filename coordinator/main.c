@@ -118,7 +118,7 @@ static int configure(struct app *a, int argc, char **argv, char **envp) {
         if (load_kube(a, err, sizeof err) < 0)
                 return usage_error(err);
         if (a->opts.launch && !main_launcher_ops())
-                return usage_error("--launch: this build has no launcher (coordinator/launcher.c); run with --launch=false");
+                return usage_error("--launch: this build has no launcher (coordinator/launch/launcher.c); run with --launch=false");
         return 0;
 }
 

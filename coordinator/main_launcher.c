@@ -1,4 +1,4 @@
-/* main_launcher: the launcher's entry points (coordinator/launcher.c) as the controller's function table. */
+/* main_launcher: the launcher's entry points (coordinator/launch/launcher.c) as the controller's function table. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "main_launcher.h"
 

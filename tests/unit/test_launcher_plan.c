@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "launcher_plan.h"
+#include "rfc3339.h"
 #include "tokens.h"
 #include "testutil.h"
 
@@ -174,11 +175,11 @@ static void test_backoff_and_times(void **state) {
         assert_int_equal(launcher_backoff_delay(30, 30000, 1800000), 1800000);
         char buf[40];
         int64_t ms;
-        assert_string_equal(launcher_rfc3339(0, buf, sizeof buf), "1970-01-01T00:00:00Z");
-        assert_string_equal(launcher_rfc3339_ms(1782900000123, buf, sizeof buf), "2026-07-01T10:00:00.123Z");
-        assert_int_equal(launcher_parse_rfc3339(buf, &ms), 0);
+        assert_string_equal(rfc3339_format(0, buf, sizeof buf), "1970-01-01T00:00:00Z");
+        assert_string_equal(rfc3339_format_ms(1782900000123, buf, sizeof buf), "2026-07-01T10:00:00.123Z");
+        assert_int_equal(rfc3339_parse(buf, &ms), 0);
         assert_int_equal(ms, 1782900000123);
-        assert_int_equal(launcher_parse_rfc3339("2026-07-01T10:00:00+02:00", &ms), -EINVAL);
+        assert_int_equal(rfc3339_parse("2026-07-01T10:00:00+02:00", &ms), -EINVAL);
 }
 
 static void test_conditions(void **state) {
@@ -301,7 +302,7 @@ static int64_t ready_since(const char *ready_condition) {
 static void test_node_ready_since(void **state) {
         (void)state;
         int64_t want;
-        assert_int_equal(launcher_parse_rfc3339("2026-11-21T10:00:05Z", &want), 0);
+        assert_int_equal(rfc3339_parse("2026-11-21T10:00:05Z", &want), 0);
         assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"True\", "
                                      "\"lastTransitionTime\": \"2026-11-21T10:00:05Z\"}"), want);
         assert_int_equal(ready_since("{\"type\": \"Ready\", \"status\": \"False\", "

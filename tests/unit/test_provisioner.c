@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nodeclaim.h"
 #include "provisioner.h"
 #include "simulate_json.h"
 
@@ -436,9 +437,9 @@ static void test_charge_pending(void **state) {
         provisioner_round_free(r);
         fixture_done(&f);
         json_t *c = parse(CLAIM("x", "pve3", "") "}");
-        assert_string_equal(provisioner_claim_host(c), "pve3");
+        assert_string_equal(nodeclaim_host(c), "pve3");
         json_object_set_new(c, "status", parse("{\"host\": \"pve4\"}"));
-        assert_string_equal(provisioner_claim_host(c), "pve4");
+        assert_string_equal(nodeclaim_host(c), "pve4");
         json_decref(c);
 }
 

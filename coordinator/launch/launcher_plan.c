@@ -14,6 +14,7 @@
 
 #include "cloudinit.h"
 #include "kube.h"
+#include "rfc3339.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -216,7 +217,7 @@ bool launcher_config_tagged(const json_t *config, const char *claim) {
 
 char *launcher_description(const char *claim, const char *uid, int64_t created_ms) {
         char when[32], *out = NULL;
-        launcher_rfc3339(created_ms, when, sizeof when);
+        rfc3339_format(created_ms, when, sizeof when);
         if (asprintf(&out,
                      LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n"
                      "Managed by pvescale: deleted with its NodeClaim, or as an orphan 10 minutes after it is gone.\n",
@@ -250,7 +251,7 @@ int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int
         if (!text || !line_value(text, LAUNCHER_DESCRIPTION_MARK, name, sizeof name) ||
             !line_value(text, "uid", u, sizeof u))
                 return -ENOENT;
-        if (line_value(text, "created", when, sizeof when) && launcher_parse_rfc3339(when, &ms) < 0)
+        if (line_value(text, "created", when, sizeof when) && rfc3339_parse(when, &ms) < 0)
                 ms = -1;
         memcpy(uid, u, sizeof u);
         *ret_created_ms = ms;
@@ -414,44 +415,6 @@ int64_t launcher_backoff_delay(unsigned failures, int64_t base_ms, int64_t max_m
         return d < max_ms ? d : max_ms;
 }
 
-/* ---- times ---- */
-
-char *launcher_rfc3339(int64_t ms, char *buf, size_t len) {
-        time_t t = (time_t)(ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        return buf;
-}
-
-char *launcher_rfc3339_ms(int64_t ms, char *buf, size_t len) {
-        time_t t = (time_t)(ms / 1000);
-        struct tm tm;
-        char base[32];
-        gmtime_r(&t, &tm);
-        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(buf, len, "%s.%03dZ", base, (int)(ms % 1000));
-        return buf;
-}
-
-int launcher_parse_rfc3339(const char *s, int64_t *ret_ms) {
-        struct tm tm = { 0 };
-        const char *end = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-        int64_t frac = 0, scale = 1000;
-        if (!end)
-                return -EINVAL;
-        if (*end == '.')
-                for (end++; isdigit((unsigned char)*end); end++)
-                        if (scale > 1) {
-                                scale /= 10;
-                                frac += (*end - '0') * scale;
-                        }
-        if (strcmp(end, "Z") != 0)
-                return -EINVAL;
-        *ret_ms = (int64_t)timegm(&tm) * 1000 + frac;
-        return 0;
-}
-
 /* ---- conditions ---- */
 
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,
@@ -471,7 +434,7 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
         }
         const char *old = json_string_value(json_object_get(c, "status"));
         if (!old || strcmp(old, cstatus) != 0)
-                json_object_set_new(c, "lastTransitionTime", json_string(launcher_rfc3339(now_ms, when, sizeof when)));
+                json_object_set_new(c, "lastTransitionTime", json_string(rfc3339_format(now_ms, when, sizeof when)));
         json_object_set_new(c, "status", json_string(cstatus));
         json_object_set_new(c, "reason", json_string(reason));
         json_object_set_new(c, "message", json_string(message ? message : ""));
@@ -505,7 +468,7 @@ int64_t launcher_node_ready_since(const json_t *node) {
         const json_t *status = json_object_get(node, "status");
         int64_t ms;
         if (!kube_condition_true(status, "Ready") ||
-            launcher_parse_rfc3339(json_string_value(json_object_get(kube_condition(status, "Ready"),
+            rfc3339_parse(json_string_value(json_object_get(kube_condition(status, "Ready"),
                                                                      "lastTransitionTime")), &ms) < 0)
                 return -1;
         return ms;

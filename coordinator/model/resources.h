@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /* cpu is in millicores; memory, ephemeral-storage and hugepages in bytes; pods is a count. */
 enum resource_kind {
         RESOURCE_CPU,
@@ -36,3 +38,6 @@ int resources_first_excess(const struct resources *a, const struct resources *b,
 
 /* One resource value as Kubernetes text: "1500m", "4Gi", "110". Returns buf. */
 char *resources_format_value(enum resource_kind kind, int64_t value, char *buf, size_t len);
+/* A Kubernetes resource list ({"cpu": "1500m", "memory": "4Gi", ...}); zero values are left out except cpu, memory
+ * and pods. New reference, NULL on allocation failure. */
+json_t *resources_to_json(const struct resources *res);

@@ -9,6 +9,7 @@
 
 #include "cloudinit.h"
 #include "kube.h"
+#include "nodeclaim.h"
 #include "provisioner.h"
 #include "quantity.h"
 #include "simulate_json.h"
@@ -388,26 +389,6 @@ char *provisioner_claim_name(const char *pool, uint64_t rnd, char *buf, size_t l
         return buf;
 }
 
-static void set_quantity(json_t *obj, enum resource_kind k, int64_t v) {
-        char buf[64];
-        if (k == RESOURCE_CPU)
-                quantity_format_milli(v, buf, sizeof buf);
-        else if (k == RESOURCE_PODS)
-                snprintf(buf, sizeof buf, "%" PRId64, v);
-        else
-                quantity_format_bytes(v, buf, sizeof buf);
-        json_object_set_new(obj, resources_name(k), json_string(buf));
-}
-
-/* A resource list; zero values are left out except cpu, memory and pods. */
-static json_t *resource_list(const struct resources *res) {
-        json_t *o = json_object();
-        for (int k = 0; o && k < RESOURCE_COUNT; k++)
-                if (res->v[k] != 0 || k == RESOURCE_CPU || k == RESOURCE_MEMORY || k == RESOURCE_PODS)
-                        set_quantity(o, (enum resource_kind)k, res->v[k]);
-        return o;
-}
-
 static json_t *requirement(const char *key, const char *value) {
         return json_pack("{s:s, s:s, s:[s]}", "key", key, "operator", "In", "values", value);
 }
@@ -435,7 +416,7 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
         json_t *spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:o, s:{s:o}}", "nodePool", sp->name, "nodeClassRef",
                                  "group", "pvescale.io", "kind", "ProxmoxNodeClass", "name", sp->nodeclass,
                                  "instanceType", c->shape->name, "requirements", reqs, "resources", "requests",
-                                 resource_list(&c->requests));
+                                 resources_to_json(&c->requests));
         if (!spec) {
                 json_decref(labels);
                 return NULL;
@@ -446,18 +427,10 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                          spec);
 }
 
-json_t *provisioner_placement_status(const char *host, const char *region, const struct shape *shape) {
-        json_t *st = json_pack("{s:s, s:o, s:o}", "host", host, "capacity", resource_list(&shape->capacity),
-                               "allocatable", resource_list(&shape->allocatable));
-        if (st && region && *region)
-                json_object_set_new(st, "region", json_string(region));
-        return st;
-}
-
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {
         const struct sim_claim *c = &res->claims[i];
         const struct sim_host *h = r->in->hosts[c->host];
-        return provisioner_placement_status(h->name, h->region, c->shape);
+        return nodeclaim_placement_status(h->name, h->region, c->shape);
 }
 
 /* ---- pools ---- */
@@ -478,7 +451,7 @@ json_t *provisioner_pool_usage(const struct provisioner_round *r, const struct s
                         resources_add(&sum, &res->claims[i].shape->capacity);
                         nodes++;
                 }
-        json_t *o = resource_list(&sum);
+        json_t *o = resources_to_json(&sum);
         if (o)
                 json_object_set_new(o, "nodes", json_sprintf("%" PRId64, nodes));
         return o;
@@ -506,30 +479,6 @@ const char *provisioner_unplaced_reason(const char *t) {
 
 /* ---- claims the hosts do not know yet ---- */
 
-/* status.<status_key>, else the single value of the claim's In requirement on label. */
-static const char *claim_place(const json_t *claim, const char *status_key, const char *label) {
-        const char *v = str_at(json_object_get(claim, "status"), status_key);
-        if (v && *v)
-                return v;
-        size_t i;
-        json_t *req;
-        json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, req) {
-                const char *key = str_at(req, "key"), *op = str_at(req, "operator");
-                json_t *values = json_object_get(req, "values");
-                if (key && op && strcmp(key, label) == 0 && strcmp(op, "In") == 0 && json_array_size(values) == 1)
-                        return json_string_value(json_array_get(values, 0));
-        }
-        return NULL;
-}
-
-const char *provisioner_claim_host(const json_t *claim) {
-        return claim_place(claim, "host", SIM_LABEL_ZONE);
-}
-
-const char *provisioner_claim_region(const json_t *claim) {
-        return claim_place(claim, "region", SIM_LABEL_REGION);
-}
-
 static bool vmid_listed(const json_t *vmids, json_int_t vmid) {
         size_t i;
         json_t *v;
@@ -556,7 +505,7 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
         json_t *c;
         json_array_foreach(claims, i, c) {
                 const json_t *spec = json_object_get(c, "spec");
-                const char *h = provisioner_claim_host(c), *reg = provisioner_claim_region(c);
+                const char *h = nodeclaim_host(c), *reg = nodeclaim_region(c);
                 if (!name || !h || strcmp(h, name) != 0 || (region && reg && strcmp(region, reg) != 0) ||
                     host_knows(c, agent, vmids) ||
                     is_set(json_object_get(json_object_get(c, "metadata"), "deletionTimestamp")))

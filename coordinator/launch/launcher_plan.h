@@ -81,13 +81,6 @@ int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const u
 /* The pause after the n-th consecutive failure (n >= 1): base * 2^(n-1), at most max. */
 int64_t launcher_backoff_delay(unsigned failures, int64_t base_ms, int64_t max_ms);
 
-/* "2026-07-01T12:00:00Z" of a time in ms since the epoch. buf needs 32 bytes. */
-char *launcher_rfc3339(int64_t ms, char *buf, size_t len);
-/* The same with milliseconds: "2026-07-01T12:00:00.250Z". */
-char *launcher_rfc3339_ms(int64_t ms, char *buf, size_t len);
-/* Parse an RFC 3339 UTC time ("...Z", fraction allowed). 0 or -EINVAL. */
-int launcher_parse_rfc3339(const char *s, int64_t *ret_ms);
-
 /* Set a condition in status.conditions (created when missing): lastTransitionTime changes only when the
  * status changes. status is "True", "False" or "Unknown". */
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,

@@ -111,11 +111,6 @@ void provisioner_host_charge(json_t *host, uint32_t vcpus, uint64_t memory_bytes
 void provisioner_host_charge_pending(json_t *host, const struct provisioner_round *r, const json_t *claims,
                                      bool agent, const json_t *vmids, const struct provisioner_shapes *shapes);
 
-/* The PVE host a claim is planned on: status.host, else its zone requirement; NULL when neither. */
-const char *provisioner_claim_host(const json_t *claim);
-/* Its PVE cluster: status.region, else its region requirement; NULL when neither. */
-const char *provisioner_claim_region(const json_t *claim);
-
 /* ---- claims, events, usage (pure) ---- */
 
 /* "<pool>-<5 letters/digits>" from a random number. Returns buf. */
@@ -127,8 +122,6 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                                  const char *name);
 /* Its status: host, region, capacity and allocatable of the shape. New reference. */
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
-/* The same from its parts (region may be NULL); what the launcher records with its first status write. */
-json_t *provisioner_placement_status(const char *host, const char *region, const struct shape *shape);
 
 /* The Event reason for a pod the simulation left pending, from its reason text. Static string. */
 const char *provisioner_unplaced_reason(const char *text);
@@ -163,7 +156,7 @@ struct provisioner_env {
          * one after another. */
         struct kube_client *const *writers;
         size_t n_writers;
-        /* A launcher runs: it records the placement (provisioner_placement_status) with its first status write,
+        /* A launcher runs: it records the placement (nodeclaim_placement_status) with its first status write,
          * so the writers only create the claims (one request and one watch event less per claim). Without a
          * launcher, the writers write the status themselves. */
         bool placement_by_launcher;

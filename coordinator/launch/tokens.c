@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "launcher_plan.h"
+#include "rfc3339.h"
 
 static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -58,7 +59,7 @@ json_t *tokens_secret(const char *id, const char *secret, int64_t expires_ms, co
                       const char *claim_uid) {
         char name[64], expiration[32], description[320];
         snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", id);
-        launcher_rfc3339(expires_ms, expiration, sizeof expiration);
+        rfc3339_format(expires_ms, expiration, sizeof expiration);
         snprintf(description, sizeof description, "pvescale join token of NodeClaim %.250s", claim);
         return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s, s:s}}",
                          "apiVersion", "v1", "kind", "Secret", "metadata", "name", name, "namespace",

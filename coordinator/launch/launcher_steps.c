@@ -13,7 +13,8 @@
 #include "fiber.h"
 #include "http_client.h"
 #include "log.h"
-#include "provisioner.h"
+#include "nodeclaim.h"
+#include "rfc3339.h"
 #include "tokens.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -35,7 +36,7 @@ static json_t *vmid_fields(struct lctx *c, uint32_t vmid, json_t *ch) {
         json_object_set_new(ch, "vmid", json_integer(vmid));
         json_object_set_new(ch, "providerID", json_string(pid));
         if (!launcher_status_str(c, "cloneStartedAt")[0])
-                json_object_set_new(ch, "cloneStartedAt", json_string(launcher_rfc3339_ms(c->now, when, sizeof when)));
+                json_object_set_new(ch, "cloneStartedAt", json_string(rfc3339_format_ms(c->now, when, sizeof when)));
         return ch;
 }
 
@@ -44,7 +45,7 @@ static json_t *vmid_fields(struct lctx *c, uint32_t vmid, json_t *ch) {
 static void placement_fields(struct lctx *c, json_t *ch) {
         if (launcher_status_str(c, "host")[0])
                 return;
-        json_t *st = provisioner_placement_status(c->host, c->region, &c->shape);
+        json_t *st = nodeclaim_placement_status(c->host, c->region, &c->shape);
         json_object_update_missing(ch, st);
         json_decref(st);
 }
@@ -137,7 +138,7 @@ static bool counts_before(const struct lctx *c, const json_t *other, const char 
 
 /* A claim not begun yet has its place in its requirements only. */
 static bool same_host(const struct lctx *c, const json_t *other) {
-        const char *h = provisioner_claim_host(other), *r = provisioner_claim_region(other);
+        const char *h = nodeclaim_host(other), *r = nodeclaim_region(other);
         return h && r && strcmp(h, c->host) == 0 && strcmp(r, c->region) == 0;
 }
 

@@ -12,6 +12,7 @@
 #include "cloudinit.h"
 #include "fiber.h"
 #include "log.h"
+#include "rfc3339.h"
 #include "tokens.h"
 #include "yamlconf.h"
 #include "monotime.h"
@@ -700,7 +701,7 @@ int launcher_step_start(struct lctx *c) {
                         return r;
         }
         log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
-        json_t *started = json_pack("{s:s}", "startedAt", launcher_rfc3339_ms(c->now, when, sizeof when));
+        json_t *started = json_pack("{s:s}", "startedAt", rfc3339_format_ms(c->now, when, sizeof when));
         r = bind_and_record(c, json_deep_copy(started));
         if (r == LSTEP_WAIT) {
                 int64_t requeue = c->requeue_ms;

@@ -3,6 +3,7 @@
 #include "resources.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,4 +64,23 @@ char *resources_format_value(enum resource_kind kind, int64_t value, char *buf, 
                 return buf;
         }
         return quantity_format_bytes_human(value, buf, len);
+}
+
+static void set_quantity(json_t *obj, enum resource_kind k, int64_t v) {
+        char buf[64];
+        if (k == RESOURCE_CPU)
+                quantity_format_milli(v, buf, sizeof buf);
+        else if (k == RESOURCE_PODS)
+                snprintf(buf, sizeof buf, "%" PRId64, v);
+        else
+                quantity_format_bytes(v, buf, sizeof buf);
+        json_object_set_new(obj, resources_name(k), json_string(buf));
+}
+
+json_t *resources_to_json(const struct resources *res) {
+        json_t *o = json_object();
+        for (int k = 0; o && k < RESOURCE_COUNT; k++)
+                if (res->v[k] != 0 || k == RESOURCE_CPU || k == RESOURCE_MEMORY || k == RESOURCE_PODS)
+                        set_quantity(o, (enum resource_kind)k, res->v[k]);
+        return o;
 }

@@ -13,7 +13,8 @@
 #include "array.h"
 #include "cloudinit.h"
 #include "log.h"
-#include "provisioner.h"
+#include "nodeclaim.h"
+#include "rfc3339.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
 #define DEFAULT_REGISTRATION_TIMEOUT_MS (15L * 60 * 1000)
@@ -253,7 +254,7 @@ int64_t launcher_status_int(const struct lctx *c, const char *key) {
 
 int64_t launcher_status_time(const struct lctx *c, const char *key) {
         int64_t ms;
-        return launcher_parse_rfc3339(launcher_status_str(c, key), &ms) == 0 ? ms : 0;
+        return rfc3339_parse(launcher_status_str(c, key), &ms) == 0 ? ms : 0;
 }
 
 static int apply_conditions(json_t *status, json_t *conds, int64_t now) {
@@ -691,7 +692,7 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         /* A copy that is one of our writes: our last write is newer, or the same. */
         if (!deleting && wrote(l, name, claim_rv(claim), &fresh) && fresh)
                 return fresh;
-        if (!deleting && !step && provisioner_claim_host(claim) && !wrote_any(l, name))
+        if (!deleting && !step && nodeclaim_host(claim) && !wrote_any(l, name))
                 return json_incref((json_t *)claim); /* placed, not begun: the first write fails on an old copy */
         int r = name ? kube_get(kube, &kube_nodeclaims, NULL, name, &fresh) : -EINVAL;
         if (r == -ENOENT)

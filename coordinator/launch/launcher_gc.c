@@ -18,6 +18,7 @@
 
 #include "array.h"
 #include "log.h"
+#include "rfc3339.h"
 #include "tokens.h"
 
 struct gc {
@@ -256,7 +257,7 @@ static void gc_tokens(struct gc *g) {
                 int64_t created = 0;
                 /* the claims given may be a little older than a token made a moment ago */
                 if (!name || !uid || uid_owned(g, uid, strlen(uid)) ||
-                    launcher_parse_rfc3339(json_string_value(json_object_get(meta, "creationTimestamp")), &created) < 0 ||
+                    rfc3339_parse(json_string_value(json_object_get(meta, "creationTimestamp")), &created) < 0 ||
                     g->now - created < LAUNCHER_RESERVATION_GRACE_MS)
                         continue;
                 log_info("launcher: GC: deleting join token %s: its NodeClaim is gone", name);
