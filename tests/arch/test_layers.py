@@ -29,9 +29,13 @@ def folder_rules():
         mb = os.path.join(croot, d, "meson.build")
         if not os.path.isfile(mb):
             continue
-        m = re.search(r"^# May use: (.*)\.$", open(mb).read(), re.M)
-        check(m is not None, f"coordinator/{d}/meson.build says which folders it may use")
-        uses = {u.strip() for u in (m.group(1).split(",") if m else [])}
+        text = open(mb).read()
+        m = re.search(r"^# May use: (.*)\.$", text, re.M)
+        said = {u.strip() for u in (m.group(1).split(",") if m else [])} - {"shared"}
+        built = set(re.findall(r"coord_(\w+)_dep", re.search(r"coord_uses = \[(.*?)\]", text, re.S).group(1)))
+        check(m is not None and said == built,
+              f"coordinator/{d}/meson.build: '# May use' ({', '.join(sorted(said))}) is what it links")
+        uses = built | {"shared"}
         rules["coordinator/" + d] = {"coordinator/" + u if u != "shared" else u for u in uses} | {
             "coordinator/" + d, "shared"}
     # main.c and main_launcher.c wire everything together.
