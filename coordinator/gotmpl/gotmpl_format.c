@@ -1,5 +1,5 @@
 /* gotmpl_format: how Go prints template values (fmt %v, strconv float and Quote), truth and emptiness, base64,
- * toJson (jansson, post-processed to encoding/json's escaping), and the engine's output buffer. */
+ * toJson (jansson, post-processed to encoding/json's escaping), the engine's output buffer, and error positions. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,6 +59,22 @@ void gt_buf_done(struct gt_buf *b) {
 
 json_t *gt_string(const char *s, size_t len) {
         return json_stringn_nocheck(s, len);
+}
+
+/* ---- error positions ---- */
+
+void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size) {
+        size_t line = 1, col = 1;
+        if (pos > t->len)
+                pos = t->len;
+        for (size_t i = 0; i < pos; i++) {
+                col++;
+                if (t->text[i] == '\n') {
+                        line++;
+                        col = 1;
+                }
+        }
+        snprintf(buf, size, "%s:%zu:%zu: ", t->name, line, col);
 }
 
 /* ---- truth and types ---- */

@@ -10,6 +10,15 @@
 
 #include "gotmpl.h"
 
+/* The files call each other one way only, each using those below it:
+ *   gotmpl.c         entry points: parse, render, free
+ *   gotmpl_parse.c   the AST; resolves function names against the table at parse time
+ *   gotmpl_lex.c     tokens (used by the parser only)
+ *   gotmpl_funcs.c   the function table; functions report errors through the executor (gt_fail)
+ *   gotmpl_exec.c    the executor (gotmpl_execute); it calls functions only through the table's pointers in the AST
+ *   gotmpl_yaml.c    toYaml
+ *   gotmpl_format.c  values, output buffer, error positions: calls none of the others */
+
 #define GT_MAX_NESTING 100     /* nested control structures and parentheses in one template */
 #define GT_MAX_VALUE_DEPTH 200 /* nesting of data printed, or given to toJson/toYaml */
 #define GT_MAX_VARS 1000       /* live variables during execution */
@@ -140,9 +149,6 @@ int gt_parse(struct gotmpl *t, char *err, size_t errlen);
 void gt_list_done(struct gt_list *l);
 void gt_pipe_free(struct gt_pipe *p);
 
-/* "name:line:col: " for a byte offset (columns count bytes from 1). */
-void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size);
-
 /* ---- functions (gotmpl_funcs.c) ---- */
 struct gt_exec;
 enum gt_ptype { GT_P_ANY, GT_P_STRING, GT_P_INT };
@@ -168,6 +174,8 @@ int gt_fail(struct gt_exec *x, const char *fmt, ...) __attribute__((format(print
 size_t gt_max_output(const struct gt_exec *x);
 
 /* ---- values and formatting (gotmpl_format.c, gotmpl_yaml.c) ---- */
+/* "name:line:col: " for a byte offset (columns count bytes from 1). */
+void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size);
 bool gt_truth(const json_t *v);
 bool gt_empty(const json_t *v); /* Sprig's empty(): the opposite of gt_truth */
 const char *gt_type_name(const json_t *v);
