@@ -12,7 +12,7 @@
 void gotmpl_free(struct gotmpl *tmpl) {
         if (!tmpl)
                 return;
-        gt_list_done(&tmpl->root);
+        gotmpl__list_done(&tmpl->root);
         free(tmpl->name);
         free(tmpl->text);
         free(tmpl);
@@ -41,7 +41,7 @@ int gotmpl_parse(const char *name, const char *text, size_t len, struct gotmpl *
         memcpy(t->text, text, len);
         t->text[len] = 0;
         t->len = len;
-        int r = gt_parse(t, err, errlen);
+        int r = gotmpl__parse(t, err, errlen);
         if (r < 0) {
                 gotmpl_free(t);
                 return r;
