@@ -303,7 +303,7 @@ const char *kube_client_last_reason(const struct kube_client *c) {
         return c->last_reason;
 }
 
-void kube_client_set_error(struct kube_client *c, const char *fmt, ...) {
+void kube__client_set_error(struct kube_client *c, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(c->error, sizeof c->error, fmt, ap);
@@ -314,7 +314,7 @@ bool kube_client_canceled(const struct kube_client *c) {
         return c->cancel && atomic_load(c->cancel);
 }
 
-int kube_client_sleep(struct kube_client *c, long ms) {
+int kube__client_sleep(struct kube_client *c, long ms) {
         while (ms > 0) {
                 if (kube_client_canceled(c))
                         return -ECANCELED;
@@ -325,7 +325,7 @@ int kube_client_sleep(struct kube_client *c, long ms) {
         return kube_client_canceled(c) ? -ECANCELED : 0;
 }
 
-uint64_t kube_client_seed(struct kube_client *c) {
+uint64_t kube__client_seed(struct kube_client *c) {
         uint64_t x = c->rng;
         x ^= x << 13;
         x ^= x >> 7;
@@ -347,7 +347,7 @@ static void short_path(const char *path, char *out, size_t n) {
         snprintf(out, n, "%.*s", (int)strcspn(path, "?"), path);
 }
 
-int kube_client_fail_status(struct kube_client *c, const char *what, const json_t *status) {
+int kube__client_fail_status(struct kube_client *c, const char *what, const json_t *status) {
         const char *reason = json_string_value(json_object_get(status, "reason"));
         const char *message = json_string_value(json_object_get(status, "message"));
         long code = (long)json_integer_value(json_object_get(status, "code"));
@@ -358,8 +358,8 @@ int kube_client_fail_status(struct kube_client *c, const char *what, const json_
         return kube_errno_from_status(code, reason);
 }
 
-int kube_client_fail_response(struct kube_client *c, const char *method, const char *path,
-                              const struct http_client_response *resp) {
+int kube__client_fail_response(struct kube_client *c, const char *method, const char *path,
+                               const struct http_client_response *resp) {
         char what[512];
         char p[400];
         short_path(path, p, sizeof p);
@@ -367,7 +367,7 @@ int kube_client_fail_response(struct kube_client *c, const char *method, const c
         json_t *st = json_loadb(resp->body, resp->body_len, 0, NULL);
         int r;
         if (json_is_object(st) && json_object_get(st, "code")) {
-                r = kube_client_fail_status(c, what, st);
+                r = kube__client_fail_status(c, what, st);
         } else {
                 c->last_status = resp->status;
                 snprintf(c->last_reason, sizeof c->last_reason, "%s", resp->reason);
@@ -429,11 +429,11 @@ static int send_retrying(struct kube_client *c, const char *method, const char *
                 if (attempt >= c->max_retries || !retryable(method, r, resp))
                         break;
                 long delay = backoff_delay_ms(attempt, c->backoff_base_ms, c->backoff_max_ms,
-                                              (uint32_t)kube_client_seed(c));
+                                              (uint32_t)kube__client_seed(c));
                 delay = backoff_honour_retry_after(delay, r == 0 ? resp->retry_after_ms : -1);
                 if (r == 0)
                         http_client_response_done(resp);
-                if ((r = kube_client_sleep(c, delay)) < 0)
+                if ((r = kube__client_sleep(c, delay)) < 0)
                         break;
         }
         free(url);
@@ -454,7 +454,7 @@ static int request(struct kube_client *c, const char *method, const char *path, 
                 return r == -ENOMEM ? r : fail_transport(c, method, path, r);
         c->last_status = resp.status;
         if (resp.status < 200 || resp.status >= 300) {
-                r = kube_client_fail_response(c, method, path, &resp);
+                r = kube__client_fail_response(c, method, path, &resp);
                 http_client_response_done(&resp);
                 return r;
         }
@@ -477,8 +477,8 @@ int kube_request(struct kube_client *c, const char *method, const char *path, co
         return request(c, method, path, content_type, body, ACCEPT_JSON, ret_obj);
 }
 
-int kube_client_stream(struct kube_client *c, const char *path, long idle_timeout_ms, http_client_line_fn fn,
-                       void *userdata, struct http_client_response *ret_resp) {
+int kube__client_stream(struct kube_client *c, const char *path, long idle_timeout_ms, http_client_line_fn fn,
+                        void *userdata, struct http_client_response *ret_resp) {
         static const char *const headers[] = { ACCEPT_JSON, NULL };
         char *url = url_of(c, path);
         if (!url)
@@ -799,7 +799,7 @@ int kube_event_emit(struct kube_client *c, const struct kube_resource *rt, const
         if (!name || !type || !reason || !message)
                 return -EINVAL;
         char ev_name[300], now[32];
-        uint64_t rnd = kube_client_seed(c);
+        uint64_t rnd = kube__client_seed(c);
         snprintf(ev_name, sizeof ev_name, "%.200s.%016llx", name, (unsigned long long)rnd);
         rfc3339_now(now);
         const char *comp = component ? component : "pvescale-coordinator";

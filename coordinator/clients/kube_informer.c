@@ -56,7 +56,7 @@ int kube_informer_new(struct kube_client *c, const struct kube_resource *rt, con
         inf->store = json_object();
         backoff_init(&inf->backoff, o->backoff_base_ms > 0 ? o->backoff_base_ms : INFORMER_DEFAULT_BACKOFF_BASE_MS,
                      o->backoff_max_ms > 0 ? o->backoff_max_ms : INFORMER_DEFAULT_BACKOFF_MAX_MS,
-                     kube_client_seed(c));
+                     kube__client_seed(c));
         if (!inf->store || (ns && *ns && !inf->ns) || (o->label_selector && *o->label_selector && !inf->label_selector) ||
             (o->field_selector && *o->field_selector && !inf->field_selector)) {
                 kube_informer_free(inf);
@@ -234,7 +234,7 @@ static int watch_error(struct session *s, json_t *status) {
                 return 0;
         }
         s->errored = true;
-        kube_client_fail_status(s->inf->c, "watch", status);
+        kube__client_fail_status(s->inf->c, "watch", status);
         return -EPROTO;
 }
 
@@ -255,8 +255,8 @@ static int on_line(const char *line, size_t len, void *userdata) {
                 r = apply_event(s, type, obj);
         if (r == -EBADMSG) {
                 s->errored = true;
-                kube_client_set_error(s->inf->c, "watch %s: a line is not a watch event: %.200s", s->inf->rt->plural,
-                                      line);
+                kube__client_set_error(s->inf->c, "watch %s: a line is not a watch event: %.200s", s->inf->rt->plural,
+                                       line);
         }
         json_decref(ev);
         return r;
@@ -308,7 +308,8 @@ static int session_end(struct kube_informer *inf, const struct session *s, int64
 }
 
 static int watch_session(struct kube_informer *inf) {
-        long timeout_s = inf->watch_timeout_s + (long)(kube_client_seed(inf->c) % (uint64_t)(inf->watch_timeout_s + 1));
+        long timeout_s =
+                inf->watch_timeout_s + (long)(kube__client_seed(inf->c) % (uint64_t)(inf->watch_timeout_s + 1));
         long idle = inf->idle_timeout_ms > 0 ? inf->idle_timeout_ms : timeout_s * 1000 + INFORMER_IDLE_MARGIN_MS;
         char *path;
         int r = watch_path(inf, timeout_s, &path);
@@ -318,7 +319,7 @@ static int watch_session(struct kube_informer *inf) {
         struct http_client_response resp = { 0 };
         int64_t started = monotime_ms();
         inf->stats.watches++;
-        r = kube_client_stream(inf->c, path, idle, on_line, &s, &resp);
+        r = kube__client_stream(inf->c, path, idle, on_line, &s, &resp);
         bool answered = r == 0 && resp.status >= 200 && resp.status < 300;
         if (s.callback_err)
                 r = s.callback_err;
@@ -332,7 +333,7 @@ static int watch_session(struct kube_informer *inf) {
         } else if (resp.status == 410) {
                 r = expired(inf);
         } else {
-                kube_client_fail_response(inf->c, "GET", path, &resp);
+                kube__client_fail_response(inf->c, "GET", path, &resp);
                 log_error("watch %s: %s", inf->rt->plural, kube_client_error(inf->c));
                 inf->retry_after_ms = resp.retry_after_ms;
                 r = INFORMER_FAILED;
@@ -353,7 +354,7 @@ int kube_informer_step(struct kube_informer *inf) {
                 return r;
         inf->stats.failures++;
         long delay = backoff_honour_retry_after(backoff_next_ms(&inf->backoff), inf->retry_after_ms);
-        return kube_client_sleep(inf->c, delay);
+        return kube__client_sleep(inf->c, delay);
 }
 
 int kube_informer_run(struct kube_informer *inf) {

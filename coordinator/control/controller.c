@@ -31,12 +31,6 @@ static const struct kube_resource *const KIND_RT[K_N] = {
         [K_POOLS] = &kube_nodepools,    [K_CLASSES] = &kube_nodeclasses,   [K_DAEMONSETS] = &kube_daemonsets,
 };
 
-int64_t controller__wall_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void deadline_ts(int64_t mono_ms, struct timespec *ts) {
         ts->tv_sec = mono_ms / 1000;
         ts->tv_nsec = (mono_ms % 1000) * 1000000;
@@ -44,14 +38,6 @@ static void deadline_ts(int64_t mono_ms, struct timespec *ts) {
 
 static const char *meta_str(const json_t *o, const char *key) {
         return json_string_value(json_object_get(json_object_get(o, "metadata"), key));
-}
-
-static void store_key(const json_t *obj, char *buf, size_t len) {
-        const char *ns = meta_str(obj, "namespace"), *name = meta_str(obj, "name");
-        if (ns && *ns)
-                snprintf(buf, len, "%s/%s", ns, name ? name : "");
-        else
-                snprintf(buf, len, "%s", name ? name : "");
 }
 
 static bool all_synced_locked(const struct controller *c) {
@@ -76,7 +62,7 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
         if (uid)
                 snprintf(key, sizeof key, "%s", uid);
         else
-                store_key(pod, key, sizeof key);
+                controller__store_key(pod, key, sizeof key);
         if (ev != KUBE_EVENT_DELETED && intake_pod_is_candidate(pod)) {
                 if (!json_object_get(c->candidates, key)) {
                         intake_batch_add(&c->batch, monotime_ms());
@@ -133,31 +119,6 @@ static void node_changed(struct controller *c, enum kube_watch_event ev, const j
                 controller__enqueue_locked(c, claim);
 }
 
-static const char *provider_id(enum ctl_kind kind, const json_t *obj) {
-        const char *part = kind == K_NODES ? "spec" : "status";
-        const char *pid = json_string_value(json_object_get(json_object_get(obj, part), "providerID"));
-        return pid && *pid ? pid : NULL;
-}
-
-/* Keep the providerID index of nodes and claims in step with the store (obj NULL: deleted). */
-static void index_provider_id(struct controller *c, enum ctl_kind kind, const char *key, const json_t *prev,
-                              const json_t *obj) {
-        json_t *index = c->by_provider_id[kind];
-        const char *was = prev ? provider_id(kind, prev) : NULL, *now = obj ? provider_id(kind, obj) : NULL;
-        if (!index)
-                return;
-        if (was && (!now || strcmp(was, now) != 0) &&
-            strcmp(json_string_value(json_object_get(index, was)) ?: "", key) == 0)
-                json_object_del(index, was);
-        if (now)
-                json_object_set_new(index, now, json_string(key));
-}
-
-json_t *controller__by_provider_id_locked(struct controller *c, enum ctl_kind kind, const char *provider_id) {
-        const char *key = json_string_value(json_object_get(c->by_provider_id[kind], provider_id));
-        return key ? json_object_get(c->store[kind], key) : NULL;
-}
-
 /* Added, deleted, or a new generation (status-only updates, such as our own NodePool usage, do not count). */
 static bool spec_changed(enum kube_watch_event ev, const json_t *obj, const json_t *prev) {
         const json_t *g = json_object_get(json_object_get(obj, "metadata"), "generation");
@@ -166,14 +127,7 @@ static bool spec_changed(enum kube_watch_event ev, const json_t *obj, const json
 }
 
 static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watch_event ev, const json_t *obj) {
-        char key[512];
-        store_key(obj, key, sizeof key);
-        json_t *prev = json_incref(json_object_get(c->store[kind], key));
-        if (ev == KUBE_EVENT_DELETED)
-                json_object_del(c->store[kind], key);
-        else
-                json_object_set(c->store[kind], key, (json_t *)obj);
-        index_provider_id(c, kind, key, prev, ev == KUBE_EVENT_DELETED ? NULL : obj);
+        json_t *prev = controller__cache_apply_locked(c, kind, ev, obj);
         if (kind == K_PODS)
                 pod_changed(c, ev, obj);
         else if (kind == K_CLAIMS)

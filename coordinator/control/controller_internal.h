@@ -1,5 +1,7 @@
-/* controller_internal: the controller's state, shared by controller.c (cache, informers, control loop) and
- * controller_work.c (workers and the launcher's environment). */
+/* controller_internal: the controller's state, shared by the controller*.c files only. They call each other one
+ * way: controller.c (informers, control loop, leader election, lifecycle) uses controller_work.c (workers and the
+ * launcher's environment), and both use controller_cache.c (the informers' cache). What they share is named
+ * controller__name (as hwloc's module__name); names ending in _locked need c->mu held. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
@@ -95,11 +97,17 @@ struct controller {
         char lease_namespace[254], identity[254];
 };
 
-int64_t controller__wall_ms(void);
-/* The stored node or claim (kind) with that providerID, borrowed; NULL when none. c->mu held. */
+/* controller_cache.c */
+/* The store key of an object: "namespace/name", or "name" for cluster-scoped objects. */
+void controller__store_key(const json_t *obj, char *buf, size_t len);
+/* Store obj under its key, or delete it (ev KUBE_EVENT_DELETED), keeping the providerID index in step. The object
+ * stored before: a new reference, NULL when none. */
+json_t *controller__cache_apply_locked(struct controller *c, enum ctl_kind kind, enum kube_watch_event ev,
+                                      const json_t *obj);
+/* The stored node or claim (kind) with that providerID, borrowed; NULL when none. */
 json_t *controller__by_provider_id_locked(struct controller *c, enum ctl_kind kind, const char *provider_id);
 
-/* controller_work.c; the ones named _locked need c->mu held. */
+/* controller_work.c */
 int controller__workers_new(struct controller *c);
 int controller__workers_start(struct controller *c);
 void controller__workers_free(struct controller *c);

@@ -1,32 +1,18 @@
-/* gotmpl: the engine's public entry points (parse, execute, render, free) and error positions. */
+/* gotmpl: the engine's public entry points (parse, render, free); the top of the engine's files (see
+ * gotmpl_internal.h for their order). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "gotmpl.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gotmpl_internal.h"
 
-void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size) {
-        size_t line = 1, col = 1;
-        if (pos > t->len)
-                pos = t->len;
-        for (size_t i = 0; i < pos; i++) {
-                col++;
-                if (t->text[i] == '\n') {
-                        line++;
-                        col = 1;
-                }
-        }
-        snprintf(buf, size, "%s:%zu:%zu: ", t->name, line, col);
-}
-
 void gotmpl_free(struct gotmpl *tmpl) {
         if (!tmpl)
                 return;
-        gt_list_done(&tmpl->root);
+        gotmpl__list_done(&tmpl->root);
         free(tmpl->name);
         free(tmpl->text);
         free(tmpl);
@@ -55,7 +41,7 @@ int gotmpl_parse(const char *name, const char *text, size_t len, struct gotmpl *
         memcpy(t->text, text, len);
         t->text[len] = 0;
         t->len = len;
-        int r = gt_parse(t, err, errlen);
+        int r = gotmpl__parse(t, err, errlen);
         if (r < 0) {
                 gotmpl_free(t);
                 return r;

@@ -31,13 +31,13 @@ struct gt_exec {
         size_t errlen;
 };
 
-int gt_fail(struct gt_exec *x, const char *fmt, ...) {
+int gotmpl__fail(struct gt_exec *x, const char *fmt, ...) {
         char where[256];
         va_list ap;
         size_t span = x->at_end > x->at_pos ? x->at_end - x->at_pos : 0;
         while (span > 0 && strchr(" \t\r\n", x->t->text[x->at_pos + span - 1]))
                 span--;
-        gt_position(x->t, x->at_pos, where, sizeof where);
+        gotmpl__position(x->t, x->at_pos, where, sizeof where);
         int n = snprintf(x->err, x->errlen, "%sat <%.*s%s>: ", where, (int)(span > CONTEXT_MAX ? CONTEXT_MAX : span),
                          x->t->text + x->at_pos, span > CONTEXT_MAX ? "..." : "");
         if (n >= 0 && (size_t)n < x->errlen) {
@@ -48,7 +48,7 @@ int gt_fail(struct gt_exec *x, const char *fmt, ...) {
         return -EINVAL;
 }
 
-size_t gt_max_output(const struct gt_exec *x) {
+size_t gotmpl__max_output(const struct gt_exec *x) {
         return x->opt->max_output;
 }
 
@@ -61,7 +61,7 @@ static void at(struct gt_exec *x, size_t pos, size_t end) {
 
 static int var_push(struct gt_exec *x, const char *name, json_t *value) {
         if (x->n_vars >= GT_MAX_VARS)
-                return gt_fail(x, "too many variables");
+                return gotmpl__fail(x, "too many variables");
         if (ARRAY_GROW(&x->vars, &x->cap_vars, x->n_vars, 16) < 0)
                 return -ENOMEM;
         x->vars[x->n_vars++] = (struct gt_var){ name, json_incref(value) };
@@ -91,19 +91,19 @@ static void var_set(struct gt_var *v, json_t *value) {
 static int eval_field(struct gt_exec *x, json_t *recv, const char *name, bool has_args, json_t **ret) {
         if (!recv) {
                 if (x->opt->missingkey == GOTMPL_MISSINGKEY_ERROR)
-                        return gt_fail(x, "nil data; no entry for key \"%s\"", name);
+                        return gotmpl__fail(x, "nil data; no entry for key \"%s\"", name);
                 *ret = NULL;
                 return 0;
         }
         if (json_is_null(recv))
-                return gt_fail(x, "nil pointer evaluating interface {}.%s", name);
+                return gotmpl__fail(x, "nil pointer evaluating interface {}.%s", name);
         if (!json_is_object(recv))
-                return gt_fail(x, "can't evaluate field %s in type %s", name, gt_type_name(recv));
+                return gotmpl__fail(x, "can't evaluate field %s in type %s", name, gotmpl__type_name(recv));
         if (has_args)
-                return gt_fail(x, "%s is not a method but has arguments", name);
+                return gotmpl__fail(x, "%s is not a method but has arguments", name);
         json_t *v = json_object_get(recv, name);
         if (!v && x->opt->missingkey == GOTMPL_MISSINGKEY_ERROR)
-                return gt_fail(x, "map has no entry for key \"%s\"", name);
+                return gotmpl__fail(x, "map has no entry for key \"%s\"", name);
         *ret = json_incref(v);
         return 0;
 }
@@ -139,7 +139,7 @@ static int eval_base(struct gt_exec *x, const struct gt_arg *a, json_t *dot, jso
         case GT_ARG_VAR:
                 v = var_find(x, a->name);
                 if (!v)
-                        return gt_fail(x, "undefined variable: %s", a->name);
+                        return gotmpl__fail(x, "undefined variable: %s", a->name);
                 *ret = json_incref(v->value);
                 return 0;
         case GT_ARG_CONST:
@@ -173,9 +173,9 @@ static int check_type(struct gt_exec *x, enum gt_ptype want, json_t *v) {
         if (want == GT_P_ANY)
                 return 0;
         if (!v || json_is_null(v))
-                return gt_fail(x, "invalid value; expected %s", name);
+                return gotmpl__fail(x, "invalid value; expected %s", name);
         if ((want == GT_P_STRING && !json_is_string(v)) || (want == GT_P_INT && !json_is_integer(v)))
-                return gt_fail(x, "wrong type for value; expected %s; got %s", name, gt_type_name(v));
+                return gotmpl__fail(x, "wrong type for value; expected %s; got %s", name, gotmpl__type_name(v));
         return 0;
 }
 
@@ -185,9 +185,10 @@ static enum gt_ptype param_type(const struct gt_func *f, size_t i) {
 
 static int check_arg_count(struct gt_exec *x, const struct gt_func *f, size_t argc) {
         if (f->max_args < 0 && argc < (size_t)f->min_args)
-                return gt_fail(x, "wrong number of args for %s: want at least %d got %zu", f->name, f->min_args, argc);
+                return gotmpl__fail(x, "wrong number of args for %s: want at least %d got %zu", f->name, f->min_args,
+                                    argc);
         if (f->max_args >= 0 && (argc < (size_t)f->min_args || argc > (size_t)f->max_args))
-                return gt_fail(x, "wrong number of args for %s: want %d got %zu", f->name, f->max_args, argc);
+                return gotmpl__fail(x, "wrong number of args for %s: want %d got %zu", f->name, f->max_args, argc);
         return 0;
 }
 
@@ -205,7 +206,7 @@ static int eval_lazy(struct gt_exec *x, const struct gt_func *f, struct gt_arg *
                                 return r;
                 } else
                         v = json_incref(final);
-                if (gt_truth(v) != is_and)
+                if (gotmpl__truth(v) != is_and)
                         break;
         }
         *ret = v;
@@ -256,10 +257,10 @@ static int eval_cmd(struct gt_exec *x, const struct gt_cmd *c, json_t *dot, json
         if (first->type == GT_ARG_FUNC)
                 return eval_call(x, first, c->args + 1, c->n_args - 1, dot, final, has_final, ret);
         if ((first->type == GT_ARG_CONST || first->type == GT_ARG_DOT) && has_args)
-                return gt_fail(x, "can't give argument to non-function %.*s", (int)(first->end - first->pos),
+                return gotmpl__fail(x, "can't give argument to non-function %.*s", (int)(first->end - first->pos),
                                x->t->text + first->pos);
         if (c->n_args > 1)
-                return gt_fail(x, "%s is not a method but has arguments",
+                return gotmpl__fail(x, "%s is not a method but has arguments",
                                first->n_fields ? first->fields[first->n_fields - 1] : "value");
         int r = eval_base(x, first, dot, &base);
         if (r < 0)
@@ -267,7 +268,7 @@ static int eval_cmd(struct gt_exec *x, const struct gt_cmd *c, json_t *dot, json
         at(x, first->pos, first->end);
         if (first->n_fields == 0 && has_final) {
                 json_decref(base);
-                return gt_fail(x, "can't give argument to non-function %.*s", (int)(first->end - first->pos),
+                return gotmpl__fail(x, "can't give argument to non-function %.*s", (int)(first->end - first->pos),
                                x->t->text + first->pos);
         }
         return eval_chain(x, base, first->fields, first->n_fields, has_final, ret);
@@ -283,7 +284,7 @@ static int pipe_declare(struct gt_exec *x, const struct gt_pipe *pipe, json_t *v
                 }
                 struct gt_var *v = var_find(x, pipe->decl[i]);
                 if (!v)
-                        return gt_fail(x, "undefined variable: %s", pipe->decl[i]);
+                        return gotmpl__fail(x, "undefined variable: %s", pipe->decl[i]);
                 var_set(v, value);
         }
         return 0;
@@ -323,7 +324,7 @@ static int walk_if_with(struct gt_exec *x, const struct gt_node *n, json_t *dot)
         json_t *v = NULL;
         int r = eval_pipe(x, n->pipe, dot, &v);
         if (r >= 0) {
-                bool truth = gt_truth(v);
+                bool truth = gotmpl__truth(v);
                 json_t *new_dot = n->type == GT_NODE_WITH ? v : dot;
                 r = walk(x, truth ? &n->list : &n->else_list, truth ? new_dot : dot);
         }
@@ -393,10 +394,10 @@ static int walk_range(struct gt_exec *x, const struct gt_node *n, json_t *dot) {
                 r = walk(x, &n->else_list, dot);
         else {
                 struct gt_buf b = { .max = CONTEXT_MAX };
-                gt_print_value(&b, v, true, 0);
+                gotmpl__print_value(&b, v, true, 0);
                 at(x, n->pipe->pos, n->pipe->end);
-                r = gt_fail(x, "range can't iterate over %.*s", (int)b.len, b.data ? b.data : "");
-                gt_buf_done(&b);
+                r = gotmpl__fail(x, "range can't iterate over %.*s", (int)b.len, b.data ? b.data : "");
+                gotmpl__buf_done(&b);
         }
 out:
         json_decref(v);
@@ -408,10 +409,10 @@ static int walk_action(struct gt_exec *x, const struct gt_node *n, json_t *dot) 
         json_t *v = NULL;
         int r = eval_pipe(x, n->pipe, dot, &v);
         if (r >= 0 && n->pipe->n_decl == 0)
-                r = gt_print_value(&x->out, v, true, 0);
+                r = gotmpl__print_value(&x->out, v, true, 0);
         json_decref(v);
         if (r == -EFBIG)
-                return gt_fail(x, "output exceeds %zu bytes", x->opt->max_output), -EFBIG;
+                return gotmpl__fail(x, "output exceeds %zu bytes", x->opt->max_output), -EFBIG;
         return r;
 }
 
@@ -419,10 +420,10 @@ static int walk_node(struct gt_exec *x, const struct gt_node *n, json_t *dot) {
         int r;
         switch (n->type) {
         case GT_NODE_TEXT:
-                r = gt_buf_add(&x->out, n->text, n->text_len);
+                r = gotmpl__buf_add(&x->out, n->text, n->text_len);
                 if (r == -EFBIG) {
                         at(x, n->pos, n->pos);
-                        gt_fail(x, "output exceeds %zu bytes", x->opt->max_output);
+                        gotmpl__fail(x, "output exceeds %zu bytes", x->opt->max_output);
                 }
                 return r;
         case GT_NODE_ACTION:
@@ -463,11 +464,11 @@ int gotmpl_execute(const struct gotmpl *tmpl, json_t *data, const struct gotmpl_
         if (r >= 0)
                 r = walk(&x, &tmpl->root, data);
         if (r >= 0)
-                r = gt_buf_add(&x.out, "", 0); /* make sure there is a buffer to NUL-terminate */
+                r = gotmpl__buf_add(&x.out, "", 0); /* make sure there is a buffer to NUL-terminate */
         var_pop(&x, 0);
         free(x.vars);
         if (r < 0) {
-                gt_buf_done(&x.out);
+                gotmpl__buf_done(&x.out);
                 return r;
         }
         if (ret_len)

@@ -1,5 +1,5 @@
 /* gotmpl_format: how Go prints template values (fmt %v, strconv float and Quote), truth and emptiness, base64,
- * toJson (jansson, post-processed to encoding/json's escaping), and the engine's output buffer. */
+ * toJson (jansson, post-processed to encoding/json's escaping), the engine's output buffer, and error positions. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,7 +17,7 @@
 
 /* ---- buffer ---- */
 
-int gt_buf_add(struct gt_buf *b, const char *s, size_t n) {
+int gotmpl__buf_add(struct gt_buf *b, const char *s, size_t n) {
         if (b->max && b->len + n > b->max)
                 return -EFBIG;
         if (b->len + n + 1 > b->cap) {
@@ -37,11 +37,11 @@ int gt_buf_add(struct gt_buf *b, const char *s, size_t n) {
         return 0;
 }
 
-int gt_buf_adds(struct gt_buf *b, const char *s) {
-        return gt_buf_add(b, s, strlen(s));
+int gotmpl__buf_adds(struct gt_buf *b, const char *s) {
+        return gotmpl__buf_add(b, s, strlen(s));
 }
 
-int gt_buf_printf(struct gt_buf *b, const char *fmt, ...) {
+int gotmpl__buf_printf(struct gt_buf *b, const char *fmt, ...) {
         char tmp[128];
         va_list ap;
         va_start(ap, fmt);
@@ -49,21 +49,37 @@ int gt_buf_printf(struct gt_buf *b, const char *fmt, ...) {
         va_end(ap);
         if (n < 0 || (size_t)n >= sizeof tmp)
                 return -EINVAL;
-        return gt_buf_add(b, tmp, (size_t)n);
+        return gotmpl__buf_add(b, tmp, (size_t)n);
 }
 
-void gt_buf_done(struct gt_buf *b) {
+void gotmpl__buf_done(struct gt_buf *b) {
         free(b->data);
         *b = (struct gt_buf){ 0 };
 }
 
-json_t *gt_string(const char *s, size_t len) {
+json_t *gotmpl__string(const char *s, size_t len) {
         return json_stringn_nocheck(s, len);
+}
+
+/* ---- error positions ---- */
+
+void gotmpl__position(const struct gotmpl *t, size_t pos, char *buf, size_t size) {
+        size_t line = 1, col = 1;
+        if (pos > t->len)
+                pos = t->len;
+        for (size_t i = 0; i < pos; i++) {
+                col++;
+                if (t->text[i] == '\n') {
+                        line++;
+                        col = 1;
+                }
+        }
+        snprintf(buf, size, "%s:%zu:%zu: ", t->name, line, col);
 }
 
 /* ---- truth and types ---- */
 
-bool gt_truth(const json_t *v) {
+bool gotmpl__truth(const json_t *v) {
         if (!v)
                 return false;
         switch (json_typeof(v)) {
@@ -86,11 +102,11 @@ bool gt_truth(const json_t *v) {
         return false;
 }
 
-bool gt_empty(const json_t *v) {
-        return !gt_truth(v);
+bool gotmpl__empty(const json_t *v) {
+        return !gotmpl__truth(v);
 }
 
-const char *gt_type_name(const json_t *v) {
+const char *gotmpl__type_name(const json_t *v) {
         if (!v)
                 return "<nil>";
         switch (json_typeof(v)) {
@@ -151,7 +167,7 @@ static void format_f(const char *d, int dp, char *out, size_t size) {
                 snprintf(out, size, "%.*s.%s", dp, d, d + dp);
 }
 
-void gt_format_float(double f, char *buf, size_t size) {
+void gotmpl__format_float(double f, char *buf, size_t size) {
         char digits[FLOAT_MAX_DIGITS + 2], body[64];
         int dp;
         if (isnan(f)) {
@@ -181,48 +197,48 @@ static int print_object(struct gt_buf *b, const json_t *v, int depth) {
         const char **keys = jsonutil_sorted_keys(v, &n);
         if (!keys)
                 return -ENOMEM;
-        int r = gt_buf_adds(b, "map[");
+        int r = gotmpl__buf_adds(b, "map[");
         for (i = 0; i < n && r >= 0; i++) {
-                r = gt_buf_adds(b, i ? " " : "");
+                r = gotmpl__buf_adds(b, i ? " " : "");
                 if (r >= 0)
-                        r = gt_buf_adds(b, keys[i]);
+                        r = gotmpl__buf_adds(b, keys[i]);
                 if (r >= 0)
-                        r = gt_buf_adds(b, ":");
+                        r = gotmpl__buf_adds(b, ":");
                 if (r >= 0)
-                        r = gt_print_value(b, json_object_get(v, keys[i]), false, depth + 1);
+                        r = gotmpl__print_value(b, json_object_get(v, keys[i]), false, depth + 1);
         }
         free(keys);
-        return r < 0 ? r : gt_buf_adds(b, "]");
+        return r < 0 ? r : gotmpl__buf_adds(b, "]");
 }
 
 static int print_array(struct gt_buf *b, const json_t *v, int depth) {
-        int r = gt_buf_adds(b, "[");
+        int r = gotmpl__buf_adds(b, "[");
         for (size_t i = 0; i < json_array_size(v) && r >= 0; i++) {
-                r = gt_buf_adds(b, i ? " " : "");
+                r = gotmpl__buf_adds(b, i ? " " : "");
                 if (r >= 0)
-                        r = gt_print_value(b, json_array_get(v, i), false, depth + 1);
+                        r = gotmpl__print_value(b, json_array_get(v, i), false, depth + 1);
         }
-        return r < 0 ? r : gt_buf_adds(b, "]");
+        return r < 0 ? r : gotmpl__buf_adds(b, "]");
 }
 
-int gt_print_value(struct gt_buf *b, const json_t *v, bool top, int depth) {
+int gotmpl__print_value(struct gt_buf *b, const json_t *v, bool top, int depth) {
         char num[64];
         if (depth > GT_MAX_VALUE_DEPTH)
                 return -ELOOP;
         if (!v || json_is_null(v))
-                return gt_buf_adds(b, top ? "<no value>" : "<nil>");
+                return gotmpl__buf_adds(b, top ? "<no value>" : "<nil>");
         switch (json_typeof(v)) {
         case JSON_STRING:
-                return gt_buf_add(b, json_string_value(v), json_string_length(v));
+                return gotmpl__buf_add(b, json_string_value(v), json_string_length(v));
         case JSON_INTEGER:
-                return gt_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+                return gotmpl__buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         case JSON_REAL:
-                gt_format_float(json_real_value(v), num, sizeof num);
-                return gt_buf_adds(b, num);
+                gotmpl__format_float(json_real_value(v), num, sizeof num);
+                return gotmpl__buf_adds(b, num);
         case JSON_TRUE:
-                return gt_buf_adds(b, "true");
+                return gotmpl__buf_adds(b, "true");
         case JSON_FALSE:
-                return gt_buf_adds(b, "false");
+                return gotmpl__buf_adds(b, "false");
         case JSON_ARRAY:
                 return print_array(b, v, depth);
         case JSON_OBJECT:
@@ -236,7 +252,7 @@ int gt_print_value(struct gt_buf *b, const json_t *v, bool top, int depth) {
 /* ---- strconv.Quote ---- */
 
 /* Decode one UTF-8 sequence; its length, or 0 for an invalid byte. */
-size_t gt_utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp) {
+size_t gotmpl__utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp) {
         static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
         size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
         if (n == 0 || n > len)
@@ -253,7 +269,7 @@ size_t gt_utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp) {
         return n;
 }
 
-int gt_utf8_encode(struct gt_buf *b, unsigned long cp) {
+int gotmpl__utf8_encode(struct gt_buf *b, unsigned long cp) {
         char u[4];
         size_t n;
         if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
@@ -277,7 +293,7 @@ int gt_utf8_encode(struct gt_buf *b, unsigned long cp) {
                 u[3] = (char)(0x80 | (cp & 0x3f));
                 n = 4;
         }
-        return gt_buf_add(b, u, n);
+        return gotmpl__buf_add(b, u, n);
 }
 
 /* unicode.IsPrint, approximated: C1 controls, the soft hyphen, format characters, line/paragraph separators,
@@ -294,38 +310,38 @@ static int quote_rune(struct gt_buf *b, uint32_t cp, const char *raw, size_t n) 
         static const char from[] = "\a\b\f\n\r\t\v", to[] = "abfnrtv";
         const char *k = cp && cp < 0x80 ? strchr(from, (int)cp) : NULL;
         if (cp == '"' || cp == '\\')
-                return gt_buf_printf(b, "\\%c", (char)cp);
+                return gotmpl__buf_printf(b, "\\%c", (char)cp);
         if (k)
-                return gt_buf_printf(b, "\\%c", to[k - from]);
+                return gotmpl__buf_printf(b, "\\%c", to[k - from]);
         if (cp >= 0x20 && cp < 0x7f)
-                return gt_buf_add(b, raw, n);
+                return gotmpl__buf_add(b, raw, n);
         if (cp < 0x80)
-                return gt_buf_printf(b, "\\x%02x", cp);
+                return gotmpl__buf_printf(b, "\\x%02x", cp);
         if (rune_printable(cp))
-                return gt_buf_add(b, raw, n);
-        return gt_buf_printf(b, cp < 0x10000 ? "\\u%04" PRIx32 : "\\U%08" PRIx32, cp);
+                return gotmpl__buf_add(b, raw, n);
+        return gotmpl__buf_printf(b, cp < 0x10000 ? "\\u%04" PRIx32 : "\\U%08" PRIx32, cp);
 }
 
-int gt_quote(struct gt_buf *b, const char *s, size_t len) {
+int gotmpl__quote(struct gt_buf *b, const char *s, size_t len) {
         const unsigned char *u = (const unsigned char *)s;
-        int r = gt_buf_adds(b, "\"");
+        int r = gotmpl__buf_adds(b, "\"");
         for (size_t i = 0; i < len && r >= 0;) {
                 uint32_t cp;
-                size_t n = gt_utf8_decode(u + i, len - i, &cp);
+                size_t n = gotmpl__utf8_decode(u + i, len - i, &cp);
                 if (n == 0) {
-                        r = gt_buf_printf(b, "\\x%02x", u[i]);
+                        r = gotmpl__buf_printf(b, "\\x%02x", u[i]);
                         i++;
                         continue;
                 }
                 r = quote_rune(b, cp, s + i, n);
                 i += n;
         }
-        return r < 0 ? r : gt_buf_adds(b, "\"");
+        return r < 0 ? r : gotmpl__buf_adds(b, "\"");
 }
 
 /* ---- base64 ---- */
 
-int gt_base64(struct gt_buf *b, const unsigned char *s, size_t len) {
+int gotmpl__base64(struct gt_buf *b, const unsigned char *s, size_t len) {
         static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         int r = 0;
         for (size_t i = 0; i < len && r >= 0; i += 3) {
@@ -333,7 +349,7 @@ int gt_base64(struct gt_buf *b, const unsigned char *s, size_t len) {
                              (i + 2 < len ? s[i + 2] : 0);
                 char q[4] = { alphabet[v >> 18], alphabet[(v >> 12) & 63], i + 1 < len ? alphabet[(v >> 6) & 63] : '=',
                               i + 2 < len ? alphabet[v & 63] : '=' };
-                r = gt_buf_add(b, q, 4);
+                r = gotmpl__buf_add(b, q, 4);
         }
         return r;
 }
@@ -407,19 +423,21 @@ static int go_json_escapes(const char *s, struct gt_buf *b) {
                 const char *u = html_escape(s + i);
                 if (s[i] == '\\') {
                         char c = s[++i];
-                        r = c == 'b' ? gt_buf_adds(b, "\\u0008") : c == 'f' ? gt_buf_adds(b, "\\u000c") : gt_buf_add(b, s + i - 1, 2);
+                        r = c == 'b'   ? gotmpl__buf_adds(b, "\\u0008")
+                            : c == 'f' ? gotmpl__buf_adds(b, "\\u000c")
+                                       : gotmpl__buf_add(b, s + i - 1, 2);
                 } else if (u) {
-                        r = gt_buf_adds(b, u);
+                        r = gotmpl__buf_adds(b, u);
                         i += u[2] == '2' ? 2 : 0; /* the two more bytes of U+2028/9 */
                 } else
-                        r = gt_buf_add(b, s + i, 1);
+                        r = gotmpl__buf_add(b, s + i, 1);
         }
         return r;
 }
 
-int gt_to_json(const json_t *v, struct gt_buf *b, const char **ret_why) {
+int gotmpl__to_json(const json_t *v, struct gt_buf *b, const char **ret_why) {
         if (!v)
-                return gt_buf_adds(b, "null");
+                return gotmpl__buf_adds(b, "null");
         if (value_depth(v, 0) > GT_MAX_VALUE_DEPTH) {
                 *ret_why = "value nested too deeply";
                 return -EINVAL;

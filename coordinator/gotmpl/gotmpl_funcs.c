@@ -24,18 +24,18 @@ static size_t slen(json_t *v) {
 /* Turn a result buffer into *ret (a string value), or report why it failed. Frees the buffer. */
 static int ret_buf(struct gt_exec *x, struct gt_buf *b, int r, json_t **ret) {
         if (r >= 0) {
-                *ret = gt_string(b->data ? b->data : "", b->len);
+                *ret = gotmpl__string(b->data ? b->data : "", b->len);
                 r = *ret ? 0 : -ENOMEM;
         } else if (r == -EFBIG)
-                r = gt_fail(x, "function result exceeds %zu bytes", gt_max_output(x));
+                r = gotmpl__fail(x, "function result exceeds %zu bytes", gotmpl__max_output(x));
         else if (r == -ELOOP)
-                r = gt_fail(x, "value nested too deeply");
-        gt_buf_done(b);
+                r = gotmpl__fail(x, "value nested too deeply");
+        gotmpl__buf_done(b);
         return r;
 }
 
 static int ret_str(json_t **ret, const char *s, size_t len) {
-        *ret = gt_string(s, len);
+        *ret = gotmpl__string(s, len);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -45,21 +45,21 @@ static int ret_bool(json_t **ret, bool b) {
 }
 
 static struct gt_buf new_buf(struct gt_exec *x) {
-        return (struct gt_buf){ .max = gt_max_output(x) };
+        return (struct gt_buf){ .max = gotmpl__max_output(x) };
 }
 
 /* Sprig's strval: strings as they are, everything else as fmt %v. */
 static int add_strval(struct gt_buf *b, json_t *v) {
         if (json_is_string(v))
-                return gt_buf_add(b, str(v), slen(v));
-        return gt_print_value(b, v, false, 0);
+                return gotmpl__buf_add(b, str(v), slen(v));
+        return gotmpl__print_value(b, v, false, 0);
 }
 
 /* ---- Sprig / Helm ---- */
 
 static int fn_default(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         (void)x;
-        *ret = json_incref(argc < 2 || gt_empty(argv[1]) ? argv[0] : argv[1]);
+        *ret = json_incref(argc < 2 || gotmpl__empty(argv[1]) ? argv[0] : argv[1]);
         return 0;
 }
 
@@ -73,29 +73,29 @@ static int fn_quote(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret)
                 v.len = 0;
                 r = add_strval(&v, argv[i]);
                 if (r >= 0 && !first)
-                        r = gt_buf_adds(&b, " ");
+                        r = gotmpl__buf_adds(&b, " ");
                 if (r >= 0)
-                        r = gt_quote(&b, v.data ? v.data : "", v.len);
+                        r = gotmpl__quote(&b, v.data ? v.data : "", v.len);
                 first = false;
         }
-        gt_buf_done(&v);
+        gotmpl__buf_done(&v);
         return ret_buf(x, &b, r, ret);
 }
 
 static int indent_into(struct gt_exec *x, struct gt_buf *b, json_int_t n, json_t *s) {
         if (n < 0)
-                return gt_fail(x, "error calling indent: strings: negative Repeat count");
-        if ((size_t)n > gt_max_output(x))
+                return gotmpl__fail(x, "error calling indent: strings: negative Repeat count");
+        if ((size_t)n > gotmpl__max_output(x))
                 return -EFBIG;
         char *pad = malloc((size_t)n + 1);
         if (!pad)
                 return -ENOMEM;
         memset(pad, ' ', (size_t)n);
-        int r = gt_buf_add(b, pad, (size_t)n);
+        int r = gotmpl__buf_add(b, pad, (size_t)n);
         for (size_t i = 0; i < slen(s) && r >= 0; i++) {
-                r = gt_buf_add(b, str(s) + i, 1);
+                r = gotmpl__buf_add(b, str(s) + i, 1);
                 if (r >= 0 && str(s)[i] == '\n')
-                        r = gt_buf_add(b, pad, (size_t)n);
+                        r = gotmpl__buf_add(b, pad, (size_t)n);
         }
         free(pad);
         return r;
@@ -105,22 +105,22 @@ static int fn_indent(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret
         struct gt_buf b = new_buf(x);
         (void)argc;
         int r = indent_into(x, &b, json_integer_value(argv[0]), argv[1]);
-        return r == -EINVAL ? (gt_buf_done(&b), r) : ret_buf(x, &b, r, ret);
+        return r == -EINVAL ? (gotmpl__buf_done(&b), r) : ret_buf(x, &b, r, ret);
 }
 
 static int fn_nindent(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         struct gt_buf b = new_buf(x);
         (void)argc;
-        int r = gt_buf_adds(&b, "\n");
+        int r = gotmpl__buf_adds(&b, "\n");
         if (r >= 0)
                 r = indent_into(x, &b, json_integer_value(argv[0]), argv[1]);
-        return r == -EINVAL ? (gt_buf_done(&b), r) : ret_buf(x, &b, r, ret);
+        return r == -EINVAL ? (gotmpl__buf_done(&b), r) : ret_buf(x, &b, r, ret);
 }
 
 static int fn_b64enc(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         struct gt_buf b = new_buf(x);
         (void)argc;
-        int r = gt_base64(&b, (const unsigned char *)str(argv[0]), slen(argv[0]));
+        int r = gotmpl__base64(&b, (const unsigned char *)str(argv[0]), slen(argv[0]));
         return ret_buf(x, &b, r, ret);
 }
 
@@ -128,10 +128,10 @@ static int fn_to_json(struct gt_exec *x, json_t **argv, size_t argc, json_t **re
         struct gt_buf b = new_buf(x);
         const char *why = NULL;
         (void)argc;
-        int r = gt_to_json(argv[0], &b, &why);
+        int r = gotmpl__to_json(argv[0], &b, &why);
         if (r == -EINVAL) {
-                gt_buf_done(&b);
-                return gt_fail(x, "error calling toJson: %s", why);
+                gotmpl__buf_done(&b);
+                return gotmpl__fail(x, "error calling toJson: %s", why);
         }
         return ret_buf(x, &b, r, ret);
 }
@@ -140,10 +140,10 @@ static int fn_to_yaml(struct gt_exec *x, json_t **argv, size_t argc, json_t **re
         struct gt_buf b = new_buf(x);
         const char *why = NULL;
         (void)argc;
-        int r = gt_to_yaml(argv[0], &b, &why);
+        int r = gotmpl__to_yaml(argv[0], &b, &why);
         if (r == -EINVAL) {
-                gt_buf_done(&b);
-                return gt_fail(x, "error calling toYaml: %s", why);
+                gotmpl__buf_done(&b);
+                return gotmpl__fail(x, "error calling toYaml: %s", why);
         }
         return ret_buf(x, &b, r, ret);
 }
@@ -161,7 +161,7 @@ static int fn_join(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) 
                 json_t *e = json_array_get(list, i);
                 if (json_is_null(e))
                         continue;
-                r = n++ ? gt_buf_add(&b, str(argv[0]), slen(argv[0])) : 0;
+                r = n++ ? gotmpl__buf_add(&b, str(argv[0]), slen(argv[0])) : 0;
                 if (r >= 0)
                         r = add_strval(&b, e);
         }
@@ -177,17 +177,17 @@ static int map_case(struct gt_exec *x, json_t *s, bool up, json_t **ret) {
         int r = 0;
         for (size_t i = 0, n; i < slen(s) && r >= 0; i += n) {
                 uint32_t cp;
-                n = gt_utf8_decode(u + i, slen(s) - i, &cp);
+                n = gotmpl__utf8_decode(u + i, slen(s) - i, &cp);
                 if (n == 0) {
                         n = 1;
-                        r = gt_buf_add(&b, (const char *)u + i, 1);
+                        r = gotmpl__buf_add(&b, (const char *)u + i, 1);
                         continue;
                 }
                 if (loc)
                         cp = (uint32_t)(up ? towupper_l((wint_t)cp, loc) : towlower_l((wint_t)cp, loc));
                 else if (cp < 0x80)
                         cp = (uint32_t)(up ? toupper((int)cp) : tolower((int)cp));
-                r = gt_utf8_encode(&b, cp);
+                r = gotmpl__utf8_encode(&b, cp);
         }
         if (loc)
                 freelocale(loc);
@@ -285,19 +285,19 @@ static int fn_replace(struct gt_exec *x, json_t **argv, size_t argc, json_t **re
         (void)argc;
         if (slen(old) == 0) {
                 for (; i < slen(src) && r >= 0; i++) {
-                        r = gt_buf_add(&b, str(rep), slen(rep));
+                        r = gotmpl__buf_add(&b, str(rep), slen(rep));
                         if (r >= 0)
-                                r = gt_buf_add(&b, str(src) + i, 1);
+                                r = gotmpl__buf_add(&b, str(src) + i, 1);
                 }
-                return ret_buf(x, &b, r < 0 ? r : gt_buf_add(&b, str(rep), slen(rep)), ret);
+                return ret_buf(x, &b, r < 0 ? r : gotmpl__buf_add(&b, str(rep), slen(rep)), ret);
         }
         for (const char *m; r >= 0 && (m = find(src, i, old)); i = (size_t)(m - str(src)) + slen(old)) {
-                r = gt_buf_add(&b, str(src) + i, (size_t)(m - str(src)) - i);
+                r = gotmpl__buf_add(&b, str(src) + i, (size_t)(m - str(src)) - i);
                 if (r >= 0)
-                        r = gt_buf_add(&b, str(rep), slen(rep));
+                        r = gotmpl__buf_add(&b, str(rep), slen(rep));
         }
         if (r >= 0)
-                r = gt_buf_add(&b, str(src) + i, slen(src) - i);
+                r = gotmpl__buf_add(&b, str(src) + i, slen(src) - i);
         return ret_buf(x, &b, r, ret);
 }
 
@@ -307,11 +307,11 @@ static int split_pieces(json_t *sep, json_t *s, json_t **ret_list) {
         size_t i = 0;
         int r = list ? 0 : -ENOMEM;
         for (const char *m; r >= 0 && slen(sep) && (m = find(s, i, sep)); i = (size_t)(m - str(s)) + slen(sep))
-                r = json_array_append_new(list, gt_string(str(s) + i, (size_t)(m - str(s)) - i)) ? -ENOMEM : 0;
+                r = json_array_append_new(list, gotmpl__string(str(s) + i, (size_t)(m - str(s)) - i)) ? -ENOMEM : 0;
         for (; r >= 0 && !slen(sep) && i + 1 < slen(s); i++)
-                r = json_array_append_new(list, gt_string(str(s) + i, 1)) ? -ENOMEM : 0;
+                r = json_array_append_new(list, gotmpl__string(str(s) + i, 1)) ? -ENOMEM : 0;
         if (r >= 0)
-                r = json_array_append_new(list, gt_string(str(s) + i, slen(s) - i)) ? -ENOMEM : 0;
+                r = json_array_append_new(list, gotmpl__string(str(s) + i, slen(s) - i)) ? -ENOMEM : 0;
         if (r < 0) {
                 json_decref(list);
                 return r;
@@ -371,11 +371,11 @@ static int fn_dict(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) 
                 k.len = 0;
                 r = add_strval(&k, argv[i]);
                 if (r >= 0 && json_object_setn_new(map, k.data ? k.data : "", k.len, v) < 0)
-                        r = gt_fail(x, "error calling dict: invalid key");
+                        r = gotmpl__fail(x, "error calling dict: invalid key");
                 else if (r < 0)
                         json_decref(v);
         }
-        gt_buf_done(&k);
+        gotmpl__buf_done(&k);
         if (r < 0) {
                 json_decref(map);
                 return r;
@@ -386,7 +386,7 @@ static int fn_dict(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) 
 
 static int fn_empty(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         (void)x, (void)argc;
-        return ret_bool(ret, gt_empty(argv[0]));
+        return ret_bool(ret, gotmpl__empty(argv[0]));
 }
 
 /* Helm's required: the value, or an error carrying msg when the value is nil or an empty string. */
@@ -394,7 +394,7 @@ static int fn_required(struct gt_exec *x, json_t **argv, size_t argc, json_t **r
         json_t *v = argv[1];
         (void)argc;
         if (!v || json_is_null(v) || (json_is_string(v) && slen(v) == 0))
-                return gt_fail(x, "error calling required: %s", str(argv[0]));
+                return gotmpl__fail(x, "error calling required: %s", str(argv[0]));
         *ret = json_incref(v);
         return 0;
 }
@@ -409,7 +409,7 @@ static int fn_coalesce(struct gt_exec *x, json_t **argv, size_t argc, json_t **r
         (void)x;
         *ret = NULL;
         for (size_t i = 0; i < argc; i++)
-                if (!gt_empty(argv[i])) {
+                if (!gotmpl__empty(argv[i])) {
                         *ret = json_incref(argv[i]);
                         break;
                 }
@@ -456,10 +456,10 @@ static int compare_same(enum kind k, json_t *a, json_t *b) {
 
 static int uncomparable(struct gt_exec *x, const char *fn, json_t *v) {
         struct gt_buf b = { .max = 200 };
-        gt_print_value(&b, v, false, 0);
-        int r = gt_fail(x, "error calling %s: uncomparable type %s: %.*s", fn, gt_type_name(v), (int)b.len,
+        gotmpl__print_value(&b, v, false, 0);
+        int r = gotmpl__fail(x, "error calling %s: uncomparable type %s: %.*s", fn, gotmpl__type_name(v), (int)b.len,
                         b.data ? b.data : "");
-        gt_buf_done(&b);
+        gotmpl__buf_done(&b);
         return r;
 }
 
@@ -471,7 +471,7 @@ static int equal_any(struct gt_exec *x, const char *fn, json_t **argv, size_t ar
         for (size_t i = 1; i < argc; i++) {
                 enum kind k2 = kind_of(argv[i]);
                 if (k1 != k2 && k1 != K_INVALID && k2 != K_INVALID)
-                        return gt_fail(x, "error calling %s: incompatible types for comparison", fn);
+                        return gotmpl__fail(x, "error calling %s: incompatible types for comparison", fn);
                 if (k1 == k2 && compare_same(k1, argv[0], argv[i]) == 0) {
                         *ret_eq = true;
                         break;
@@ -483,7 +483,7 @@ static int equal_any(struct gt_exec *x, const char *fn, json_t **argv, size_t ar
 static int fn_eq(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         bool eq;
         if (argc < 2)
-                return gt_fail(x, "error calling eq: missing argument for comparison");
+                return gotmpl__fail(x, "error calling eq: missing argument for comparison");
         int r = equal_any(x, "eq", argv, argc, &eq);
         return r < 0 ? r : ret_bool(ret, eq);
 }
@@ -500,11 +500,11 @@ static int order(struct gt_exec *x, const char *fn, json_t **argv, int *ret_cmp)
         bool ok1 = k1 == K_INT || k1 == K_FLOAT || k1 == K_STRING || k1 == K_BOOL;
         bool ok2 = k2 == K_INT || k2 == K_FLOAT || k2 == K_STRING || k2 == K_BOOL;
         if (!ok1 || !ok2)
-                return gt_fail(x, "error calling %s: invalid type for comparison", fn);
+                return gotmpl__fail(x, "error calling %s: invalid type for comparison", fn);
         if (k1 != k2)
-                return gt_fail(x, "error calling %s: incompatible types for comparison", fn);
+                return gotmpl__fail(x, "error calling %s: incompatible types for comparison", fn);
         if (k1 == K_BOOL)
-                return gt_fail(x, "error calling %s: invalid type for comparison", fn);
+                return gotmpl__fail(x, "error calling %s: invalid type for comparison", fn);
         *ret_cmp = compare_same(k1, argv[0], argv[1]);
         return 0;
 }
@@ -537,7 +537,7 @@ static int fn_ge(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
 
 static int fn_not(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         (void)x, (void)argc;
-        return ret_bool(ret, !gt_truth(argv[0]));
+        return ret_bool(ret, !gotmpl__truth(argv[0]));
 }
 
 /* ---- Go built-ins: len, index, print ---- */
@@ -546,9 +546,9 @@ static int fn_len(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         json_t *v = argv[0];
         (void)argc;
         if (!v || json_is_null(v))
-                return gt_fail(x, "error calling len: len of nil pointer");
+                return gotmpl__fail(x, "error calling len: len of nil pointer");
         if (!json_is_string(v) && !json_is_array(v) && !json_is_object(v))
-                return gt_fail(x, "error calling len: len of type %s", gt_type_name(v));
+                return gotmpl__fail(x, "error calling len: len of type %s", gotmpl__type_name(v));
         size_t n = json_is_string(v) ? slen(v) : json_is_array(v) ? json_array_size(v) : json_object_size(v);
         *ret = json_integer((json_int_t)n);
         return *ret ? 0 : -ENOMEM;
@@ -556,23 +556,25 @@ static int fn_len(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
 
 static int index_one(struct gt_exec *x, json_t *item, json_t *key, json_t **ret) {
         if (!item || json_is_null(item))
-                return gt_fail(x, "error calling index: index of untyped nil");
+                return gotmpl__fail(x, "error calling index: index of untyped nil");
         if (json_is_object(item)) {
                 if (!json_is_string(key))
-                        return gt_fail(x, "error calling index: value has type %s; should be string", gt_type_name(key));
+                        return gotmpl__fail(x, "error calling index: value has type %s; should be string",
+                                            gotmpl__type_name(key));
                 *ret = json_object_get(item, str(key));
                 return 0;
         }
         if (!json_is_array(item) && !json_is_string(item))
-                return gt_fail(x, "error calling index: can't index item of type %s", gt_type_name(item));
+                return gotmpl__fail(x, "error calling index: can't index item of type %s", gotmpl__type_name(item));
         if (!json_is_integer(key))
-                return gt_fail(x, "error calling index: cannot index slice/array with type %s", gt_type_name(key));
+                return gotmpl__fail(x, "error calling index: cannot index slice/array with type %s",
+                                    gotmpl__type_name(key));
         json_int_t i = json_integer_value(key);
         size_t n = json_is_array(item) ? json_array_size(item) : slen(item);
         if (i < 0 || (size_t)i >= n)
-                return gt_fail(x, "error calling index: index out of range: %" JSON_INTEGER_FORMAT, i);
+                return gotmpl__fail(x, "error calling index: index out of range: %" JSON_INTEGER_FORMAT, i);
         if (json_is_string(item))
-                return gt_fail(x, "error calling index: indexing strings is not supported");
+                return gotmpl__fail(x, "error calling index: indexing strings is not supported");
         *ret = json_array_get(item, (size_t)i);
         return 0;
 }
@@ -595,12 +597,12 @@ static int print_args(struct gt_exec *x, json_t **argv, size_t argc, bool ln, js
         int r = 0;
         for (size_t i = 0; i < argc && r >= 0; i++) {
                 bool space = ln ? i > 0 : i > 0 && !json_is_string(argv[i]) && !json_is_string(argv[i - 1]);
-                r = space ? gt_buf_adds(&b, " ") : 0;
+                r = space ? gotmpl__buf_adds(&b, " ") : 0;
                 if (r >= 0)
-                        r = gt_print_value(&b, argv[i], false, 0);
+                        r = gotmpl__print_value(&b, argv[i], false, 0);
         }
         if (r >= 0 && ln)
-                r = gt_buf_adds(&b, "\n");
+                r = gotmpl__buf_adds(&b, "\n");
         return ret_buf(x, &b, r, ret);
 }
 
@@ -615,17 +617,17 @@ static int fn_println(struct gt_exec *x, json_t **argv, size_t argc, json_t **re
 /* One printf verb for v: %s %v %d %q %t; anything else, or a wrong type, prints Go's %!verb(type=value). */
 static int printf_verb(struct gt_buf *b, char verb, json_t *v) {
         if (verb == 'v' || (verb == 's' && json_is_string(v)))
-                return gt_print_value(b, v, false, 0);
+                return gotmpl__print_value(b, v, false, 0);
         if (verb == 'd' && json_is_integer(v))
-                return gt_print_value(b, v, false, 0);
+                return gotmpl__print_value(b, v, false, 0);
         if (verb == 't' && json_is_boolean(v))
-                return gt_print_value(b, v, false, 0);
+                return gotmpl__print_value(b, v, false, 0);
         if (verb == 'q' && json_is_string(v))
-                return gt_quote(b, str(v), slen(v));
-        int r = gt_buf_printf(b, "%%!%c(%s=", verb, v ? gt_type_name(v) : "<nil>");
+                return gotmpl__quote(b, str(v), slen(v));
+        int r = gotmpl__buf_printf(b, "%%!%c(%s=", verb, v ? gotmpl__type_name(v) : "<nil>");
         if (r >= 0)
-                r = gt_print_value(b, v, false, 0);
-        return r < 0 ? r : gt_buf_adds(b, ")");
+                r = gotmpl__print_value(b, v, false, 0);
+        return r < 0 ? r : gotmpl__buf_adds(b, ")");
 }
 
 static int fn_printf(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
@@ -635,23 +637,23 @@ static int fn_printf(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret
         int r = 0;
         for (size_t i = 0; i < n && r >= 0; i++) {
                 if (f[i] != '%' || i + 1 >= n) {
-                        r = gt_buf_add(&b, f + i, 1);
+                        r = gotmpl__buf_add(&b, f + i, 1);
                         continue;
                 }
                 char verb = f[++i];
                 if (verb == '%')
-                        r = gt_buf_adds(&b, "%");
+                        r = gotmpl__buf_adds(&b, "%");
                 else if (next >= argc)
-                        r = gt_buf_printf(&b, "%%!%c(MISSING)", verb);
+                        r = gotmpl__buf_printf(&b, "%%!%c(MISSING)", verb);
                 else
                         r = printf_verb(&b, verb, argv[next++]);
         }
         for (; next < argc && r >= 0; next++) {
-                r = gt_buf_printf(&b, "%%!(EXTRA %s=", gt_type_name(argv[next]));
+                r = gotmpl__buf_printf(&b, "%%!(EXTRA %s=", gotmpl__type_name(argv[next]));
                 if (r >= 0)
-                        r = gt_print_value(&b, argv[next], false, 0);
+                        r = gotmpl__print_value(&b, argv[next], false, 0);
                 if (r >= 0)
-                        r = gt_buf_adds(&b, ")");
+                        r = gotmpl__buf_adds(&b, ")");
         }
         return ret_buf(x, &b, r, ret);
 }
@@ -706,7 +708,7 @@ static const struct gt_func funcs[] = {
         { "coalesce", fn_coalesce, 0, -1, { A }, A, false },
 };
 
-const struct gt_func *gt_func_lookup(const char *name, size_t len) {
+const struct gt_func *gotmpl__func_lookup(const char *name, size_t len) {
         for (size_t i = 0; i < sizeof funcs / sizeof *funcs; i++)
                 if (strlen(funcs[i].name) == len && memcmp(funcs[i].name, name, len) == 0)
                         return &funcs[i];

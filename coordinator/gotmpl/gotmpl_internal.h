@@ -10,6 +10,16 @@
 
 #include "gotmpl.h"
 
+/* The files call each other one way only, each using those below it:
+ *   gotmpl.c         entry points: parse, render, free
+ *   gotmpl_parse.c   the AST; resolves function names against the table at parse time
+ *   gotmpl_lex.c     tokens (used by the parser only)
+ *   gotmpl_funcs.c   the function table; functions report errors through the executor (gotmpl__fail)
+ *   gotmpl_exec.c    the executor (gotmpl_execute); it calls functions only through the table's pointers in the AST
+ *   gotmpl_yaml.c    toYaml
+ *   gotmpl_format.c  values, output buffer, error positions: calls none of the others
+ * What the files share is named gotmpl__name (as hwloc's module__name); its types keep the short gt_ prefix. */
+
 #define GT_MAX_NESTING 100     /* nested control structures and parentheses in one template */
 #define GT_MAX_VALUE_DEPTH 200 /* nesting of data printed, or given to toJson/toYaml */
 #define GT_MAX_VARS 1000       /* live variables during execution */
@@ -20,10 +30,10 @@ struct gt_buf {
         size_t len, cap;
         size_t max; /* 0: no limit; else appends beyond it fail with -EFBIG */
 };
-int gt_buf_add(struct gt_buf *b, const char *s, size_t n);
-int gt_buf_adds(struct gt_buf *b, const char *s);
-int gt_buf_printf(struct gt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void gt_buf_done(struct gt_buf *b);
+int gotmpl__buf_add(struct gt_buf *b, const char *s, size_t n);
+int gotmpl__buf_adds(struct gt_buf *b, const char *s);
+int gotmpl__buf_printf(struct gt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gotmpl__buf_done(struct gt_buf *b);
 
 /* ---- lexer (gotmpl_lex.c) ---- */
 enum gt_tok {
@@ -67,9 +77,9 @@ struct gt_lexer {
         bool in_action;
         int paren_depth;
 };
-void gt_lex_init(struct gt_lexer *l, const char *text, size_t len);
+void gotmpl__lex_init(struct gt_lexer *l, const char *text, size_t len);
 /* The next token. After GT_TOK_EOF or GT_TOK_ERROR it keeps returning the same kind. */
-struct gt_token gt_lex_next(struct gt_lexer *l);
+struct gt_token gotmpl__lex_next(struct gt_lexer *l);
 
 /* ---- AST (gotmpl_parse.c) ---- */
 struct gt_pipe;
@@ -136,12 +146,9 @@ struct gotmpl {
 };
 
 /* Parse t->text into t->root. -EINVAL with "name:line:col: message" in err, or -ENOMEM. */
-int gt_parse(struct gotmpl *t, char *err, size_t errlen);
-void gt_list_done(struct gt_list *l);
-void gt_pipe_free(struct gt_pipe *p);
-
-/* "name:line:col: " for a byte offset (columns count bytes from 1). */
-void gt_position(const struct gotmpl *t, size_t pos, char *buf, size_t size);
+int gotmpl__parse(struct gotmpl *t, char *err, size_t errlen);
+void gotmpl__list_done(struct gt_list *l);
+void gotmpl__pipe_free(struct gt_pipe *p);
 
 /* ---- functions (gotmpl_funcs.c) ---- */
 struct gt_exec;
@@ -149,7 +156,7 @@ enum gt_ptype { GT_P_ANY, GT_P_STRING, GT_P_INT };
 
 /* Call contract: argv holds argc values (NULL = Go's invalid/nil value), already type-checked against
  * types/variadic; on success *ret is a new reference (or NULL for "no value"). On failure -EINVAL with
- * the message set by gt_fail(), or -ENOMEM. */
+ * the message set by gotmpl__fail(), or -ENOMEM. */
 typedef int (*gt_fn)(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret);
 
 struct gt_func {
@@ -160,31 +167,33 @@ struct gt_func {
         enum gt_ptype rest;     /* the others */
         bool lazy;              /* and/or: evaluated by the executor, fn is NULL */
 };
-const struct gt_func *gt_func_lookup(const char *name, size_t len);
+const struct gt_func *gotmpl__func_lookup(const char *name, size_t len);
 
 /* ---- executor services the functions use (gotmpl_exec.c) ---- */
-int gt_fail(struct gt_exec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int gotmpl__fail(struct gt_exec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The largest output (and function result) allowed, in bytes. */
-size_t gt_max_output(const struct gt_exec *x);
+size_t gotmpl__max_output(const struct gt_exec *x);
 
 /* ---- values and formatting (gotmpl_format.c, gotmpl_yaml.c) ---- */
-bool gt_truth(const json_t *v);
-bool gt_empty(const json_t *v); /* Sprig's empty(): the opposite of gt_truth */
-const char *gt_type_name(const json_t *v);
+/* "name:line:col: " for a byte offset (columns count bytes from 1). */
+void gotmpl__position(const struct gotmpl *t, size_t pos, char *buf, size_t size);
+bool gotmpl__truth(const json_t *v);
+bool gotmpl__empty(const json_t *v); /* Sprig's empty(): the opposite of gotmpl__truth */
+const char *gotmpl__type_name(const json_t *v);
 /* Go's fmt %v. top: a top-level nil prints "<no value>" (template output), nested "<nil>". */
-int gt_print_value(struct gt_buf *b, const json_t *v, bool top, int depth);
+int gotmpl__print_value(struct gt_buf *b, const json_t *v, bool top, int depth);
 /* Go's strconv.FormatFloat(f, 'g', -1, 64), as fmt %v prints a float64. */
-void gt_format_float(double f, char *buf, size_t size);
+void gotmpl__format_float(double f, char *buf, size_t size);
 /* Decode one UTF-8 sequence: its length, or 0 for an invalid or truncated one. */
-size_t gt_utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp);
+size_t gotmpl__utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp);
 /* Append the UTF-8 encoding of cp; -EINVAL for surrogates and values beyond U+10FFFF. */
-int gt_utf8_encode(struct gt_buf *b, unsigned long cp);
+int gotmpl__utf8_encode(struct gt_buf *b, unsigned long cp);
 /* Go's strconv.Quote. */
-int gt_quote(struct gt_buf *b, const char *s, size_t len);
-int gt_base64(struct gt_buf *b, const unsigned char *s, size_t len);
+int gotmpl__quote(struct gt_buf *b, const char *s, size_t len);
+int gotmpl__base64(struct gt_buf *b, const unsigned char *s, size_t len);
 /* Sprig toJson (encoding/json.Marshal). -EINVAL with *ret_why set for unencodable data. */
-int gt_to_json(const json_t *v, struct gt_buf *b, const char **ret_why);
+int gotmpl__to_json(const json_t *v, struct gt_buf *b, const char **ret_why);
 /* Helm toYaml (sigs.k8s.io/yaml.Marshal without the final newline). */
-int gt_to_yaml(const json_t *v, struct gt_buf *b, const char **ret_why);
+int gotmpl__to_yaml(const json_t *v, struct gt_buf *b, const char **ret_why);
 /* A string value that may hold any bytes (jansson checks nothing). New reference or NULL. */
-json_t *gt_string(const char *s, size_t len);
+json_t *gotmpl__string(const char *s, size_t len);

@@ -285,11 +285,11 @@ static struct gt_token lex_action(struct gt_lexer *l) {
         return t;
 }
 
-void gt_lex_init(struct gt_lexer *l, const char *text, size_t len) {
+void gotmpl__lex_init(struct gt_lexer *l, const char *text, size_t len) {
         *l = (struct gt_lexer){ .text = text, .len = len };
 }
 
-struct gt_token gt_lex_next(struct gt_lexer *l) {
+struct gt_token gotmpl__lex_next(struct gt_lexer *l) {
         if (l->paren_depth <= -1000)
                 return make(GT_TOK_ERROR, l->len, "unexpected EOF", 14);
         for (;;) {

@@ -43,7 +43,7 @@ static int fail(struct parser *p, size_t pos, const char *fmt, ...) __attribute_
 static int fail(struct parser *p, size_t pos, const char *fmt, ...) {
         char where[256];
         va_list ap;
-        gt_position(p->t, pos, where, sizeof where);
+        gotmpl__position(p->t, pos, where, sizeof where);
         int n = snprintf(p->err, p->errlen, "%s", where);
         if (n >= 0 && (size_t)n < p->errlen) {
                 va_start(ap, fmt);
@@ -55,7 +55,7 @@ static int fail(struct parser *p, size_t pos, const char *fmt, ...) {
 
 static struct gt_token *peek_n(struct parser *p, int i) {
         while (p->n_peek <= i)
-                p->peek[p->n_peek++] = gt_lex_next(&p->lex);
+                p->peek[p->n_peek++] = gotmpl__lex_next(&p->lex);
         return &p->peek[i];
 }
 
@@ -135,7 +135,7 @@ static int unescape_one(const char *s, size_t len, size_t *i, struct gt_buf *b) 
         char c = s[(*i)++];
         const char *k = strchr(simple_from, c);
         if (c && k)
-                return gt_buf_add(b, &simple_to[k - simple_from], 1);
+                return gotmpl__buf_add(b, &simple_to[k - simple_from], 1);
         int digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : (c >= '0' && c <= '7') ? 3 : 0;
         int base = (c >= '0' && c <= '7') ? 8 : 16;
         if (digits == 0)
@@ -153,9 +153,9 @@ static int unescape_one(const char *s, size_t len, size_t *i, struct gt_buf *b) 
                 if (v > 255)
                         return -EINVAL;
                 char byte = (char)v;
-                return gt_buf_add(b, &byte, 1);
+                return gotmpl__buf_add(b, &byte, 1);
         }
-        return gt_utf8_encode(b, v);
+        return gotmpl__utf8_encode(b, v);
 }
 
 /* Go's strconv.Unquote for "..." and `...` literals. */
@@ -165,17 +165,17 @@ static int unquote(const struct gt_token *t, json_t **ret) {
         size_t len = t->len - 2, i = 0;
         int r = 0;
         if (t->text[0] == '`')
-                r = gt_buf_add(&b, s, len);
+                r = gotmpl__buf_add(&b, s, len);
         while (t->text[0] == '"' && r >= 0 && i < len) {
                 if (s[i] != '\\') {
-                        r = gt_buf_add(&b, s + i++, 1);
+                        r = gotmpl__buf_add(&b, s + i++, 1);
                         continue;
                 }
                 i++;
                 r = unescape_one(s, len, &i, &b);
         }
-        json_t *v = r >= 0 ? gt_string(b.data ? b.data : "", b.len) : NULL;
-        gt_buf_done(&b);
+        json_t *v = r >= 0 ? gotmpl__string(b.data ? b.data : "", b.len) : NULL;
+        gotmpl__buf_done(&b);
         if (r < 0)
                 return r;
         if (!v)
@@ -235,7 +235,7 @@ static void arg_free(struct gt_arg *a) {
                 return;
         free(a->name);
         json_decref(a->constant);
-        gt_pipe_free(a->pipe);
+        gotmpl__pipe_free(a->pipe);
         for (size_t i = 0; i < a->n_fields; i++)
                 free(a->fields[i]);
         free(a->fields);
@@ -251,7 +251,7 @@ static void cmd_free(struct gt_cmd *c) {
         free(c);
 }
 
-void gt_pipe_free(struct gt_pipe *p) {
+void gotmpl__pipe_free(struct gt_pipe *p) {
         if (!p)
                 return;
         for (size_t i = 0; i < p->n_cmds; i++)
@@ -266,13 +266,13 @@ static void node_free(struct gt_node *n) {
         if (!n)
                 return;
         free(n->text);
-        gt_pipe_free(n->pipe);
-        gt_list_done(&n->list);
-        gt_list_done(&n->else_list);
+        gotmpl__pipe_free(n->pipe);
+        gotmpl__list_done(&n->list);
+        gotmpl__list_done(&n->else_list);
         free(n);
 }
 
-void gt_list_done(struct gt_list *l) {
+void gotmpl__list_done(struct gt_list *l) {
         for (size_t i = 0; i < l->n; i++)
                 node_free(l->items[i]);
         free(l->items);
@@ -316,7 +316,7 @@ static int arg_add_field(struct gt_arg *a, const struct gt_token *t) {
 
 static int term_ident(struct parser *p, const struct gt_token *t, struct gt_arg *a) {
         a->type = GT_ARG_FUNC;
-        a->func = gt_func_lookup(t->text, t->len);
+        a->func = gotmpl__func_lookup(t->text, t->len);
         if (!a->func)
                 return fail(p, t->pos, "function \"%.*s\" not defined", (int)t->len, t->text);
         a->name = strndup(t->text, t->len);
@@ -363,12 +363,12 @@ static int term_char(struct parser *p, const struct gt_token *t, struct gt_arg *
                 i = 1;
                 r = unescape_one(s, len, &i, &b);
                 if (r >= 0 && b.len > 0)
-                        n = gt_utf8_decode((const unsigned char *)b.data, b.len, &cp) == b.len ? i : 0;
+                        n = gotmpl__utf8_decode((const unsigned char *)b.data, b.len, &cp) == b.len ? i : 0;
                 if (r >= 0 && b.len == 1)
                         cp = (unsigned char)b.data[0];
         } else if (len > 0)
-                n = gt_utf8_decode((const unsigned char *)s, len, &cp);
-        gt_buf_done(&b);
+                n = gotmpl__utf8_decode((const unsigned char *)s, len, &cp);
+        gotmpl__buf_done(&b);
         if (r == -ENOMEM)
                 return r;
         if (r < 0 || n == 0 || n != len)
@@ -564,7 +564,7 @@ static int parse_pipeline(struct parser *p, const char *context, size_t max_decl
         for (size_t i = 0; r >= 0 && !pipe->is_assign && i < pipe->n_decl; i++)
                 r = var_push(p, pipe->decl[i]);
         if (r < 0) {
-                gt_pipe_free(pipe);
+                gotmpl__pipe_free(pipe);
                 return r;
         }
         *ret = pipe;
@@ -721,11 +721,11 @@ static int parse_list(struct parser *p, struct gt_list *list, enum stop *ret_sto
         }
 }
 
-int gt_parse(struct gotmpl *t, char *err, size_t errlen) {
+int gotmpl__parse(struct gotmpl *t, char *err, size_t errlen) {
         struct parser p = { .t = t, .err = err, .errlen = errlen };
         enum stop stop;
         size_t pos;
-        gt_lex_init(&p.lex, t->text, t->len);
+        gotmpl__lex_init(&p.lex, t->text, t->len);
         int r = var_push(&p, (char *)"$");
         if (r >= 0)
                 r = parse_list(&p, &t->root, &stop, &pos);

@@ -172,7 +172,7 @@ static bool needs_quotes(const char *s) {
 
 static int write_handler(void *data, unsigned char *buffer, size_t size) {
         struct emit *e = data;
-        int r = gt_buf_add(e->out, (const char *)buffer, size);
+        int r = gotmpl__buf_add(e->out, (const char *)buffer, size);
         if (r < 0)
                 e->status = r;
         return r >= 0;
@@ -205,7 +205,7 @@ static int emit_real(struct emit *e, double d) {
         if (d == floor(d) && d >= INT64_FLOAT_MIN && d < UINT64_FLOAT_LIMIT)
                 snprintf(buf, sizeof buf, "%.0f", d);
         else
-                gt_format_float(d, buf, sizeof buf);
+                gotmpl__format_float(d, buf, sizeof buf);
         return emit_scalar(e, buf, strlen(buf), YAML_PLAIN_SCALAR_STYLE);
 }
 
@@ -301,7 +301,7 @@ static void strip_document_end(struct gt_buf *b, size_t start) {
                 b->data[b->len] = 0;
 }
 
-int gt_to_yaml(const json_t *v, struct gt_buf *b, const char **ret_why) {
+int gotmpl__to_yaml(const json_t *v, struct gt_buf *b, const char **ret_why) {
         struct emit e = { .out = b };
         size_t start = b->len;
         if (!yaml_emitter_initialize(&e.emitter))

@@ -24,123 +24,12 @@ static void note(struct why *w, enum stage st, const char *text) {
         }
 }
 
-static const char *const OPS[] = { "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt" };
-
-void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len) {
-        const char *key = simulate__str(c, r->key);
-        if (r->from_node_selector && r->n_vals == 1) {
-                snprintf(buf, len, "nodeSelector %s=%s", key, simulate__str(c, r->vals[0]));
-                return;
-        }
-        size_t n = (size_t)snprintf(buf, len, "node affinity %s %s", key, OPS[r->op]);
-        if (r->op == SIM_OP_GT || r->op == SIM_OP_LT) {
-                snprintf(buf + n, n < len ? len - n : 0, " %" PRId64, r->num);
-                return;
-        }
-        for (uint32_t i = 0; i < r->n_vals && n < len; i++)
-                n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : " [", simulate__str(c, r->vals[i]));
-        if (r->n_vals && n < len)
-                snprintf(buf + n, len - n, "]");
-}
-
-/* ---- requirements ---- */
-
-bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool) {
-        if (!pc->pool_tol && !(pc->pool_tol = simulate__arena_alloc(c->arena, c->n_pools + 1)))
-                return c->error = -ENOMEM, false;
-        if (!pc->pool_tol[pool]) {
-                const struct sim_nodepool *p = c->pools[pool].src;
-                bool ok = true;
-                for (size_t t = 0; t < p->n_taints && ok; t++)
-                        ok = simulate_tolerates(pc->example->tolerations, pc->example->n_tolerations, &p->taints[t]);
-                pc->pool_tol[pool] = ok ? 1 : -1;
-        }
-        return pc->pool_tol[pool] > 0;
-}
-
-const uint64_t *simulate__term_mask(struct ctx *c, struct pclass *pc, int nc, uint32_t term) {
-        size_t words = c->ncs[nc].words;
-        if (!pc->term_masks && !(pc->term_masks = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(uint64_t *))))
-                return c->error = -ENOMEM, NULL;
-        if (!pc->term_masks[nc]) {
-                uint64_t *m = simulate__arena_alloc(c->arena, (pc->n_terms * words + 1) * sizeof(uint64_t));
-                if (!m)
-                        return c->error = -ENOMEM, NULL;
-                for (uint32_t t = 0; t < pc->n_terms; t++)
-                        simulate__shape_mask(c, nc, pc->terms[t].reqs, pc->terms[t].n, m + t * words);
-                pc->term_masks[nc] = m;
-        }
-        return pc->term_masks[nc] + term * words;
-}
+/* ---- planned claims ---- */
 
 static bool is_special(const struct ctx *c, uint32_t key) {
         return key == c->k_zone || key == c->k_region || key == c->k_itype || key == c->k_family ||
                key == c->k_host;
 }
-
-/* Can a label value be chosen for key that satisfies every requirement on key in the lists? With no
- * In requirement the label must be allowed to stay absent: a value is never invented. */
-struct reqlists {
-        const struct creq *l[3];
-        uint32_t n[3];
-};
-
-static bool value_ok(const struct ctx *c, const struct reqlists *rl, uint32_t key, uint32_t v) {
-        for (int i = 0; i < 3; i++)
-                for (uint32_t j = 0; j < rl->n[i]; j++)
-                        if (rl->l[i][j].key == key && !simulate__req_matches(c, &rl->l[i][j], v))
-                                return false;
-        return true;
-}
-
-static uint32_t generic_value(const struct ctx *c, const struct reqlists *rl, uint32_t key, bool *ret_ok) {
-        for (int i = 0; i < 3; i++)
-                for (uint32_t j = 0; j < rl->n[i]; j++) {
-                        const struct creq *r = &rl->l[i][j];
-                        if (r->key != key || r->op != SIM_OP_IN)
-                                continue;
-                        for (uint32_t k = 0; k < r->n_vals; k++)
-                                if (value_ok(c, rl, key, r->vals[k]))
-                                        return *ret_ok = true, r->vals[k];
-                        return *ret_ok = false, 0;
-                }
-        *ret_ok = value_ok(c, rl, key, 0);
-        return 0;
-}
-
-/* Like Karpenter, a new node only carries labels its pool defines: a key no requirement of the pool
- * (rl->l[0]) names stays absent. */
-static bool pool_defines(const struct reqlists *rl, uint32_t key) {
-        for (uint32_t j = 0; j < rl->n[0]; j++)
-                if (rl->l[0][j].key == key)
-                        return true;
-        return false;
-}
-
-/* Does requirement r hold on a new node with fixed labels (sorted) and the pool's generic requirements? */
-static bool new_node_req_ok(const struct ctx *c, const struct creq *r, const struct kv *fixed, uint32_t n_fixed,
-                            const struct reqlists *rl) {
-        bool ok;
-        if (r->key == c->k_host) /* present with a name nobody can know yet */
-                return r->op == SIM_OP_NOT_IN || r->op == SIM_OP_EXISTS;
-        if (r->key == c->k_itype || r->key == c->k_family)
-                return true; /* shape masks */
-        uint32_t v = simulate__label(fixed, n_fixed, r->key);
-        if (v || r->key == c->k_zone || r->key == c->k_region || r->key == c->k_arch || r->key == c->k_os ||
-            !pool_defines(rl, r->key))
-                return simulate__req_matches(c, r, v);
-        generic_value(c, rl, r->key, &ok);
-        return ok;
-}
-
-static bool mask_any(const uint64_t *a, const uint64_t *b, size_t words) {
-        for (size_t w = 0; w < words; w++)
-                if (a[w] & b[w])
-                        return true;
-        return false;
-}
-
-/* ---- planned claims ---- */
 
 static const struct shape *claim_shape(const struct ctx *c, const struct claim_c *cl, size_t si) {
         return &c->ncs[cl->nc].shapes->items[si];
@@ -222,7 +111,7 @@ static bool claim_term_ok(const struct ctx *c, const struct claim_c *cl, const s
         const struct pool_c *p = &c->pools[cl->pool];
         struct reqlists rl = { { p->greqs, cl->reqs, t->reqs }, { p->n_greqs, cl->n_reqs, t->n } };
         for (uint32_t i = 0; i < t->n; i++)
-                if (!new_node_req_ok(c, &t->reqs[i], sl->labels, sl->n_labels, &rl))
+                if (!simulate__new_node_req_ok(c, &t->reqs[i], sl->labels, sl->n_labels, &rl))
                         return false;
         return true;
 }
@@ -243,7 +132,7 @@ int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *
                         return FIT_STATIC;
                 for (size_t w = 0; w < words; w++)
                         mask[w] = cl->mask[w] & tm[w];
-                if (!mask_any(mask, mask, words))
+                if (!simulate__mask_any(mask, mask, words))
                         continue;
                 if (!resources_fit(&need, &(struct resources){ 0 }, &cl->maxalloc))
                         return FIT_RESOURCES;
@@ -622,44 +511,6 @@ static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
         return false;
 }
 
-/* The first term of the pod a new node of pool p could satisfy; -1 with a reason noted. */
-static int pick_term(struct ctx *c, struct pclass *pc, const struct pool_c *p, uint64_t *mask, struct why *w) {
-        size_t words = c->ncs[p->nc].words;
-        char first[200] = "";
-        for (uint32_t t = 0; t < pc->n_terms; t++) {
-                const struct cterm *term = &pc->terms[t];
-                struct reqlists rl = { { p->greqs, term->reqs, NULL }, { p->n_greqs, term->n, 0 } };
-                const struct creq *bad = NULL;
-                for (uint32_t i = 0; i < term->n && !bad; i++)
-                        if (term->reqs[i].key != c->k_zone && term->reqs[i].key != c->k_region &&
-                            !new_node_req_ok(c, &term->reqs[i], p->fixed, p->n_fixed, &rl))
-                                bad = &term->reqs[i];
-                const uint64_t *tm = bad ? NULL : simulate__term_mask(c, pc, p->nc, t);
-                for (size_t k = 0; tm && k < words; k++)
-                        mask[k] = p->mask[k] & tm[k];
-                if (tm && mask_any(mask, mask, words))
-                        return (int)t;
-                for (uint32_t i = 0; !bad && i < term->n; i++)
-                        if (term->reqs[i].key == c->k_itype || term->reqs[i].key == c->k_family)
-                                bad = &term->reqs[i];
-                if (t == 0 && bad)
-                        simulate__describe_req(c, bad, first, sizeof first);
-                else if (t == 0)
-                        snprintf(first, sizeof first, "any instance type (NodePool %s allows none)", p->src->name);
-        }
-        char buf[260];
-        snprintf(buf, sizeof buf, "no NodePool matches %s", first);
-        if (w)
-                note(w, ST_REQ, buf);
-        return -1;
-}
-
-bool simulate__pool_compatible(struct ctx *c, struct pclass *pc, size_t pool) {
-        const struct pool_c *p = &c->pools[pool];
-        uint64_t mask[p->nc >= 0 ? c->ncs[p->nc].words + 1 : 1];
-        return p->nc >= 0 && !p->bad && simulate__tolerates_pool(c, pc, pool) && pick_term(c, pc, p, mask, NULL) >= 0;
-}
-
 static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t pool, bool soft,
                      const int32_t *mins, struct why *w, size_t *ret_slot) {
         const struct pool_c *p = &c->pools[pool];
@@ -691,7 +542,9 @@ static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod
                                .best_numa_cpus = -1, .best_numa_mem = -1 };
         if (!ch.mask)
                 return c->error = -ENOMEM, false;
-        int t = pick_term(c, pc, p, ch.mask, w);
+        int t = simulate__pick_term(c, pc, p, ch.mask, buf, sizeof buf);
+        if (t < 0)
+                note(w, ST_REQ, buf);
         if (t < 0 || filter_hosts(c, pc, p, &pc->terms[t], mins, soft, &hs, w) == 0)
                 return false;
         ch.term = (uint32_t)t;
@@ -746,7 +599,7 @@ static int generic_labels(struct ctx *c, const struct claim_c *cl, struct sim_ar
                         bool ok, seen = false;
                         for (uint32_t j = 0; j < out->n_labels && !seen; j++)
                                 seen = strcmp(out->labels[j].key, simulate__str(c, key)) == 0;
-                        uint32_t v = seen ? 0 : generic_value(c, &rl, key, &ok);
+                        uint32_t v = seen ? 0 : simulate__generic_value(c, &rl, key, &ok);
                         if (v && add_label(ra, out, simulate__str(c, key), simulate__str(c, v)) < 0)
                                 return -ENOMEM;
                 }

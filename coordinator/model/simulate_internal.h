@@ -8,6 +8,18 @@
 
 #include "simulate.h"
 
+/* The files call each other one way only, each using those below it:
+ *   simulate.c           the run: pods onto nodes, in-flight claims, planned claims, then new claims
+ *   simulate_claims.c    new claims: pool, requirements, shape, limits, host, and the reasons
+ *   simulate_topology.c  affinity, anti-affinity and spread; spread domains ask which pools a class can use
+ *   simulate_pools.c     which pools a class can use: taints, what a new node can satisfy, shapes per term
+ *   simulate_compile.c   the input in interned, indexed form: classes, groups, slots, pools, node classes
+ *   simulate_hosts.c     the room of PVE hosts
+ *   simulate_labels.c    interned strings, zones, matching labels against requirements
+ *   simulate_input.c     the arena and the input builders: calls none of the others
+ * (simulate_json.c builds an input through simulate.h only.) What the files share is named simulate__name (as
+ * hwloc's module__name). */
+
 /* ---- arena (simulate_input.c) ---- */
 struct sim_arena;
 struct sim_arena *simulate__arena_new(void);
@@ -18,7 +30,7 @@ char *simulate__arena_strdup(struct sim_arena *a, const char *s);
 /* Grow *arr (elements of size elem) so that it holds at least need; -ENOMEM. */
 int simulate__grow(void *arr, size_t *cap, size_t need, size_t elem);
 
-/* ---- interned strings (simulate_compile.c) ---- */
+/* ---- interned strings (simulate_labels.c) and the compiled model (simulate_compile.c) ---- */
 struct strtab {
         char **strs; /* id -> string; id 0 is "no string" */
         uint32_t n, cap;
@@ -218,21 +230,18 @@ struct ctx {
         int error; /* first allocation failure */
 };
 
-/* simulate_compile.c */
+/* simulate_labels.c */
 uint32_t simulate__intern(struct ctx *c, const char *s);
 const char *simulate__str(const struct ctx *c, uint32_t id);
 int32_t simulate__zone_index(struct ctx *c, uint32_t value_id, bool create);
-int simulate__compile(struct ctx *c);
-/* Shapes of node class nc that satisfy every instance-type/family requirement in reqs. */
-void simulate__shape_mask(struct ctx *c, int nc, const struct creq *reqs, uint32_t n, uint64_t *mask);
 uint32_t simulate__label(const struct kv *labels, uint32_t n, uint32_t key); /* value id or 0 */
+/* A whole decimal int64 (a Gt/Lt bound or label value); false for anything else. */
+bool simulate__parse_int(const char *s, int64_t *ret);
 bool simulate__req_matches(const struct ctx *c, const struct creq *r, uint32_t value);
 bool simulate__term_matches(const struct ctx *c, const struct cterm *t, const struct kv *labels, uint32_t n);
 bool simulate__selector_matches(const struct ctx *c, const struct cselector *s, const struct kv *labels,
                                 uint32_t n);
-int simulate__ensure_counts(struct ctx *c, size_t slots);
-int simulate__add_slot(struct ctx *c, struct slot **ret);
-void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, int delta);
+void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len);
 
 /* simulate_hosts.c */
 enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
@@ -244,17 +253,35 @@ int simulate__prepare_hosts(struct ctx *c);
 /* Does any shape of any node class fit host h now? */
 bool simulate__host_has_room(struct ctx *c, size_t h);
 
-/* simulate_claims.c */
-int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
-                        const char **ret_reason);
-int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *pc, const struct sim_pod *pod,
-                        bool commit);
-int simulate__claim_result(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out);
+/* simulate_compile.c */
+int simulate__compile(struct ctx *c);
+/* Shapes of node class nc that satisfy every instance-type/family requirement in reqs. */
+void simulate__shape_mask(struct ctx *c, int nc, const struct creq *reqs, uint32_t n, uint64_t *mask);
+int simulate__ensure_counts(struct ctx *c, size_t slots);
+int simulate__add_slot(struct ctx *c, struct slot **ret);
+void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, int delta);
+
+/* simulate_pools.c */
+/* Requirements on one key, from up to three lists (l[0]: the pool's generic requirements). */
+struct reqlists {
+        const struct creq *l[3];
+        uint32_t n[3];
+};
 /* A new node of this pool could take pods of the class (taints, requirements, shapes; not room). */
 bool simulate__pool_compatible(struct ctx *c, struct pclass *pc, size_t pool);
 bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool);
 const uint64_t *simulate__term_mask(struct ctx *c, struct pclass *pc, int nc, uint32_t term);
-void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len);
+/* The first term of the class a new node of pool p could satisfy, its shapes in mask; -1 with the reason in why
+ * (when not NULL). */
+int simulate__pick_term(struct ctx *c, struct pclass *pc, const struct pool_c *p, uint64_t *mask, char *why,
+                        size_t len);
+/* Does requirement r hold on a new node with fixed labels (sorted) and the pool's generic requirements? */
+bool simulate__new_node_req_ok(const struct ctx *c, const struct creq *r, const struct kv *fixed, uint32_t n_fixed,
+                               const struct reqlists *rl);
+/* Can a label value be chosen for key that satisfies every requirement on key in the lists? With no
+ * In requirement the label must be allowed to stay absent: a value is never invented. The value (0: absent). */
+uint32_t simulate__generic_value(const struct ctx *c, const struct reqlists *rl, uint32_t key, bool *ret_ok);
+bool simulate__mask_any(const uint64_t *a, const uint64_t *b, size_t words);
 
 /* simulate_topology.c */
 enum fit {
@@ -272,3 +299,10 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
+
+/* simulate_claims.c */
+int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
+                        const char **ret_reason);
+int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *pc, const struct sim_pod *pod,
+                        bool commit);
+int simulate__claim_result(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out);
