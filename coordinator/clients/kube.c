@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "jsonutil.h"
 #include "kube_internal.h"
 #include "monotime.h"
+#include "rng.h"
 
 #define KUBE_DEFAULT_RETRIES 5
 #define KUBE_DEFAULT_BACKOFF_BASE_MS 200L
@@ -54,7 +54,7 @@ struct kube_client {
         int ca_fd, cert_fd, key_fd;
         unsigned max_retries;
         long backoff_base_ms, backoff_max_ms;
-        uint64_t rng; /* xorshift64 state for jitter and event names */
+        struct rng rng; /* jitter and event names */
         const atomic_bool *cancel;
         long last_status;
         char last_reason[64];
@@ -256,8 +256,7 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opti
         c->max_retries = o->max_retries == KUBE_NO_RETRY ? 0 : o->max_retries ? o->max_retries : KUBE_DEFAULT_RETRIES;
         c->backoff_base_ms = o->backoff_base_ms > 0 ? o->backoff_base_ms : KUBE_DEFAULT_BACKOFF_BASE_MS;
         c->backoff_max_ms = o->backoff_max_ms > 0 ? o->backoff_max_ms : KUBE_DEFAULT_BACKOFF_MAX_MS;
-        if (getrandom(&c->rng, sizeof c->rng, GRND_NONBLOCK) != sizeof c->rng || c->rng == 0)
-                c->rng = (uint64_t)monotime_ms() ^ (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
+        rng_init(&c->rng, 0);
         int r = client_http(c, cfg, o);
         c->server = strndup(cfg->server, strlen(cfg->server) - (cfg->server[strlen(cfg->server) - 1] == '/'));
         c->token_file = cfg->token_file ? strdup(cfg->token_file) : NULL;
@@ -326,12 +325,7 @@ int kube_client_sleep(struct kube_client *c, long ms) {
 }
 
 uint64_t kube_client_seed(struct kube_client *c) {
-        uint64_t x = c->rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c->rng = x;
-        return x;
+        return rng_next(&c->rng);
 }
 
 /* ---- errors ---- */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backoff.h"
 #include "fiber.h"
 #include "http_client.h"
 #include "monotime.h"
@@ -280,7 +281,8 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
         long timeout = w && w->timeout_ms > 0 ? w->timeout_ms : PVE_DEFAULT_TASK_TIMEOUT_MS;
         int64_t deadline = monotime_ms() + timeout;
         long first = w && w->first_ms > 0 ? w->first_ms : PVE_FIRST_POLL_MS;
-        long poll = first < max_poll ? first : max_poll;
+        unsigned polls = 0; /* the interval doubles per poll, from first up to max_poll */
+        long poll = backoff_ceiling_ms(polls, first, max_poll);
         int r = sleep_ms(c, poll); /* a task never ends the moment it is issued: no poll is wasted on that */
         if (r < 0)
                 return r;
@@ -302,7 +304,7 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
                         return r;
                 if (failures == 0 && st.running) /* Proxmox said it is still working: waiting for it */
                         http_client_thread_wait_note((int64_t)nap * 1000);
-                poll = poll * 2 < max_poll ? poll * 2 : max_poll;
+                poll = backoff_ceiling_ms(++polls, first, max_poll);
         }
 }
 

@@ -11,13 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "agents.h"
 #include "latency.h"
 #include "log.h"
 #include "pve.h"
+#include "rng.h"
 #include "simulate_json.h"
 #include "stats.h"
 #include "monotime.h"
@@ -41,7 +40,7 @@ struct provisioner {
         json_t *verdicts; /* pod key → the last verdict we told the pod ("nominated:<claim>", "unplaced:<text>") */
         json_t *logged;   /* problems already logged */
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
-        uint64_t rnd;
+        struct rng rng;   /* simulation seeds */
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
 };
 
@@ -64,13 +63,6 @@ static void __attribute__((format(printf, 3, 4))) call_failed(struct provisioner
         stats_add(p->env.stats, counter, 1);
 }
 
-static uint64_t next_random(struct provisioner *p) {
-        p->rnd ^= p->rnd << 13; /* xorshift64 */
-        p->rnd ^= p->rnd >> 7;
-        p->rnd ^= p->rnd << 17;
-        return p->rnd;
-}
-
 int provisioner_new(const struct provisioner_env *env, struct provisioner **ret) {
         struct provisioner *p = calloc(1, sizeof *p);
         if (!p)
@@ -79,9 +71,7 @@ int provisioner_new(const struct provisioner_env *env, struct provisioner **ret)
         p->pve = calloc(env->cfg->n_clusters + 1, sizeof *p->pve);
         p->verdicts = json_object();
         p->logged = json_object();
-        if (getrandom(&p->rnd, sizeof p->rnd, 0) != sizeof p->rnd)
-                p->rnd = (uint64_t)time(NULL) * 2654435761u;
-        p->rnd |= 1;
+        rng_init(&p->rng, 0);
         if (!p->pve || !p->verdicts || !p->logged) {
                 provisioner_free(p);
                 return -ENOMEM;
@@ -422,7 +412,7 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
         }
         for (size_t i = 0; i < res->n_claims; i++)
                 for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
-                        w.jobs[i].seeds[a] = next_random(p);
+                        w.jobs[i].seeds[a] = rng_next(&p->rng);
         atomic_init(&w.next, 0);
         latency_waits_since(&p->round_waits0, &w.pre_waits);
         write_claims(p, &w);
