@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backoff.h"
+#include "errmsg.h"
 #include "fileio.h"
 #include "fiber.h"
 #include "http_client.h"
@@ -305,7 +306,7 @@ const char *kube_client_last_reason(const struct kube_client *c) {
 void kube_client_set_error(struct kube_client *c, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->error, sizeof c->error, fmt, ap);
+        errmsg_vset(c->error, sizeof c->error, 0, fmt, ap);
         va_end(ap);
 }
 
@@ -378,8 +379,7 @@ static int fail_transport(struct kube_client *c, const char *method, const char 
         short_path(path, p, sizeof p);
         c->last_status = 0;
         c->last_reason[0] = '\0';
-        snprintf(c->error, sizeof c->error, "%s %s: %s", method, p, http_client_error(c->http));
-        return r;
+        return errmsg_set(c->error, sizeof c->error, r, "%s %s: %s", method, p, http_client_error(c->http));
 }
 
 /* ---- requests ---- */
@@ -458,10 +458,8 @@ static int request(struct kube_client *c, const char *method, const char *path, 
         }
         json_t *obj = resp.body_len ? json_loadb(resp.body, resp.body_len, 0, NULL) : json_object();
         http_client_response_done(&resp);
-        if (!obj) {
-                snprintf(c->error, sizeof c->error, "%s %s: the answer is not JSON", method, path);
-                return -EBADMSG;
-        }
+        if (!obj)
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG, "%s %s: the answer is not JSON", method, path);
         *ret_obj = obj;
         return 0;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "backoff.h"
+#include "errmsg.h"
 #include "fiber.h"
 #include "http_client.h"
 #include "monotime.h"
@@ -272,8 +273,8 @@ static int task_finished(struct pve_client *c, const char *upid, const struct pv
                 return 0;
         struct pve_upid u = { .type = "task" };
         pve_upid_parse(upid, &u);
-        snprintf(c->error, sizeof c->error, "task %s failed: %s", u.type, st->exitstatus);
-        return strstr(st->exitstatus, "already exists") ? -EEXIST : -EIO;
+        return errmsg_set(c->error, sizeof c->error, strstr(st->exitstatus, "already exists") ? -EEXIST : -EIO,
+                          "task %s failed: %s", u.type, st->exitstatus);
 }
 
 int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait *w) {
@@ -295,10 +296,9 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
                 if (r < 0 && (!transient(r) || failures >= PVE_MAX_POLL_FAILURES))
                         return r;
                 long left = (long)(deadline - monotime_ms());
-                if (left <= 0) {
-                        snprintf(c->error, sizeof c->error, "task %s still running after %ld ms", upid, timeout);
-                        return -ETIMEDOUT;
-                }
+                if (left <= 0)
+                        return errmsg_set(c->error, sizeof c->error, -ETIMEDOUT, "task %s still running after %ld ms",
+                                          upid, timeout);
                 long nap = poll < left ? poll : left;
                 if ((r = sleep_ms(c, nap)) < 0)
                         return r;
