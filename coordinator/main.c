@@ -140,7 +140,7 @@ static int start(struct app *a) {
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)
-                return log_error_errno(a->signal_fd, "signalfd: %s", strerror(-a->signal_fd));
+                return log_error_errno(a->signal_fd, "signalfd");
         if (listen_on(a, a->cfg.metrics_port, &a->metrics) < 0 || listen_on(a, a->cfg.health_port, &a->health) < 0)
                 return -EADDRINUSE;
         int r = controller_new(&a->cfg, &a->kube, &co, main_launcher_ops(), &a->stats, &a->ctl);

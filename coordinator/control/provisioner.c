@@ -52,14 +52,12 @@ static bool stopping(const struct provisioner *p) {
 /* A call of the round failed: log it and count it, unless the process is stopping. */
 static void __attribute__((format(printf, 3, 4))) call_failed(struct provisioner *p, enum stats_counter counter,
                                                               const char *fmt, ...) {
-        char msg[1024];
         va_list ap;
         if (stopping(p))
                 return;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        log_fullv(LOG_LEVEL_ERROR, __FILE__, __LINE__, __func__, NULL, fmt, ap);
         va_end(ap);
-        log_error("%s", msg);
         stats_add(p->env.stats, counter, 1);
 }
 
@@ -544,7 +542,7 @@ static int simulate(struct provisioner *p, struct provisioner_round *r, struct s
         out->simulate_seconds = (double)(monotime_us() - t0) / 1e6;
         stats_observe(p->env.stats, STATS_H_SIMULATE, out->simulate_seconds);
         if (rc < 0)
-                log_error("simulation failed: %s", strerror(-rc));
+                log_error_errno(rc, "simulation failed");
         return rc;
 }
 
@@ -664,7 +662,7 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         int rc = provisioner_round_new(&s, &r);
         if (rc < 0) {
                 json_decref(nominated);
-                return log_error_errno(rc, "cannot build the simulation input: %s", strerror(-rc));
+                return log_error_errno(rc, "cannot build the simulation input");
         }
         log_problems(p, r->problems);
         rc = plan(p, r, &s, &out);
