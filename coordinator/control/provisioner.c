@@ -162,8 +162,8 @@ static void agent_failed(struct provisioner *p, struct agent_conn *a) {
         if (stopping(p))
                 return;
         if (a->retry_at_ms == 0)
-                log_error("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
-                          agents_client_error(a->client));
+                log_warning("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
+                            agents_client_error(a->client));
         a->retry_at_ms = monotime_ms() + AGENT_RETRY_MS;
         stats_add(p->env.stats, STATS_AGENT_ERRORS, 1);
 }
