@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backoff.h"
+#include "cleanup.h"
 #include "errmsg.h"
 #include "fileio.h"
 #include "fiber.h"
@@ -211,20 +212,16 @@ static int read_token(const char *path, char **ret) {
 static void refresh_token(struct kube_client *c, bool force) {
         if (!c->token_file || (!force && monotime_ms() - c->token_read_ms < KUBE_TOKEN_REFRESH_MS))
                 return;
-        char *token;
+        _cleanup_free_ char *token = NULL;
         c->token_read_ms = monotime_ms();
         if (read_token(c->token_file, &token) < 0)
                 return;
-        if (c->token && strcmp(token, c->token) == 0) {
-                free(token);
+        if (c->token && strcmp(token, c->token) == 0)
                 return;
-        }
-        if (http_client_set_bearer(c->http, token) < 0) {
-                free(token);
+        if (http_client_set_bearer(c->http, token) < 0)
                 return;
-        }
         free(c->token);
-        c->token = token;
+        c->token = TAKE_PTR(token);
 }
 
 static int client_http(struct kube_client *c, const struct kube_config *cfg, const struct kube_client_options *o) {
@@ -677,17 +674,14 @@ static int with_metadata_of(struct kube_client *c, const json_t *obj, json_t *an
                 *ret = answer;
                 return 0;
         }
+        _cleanup_(json_decrefp) json_t *owned = answer, *out = NULL; /* answer is released on every path */
         json_t *md = json_object_get(answer, "metadata");
-        json_t *out = json_is_object(md) ? json_copy((json_t *)obj) : NULL;
-        int r = !json_is_object(md) ? -EBADMSG : out && json_object_set(out, "metadata", md) == 0 ? 0 : -ENOMEM;
-        json_decref(answer);
-        if (r == -EBADMSG)
-                snprintf(c->error, sizeof c->error, "PartialObjectMetadata without metadata");
-        if (r < 0) {
-                json_decref(out);
-                return r;
-        }
-        *ret = out;
+        if (!json_is_object(md))
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG, "PartialObjectMetadata without metadata");
+        out = json_copy((json_t *)obj);
+        if (!out || json_object_set(out, "metadata", md) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(out);
         return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "backoff.h"
+#include "cleanup.h"
 #include "errmsg.h"
 #include "fiber.h"
 #include "http_client.h"
@@ -129,18 +130,14 @@ static int record_failure(struct pve_client *c, const struct pve_request *r, con
 
 static int take_data(struct pve_client *c, const struct pve_request *r, const struct http_client_response *resp,
                      json_t **ret_data) {
-        json_error_t jerr;
-        json_t *doc = json_loadb(resp->body, resp->body_len, JSON_DECODE_ANY, &jerr);
-        if (!json_is_object(doc)) {
-                snprintf(c->error, sizeof c->error, "%s %s: HTTP %ld with a body that is not {\"data\": ...}",
-                         r->method, r->endpoint, resp->status);
-                json_decref(doc);
-                return -EBADMSG;
-        }
+        _cleanup_(json_decrefp) json_t *doc = json_loadb(resp->body, resp->body_len, JSON_DECODE_ANY, NULL);
+        if (!json_is_object(doc))
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG,
+                                  "%s %s: HTTP %ld with a body that is not {\"data\": ...}", r->method, r->endpoint,
+                                  resp->status);
         json_t *data = json_object_get(doc, "data");
         if (ret_data)
                 *ret_data = data ? json_incref(data) : json_null();
-        json_decref(doc);
         return 0;
 }
 
