@@ -32,7 +32,7 @@ const struct agent_config_key agent_config_keys[] = {
         { "count_stopped_vms", "PVESCALE_AGENT_COUNT_STOPPED_VMS", "charge stopped VMs (they start again)" },
         { "rescan_interval", "PVESCALE_AGENT_RESCAN_INTERVAL", "seconds between safety rescans of configs" },
         { "pin_interval", "PVESCALE_AGENT_PIN_INTERVAL", "seconds between pinning checks of running VMs" },
-        { "log_level", "PVESCALE_AGENT_LOG_LEVEL", "debug, info or error" },
+        { "log_level", "PVESCALE_AGENT_LOG_LEVEL", "debug, info, warning or error" },
         { NULL, NULL, NULL },
 };
 

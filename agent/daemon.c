@@ -218,8 +218,10 @@ static int start_http(struct loop *l) {
         };
         char err[512];
         int r = http_server_start(&o, &l->http, err, sizeof err);
-        if (r < 0)
-                return log_error_errno(r, "%s", err);
+        if (r < 0) {
+                log_error("%s", err); /* the message says why, errno text included where it helps */
+                return r;
+        }
         log_info("listening on port %u (%s)", http_server_port(l->http), c->insecure_http ? "plain HTTP" : "HTTPS");
         return 0;
 }
@@ -242,7 +244,7 @@ static int loop_open(struct loop *l) {
                 r = add_fd(l->epoll_fd, l->timer_fd, SRC_TIMER);
         if (r == 0)
                 r = add_fd(l->epoll_fd, http_server_fd(l->http), SRC_HTTP);
-        return r < 0 ? log_error_errno(r, "epoll setup failed: %s", strerror(-r)) : 0;
+        return r < 0 ? log_error_errno(r, "epoll setup failed") : 0;
 }
 
 static void loop_close(struct loop *l) {

@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
         int r = parse_args(argc, argv, &a.cfg, &cmd);
         enum log_level level = LOG_LEVEL_INFO;
         if (r == 0 && log_level_from_string(a.cfg.log_level, &level) < 0) {
-                fprintf(stderr, "pvescale-agent: log_level: expected debug, info or error, got '%s'\n",
+                fprintf(stderr, "pvescale-agent: log_level: expected debug, info, warning or error, got '%s'\n",
                         a.cfg.log_level);
                 r = -EINVAL;
         }

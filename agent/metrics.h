@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prom.h"
+
 struct agent;
 
 #define METRICS_ROUTE_MAX 48     /* longest route label kept (longer ones are cut) */
@@ -50,8 +52,4 @@ void metrics_observe_request(struct metrics *m, const char *route, const char *m
  * Parts of the agent that are not loaded yet (NULL) are left out. malloc'd; NULL when out of memory. */
 char *metrics_render(const struct metrics *m, const struct agent *a);
 
-/* Escape a label value (backslash, double quote, newline) into out. Returns 0, or -ENOBUFS when it does
- * not fit (out is then cut but terminated). */
-int metrics_escape_label(const char *value, char *out, size_t outlen);
-
-#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define METRICS_CONTENT_TYPE PROM_CONTENT_TYPE

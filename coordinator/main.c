@@ -17,6 +17,7 @@
 #include "log.h"
 #include "main_launcher.h"
 #include "options.h"
+#include "prom.h"
 #include "stats.h"
 
 #define PROGRAM "pvescale-coordinator"
@@ -60,7 +61,7 @@ static void handle(void *userdata, const struct http_request *req, struct http_r
         if (get && strcmp(req->path, "/metrics") == 0) {
                 char *text = stats_render(&a->stats);
                 if (text)
-                        http_response_take(resp, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+                        http_response_take(resp, 200, PROM_CONTENT_TYPE, text);
                 else
                         http_response_set(resp, 500, "application/json", "{\"error\": \"out of memory\"}\n");
         } else if (get && (strcmp(req->path, "/healthz") == 0 || strcmp(req->path, "/livez") == 0 ||
@@ -140,7 +141,7 @@ static int start(struct app *a) {
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)
-                return log_error_errno(a->signal_fd, "signalfd: %s", strerror(-a->signal_fd));
+                return log_error_errno(a->signal_fd, "signalfd");
         if (listen_on(a, a->cfg.metrics_port, &a->metrics) < 0 || listen_on(a, a->cfg.health_port, &a->health) < 0)
                 return -EADDRINUSE;
         int r = controller_new(&a->cfg, &a->kube, &co, main_launcher_ops(), &a->stats, &a->ctl);

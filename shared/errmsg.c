@@ -3,14 +3,24 @@
 #include "errmsg.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+
+int errmsg_vset(char *err, size_t errlen, int r, const char *fmt, va_list ap) {
+        if (err && errlen)
+                vsnprintf(err, errlen, fmt, ap);
+        return r;
+}
+
+int errmsg_vappend(char *err, size_t errlen, int r, const char *fmt, va_list ap) {
+        size_t n = err && errlen ? strnlen(err, errlen) : 0;
+        return n + 1 < errlen ? errmsg_vset(err + n, errlen - n, r, fmt, ap) : r;
+}
 
 int errmsg_set(char *err, size_t errlen, int r, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        if (err && errlen)
-                vsnprintf(err, errlen, fmt, ap);
+        errmsg_vset(err, errlen, r, fmt, ap);
         va_end(ap);
         return r;
 }
@@ -18,8 +28,7 @@ int errmsg_set(char *err, size_t errlen, int r, const char *fmt, ...) {
 int errmsg_invalid(char *err, size_t errlen, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        if (err && errlen)
-                vsnprintf(err, errlen, fmt, ap);
+        errmsg_vset(err, errlen, -EINVAL, fmt, ap);
         va_end(ap);
         return -EINVAL;
 }

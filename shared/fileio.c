@@ -14,54 +14,47 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cleanup.h"
+
 #define SEAL_PREFIX "#sha256="
 #define SHA256_HEX_LEN 64
 
 static int read_fd(int fd, size_t max_bytes, char **ret_text, size_t *ret_len) {
         size_t cap = 4096, len = 0;
-        char *buf = malloc(cap);
+        _cleanup_free_ char *buf = malloc(cap);
         if (!buf)
                 return -ENOMEM;
         for (;;) {
                 if (len + 1 >= cap) {
-                        cap *= 2;
-                        char *grown = realloc(buf, cap);
-                        if (!grown) {
-                                free(buf);
+                        char *grown = realloc(buf, cap * 2);
+                        if (!grown)
                                 return -ENOMEM;
-                        }
                         buf = grown;
+                        cap *= 2;
                 }
                 ssize_t n = read(fd, buf + len, cap - len - 1);
                 if (n < 0 && errno == EINTR)
                         continue;
-                if (n < 0) {
-                        int r = -errno;
-                        free(buf);
-                        return r;
-                }
+                if (n < 0)
+                        return -errno;
                 if (n == 0)
                         break;
                 len += (size_t)n;
-                if (len > max_bytes) {
-                        free(buf);
+                if (len > max_bytes)
                         return -EFBIG;
-                }
         }
         buf[len] = '\0';
-        *ret_text = buf;
         if (ret_len)
                 *ret_len = len;
+        *ret_text = TAKE_PTR(buf);
         return 0;
 }
 
 int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret_len) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        int r = read_fd(fd, max_bytes, ret_text, ret_len);
-        close(fd);
-        return r;
+        return read_fd(fd, max_bytes, ret_text, ret_len);
 }
 
 const char *fileio_root_prefix(const char *root) {
@@ -106,12 +99,10 @@ static int write_all(int fd, const void *data, size_t len) {
 static int fsync_parent_dir(const char *path) {
         char copy[PATH_MAX];
         snprintf(copy, sizeof copy, "%s", path);
-        int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return -errno;
-        int r = fsync(dfd) < 0 ? -errno : 0;
-        close(dfd);
-        return r;
+        return fsync(dfd) < 0 ? -errno : 0;
 }
 
 /* Write data then extra (may be NULL) into a temp file beside path, then rename it into place. */
@@ -165,7 +156,7 @@ int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t m
 }
 
 int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {
-        char *text;
+        _cleanup_free_ char *text = NULL;
         size_t len;
         int r = fileio_read(path, max_bytes, &text, &len);
         if (r < 0)
@@ -174,13 +165,11 @@ int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size
         char hex[SHA256_HEX_LEN + 1];
         if (len < trailer_len || strncmp(text + len - trailer_len, SEAL_PREFIX, strlen(SEAL_PREFIX)) != 0 ||
             text[len - 1] != '\n' || sha256_hex(text, len - trailer_len, hex) < 0 ||
-            strncmp(hex, text + len - trailer_len + strlen(SEAL_PREFIX), SHA256_HEX_LEN) != 0) {
-                free(text);
+            strncmp(hex, text + len - trailer_len + strlen(SEAL_PREFIX), SHA256_HEX_LEN) != 0)
                 return -EBADMSG;
-        }
         len -= trailer_len;
         text[len] = '\0';
-        *ret_data = text;
+        *ret_data = TAKE_PTR(text);
         *ret_len = len;
         return 0;
 }

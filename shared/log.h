@@ -2,25 +2,40 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-enum log_level { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_ERROR = 2 };
+#include <stdarg.h>
+
+/* debug: what a developer traces; info: what the daemon did; warning: something is off but the work goes on
+ * (a fallback taken, a retry scheduled, bad input skipped); error: an operation failed. */
+enum log_level { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARNING = 2, LOG_LEVEL_ERROR = 3 };
 
 /* Choose the sink: journald when stderr is connected to the journal (JOURNAL_STREAM) or when
  * force_journal is set, stderr otherwise. ident is kept by pointer (use a string literal). */
 void log_setup(const char *ident, enum log_level level, int force_journal);
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
-/* "debug", "info" or "error" -> level; returns -EINVAL for anything else. */
+/* "debug", "info", "warning" or "error" -> level; returns -EINVAL for anything else. */
 int log_level_from_string(const char *s, enum log_level *ret_level);
 
-/* field is NULL or one extra journal field such as "VMID=105" (also printed on stderr). */
+/* field is NULL or one extra journal field such as "VMID=105" (also printed on stderr). errno is kept. */
 void log_full(enum log_level level, const char *file, int line, const char *func, const char *field,
               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* log_full taking a va_list, for helpers with their own printf-like signature. ap is consumed. */
+void log_fullv(enum log_level level, const char *file, int line, const char *func, const char *field,
+               const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
+/* log_full for a failure with an errno: the message gets ": <strerror(|r|)>" appended (so callers do not add
+ * it themselves) and the journal entry an ERRNO= field. Returns -|r|, so that `return log_error_errno(r, ...)`
+ * logs and hands the error on; r == 0 appends nothing and returns 0. */
+int log_full_errno(enum log_level level, int r, const char *file, int line, const char *func, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
 
 #define log_debug(...) log_full(LOG_LEVEL_DEBUG, __FILE__, __LINE__, __func__, NULL, __VA_ARGS__)
 #define log_info(...) log_full(LOG_LEVEL_INFO, __FILE__, __LINE__, __func__, NULL, __VA_ARGS__)
+#define log_warning(...) log_full(LOG_LEVEL_WARNING, __FILE__, __LINE__, __func__, NULL, __VA_ARGS__)
 #define log_error(...) log_full(LOG_LEVEL_ERROR, __FILE__, __LINE__, __func__, NULL, __VA_ARGS__)
 #define log_info_field(field, ...) log_full(LOG_LEVEL_INFO, __FILE__, __LINE__, __func__, field, __VA_ARGS__)
+#define log_warning_field(field, ...) log_full(LOG_LEVEL_WARNING, __FILE__, __LINE__, __func__, field, __VA_ARGS__)
 #define log_error_field(field, ...) log_full(LOG_LEVEL_ERROR, __FILE__, __LINE__, __func__, field, __VA_ARGS__)
 
-/* Log at error level and evaluate to the (negative errno) r, for `return log_error_errno(r, ...)`. */
-#define log_error_errno(r, ...) (log_error(__VA_ARGS__), (r))
+/* Log "<message>: <errno text>" and evaluate to -|r|, for `return log_error_errno(r, "cannot open %s", path)`. */
+#define log_error_errno(r, ...) log_full_errno(LOG_LEVEL_ERROR, (r), __FILE__, __LINE__, __func__, __VA_ARGS__)
+#define log_warning_errno(r, ...) log_full_errno(LOG_LEVEL_WARNING, (r), __FILE__, __LINE__, __func__, __VA_ARGS__)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "http_client.h"
 
 #define AGENTS_DEFAULT_TIMEOUT_MS 10000L
@@ -137,10 +138,8 @@ static int record_failure(struct agents_client *c, const char *method, const cha
 static int parse_answer(struct agents_client *c, const char *method, const char *path,
                         const struct http_client_response *resp, json_t **ret) {
         json_t *doc = json_loadb(resp->body, resp->body_len, JSON_DECODE_ANY, NULL);
-        if (!doc) {
-                snprintf(c->error, sizeof c->error, "%s %s: the answer is not JSON", method, path);
-                return -EBADMSG;
-        }
+        if (!doc)
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG, "%s %s: the answer is not JSON", method, path);
         if (ret)
                 *ret = doc;
         else

@@ -8,17 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backoff.h"
+#include "cleanup.h"
+#include "errmsg.h"
 #include "fileio.h"
 #include "fiber.h"
 #include "http_client.h"
 #include "jsonutil.h"
 #include "kube_internal.h"
 #include "monotime.h"
+#include "rng.h"
 
 #define KUBE_DEFAULT_RETRIES 5
 #define KUBE_DEFAULT_BACKOFF_BASE_MS 200L
@@ -54,7 +56,7 @@ struct kube_client {
         int ca_fd, cert_fd, key_fd;
         unsigned max_retries;
         long backoff_base_ms, backoff_max_ms;
-        uint64_t rng; /* xorshift64 state for jitter and event names */
+        struct rng rng; /* jitter and event names */
         const atomic_bool *cancel;
         long last_status;
         char last_reason[64];
@@ -210,20 +212,16 @@ static int read_token(const char *path, char **ret) {
 static void refresh_token(struct kube_client *c, bool force) {
         if (!c->token_file || (!force && monotime_ms() - c->token_read_ms < KUBE_TOKEN_REFRESH_MS))
                 return;
-        char *token;
+        _cleanup_free_ char *token = NULL;
         c->token_read_ms = monotime_ms();
         if (read_token(c->token_file, &token) < 0)
                 return;
-        if (c->token && strcmp(token, c->token) == 0) {
-                free(token);
+        if (c->token && strcmp(token, c->token) == 0)
                 return;
-        }
-        if (http_client_set_bearer(c->http, token) < 0) {
-                free(token);
+        if (http_client_set_bearer(c->http, token) < 0)
                 return;
-        }
         free(c->token);
-        c->token = token;
+        c->token = TAKE_PTR(token);
 }
 
 static int client_http(struct kube_client *c, const struct kube_config *cfg, const struct kube_client_options *o) {
@@ -256,8 +254,7 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opti
         c->max_retries = o->max_retries == KUBE_NO_RETRY ? 0 : o->max_retries ? o->max_retries : KUBE_DEFAULT_RETRIES;
         c->backoff_base_ms = o->backoff_base_ms > 0 ? o->backoff_base_ms : KUBE_DEFAULT_BACKOFF_BASE_MS;
         c->backoff_max_ms = o->backoff_max_ms > 0 ? o->backoff_max_ms : KUBE_DEFAULT_BACKOFF_MAX_MS;
-        if (getrandom(&c->rng, sizeof c->rng, GRND_NONBLOCK) != sizeof c->rng || c->rng == 0)
-                c->rng = (uint64_t)monotime_ms() ^ (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
+        rng_init(&c->rng, 0);
         int r = client_http(c, cfg, o);
         c->server = strndup(cfg->server, strlen(cfg->server) - (cfg->server[strlen(cfg->server) - 1] == '/'));
         c->token_file = cfg->token_file ? strdup(cfg->token_file) : NULL;
@@ -306,7 +303,7 @@ const char *kube_client_last_reason(const struct kube_client *c) {
 void kube__client_set_error(struct kube_client *c, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->error, sizeof c->error, fmt, ap);
+        errmsg_vset(c->error, sizeof c->error, 0, fmt, ap);
         va_end(ap);
 }
 
@@ -326,12 +323,7 @@ int kube__client_sleep(struct kube_client *c, long ms) {
 }
 
 uint64_t kube__client_seed(struct kube_client *c) {
-        uint64_t x = c->rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c->rng = x;
-        return x;
+        return rng_next(&c->rng);
 }
 
 /* ---- errors ---- */
@@ -384,8 +376,7 @@ static int fail_transport(struct kube_client *c, const char *method, const char 
         short_path(path, p, sizeof p);
         c->last_status = 0;
         c->last_reason[0] = '\0';
-        snprintf(c->error, sizeof c->error, "%s %s: %s", method, p, http_client_error(c->http));
-        return r;
+        return errmsg_set(c->error, sizeof c->error, r, "%s %s: %s", method, p, http_client_error(c->http));
 }
 
 /* ---- requests ---- */
@@ -464,10 +455,8 @@ static int request(struct kube_client *c, const char *method, const char *path, 
         }
         json_t *obj = resp.body_len ? json_loadb(resp.body, resp.body_len, 0, NULL) : json_object();
         http_client_response_done(&resp);
-        if (!obj) {
-                snprintf(c->error, sizeof c->error, "%s %s: the answer is not JSON", method, path);
-                return -EBADMSG;
-        }
+        if (!obj)
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG, "%s %s: the answer is not JSON", method, path);
         *ret_obj = obj;
         return 0;
 }
@@ -685,17 +674,14 @@ static int with_metadata_of(struct kube_client *c, const json_t *obj, json_t *an
                 *ret = answer;
                 return 0;
         }
+        _cleanup_(json_decrefp) json_t *owned = answer, *out = NULL; /* answer is released on every path */
         json_t *md = json_object_get(answer, "metadata");
-        json_t *out = json_is_object(md) ? json_copy((json_t *)obj) : NULL;
-        int r = !json_is_object(md) ? -EBADMSG : out && json_object_set(out, "metadata", md) == 0 ? 0 : -ENOMEM;
-        json_decref(answer);
-        if (r == -EBADMSG)
-                snprintf(c->error, sizeof c->error, "PartialObjectMetadata without metadata");
-        if (r < 0) {
-                json_decref(out);
-                return r;
-        }
-        *ret = out;
+        if (!json_is_object(md))
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG, "PartialObjectMetadata without metadata");
+        out = json_copy((json_t *)obj);
+        if (!out || json_object_set(out, "metadata", md) < 0)
+                return -ENOMEM;
+        *ret = TAKE_PTR(out);
         return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "errmsg.h"
 #include "fileio.h"
 #include "kube.h"
@@ -197,7 +198,7 @@ static int in_cluster_server(const char *host, const char *port, struct kube_con
 }
 
 static int in_cluster_files(const char *root, struct kube_config *cfg, char *err, size_t errlen) {
-        char *ns_path = NULL, *ns = NULL;
+        _cleanup_free_ char *ns_path = NULL, *ns = NULL;
         int r = sa_path(root, "token", &cfg->token_file);
         if (r == 0)
                 r = sa_path(root, "ca.crt", &cfg->ca_file);
@@ -206,18 +207,12 @@ static int in_cluster_files(const char *root, struct kube_config *cfg, char *err
         if (r < 0)
                 return r;
         r = fileio_read(cfg->token_file, KUBE_FILE_MAX, &cfg->token, NULL);
-        if (r < 0) {
-                free(ns_path);
-                snprintf(err, errlen, "in-cluster: cannot read %s: %s", cfg->token_file, strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return errmsg_set(err, errlen, r, "in-cluster: cannot read %s: %s", cfg->token_file, strerror(-r));
         cfg->token[strcspn(cfg->token, "\r\n")] = '\0';
         if (fileio_read(ns_path, KUBE_FILE_MAX, &ns, NULL) == 0)
                 ns[strcspn(ns, "\r\n")] = '\0';
-        free(ns_path);
-        cfg->namespace = ns && *ns ? ns : strdup("default");
-        if (ns && !*ns)
-                free(ns);
+        cfg->namespace = ns && *ns ? TAKE_PTR(ns) : strdup("default");
         return cfg->namespace ? 0 : -ENOMEM;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "cleanup.h"
 #include "kube.h"
 #include "kube_internal.h"
 #include "log.h"
@@ -175,7 +176,7 @@ static int emit_all(struct kube_informer *inf, const json_t *events) {
 
 static int relist(struct kube_informer *inf) {
         struct kube_list_options o = { inf->label_selector, inf->field_selector, inf->page_size };
-        json_t *list;
+        _cleanup_(json_decrefp) json_t *list = NULL, *events = NULL;
         inf->stats.lists++;
         int r = kube_list(inf->c, inf->rt, inf->ns, &o, &list);
         if (r == -ECANCELED)
@@ -185,15 +186,12 @@ static int relist(struct kube_informer *inf) {
                 return INFORMER_FAILED;
         }
         json_t *fresh = index_items(inf, json_object_get(list, "items"));
-        json_t *events = diff(inf->store, fresh);
+        events = diff(inf->store, fresh);
         json_decref(inf->store);
         inf->store = fresh;
         set_rv(inf, meta(list, "resourceVersion"));
-        json_decref(list);
         backoff_reset(&inf->backoff);
-        r = emit_all(inf, events);
-        json_decref(events);
-        return r;
+        return emit_all(inf, events);
 }
 
 /* ---- watch ---- */

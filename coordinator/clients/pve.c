@@ -9,6 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "backoff.h"
+#include "cleanup.h"
+#include "errmsg.h"
 #include "fiber.h"
 #include "http_client.h"
 #include "monotime.h"
@@ -127,18 +130,14 @@ static int record_failure(struct pve_client *c, const struct pve_request *r, con
 
 static int take_data(struct pve_client *c, const struct pve_request *r, const struct http_client_response *resp,
                      json_t **ret_data) {
-        json_error_t jerr;
-        json_t *doc = json_loadb(resp->body, resp->body_len, JSON_DECODE_ANY, &jerr);
-        if (!json_is_object(doc)) {
-                snprintf(c->error, sizeof c->error, "%s %s: HTTP %ld with a body that is not {\"data\": ...}",
-                         r->method, r->endpoint, resp->status);
-                json_decref(doc);
-                return -EBADMSG;
-        }
+        _cleanup_(json_decrefp) json_t *doc = json_loadb(resp->body, resp->body_len, JSON_DECODE_ANY, NULL);
+        if (!json_is_object(doc))
+                return errmsg_set(c->error, sizeof c->error, -EBADMSG,
+                                  "%s %s: HTTP %ld with a body that is not {\"data\": ...}", r->method, r->endpoint,
+                                  resp->status);
         json_t *data = json_object_get(doc, "data");
         if (ret_data)
                 *ret_data = data ? json_incref(data) : json_null();
-        json_decref(doc);
         return 0;
 }
 
@@ -271,8 +270,8 @@ static int task_finished(struct pve_client *c, const char *upid, const struct pv
                 return 0;
         struct pve_upid u = { .type = "task" };
         pve_upid_parse(upid, &u);
-        snprintf(c->error, sizeof c->error, "task %s failed: %s", u.type, st->exitstatus);
-        return strstr(st->exitstatus, "already exists") ? -EEXIST : -EIO;
+        return errmsg_set(c->error, sizeof c->error, strstr(st->exitstatus, "already exists") ? -EEXIST : -EIO,
+                          "task %s failed: %s", u.type, st->exitstatus);
 }
 
 int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait *w) {
@@ -280,7 +279,8 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
         long timeout = w && w->timeout_ms > 0 ? w->timeout_ms : PVE_DEFAULT_TASK_TIMEOUT_MS;
         int64_t deadline = monotime_ms() + timeout;
         long first = w && w->first_ms > 0 ? w->first_ms : PVE_FIRST_POLL_MS;
-        long poll = first < max_poll ? first : max_poll;
+        unsigned polls = 0; /* the interval doubles per poll, from first up to max_poll */
+        long poll = backoff_ceiling_ms(polls, first, max_poll);
         int r = sleep_ms(c, poll); /* a task never ends the moment it is issued: no poll is wasted on that */
         if (r < 0)
                 return r;
@@ -293,16 +293,15 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
                 if (r < 0 && (!transient(r) || failures >= PVE_MAX_POLL_FAILURES))
                         return r;
                 long left = (long)(deadline - monotime_ms());
-                if (left <= 0) {
-                        snprintf(c->error, sizeof c->error, "task %s still running after %ld ms", upid, timeout);
-                        return -ETIMEDOUT;
-                }
+                if (left <= 0)
+                        return errmsg_set(c->error, sizeof c->error, -ETIMEDOUT, "task %s still running after %ld ms",
+                                          upid, timeout);
                 long nap = poll < left ? poll : left;
                 if ((r = sleep_ms(c, nap)) < 0)
                         return r;
                 if (failures == 0 && st.running) /* Proxmox said it is still working: waiting for it */
                         http_client_thread_wait_note((int64_t)nap * 1000);
-                poll = poll * 2 < max_poll ? poll * 2 : max_poll;
+                poll = backoff_ceiling_ms(++polls, first, max_poll);
         }
 }
 

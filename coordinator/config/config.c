@@ -215,7 +215,7 @@ static const char *setting_hint(enum setting_id id) {
         case SET_BATCH_MAX:
                 return "expected a positive duration such as 1s, 500ms or 10m";
         case SET_LOG_LEVEL:
-                return "expected debug, info or error";
+                return "expected debug, info, warning or error";
         case SET_METRICS_PORT:
         case SET_HEALTH_PORT:
                 return "expected a port from 1 to 65535";
@@ -632,7 +632,7 @@ const char *config_usage(void) {
                "  --node-policy POLICY        [NODE_POLICY] static (agents place and pin; default) or simple\n"
                "  --batch-idle-duration DUR   [BATCH_IDLE_DURATION] batch closes this long after the last new pod (1s)\n"
                "  --batch-max-duration DUR    [BATCH_MAX_DURATION] and at most this long after the first (10s)\n"
-               "  --log-level LEVEL           [LOG_LEVEL] debug, info or error (info)\n"
+               "  --log-level LEVEL           [LOG_LEVEL] debug, info, warning or error (info)\n"
                "  --metrics-port PORT         [METRICS_PORT] Prometheus metrics (8080)\n"
                "  --health-port PORT          [HEALTH_PORT] /healthz and /readyz (8081)\n"
                "  --help, --version\n"

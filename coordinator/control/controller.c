@@ -190,10 +190,10 @@ static int watcher_new(struct controller *c, enum ctl_kind kind) {
         w->sw = stats_watch_add(c->stats, KIND_RT[kind]->plural);
         int r = kube_client_new(c->kcfg, NULL, &w->kube);
         if (r < 0)
-                return log_error_errno(r, "kubernetes client: %s", strerror(-r));
+                return log_error_errno(r, "kubernetes client");
         kube_client_set_cancel(w->kube, &c->stop);
         r = kube_informer_new(w->kube, KIND_RT[kind], NULL, NULL, on_event, w, &w->inf);
-        return r < 0 ? log_error_errno(r, "informer: %s", strerror(-r)) : 0;
+        return r < 0 ? log_error_errno(r, "informer") : 0;
 }
 
 /* ---- the control loop ---- */

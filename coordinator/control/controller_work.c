@@ -402,7 +402,7 @@ int controller__workers_new(struct controller *c) {
                                     .userdata = c, .kube_for_thread = kube_for_thread, .cached = cached_object,
                                     .latency = c->latency, .stats = c->stats };
         int r = c->ops->create(&env, &c->o.launcher, &c->launcher);
-        return r < 0 ? log_error_errno(r, "cannot set up the launcher: %s", strerror(-r)) : 0;
+        return r < 0 ? log_error_errno(r, "cannot set up the launcher") : 0;
 }
 
 int controller__workers_start(struct controller *c) {

@@ -11,13 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "agents.h"
 #include "latency.h"
 #include "log.h"
 #include "pve.h"
+#include "rng.h"
 #include "simulate_json.h"
 #include "stats.h"
 #include "monotime.h"
@@ -41,7 +40,7 @@ struct provisioner {
         json_t *verdicts; /* pod key → the last verdict we told the pod ("nominated:<claim>", "unplaced:<text>") */
         json_t *logged;   /* problems already logged */
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
-        uint64_t rnd;
+        struct rng rng;   /* simulation seeds */
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
 };
 
@@ -53,22 +52,13 @@ static bool stopping(const struct provisioner *p) {
 /* A call of the round failed: log it and count it, unless the process is stopping. */
 static void __attribute__((format(printf, 3, 4))) call_failed(struct provisioner *p, enum stats_counter counter,
                                                               const char *fmt, ...) {
-        char msg[1024];
         va_list ap;
         if (stopping(p))
                 return;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        log_fullv(LOG_LEVEL_ERROR, __FILE__, __LINE__, __func__, NULL, fmt, ap);
         va_end(ap);
-        log_error("%s", msg);
         stats_add(p->env.stats, counter, 1);
-}
-
-static uint64_t next_random(struct provisioner *p) {
-        p->rnd ^= p->rnd << 13; /* xorshift64 */
-        p->rnd ^= p->rnd >> 7;
-        p->rnd ^= p->rnd << 17;
-        return p->rnd;
 }
 
 int provisioner_new(const struct provisioner_env *env, struct provisioner **ret) {
@@ -79,9 +69,7 @@ int provisioner_new(const struct provisioner_env *env, struct provisioner **ret)
         p->pve = calloc(env->cfg->n_clusters + 1, sizeof *p->pve);
         p->verdicts = json_object();
         p->logged = json_object();
-        if (getrandom(&p->rnd, sizeof p->rnd, 0) != sizeof p->rnd)
-                p->rnd = (uint64_t)time(NULL) * 2654435761u;
-        p->rnd |= 1;
+        rng_init(&p->rng, 0);
         if (!p->pve || !p->verdicts || !p->logged) {
                 provisioner_free(p);
                 return -ENOMEM;
@@ -174,8 +162,8 @@ static void agent_failed(struct provisioner *p, struct agent_conn *a) {
         if (stopping(p))
                 return;
         if (a->retry_at_ms == 0)
-                log_error("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
-                          agents_client_error(a->client));
+                log_warning("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
+                            agents_client_error(a->client));
         a->retry_at_ms = monotime_ms() + AGENT_RETRY_MS;
         stats_add(p->env.stats, STATS_AGENT_ERRORS, 1);
 }
@@ -422,7 +410,7 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
         }
         for (size_t i = 0; i < res->n_claims; i++)
                 for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
-                        w.jobs[i].seeds[a] = next_random(p);
+                        w.jobs[i].seeds[a] = rng_next(&p->rng);
         atomic_init(&w.next, 0);
         latency_waits_since(&p->round_waits0, &w.pre_waits);
         write_claims(p, &w);
@@ -554,7 +542,7 @@ static int simulate(struct provisioner *p, struct provisioner_round *r, struct s
         out->simulate_seconds = (double)(monotime_us() - t0) / 1e6;
         stats_observe(p->env.stats, STATS_H_SIMULATE, out->simulate_seconds);
         if (rc < 0)
-                log_error("simulation failed: %s", strerror(-rc));
+                log_error_errno(rc, "simulation failed");
         return rc;
 }
 
@@ -674,7 +662,7 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         int rc = provisioner_round_new(&s, &r);
         if (rc < 0) {
                 json_decref(nominated);
-                return log_error_errno(rc, "cannot build the simulation input: %s", strerror(-rc));
+                return log_error_errno(rc, "cannot build the simulation input");
         }
         log_problems(p, r->problems);
         rc = plan(p, r, &s, &out);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "errmsg.h"
 #include "gotmpl_internal.h"
 #include "jsonutil.h"
 
@@ -38,14 +39,12 @@ int gotmpl__fail(struct gt_exec *x, const char *fmt, ...) {
         while (span > 0 && strchr(" \t\r\n", x->t->text[x->at_pos + span - 1]))
                 span--;
         gotmpl__position(x->t, x->at_pos, where, sizeof where);
-        int n = snprintf(x->err, x->errlen, "%sat <%.*s%s>: ", where, (int)(span > CONTEXT_MAX ? CONTEXT_MAX : span),
-                         x->t->text + x->at_pos, span > CONTEXT_MAX ? "..." : "");
-        if (n >= 0 && (size_t)n < x->errlen) {
-                va_start(ap, fmt);
-                vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
+        snprintf(x->err, x->errlen, "%sat <%.*s%s>: ", where, (int)(span > CONTEXT_MAX ? CONTEXT_MAX : span),
+                 x->t->text + x->at_pos, span > CONTEXT_MAX ? "..." : "");
+        va_start(ap, fmt);
+        int r = errmsg_vappend(x->err, x->errlen, -EINVAL, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 size_t gotmpl__max_output(const struct gt_exec *x) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "gotmpl_internal.h"
 
 #define PEEK_MAX 4
@@ -44,13 +45,11 @@ static int fail(struct parser *p, size_t pos, const char *fmt, ...) {
         char where[256];
         va_list ap;
         gotmpl__position(p->t, pos, where, sizeof where);
-        int n = snprintf(p->err, p->errlen, "%s", where);
-        if (n >= 0 && (size_t)n < p->errlen) {
-                va_start(ap, fmt);
-                vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
+        snprintf(p->err, p->errlen, "%s", where);
+        va_start(ap, fmt);
+        int r = errmsg_vappend(p->err, p->errlen, -EINVAL, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 static struct gt_token *peek_n(struct parser *p, int i) {

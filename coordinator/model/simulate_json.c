@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "quantity.h"
 
 #define PATH_MAX_LEN 192
@@ -20,18 +21,16 @@ struct jp {
 
 static int bad(struct jp *p, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(struct jp *p, const char *path, const char *fmt, ...) {
-        char msg[160];
         va_list ap;
+        snprintf(p->err, p->errlen, "%s: ", path);
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        int r = errmsg_vappend(p->err, p->errlen, -EINVAL, fmt, ap);
         va_end(ap);
-        snprintf(p->err, p->errlen, "%s: %s", path, msg);
-        return -EINVAL;
+        return r;
 }
 
 static int oom(struct jp *p) {
-        snprintf(p->err, p->errlen, "out of memory");
-        return -ENOMEM;
+        return errmsg_set(p->err, p->errlen, -ENOMEM, "out of memory");
 }
 
 static void append(char *buf, size_t *n, const char *s) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prom.h"
+
 #define PREFIX "pvescale_coordinator_"
 
 struct histogram_doc {
@@ -94,82 +96,65 @@ struct stats_watch *stats_watch_add(struct stats *s, const char *resource) {
 
 /* ---- rendering ---- */
 
-static void header(FILE *f, const char *name, const char *help, const char *type) {
-        fprintf(f, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", name, help, name, type);
-}
-
-static void sample(FILE *f, const char *name, const char *labels, long long v) {
-        if (labels)
-                fprintf(f, PREFIX "%s{%s} %lld\n", name, labels, v);
-        else
-                fprintf(f, PREFIX "%s %lld\n", name, v);
-}
-
-static void render_counters(FILE *f, const struct stats *s) {
+static void render_counters(struct prom *p, const struct stats *s) {
         for (int c = 0; c < STATS_N_COUNTERS; c++) {
-                if (COUNTERS[c].help)
-                        header(f, COUNTERS[c].name, COUNTERS[c].help, "counter");
-                sample(f, COUNTERS[c].name, COUNTERS[c].labels, (long long)atomic_load(&s->counters[c]));
+                if (COUNTERS[c].help) /* the first label set of a family; the others follow it */
+                        prom_family(p, COUNTERS[c].name, "counter", COUNTERS[c].help);
+                prom_sample_u64(p, COUNTERS[c].name, COUNTERS[c].labels, atomic_load(&s->counters[c]));
         }
         for (int g = 0; g < STATS_N_GAUGES; g++) {
-                header(f, GAUGES[g].name, GAUGES[g].help, "gauge");
-                sample(f, GAUGES[g].name, NULL, (long long)atomic_load(&s->gauges[g]));
+                prom_family(p, GAUGES[g].name, "gauge", GAUGES[g].help);
+                prom_sample_i64(p, GAUGES[g].name, NULL, atomic_load(&s->gauges[g]));
         }
 }
 
-static void render_histogram(FILE *f, const struct stats *s, enum stats_histogram_kind h) {
+/* Buckets read once each, the count their total: the +Inf bucket and _count agree even while threads observe. */
+static void render_histogram(struct prom *p, const struct stats *s, enum stats_histogram_kind h) {
         const struct histogram_doc *d = &HISTOGRAMS[h];
         const struct stats_histogram *hist = &s->histograms[h];
-        uint64_t cum = 0;
-        header(f, d->name, d->help, "histogram");
-        for (int b = 0; b < STATS_N_BUCKETS; b++) {
-                cum += atomic_load(&hist->buckets[b]);
-                fprintf(f, PREFIX "%s_bucket{le=\"%g\"} %llu\n", d->name, d->bounds[b], (unsigned long long)cum);
-        }
-        cum += atomic_load(&hist->buckets[STATS_N_BUCKETS]);
-        fprintf(f, PREFIX "%s_bucket{le=\"+Inf\"} %llu\n", d->name, (unsigned long long)cum);
-        fprintf(f, PREFIX "%s_sum %.6f\n", d->name, (double)atomic_load(&hist->sum_us) / 1e6);
-        fprintf(f, PREFIX "%s_count %llu\n", d->name, (unsigned long long)atomic_load(&hist->count));
+        uint64_t buckets[STATS_N_BUCKETS], count = atomic_load(&hist->buckets[STATS_N_BUCKETS]);
+        for (int b = 0; b < STATS_N_BUCKETS; b++)
+                count += buckets[b] = atomic_load(&hist->buckets[b]);
+        prom_family(p, d->name, "histogram", d->help);
+        prom_histogram(p, d->name, NULL,
+                       &(struct prom_histogram){ d->bounds, buckets, STATS_N_BUCKETS, count,
+                                                 (double)atomic_load(&hist->sum_us) / 1e6 });
 }
 
-static void render_watch_field(FILE *f, const struct stats *s, const char *name, const char *help, const char *type,
-                               size_t offset) {
+static void render_watch_field(struct prom *p, const struct stats *s, const char *name, const char *help,
+                               const char *type, size_t offset) {
         unsigned n = atomic_load(&s->n_watches);
-        header(f, name, help, type);
+        prom_family(p, name, type, help);
         for (unsigned i = 0; i < n; i++) {
                 const atomic_uint *v = (const atomic_uint *)((const char *)&s->watches[i] + offset);
-                fprintf(f, PREFIX "%s{resource=\"%s\"} %u\n", name, s->watches[i].resource, atomic_load(v));
+                struct prom_labels l = { 0 };
+                prom_labels_add(&l, "resource", s->watches[i].resource);
+                prom_sample_u64(p, name, l.text, atomic_load(v));
         }
 }
 
-static void render_watches(FILE *f, const struct stats *s) {
-        render_watch_field(f, s, "watch_lists_total", "Full lists (first list and relists) per resource.", "counter",
+static void render_watches(struct prom *p, const struct stats *s) {
+        render_watch_field(p, s, "watch_lists_total", "Full lists (first list and relists) per resource.", "counter",
                            offsetof(struct stats_watch, lists));
-        render_watch_field(f, s, "watch_relists_410_total", "Relists because the resource version expired (410).",
+        render_watch_field(p, s, "watch_relists_410_total", "Relists because the resource version expired (410).",
                            "counter", offsetof(struct stats_watch, relists_410));
-        render_watch_field(f, s, "watch_requests_total", "Watch requests per resource.", "counter",
+        render_watch_field(p, s, "watch_requests_total", "Watch requests per resource.", "counter",
                            offsetof(struct stats_watch, watches));
-        render_watch_field(f, s, "watch_resumes_total", "Watches resumed from the last resource version.", "counter",
+        render_watch_field(p, s, "watch_resumes_total", "Watches resumed from the last resource version.", "counter",
                            offsetof(struct stats_watch, resumes));
-        render_watch_field(f, s, "watch_failures_total", "Failed lists or watches (each backed off).", "counter",
+        render_watch_field(p, s, "watch_failures_total", "Failed lists or watches (each backed off).", "counter",
                            offsetof(struct stats_watch, failures));
-        render_watch_field(f, s, "informer_synced", "1 once the resource has been listed.", "gauge",
+        render_watch_field(p, s, "informer_synced", "1 once the resource has been listed.", "gauge",
                            offsetof(struct stats_watch, synced));
 }
 
 char *stats_render(const struct stats *s) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f)
+        struct prom p;
+        if (prom_open(&p, PREFIX) < 0)
                 return NULL;
-        render_counters(f, s);
+        render_counters(&p, s);
         for (int h = 0; h < STATS_N_HISTOGRAMS; h++)
-                render_histogram(f, s, (enum stats_histogram_kind)h);
-        render_watches(f, s);
-        if (fclose(f) != 0) {
-                free(text);
-                return NULL;
-        }
-        return text;
+                render_histogram(&p, s, (enum stats_histogram_kind)h);
+        render_watches(&p, s);
+        return prom_close(&p);
 }

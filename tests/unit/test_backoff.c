@@ -1,4 +1,5 @@
-/* Tests for coordinator/backoff: delay bounds per attempt, the cap, jitter spread, Retry-After, reset. */
+/* Tests for shared/backoff: the un-jittered ceiling, delay bounds per attempt, the cap, jitter spread, Retry-After,
+ * reset. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -6,7 +7,24 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+
 #include "backoff.h"
+
+static void test_ceiling(void **state) {
+        (void)state;
+        /* min(max, base * 2^attempt): the launcher's pause per failure and the task poll interval use it as is. */
+        assert_int_equal(backoff_ceiling_ms(0, 30000, 1800000), 30000);
+        assert_int_equal(backoff_ceiling_ms(2, 30000, 1800000), 120000);
+        assert_int_equal(backoff_ceiling_ms(5, 30000, 1800000), 960000);
+        assert_int_equal(backoff_ceiling_ms(6, 30000, 1800000), 1800000);
+        assert_int_equal(backoff_ceiling_ms(4000000000u, 30000, 1800000), 1800000);
+        assert_int_equal(backoff_ceiling_ms(3, 500, 300), 300); /* a base above the cap is cut to it */
+        /* No overflow near the top of long, and a base that is not positive stays as it is (no endless loop). */
+        assert_int_equal(backoff_ceiling_ms(200, 3, LONG_MAX), 3L << 61);
+        assert_int_equal(backoff_ceiling_ms(4000000000u, 0, 1000), 0);
+        assert_int_equal(backoff_ceiling_ms(3, -5, 1000), -5);
+}
 
 static void test_delay_bounds(void **state) {
         (void)state;
@@ -64,6 +82,7 @@ static void test_sequence(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_ceiling),
                 cmocka_unit_test(test_delay_bounds),
                 cmocka_unit_test(test_retry_after),
                 cmocka_unit_test(test_sequence),

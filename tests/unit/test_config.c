@@ -263,7 +263,7 @@ static void test_flag_errors(void **state) {
         char *a7[] = { "p", "extra" };
         assert_args_error(2, a7, "extra: unexpected argument (see --help)");
         char *a8[] = { "p", "--log-level", "verbose" };
-        assert_args_error(3, a8, "--log-level: expected debug, info or error (got \"verbose\")");
+        assert_args_error(3, a8, "--log-level: expected debug, info, warning or error (got \"verbose\")");
 
         struct config cfg;
         char err[256];

@@ -1,4 +1,5 @@
-/* Tests for agent/metrics: request counting, bounded tables, escaping, and the exposition of a real agent state. */
+/* Tests for agent/metrics: request counting, bounded tables, and the exposition of a real agent state (escaping
+ * and the format itself: test_prom). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <math.h>
@@ -130,18 +131,6 @@ static void test_tables_are_bounded(void **state) {
         assert_int_equal(hist, n);
         assert_string_equal(m->latency[m->n_latency - 1].route, METRICS_OTHER_ROUTE);
         free(m);
-}
-
-static void test_escape_label(void **state) {
-        (void)state;
-        char out[64];
-        assert_int_equal(metrics_escape_label("a\\b\"c\nd", out, sizeof out), 0);
-        assert_string_equal(out, "a\\\\b\\\"c\\nd");
-        assert_int_equal(metrics_escape_label(NULL, out, sizeof out), 0);
-        assert_string_equal(out, "");
-        char small[4];
-        assert_int_equal(metrics_escape_label("ab\"", small, sizeof small), -ENOBUFS);
-        assert_string_equal(small, "ab");
 }
 
 /* ---- a real agent state ---- */
@@ -295,7 +284,6 @@ int main(void) {
                 cmocka_unit_test(test_observe_counts_by_route_method_status),
                 cmocka_unit_test(test_odd_input_is_normalised),
                 cmocka_unit_test(test_tables_are_bounded),
-                cmocka_unit_test(test_escape_label),
                 cmocka_unit_test(test_render_empty_agent),
                 cmocka_unit_test_setup_teardown(test_render_agent_state, setup_agent, teardown_agent),
                 cmocka_unit_test_setup_teardown(test_render_counts_pin_counters, setup_agent, teardown_agent),

@@ -1,0 +1,130 @@
+/* Tests for shared/log: level names, the warning level, filtering, and log_*_errno appending the errno text. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "log.h"
+
+/* stderr is pointed at a scratch file for each test; captured() puts it back (so that a failed assertion
+ * prints) and returns what was written in between. */
+struct capture {
+        FILE *file;
+        int saved_fd;
+        char text[4096];
+};
+
+static int setup(void **state) {
+        struct capture *c = calloc(1, sizeof *c);
+        if (!c || !(c->file = tmpfile()))
+                return -1;
+        fflush(stderr);
+        c->saved_fd = dup(STDERR_FILENO);
+        dup2(fileno(c->file), STDERR_FILENO);
+        unsetenv("JOURNAL_STREAM");
+        log_setup("t", LOG_LEVEL_DEBUG, 0);
+        *state = c;
+        return 0;
+}
+
+static void restore(struct capture *c) {
+        fflush(stderr);
+        if (c->saved_fd >= 0)
+                dup2(c->saved_fd, STDERR_FILENO);
+        if (c->saved_fd >= 0)
+                close(c->saved_fd);
+        c->saved_fd = -1;
+}
+
+static int teardown(void **state) {
+        struct capture *c = *state;
+        restore(c);
+        fclose(c->file);
+        free(c);
+        return 0;
+}
+
+static const char *captured(struct capture *c) {
+        restore(c);
+        size_t n = (size_t)pread(fileno(c->file), c->text, sizeof c->text - 1, 0);
+        c->text[n == (size_t)-1 ? 0 : n] = '\0';
+        return c->text;
+}
+
+static void __attribute__((format(printf, 1, 2))) relay(const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        log_fullv(LOG_LEVEL_WARNING, __FILE__, __LINE__, __func__, NULL, fmt, ap);
+        va_end(ap);
+}
+
+static void test_level_names(void **state) {
+        (void)state;
+        static const char *const names[] = { "debug", "info", "warning", "error" };
+        static const enum log_level levels[] = { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARNING, LOG_LEVEL_ERROR };
+        enum log_level l = LOG_LEVEL_INFO;
+        for (size_t i = 0; i < 4; i++) {
+                assert_int_equal(log_level_from_string(names[i], &l), 0);
+                assert_int_equal(l, levels[i]);
+        }
+        assert_int_equal(log_level_from_string("warn", &l), -EINVAL);
+        assert_int_equal(l, LOG_LEVEL_ERROR); /* unchanged on failure */
+        assert_true(LOG_LEVEL_INFO < LOG_LEVEL_WARNING && LOG_LEVEL_WARNING < LOG_LEVEL_ERROR);
+}
+
+static void test_warning_line(void **state) {
+        struct capture *c = *state;
+        log_warning("agent %s slow", "pve1");
+        relay("relayed %d", 7);
+        assert_string_equal(captured(c), "t: warning: agent pve1 slow\nt: warning: relayed 7\n");
+}
+
+static void test_errno_text_appended_once(void **state) {
+        struct capture *c = *state;
+        assert_int_equal(log_error_errno(-ENOENT, "cannot open %s", "/x"), -ENOENT);
+        assert_int_equal(log_warning_errno(EAGAIN, "retrying"), -EAGAIN); /* a positive errno comes back negative */
+        assert_int_equal(log_error_errno(0, "no error"), 0);
+        assert_string_equal(captured(c), "t: error: cannot open /x: No such file or directory\n"
+                                         "t: warning: retrying: Resource temporarily unavailable\n"
+                                         "t: error: no error\n");
+}
+
+static void test_filtered_levels_still_return(void **state) {
+        struct capture *c = *state;
+        log_set_level(LOG_LEVEL_ERROR);
+        log_info("quiet");
+        log_warning("quiet too");
+        assert_int_equal(log_warning_errno(-EIO, "not shown"), -EIO);
+        log_set_level(LOG_LEVEL_WARNING);
+        log_info("still quiet");
+        log_warning("shown");
+        assert_int_equal(log_get_level(), LOG_LEVEL_WARNING);
+        assert_string_equal(captured(c), "t: warning: shown\n");
+}
+
+static void test_errno_and_field_kept(void **state) {
+        struct capture *c = *state;
+        errno = EBUSY;
+        log_warning_field("VMID=105", "pinning %s", "late");
+        log_error_errno(-EPERM, "denied");
+        assert_int_equal(errno, EBUSY);
+        assert_string_equal(captured(c), "t: warning: pinning late [VMID=105]\nt: error: denied: Operation not permitted\n");
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_level_names),
+                cmocka_unit_test_setup_teardown(test_warning_line, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_errno_text_appended_once, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_filtered_levels_still_return, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_errno_and_field_kept, setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
