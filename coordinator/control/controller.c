@@ -179,7 +179,7 @@ static void *watcher_main(void *arg) {
                 if (r == -ECANCELED)
                         break;
                 if (r < 0)
-                        log_error("informer %s: %s", KIND_RT[w->kind]->plural, strerror(-r));
+                        log_error_errno(r, "informer %s", KIND_RT[w->kind]->plural);
         }
         return NULL;
 }

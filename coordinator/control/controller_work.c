@@ -145,7 +145,7 @@ static void reconcile(struct controller *c, const char *name, const json_t *clai
         int r = c->ops->reconcile(c->launcher, claim, &requeue);
         stats_add(c->stats, r < 0 ? STATS_RECONCILE_ERROR : STATS_RECONCILE_OK, 1);
         if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop))
-                log_error("NodeClaim %s: launch step failed: %s", name, strerror(-r));
+                log_error_errno(r, "NodeClaim %s: launch step failed", name);
         *ret_r = r;
         *ret_requeue = requeue;
 }
@@ -154,7 +154,7 @@ static void collect_garbage(struct controller *c, json_t *claims) {
         int r = c->ops->collect_garbage(c->launcher, claims);
         stats_add(c->stats, STATS_GC_RUNS, 1);
         if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop)) /* a stop cancels its calls: not an error */
-                log_error("garbage collection: %s", strerror(-r));
+                log_error_errno(r, "garbage collection");
 }
 
 static json_t *all_claims_locked(const struct controller *c) {
