@@ -9,9 +9,13 @@
 
 #include "agent.h"
 #include "log.h"
-#include "pinning.h"
+#include "pinning_apply.h"
+#include "pinning_proc.h"
+#include "pinning_qmp.h"
 
 #define PIN_RECHECKS 4 /* timer ticks (2 s) */
+
+static const struct pinning_env live = {.proc_root = PINNING_PROC_ROOT, .sys = &pinning_sys_linux};
 
 /* The plan for a VM bound to a placed reservation: borrowed from the placement; mem_nodes is owned. */
 static int plan_for(const struct agent *a, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
@@ -64,35 +68,62 @@ static void log_report(int vmid, int r, const struct pin_report *rep) {
                 log_error_field(field, "cannot pin VM %d: %s", vmid, strerror(-r));
 }
 
-/* Pin one VM. Returns pinning_apply's result; records the pid when everything was pinned. */
-static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
-        struct pin_plan plan;
-        struct cpuset *nodes = NULL;
-        int r = plan_for(a, vmid, &plan, &nodes);
-        if (r < 0)
-                return r;
-        r = pinning_apply(&plan, a->cfg.pve_run_dir, rep);
-        cpuset_free(nodes);
+/* Count and log a pinning run; record the pid when everything was pinned. */
+static void note_run(struct agent *a, const struct pin_plan *plan, int r, const struct pin_report *rep) {
         bool complete = r == 0 && rep->vcpus_missing == 0;
-        struct pin_record *rec = record_for(&a->pins, vmid);
+        struct pin_record *rec = record_for(&a->pins, plan->vmid);
         if (complete && rec) {
-                if (rec->pid != plan.pid) { /* a QEMU process pinned for the first time */
+                if (rec->pid != plan->pid) { /* a QEMU process pinned for the first time */
                         rec->rechecks = PIN_RECHECKS;
                         a->pins.pending = true;
                 }
-                rec->pid = plan.pid;
+                rec->pid = plan->pid;
         }
         if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
                 a->pins.pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
-                return r;
+                return;
         }
         if (complete)
                 a->pins.pins_ok++;
         else
                 a->pins.pin_failures++;
         if (rec)
-                rec->failed_pid = complete ? 0 : plan.pid;
-        log_report(vmid, r, rep);
+                rec->failed_pid = complete ? 0 : plan->pid;
+        log_report(plan->vmid, r, rep);
+}
+
+/* Pin one VM with the vCPU threads QMP named (qmp_error 0), else with those /proc names. Returns
+ * pinning_apply's result. */
+static int pin_with(struct agent *a, const struct pin_plan *plan, int qmp_error, const int *qmp_tids,
+                    unsigned qmp_n, struct pin_report *rep) {
+        struct pin_vcpus vcpus = {0};
+        int r = pinning_find_vcpus(live.proc_root, plan->pid, qmp_error, qmp_tids, qmp_n, &vcpus);
+        if (r == 0)
+                r = pinning_apply(plan, &vcpus, &live, rep);
+        pinning_vcpus_done(&vcpus);
+        note_run(a, plan, r, rep);
+        return r;
+}
+
+/* Pin one VM: its vCPU threads from QMP, else from /proc. Returns pinning_apply's result. */
+static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        char *path = NULL;
+        int *tids = NULL;
+        unsigned n = 0;
+        int r = plan_for(a, vmid, &plan, &nodes);
+        if (r == 0 && asprintf(&path, "%s/%d.qmp", a->cfg.pve_run_dir, vmid) < 0)
+                r = -ENOMEM;
+        if (r == 0) {
+                int qmp_error = pinning_qmp_vcpu_threads(path, PINNING_QMP_TIMEOUT_MS, &tids, &n);
+                if (qmp_error)
+                        log_debug("vm %d: QMP gave no vCPU threads (%s), reading /proc", vmid, strerror(-qmp_error));
+                r = pin_with(a, &plan, qmp_error, tids, n, rep);
+        }
+        free(path);
+        free(tids);
+        cpuset_free(nodes);
         return r;
 }
 
@@ -135,7 +166,7 @@ static unsigned vm_drift(const struct agent *a, int vmid) {
         struct cpuset *nodes = NULL;
         json_t *real = NULL;
         unsigned drift = 0;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_drift(&plan, real, &drift);
         json_decref(real);
         cpuset_free(nodes);
@@ -193,7 +224,7 @@ json_t *pin_service_vm_status(const struct agent *a, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL, *status = NULL;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_status(&plan, real, &status);
         json_decref(real);
         cpuset_free(nodes);
