@@ -29,12 +29,12 @@ struct qmp {
 static int qmp_wait(const struct qmp *q, short events) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long long ms = (long long)(q->deadline.tv_sec - now.tv_sec) * 1000 +
-                       (q->deadline.tv_nsec - now.tv_nsec) / 1000000;
-        if (ms <= 0)
+        long long ns = (long long)(q->deadline.tv_sec - now.tv_sec) * 1000000000LL +
+                       (q->deadline.tv_nsec - now.tv_nsec);
+        if (ns <= 0)
                 return -ETIMEDOUT;
         struct pollfd p = {.fd = q->fd, .events = events};
-        int n = poll(&p, 1, (int)ms);
+        int n = poll(&p, 1, (int)((ns + 999999) / 1000000)); /* rounded up: never time out before the deadline */
         if (n < 0)
                 return errno == EINTR ? 0 : -errno;
         return n == 0 ? -ETIMEDOUT : 0;

@@ -57,7 +57,7 @@ static void test_slow_qemu_does_not_block_the_asker(void **state) {
         int64_t start = monotime_ms();
         assert_int_equal(qmp_worker_ask(w, 101, 1, silent.path), 0);
         assert_int_equal(qmp_worker_ask(w, 102, 2, good.path), 0);
-        assert_true(monotime_ms() - start < 50);
+        assert_true(monotime_ms() - start < TIMEOUT_MS / 2); /* not behind the silent QEMU */
         struct qmp_answer a;
         assert_int_equal(qmp_worker_take(w, &a), 0);
         assert_false(readable(qmp_worker_fd(w), TIMEOUT_MS / 2));
