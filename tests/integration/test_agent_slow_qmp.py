@@ -20,7 +20,8 @@ VMID = 9001
 QMP_TIMEOUT_S = 1.0  # PINNING_QMP_TIMEOUT_MS
 FAST_ENOUGH_S = 0.5  # an API answer that did not wait for QEMU
 
-# The fake QEMU, run as `<tmp>/kvm -c FAKE_QEMU -id <vmid> <run dir> <greeting delay s>` (how inventory recognises QEMU).
+# The fake QEMU, run as `<tmp>/kvm -c FAKE_QEMU -id <vmid> <run dir> <greeting delay s>` (argv[0] kvm and -id <vmid>
+# are how the inventory recognises a VM's QEMU).
 # It logs "connect <monotonic s>" and "answered <monotonic s>" lines to <run dir>/qmp.log.
 FAKE_QEMU = r'''
 import ctypes, json, os, socket, sys, threading, time
