@@ -1,7 +1,6 @@
 /* api: the agent's HTTP routes (auth, JSON errors, dispatch to the agent state). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "api.h"
-#include "api_reservations.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api_internal.h"
 #include "auth.h"
 #include "jsonutil.h"
 #include "ui.h"
@@ -16,41 +16,8 @@
 struct route {
         const char *method;
         const char *path;
-        api_route_fn fn;
+        api__route_fn fn;
 };
-
-void api_error(struct http_response *resp, unsigned status, const char *error, const char *detail) {
-        json_t *body = json_pack("{s:s, s:s}", "error", error, "detail", detail ? detail : "");
-        http_response_take(resp, status, "application/json", jsonutil_dump(body));
-        json_decref(body);
-}
-
-void api_reply(struct http_response *resp, unsigned status, json_t *doc) {
-        char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(doc);
-        if (!text) {
-                api_error(resp, 500, "internal error", "out of memory");
-                return;
-        }
-        http_response_take(resp, status, "application/json", text);
-}
-
-int api_parse_body(const struct http_request *req, struct http_response *resp, json_t **ret) {
-        char err[256], detail[300];
-        json_t *v;
-        if (jsonutil_parse(req->body, req->body_len, &v, err, sizeof err) < 0) {
-                snprintf(detail, sizeof detail, "body: invalid JSON (%s)", err);
-                api_error(resp, 400, "invalid request", detail);
-                return -EINVAL;
-        }
-        if (!json_is_object(v)) {
-                json_decref(v);
-                api_error(resp, 400, "invalid request", "body: expected a JSON object");
-                return -EINVAL;
-        }
-        *ret = v;
-        return 0;
-}
 
 /* Serve a cached document, building it on first use after a change. */
 static void serve_cached(struct agent *a, char **cache, json_t *(*build)(const struct agent *),
@@ -61,7 +28,7 @@ static void serve_cached(struct agent *a, char **cache, json_t *(*build)(const s
                 json_decref(doc);
         }
         if (!*cache) {
-                api_error(resp, 500, "internal error", "out of memory");
+                api__error(resp, 500, "internal error", "out of memory");
                 return;
         }
         http_response_set(resp, 200, "application/json", *cache);
@@ -96,11 +63,11 @@ static int vm_from_request(struct agent *a, const struct http_request *req, stru
         char *end;
         long vmid = strtol(segment, &end, 10);
         if (end == segment || *end || vmid < 100 || vmid > 999999999) {
-                api_error(resp, 400, "invalid request", "vmid: expected an integer from 100 to 999999999");
+                api__error(resp, 400, "invalid request", "vmid: expected an integer from 100 to 999999999");
                 return -EINVAL;
         }
         if (!inventory_find(a->inventory, (int)vmid)) {
-                api_error(resp, 404, "no such VM", segment);
+                api__error(resp, 404, "no such VM", segment);
                 return -ENOENT;
         }
         return (int)vmid;
@@ -115,7 +82,7 @@ static void get_vm(struct agent *a, const struct http_request *req, struct http_
         json_t *pinning = pin_service_vm_status(a, vmid);
         json_object_set_new(doc, "reservation", r ? reservation_to_json(r) : json_null());
         json_object_set_new(doc, "pinning", pinning ? pinning : json_null());
-        api_reply(resp, 200, doc);
+        api__reply(resp, 200, doc);
 }
 
 static void post_vm_pin(struct agent *a, const struct http_request *req, struct http_response *resp) {
@@ -125,22 +92,22 @@ static void post_vm_pin(struct agent *a, const struct http_request *req, struct 
                 return;
         int r = pin_service_pin_now(a, vmid, &report);
         if (r == -EPERM)
-                api_error(resp, 409, "conflict", "node_policy is simple: the agent does not pin");
+                api__error(resp, 409, "conflict", "node_policy is simple: the agent does not pin");
         else if (r == -ENOENT)
-                api_error(resp, 409, "conflict", "the VM is not bound to a placed reservation");
+                api__error(resp, 409, "conflict", "the VM is not bound to a placed reservation");
         else if (r == -ESRCH)
-                api_error(resp, 409, "conflict", "the VM is not running");
+                api__error(resp, 409, "conflict", "the VM is not running");
         else if (r < 0)
-                api_error(resp, 500, "pinning failed", strerror(-r));
+                api__error(resp, 500, "pinning failed", strerror(-r));
         else
-                api_reply(resp, 200, report);
+                api__reply(resp, 200, report);
 }
 
 static void get_metrics(struct agent *a, const struct http_request *req, struct http_response *resp) {
         (void)req;
         char *text = metrics_render(&a->metrics, a);
         if (!text) {
-                api_error(resp, 500, "internal error", "out of memory");
+                api__error(resp, 500, "internal error", "out of memory");
                 return;
         }
         http_response_take(resp, 200, METRICS_CONTENT_TYPE, text);
@@ -162,12 +129,12 @@ static const struct route routes[] = {
         { "GET", "/v1/vms", get_vms },
         { "GET", "/v1/vms/*", get_vm },
         { "POST", "/v1/vms/*/pin", post_vm_pin },
-        { "POST", "/v1/offers", api_post_offers },
-        { "GET", "/v1/reservations", api_get_reservations },
-        { "POST", "/v1/reservations", api_post_reservation },
-        { "GET", "/v1/reservations/*", api_get_reservation },
-        { "DELETE", "/v1/reservations/*", api_delete_reservation },
-        { "POST", "/v1/reservations/*/bind", api_bind_reservation },
+        { "POST", "/v1/offers", api__post_offers },
+        { "GET", "/v1/reservations", api__get_reservations },
+        { "POST", "/v1/reservations", api__post_reservation },
+        { "GET", "/v1/reservations/*", api__get_reservation },
+        { "DELETE", "/v1/reservations/*", api__delete_reservation },
+        { "POST", "/v1/reservations/*/bind", api__bind_reservation },
 };
 
 /* Segment-wise match: "*" matches exactly one non-empty path segment. */
@@ -204,7 +171,7 @@ static const char *dispatch(struct agent *a, const struct http_request *req, str
                 return "/ui";
         }
         if (needs_auth(req->path) && !auth_bearer_ok(http_request_header(req, "Authorization"), a->token)) {
-                api_error(resp, 401, "unauthorized", "send Authorization: Bearer <token>");
+                api__error(resp, 401, "unauthorized", "send Authorization: Bearer <token>");
                 resp->extra_header_name = "WWW-Authenticate";
                 resp->extra_header_value = "Bearer realm=\"pvescale-agent\"";
                 return "unauthorized";
@@ -220,9 +187,9 @@ static const char *dispatch(struct agent *a, const struct http_request *req, str
                 }
         }
         if (known)
-                api_error(resp, 405, "method not allowed", req->method);
+                api__error(resp, 405, "method not allowed", req->method);
         else
-                api_error(resp, 404, "not found", req->path);
+                api__error(resp, 404, "not found", req->path);
         return known ? known : "unmatched";
 }
 

@@ -1,6 +1,6 @@
 /* api_reservations: the agent's mutating routes: offers, reservations (create, list, bind, release). */
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "api_reservations.h"
+#include "api_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -80,14 +80,14 @@ static int parse_offer_body(const json_t *body, json_t **ret_shapes, unsigned *r
         return 0;
 }
 
-void api_post_offers(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__post_offers(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body, *shapes;
         unsigned max_count;
         char detail[300];
-        if (api_parse_body(req, resp, &body) < 0)
+        if (api__parse_body(req, resp, &body) < 0)
                 return;
         if (parse_offer_body(body, &shapes, &max_count, detail, sizeof detail) < 0) {
-                api_error(resp, 400, "invalid request", detail);
+                api__error(resp, 400, "invalid request", detail);
                 json_decref(body);
                 return;
         }
@@ -95,7 +95,7 @@ void api_post_offers(struct agent *a, const struct http_request *req, struct htt
         for (size_t i = 0; i < json_array_size(shapes); i++) {
                 struct placement_request shape;
                 if (parse_shape(json_array_get(shapes, i), i, &shape, detail, sizeof detail) < 0) {
-                        api_error(resp, 400, "invalid request", detail);
+                        api__error(resp, 400, "invalid request", detail);
                         json_decref(offers);
                         json_decref(body);
                         return;
@@ -105,49 +105,49 @@ void api_post_offers(struct agent *a, const struct http_request *req, struct htt
                 json_array_append_new(offers, o);
         }
         json_decref(body);
-        api_reply(resp, 200, json_pack("{s:s, s:s, s:s, s:o}", "node", a->cfg.node_name, "region", a->cfg.region,
+        api__reply(resp, 200, json_pack("{s:s, s:s, s:s, s:o}", "node", a->cfg.node_name, "region", a->cfg.region,
                                        "policy", pin_policy(a) ? "static" : "simple", "offers", offers));
 }
 
 /* ---- reservations ---- */
 
-void api_get_reservations(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__get_reservations(struct agent *a, const struct http_request *req, struct http_response *resp) {
         (void)req;
-        api_reply(resp, 200, json_pack("{s:s, s:o}", "node", a->cfg.node_name, "reservations",
+        api__reply(resp, 200, json_pack("{s:s, s:o}", "node", a->cfg.node_name, "reservations",
                                        ledger_to_json(a->ledger)));
 }
 
-void api_post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
         char reason[400];
-        if (api_parse_body(req, resp, &body) < 0)
+        if (api__parse_body(req, resp, &body) < 0)
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);
         json_decref(body);
         if (r < 0) {
-                api_error(resp, 400, "invalid request", reason);
+                api__error(resp, 400, "invalid request", reason);
                 return;
         }
         struct reservation *res = ledger_find_held(a->ledger, rr.owner);
         if (res && ledger_same_shape(res, &rr)) {
-                api_reply(resp, 200, reservation_to_json(res)); /* a retry: the reservation it already has */
+                api__reply(resp, 200, reservation_to_json(res)); /* a retry: the reservation it already has */
                 return;
         }
         if (res) {
                 snprintf(reason, sizeof reason, "owner: %s already holds reservation %s of another size", rr.owner,
                          res->id);
-                api_error(resp, 409, "owner holds a reservation", reason);
+                api__error(resp, 409, "owner holds a reservation", reason);
                 return;
         }
         r = ledger_reserve(a->ledger, a->topology, a->capacity, &rr, pin_policy(a), agent_now(), &res, reason,
                            sizeof reason);
         if (r == -ENOSPC) {
-                api_error(resp, 409, "insufficient capacity", reason);
+                api__error(resp, 409, "insufficient capacity", reason);
                 return;
         }
         if (r < 0) {
-                api_error(resp, 500, "internal error", strerror(-r));
+                api__error(resp, 500, "internal error", strerror(-r));
                 return;
         }
         char id[LEDGER_ID_LEN + 1];
@@ -157,13 +157,13 @@ void api_post_reservation(struct agent *a, const struct http_request *req, struc
                 ledger_release(a->ledger, id);
                 agent_ledger_changed(a);
                 json_decref(doc);
-                api_error(resp, 500, "internal error", "the reservation could not be saved; nothing was reserved");
+                api__error(resp, 500, "internal error", "the reservation could not be saved; nothing was reserved");
                 return;
         }
         char field[64];
         snprintf(field, sizeof field, "RESERVATION=%s", id);
         log_info_field(field, "reserved %s for %s", id, rr.owner);
-        api_reply(resp, 201, doc);
+        api__reply(resp, 201, doc);
 }
 
 /* The {id} segment of /v1/reservations/{id}[/bind], checked for the id format; NULL after a 400 reply. */
@@ -174,7 +174,7 @@ static const char *path_id(const struct http_request *req, struct http_response 
         for (size_t i = 2; ok && i < n; i++)
                 ok = isxdigit((unsigned char)p[i]) && !isupper((unsigned char)p[i]);
         if (!ok) {
-                api_error(resp, 400, "invalid request", "id: expected a reservation id like r-0123456789abcdef");
+                api__error(resp, 400, "invalid request", "id: expected a reservation id like r-0123456789abcdef");
                 return NULL;
         }
         memcpy(buf, p, n);
@@ -182,36 +182,36 @@ static const char *path_id(const struct http_request *req, struct http_response 
         return buf;
 }
 
-void api_get_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__get_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         char buf[LEDGER_ID_LEN + 1];
         const char *id = path_id(req, resp, buf);
         if (!id)
                 return;
         const struct reservation *r = ledger_find(a->ledger, id);
         if (!r) {
-                api_error(resp, 404, "no such reservation", id);
+                api__error(resp, 404, "no such reservation", id);
                 return;
         }
-        api_reply(resp, 200, reservation_to_json(r));
+        api__reply(resp, 200, reservation_to_json(r));
 }
 
-void api_delete_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__delete_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         char buf[LEDGER_ID_LEN + 1];
         const char *id = path_id(req, resp, buf);
         if (!id)
                 return;
         if (ledger_release(a->ledger, id) < 0) {
-                api_error(resp, 404, "no such reservation", id);
+                api__error(resp, 404, "no such reservation", id);
                 return;
         }
         if (agent_ledger_changed(a) < 0) {
-                api_error(resp, 500, "internal error", "released in memory but the state file could not be saved");
+                api__error(resp, 500, "internal error", "released in memory but the state file could not be saved");
                 return;
         }
         char field[64];
         snprintf(field, sizeof field, "RESERVATION=%s", id);
         log_info_field(field, "released %s", id);
-        api_reply(resp, 200, json_pack("{s:s}", "released", id));
+        api__reply(resp, 200, json_pack("{s:s}", "released", id));
 }
 
 static int parse_bind_body(const json_t *body, int *ret_vmid, char *detail, size_t len) {
@@ -231,7 +231,7 @@ static void bind_reply(struct agent *a, const char *id, int vmid, struct http_re
         struct reservation *r = ledger_find(a->ledger, id);
         char detail[128];
         if (!r) {
-                api_error(resp, 404, "no such reservation", id);
+                api__error(resp, 404, "no such reservation", id);
                 return;
         }
         int prev_vmid = r->vmid;
@@ -239,40 +239,40 @@ static void bind_reply(struct agent *a, const char *id, int vmid, struct http_re
         int err = ledger_bind(a->ledger, id, vmid);
         if (err == -EEXIST) {
                 snprintf(detail, sizeof detail, "reservation %s or VM %d is already bound elsewhere", id, vmid);
-                api_error(resp, 409, "conflict", detail);
+                api__error(resp, 409, "conflict", detail);
                 return;
         }
         if (agent_ledger_changed(a) < 0) {
                 r->vmid = prev_vmid;
                 r->expires_at = prev_expiry;
                 agent_ledger_changed(a);
-                api_error(resp, 500, "internal error", "the binding could not be saved; nothing changed");
+                api__error(resp, 500, "internal error", "the binding could not be saved; nothing changed");
                 return;
         }
         char field[64];
         snprintf(field, sizeof field, "VMID=%d", vmid);
         log_info_field(field, "bound %s to VM %d", id, vmid);
         pin_service_vm_changed(a, vmid);
-        api_reply(resp, 200, reservation_to_json(r));
+        api__reply(resp, 200, reservation_to_json(r));
 }
 
-void api_bind_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
+void api__bind_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         char buf[LEDGER_ID_LEN + 1], detail[128];
         const char *id = path_id(req, resp, buf);
         json_t *body;
         int vmid;
-        if (!id || api_parse_body(req, resp, &body) < 0)
+        if (!id || api__parse_body(req, resp, &body) < 0)
                 return;
         int r = parse_bind_body(body, &vmid, detail, sizeof detail);
         json_decref(body);
         if (r < 0) {
-                api_error(resp, 400, "invalid request", detail);
+                api__error(resp, 400, "invalid request", detail);
                 return;
         }
         agent_refresh(a); /* the VM config may have been written a moment ago */
         if (!inventory_find(a->inventory, vmid)) {
                 snprintf(detail, sizeof detail, "VM %d has no config on node %s", vmid, a->cfg.node_name);
-                api_error(resp, 409, "conflict", detail);
+                api__error(resp, 409, "conflict", detail);
                 return;
         }
         bind_reply(a, id, vmid, resp);

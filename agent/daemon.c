@@ -1,4 +1,4 @@
-/* daemon: the agent's event loop (HTTPS API, inotify on the PVE dirs, signals, timers, sd_notify). */
+/* daemon: the agent's event loop (HTTPS API, inotify on the PVE dirs, signals, timers, QMP answers, sd_notify). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "daemon.h"
 
@@ -29,7 +29,7 @@
 #define REFRESH_QUIET_US 20000
 #define REFRESH_MAX_US 100000
 
-enum { SRC_SIGNAL = 1, SRC_INOTIFY, SRC_TIMER, SRC_HTTP };
+enum { SRC_SIGNAL = 1, SRC_INOTIFY, SRC_TIMER, SRC_HTTP, SRC_PIN };
 
 struct loop {
         struct agent *agent;
@@ -186,6 +186,8 @@ static void dispatch(struct loop *l, uint32_t tag) {
                 handle_tick(l);
         else if (tag == SRC_HTTP && http_server_run(l->http) < 0)
                 log_error("HTTP server processing failed");
+        else if (tag == SRC_PIN)
+                pin_service_answers(l->agent); /* QMP answered on the worker thread: pin with its answers */
 }
 
 static int loop_iterate(struct loop *l) {
@@ -226,6 +228,19 @@ static int start_http(struct loop *l) {
         return 0;
 }
 
+static int add_sources(struct loop *l) {
+        int r = add_fd(l->epoll_fd, l->signal_fd, SRC_SIGNAL);
+        if (r == 0)
+                r = add_fd(l->epoll_fd, l->inotify_fd, SRC_INOTIFY);
+        if (r == 0)
+                r = add_fd(l->epoll_fd, l->timer_fd, SRC_TIMER);
+        if (r == 0)
+                r = add_fd(l->epoll_fd, http_server_fd(l->http), SRC_HTTP);
+        if (r == 0)
+                r = add_fd(l->epoll_fd, pin_service_fd(l->agent), SRC_PIN);
+        return r < 0 ? log_error_errno(r, "epoll setup failed") : 0;
+}
+
 static int loop_open(struct loop *l) {
         int r = start_http(l);
         if (r < 0)
@@ -237,17 +252,14 @@ static int loop_open(struct loop *l) {
         if (l->epoll_fd < 0 || l->signal_fd < 0 || l->inotify_fd < 0 || l->timer_fd < 0)
                 return log_error_errno(-EMFILE, "cannot create the event loop file descriptors");
         watch_dirs(l);
-        r = add_fd(l->epoll_fd, l->signal_fd, SRC_SIGNAL);
-        if (r == 0)
-                r = add_fd(l->epoll_fd, l->inotify_fd, SRC_INOTIFY);
-        if (r == 0)
-                r = add_fd(l->epoll_fd, l->timer_fd, SRC_TIMER);
-        if (r == 0)
-                r = add_fd(l->epoll_fd, http_server_fd(l->http), SRC_HTTP);
-        return r < 0 ? log_error_errno(r, "epoll setup failed") : 0;
+        r = pin_service_start(l->agent);
+        if (r < 0)
+                return log_error_errno(r, "cannot start the QMP worker thread");
+        return add_sources(l);
 }
 
 static void loop_close(struct loop *l) {
+        pin_service_stop(l->agent);
         http_server_free(l->http);
         int fds[] = { l->epoll_fd, l->signal_fd, l->inotify_fd, l->timer_fd };
         for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)

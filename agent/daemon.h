@@ -1,4 +1,4 @@
-/* daemon: the agent's event loop (HTTPS API, inotify on the PVE dirs, signals, timers, sd_notify). */
+/* daemon: the agent's event loop (HTTPS API, inotify on the PVE dirs, signals, timers, QMP answers, sd_notify). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 

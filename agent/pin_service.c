@@ -9,9 +9,16 @@
 
 #include "agent.h"
 #include "log.h"
-#include "pinning.h"
+#include "pinning_apply.h"
+#include "pinning_proc.h"
+#include "pinning_qmp.h"
+#include "qmp_worker.h"
 
 #define PIN_RECHECKS 4 /* timer ticks (2 s) */
+/* The qmp_error of a POST /pin report: it takes the vCPU threads from /proc rather than wait for QEMU. */
+#define PIN_QMP_NOT_ASKED (-EAGAIN)
+
+static const struct pinning_env live = {.proc_root = PINNING_PROC_ROOT, .sys = &pinning_sys_linux};
 
 /* The plan for a VM bound to a placed reservation: borrowed from the placement; mem_nodes is owned. */
 static int plan_for(const struct agent *a, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
@@ -64,36 +71,70 @@ static void log_report(int vmid, int r, const struct pin_report *rep) {
                 log_error_field(field, "cannot pin VM %d: %s", vmid, strerror(-r));
 }
 
-/* Pin one VM. Returns pinning_apply's result; records the pid when everything was pinned. */
-static int pin_vm(struct agent *a, int vmid, struct pin_report *rep) {
-        struct pin_plan plan;
-        struct cpuset *nodes = NULL;
-        int r = plan_for(a, vmid, &plan, &nodes);
-        if (r < 0)
-                return r;
-        r = pinning_apply(&plan, a->cfg.pve_run_dir, rep);
-        cpuset_free(nodes);
+/* Count and log a pinning run; record the pid when everything was pinned. */
+static void note_run(struct agent *a, const struct pin_plan *plan, int r, const struct pin_report *rep) {
         bool complete = r == 0 && rep->vcpus_missing == 0;
-        struct pin_record *rec = record_for(&a->pins, vmid);
+        struct pin_record *rec = record_for(&a->pins, plan->vmid);
         if (complete && rec) {
-                if (rec->pid != plan.pid) { /* a QEMU process pinned for the first time */
+                if (rec->pid != plan->pid) { /* a QEMU process pinned for the first time */
                         rec->rechecks = PIN_RECHECKS;
                         a->pins.pending = true;
                 }
-                rec->pid = plan.pid;
+                rec->pid = plan->pid;
         }
         if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
                 a->pins.pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
-                return r;
+                return;
         }
         if (complete)
                 a->pins.pins_ok++;
         else
                 a->pins.pin_failures++;
         if (rec)
-                rec->failed_pid = complete ? 0 : plan.pid;
-        log_report(vmid, r, rep);
+                rec->failed_pid = complete ? 0 : plan->pid;
+        log_report(plan->vmid, r, rep);
+}
+
+/* Pin one VM with the vCPU threads QMP named (qmp_error 0), else with those /proc names. Returns
+ * pinning_apply's result. */
+static int pin_with(struct agent *a, const struct pin_plan *plan, int qmp_error, const int *qmp_tids,
+                    unsigned qmp_n, struct pin_report *rep) {
+        struct pin_vcpus vcpus = {0};
+        int r = pinning_find_vcpus(live.proc_root, plan->pid, qmp_error, qmp_tids, qmp_n, &vcpus);
+        if (r == 0)
+                r = pinning_apply(plan, &vcpus, &live, rep);
+        pinning_vcpus_done(&vcpus);
+        note_run(a, plan, r, rep);
         return r;
+}
+
+static int ask_qmp(struct agent *a, int vmid, int pid) {
+        char *path = NULL;
+        if (!a->pins.qmp)
+                return -ENOTCONN;
+        if (asprintf(&path, "%s/%d.qmp", a->cfg.pve_run_dir, vmid) < 0)
+                return -ENOMEM;
+        int r = qmp_worker_ask(a->pins.qmp, vmid, pid, path);
+        free(path);
+        return r;
+}
+
+/* Ask QMP for the VM's vCPU threads; its answer pins the VM (pin_service_answers). Without a worker, or
+ * when the question cannot be queued, pin now with the threads /proc names. */
+static void pin_vm(struct agent *a, int vmid) {
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        if (plan_for(a, vmid, &plan, &nodes) < 0)
+                return;
+        struct pin_record *rec = record_for(&a->pins, vmid);
+        int r = rec && rec->asking_pid == plan.pid ? 0 : ask_qmp(a, vmid, plan.pid);
+        if (r == 0 && rec)
+                rec->asking_pid = plan.pid;
+        if (r < 0) {
+                struct pin_report rep;
+                pin_with(a, &plan, r, NULL, 0, &rep);
+        }
+        cpuset_free(nodes);
 }
 
 static bool wants_pin(const struct agent *a, int vmid) {
@@ -125,9 +166,8 @@ static bool failed_before(const struct agent *a, int vmid) {
 }
 
 void pin_service_vm_changed(struct agent *a, int vmid) {
-        struct pin_report rep;
         if (wants_pin(a, vmid) && !already_pinned(a, vmid) && !failed_before(a, vmid))
-                pin_vm(a, vmid, &rep);
+                pin_vm(a, vmid);
 }
 
 static unsigned vm_drift(const struct agent *a, int vmid) {
@@ -135,7 +175,7 @@ static unsigned vm_drift(const struct agent *a, int vmid) {
         struct cpuset *nodes = NULL;
         json_t *real = NULL;
         unsigned drift = 0;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_drift(&plan, real, &drift);
         json_decref(real);
         cpuset_free(nodes);
@@ -164,14 +204,13 @@ void pin_service_scan(struct agent *a, enum pin_scan mode) {
         forget_gone(a);
         for (size_t i = 0; i < a->ledger->n; i++) {
                 int vmid = a->ledger->items[i]->vmid;
-                struct pin_report rep;
                 if (!vmid || !wants_pin(a, vmid))
                         continue;
                 bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(a, vmid) || vm_drift(a, vmid) > 0
                            : (!already_pinned(a, vmid) && !failed_before(a, vmid)) ||
                                      (mode == PIN_SCAN_TICK && recheck_drifted(a, vmid));
                 if (due)
-                        pin_vm(a, vmid, &rep);
+                        pin_vm(a, vmid);
         }
         for (size_t i = 0; i < a->pins.n; i++)
                 if (a->pins.records[i].rechecks > 0)
@@ -181,8 +220,13 @@ void pin_service_scan(struct agent *a, enum pin_scan mode) {
 int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report) {
         if (a->cfg.node_policy != NODE_POLICY_STATIC)
                 return -EPERM;
+        struct pin_plan plan;
         struct pin_report rep;
-        int r = pin_vm(a, vmid, &rep);
+        struct cpuset *nodes = NULL;
+        int r = plan_for(a, vmid, &plan, &nodes);
+        if (r == 0)
+                r = pin_with(a, &plan, PIN_QMP_NOT_ASKED, NULL, 0, &rep);
+        cpuset_free(nodes);
         if (r < 0)
                 return r;
         *ret_report = pinning_report_to_json(&rep);
@@ -193,7 +237,7 @@ json_t *pin_service_vm_status(const struct agent *a, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL, *status = NULL;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_read(plan.pid, &real) == 0)
+        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_status(&plan, real, &status);
         json_decref(real);
         cpuset_free(nodes);
@@ -213,7 +257,54 @@ void pin_service_totals(const struct agent *a, unsigned *ret_pinned_vms, unsigne
         *ret_drift = drift;
 }
 
+/* ---- the QMP worker ---- */
+
+int pin_service_start(struct agent *a) {
+        return a->pins.qmp ? 0 : qmp_worker_start(PINNING_QMP_TIMEOUT_MS, &a->pins.qmp);
+}
+
+void pin_service_stop(struct agent *a) {
+        qmp_worker_free(a->pins.qmp);
+        a->pins.qmp = NULL;
+        for (size_t i = 0; i < a->pins.n; i++)
+                a->pins.records[i].asking_pid = 0; /* those answers are dropped */
+}
+
+int pin_service_fd(const struct agent *a) {
+        return a->pins.qmp ? qmp_worker_fd(a->pins.qmp) : -1;
+}
+
+/* QMP answered about a VM: pin it, unless it no longer wants pinning or its QEMU changed meanwhile. */
+static void on_answer(struct agent *a, const struct qmp_answer *ans) {
+        struct pin_record *rec = find_record(a, ans->vmid);
+        if (rec && rec->asking_pid == ans->pid)
+                rec->asking_pid = 0;
+        struct pin_plan plan;
+        struct cpuset *nodes = NULL;
+        if (!wants_pin(a, ans->vmid) || plan_for(a, ans->vmid, &plan, &nodes) < 0)
+                return;
+        if (plan.pid == ans->pid) {
+                struct pin_report rep;
+                if (ans->error)
+                        log_debug("vm %d: QMP gave no vCPU threads (%s), reading /proc", ans->vmid,
+                                  strerror(-ans->error));
+                pin_with(a, &plan, ans->error, ans->tids, ans->n, &rep);
+        } else {
+                a->pins.pending = true; /* QEMU restarted while we asked: the next tick asks the new one */
+        }
+        cpuset_free(nodes);
+}
+
+void pin_service_answers(struct agent *a) {
+        struct qmp_answer ans;
+        while (a->pins.qmp && qmp_worker_take(a->pins.qmp, &ans) > 0) {
+                on_answer(a, &ans);
+                free(ans.tids);
+        }
+}
+
 void pin_state_done(struct pin_state *s) {
+        qmp_worker_free(s->qmp);
         free(s->records);
         memset(s, 0, sizeof *s);
 }

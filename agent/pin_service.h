@@ -6,12 +6,14 @@
 #include <stdbool.h>
 
 struct agent;
+struct qmp_worker;
 
 /* What the service remembers of one VM: the QEMU pid it last pinned fully. */
 struct pin_record {
         int vmid;
         int pid;        /* fully pinned */
         int failed_pid; /* pinning failed for this QEMU: retried only by the periodic repair, not on every change */
+        int asking_pid; /* a QMP question about this QEMU is with the worker: its answer pins it */
         unsigned rechecks; /* timer ticks left in which a freshly pinned QEMU is checked again: threads created as
                             * it starts running (KVM's NX huge page recovery worker) inherit their creator's mask */
 };
@@ -23,10 +25,18 @@ struct pin_state {
                                         * freshly pinned one is to be checked again */
         unsigned long long pins_ok;    /* pinning_apply runs that pinned everything */
         unsigned long long pin_failures; /* runs with failed threads or errors */
+        struct qmp_worker *qmp;        /* asks QMP off the event loop; NULL: vCPU threads from /proc only */
 };
 
-/* A VM's config, run state or binding changed: pin it now if it is bound, running under a QEMU pid that
- * was not pinned yet, and the policy is static. */
+/* Start and stop the QMP worker thread (the daemon, around its loop). 0 or -errno. */
+int pin_service_start(struct agent *a);
+void pin_service_stop(struct agent *a);
+/* Readable when QMP answers wait: then call pin_service_answers(), which pins with them. */
+int pin_service_fd(const struct agent *a);
+void pin_service_answers(struct agent *a);
+
+/* A VM's config, run state or binding changed: pin it if it is bound, running under a QEMU pid that was not
+ * pinned yet, and the policy is static. The pinning itself follows QMP's answer (pin_service_answers). */
 void pin_service_vm_changed(struct agent *a, int vmid);
 
 enum pin_scan {
@@ -35,11 +45,12 @@ enum pin_scan {
         PIN_SCAN_REPAIR, /* that, and re-pin every VM whose real affinity drifted from the wanted one */
 };
 
-/* Look at every bound VM as the mode says. Forget records of VMs that are gone. */
+/* Look at every bound VM as the mode says, and ask QMP about those to pin. Forget records of VMs that are gone. */
 void pin_service_scan(struct agent *a, enum pin_scan mode);
 
-/* POST /v1/vms/{vmid}/pin: pin now whatever was pinned before. 0 with a report; -ENOENT not bound to a
- * placed reservation, -ESRCH not running, -EPERM policy is simple; other negative errno from pinning. */
+/* POST /v1/vms/{vmid}/pin: pin now whatever was pinned before, with the vCPU threads /proc names (it does not
+ * wait for QMP). 0 with a report; -ENOENT not bound to a placed reservation, -ESRCH not running, -EPERM policy
+ * is simple; other negative errno from pinning. */
 int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report);
 
 /* {"wanted", "real", "drift"} for a bound, running VM; NULL otherwise. */

@@ -15,6 +15,7 @@
 
 #include "errmsg.h"
 #include "fileio.h"
+#include "topology_internal.h"
 
 /*
  * Reading rules (also in docs/agent.md):
@@ -40,7 +41,8 @@
  *   be in use, so hugepage free = total and memory_free_bytes = memory_bytes.
  * - NUMA node cpus are hwloc's locality sets, so they can overlap (a memory-only NVM node shares the
  *   CPUs of the DRAM nodes in its package). cores[].numa_node gives each core exactly one node.
- * - The per-node reads live in topology_sysfs.c, the JSON document in topology_json.c.
+ * - The per-node reads live in topology_sysfs.c, the JSON document in topology_json.c, and what both readers
+ *   share (a file under the root parsed into a value, the node lookup) in topology_common.c.
  */
 
 #define SYSFS_CPU "/sys/devices/system/cpu"
@@ -48,14 +50,13 @@
 
 /* ---------- small helpers ---------- */
 
-static int read_cpulist_under(const char *root, const char *path, struct cpuset **ret_set) {
-        char *text;
-        int r = fileio_read_under(root, path, &text);
-        if (r < 0)
-                return r;
-        r = cpuset_parse(text, ret_set);
-        free(text);
-        return r;
+static int parse_cpulist(const char *text, void *ret_set) {
+        return cpuset_parse(text, ret_set);
+}
+
+/* A cpulist file under root; -ENOENT also for XML, which has no sysfs. */
+static int read_cpulist(const struct topology *t, const char *root, const char *path, struct cpuset **ret_set) {
+        return t->kind == TOPOLOGY_KIND_XML ? -ENOENT : topology__read_under(root, path, parse_cpulist, ret_set);
 }
 
 static int first_cpu(const struct cpuset *s) {
@@ -382,13 +383,13 @@ static int build_from_hwloc(struct topology *t, hwloc_topology_t topo) {
 
 static int read_cpu_state(struct topology *t, const char *root, char *err, size_t errlen) {
         struct cpuset *online = NULL, *isolated = NULL;
-        int r = t->kind == TOPOLOGY_KIND_XML ? -ENOENT : read_cpulist_under(root, SYSFS_CPU "/online", &online);
+        int r = read_cpulist(t, root, SYSFS_CPU "/online", &online);
         if (r == -ENOENT)
                 r = (online = cpuset_dup(t->cpus)) ? 0 : -ENOMEM;
         if (r < 0)
                 return errmsg_set(err, errlen, r, "%s" SYSFS_CPU "/online: %s", fileio_root_prefix(root), strerror(-r));
         cpuset_and(online, t->cpus);
-        r = t->kind == TOPOLOGY_KIND_XML ? -ENOENT : read_cpulist_under(root, SYSFS_CPU "/isolated", &isolated);
+        r = read_cpulist(t, root, SYSFS_CPU "/isolated", &isolated);
         if (r == -ENOENT)
                 r = (isolated = cpuset_new()) ? 0 : -ENOMEM;
         if (r < 0) {
@@ -474,11 +475,4 @@ int topology_load(const struct topology_source *src, struct topology **ret_topol
         }
         *ret_topology = t;
         return 0;
-}
-
-int topology_numa_index(const struct topology *t, int id) {
-        for (size_t i = 0; i < t->n_numa_nodes; i++)
-                if (t->numa_nodes[i].id == id)
-                        return (int)i;
-        return -1;
 }

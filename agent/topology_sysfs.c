@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fileio.h"
+#include "topology_internal.h"
 
 /* The reading rules are described at the top of topology.c. */
 
@@ -37,14 +38,8 @@ static int parse_u64(const char *text, uint64_t *ret_value) {
         return 0;
 }
 
-static int read_u64_under(const char *root, const char *path, uint64_t *ret_value) {
-        char *text;
-        int r = fileio_read_under(root, path, &text);
-        if (r < 0)
-                return r;
-        r = parse_u64(text, ret_value);
-        free(text);
-        return r;
+static int parse_u64_text(const char *text, void *ret_value) {
+        return parse_u64(text, ret_value);
 }
 
 /* ---------- pure parsers ---------- */
@@ -137,11 +132,11 @@ static int read_hugepage_size(const char *root, const char *dir, const char *nam
         int n = snprintf(path, sizeof path, "%s/%s/nr_hugepages", dir, name);
         if (n < 0 || (size_t)n >= sizeof path)
                 return -ENAMETOOLONG;
-        int r = read_u64_under(root, path, &h->total);
+        int r = topology__read_under(root, path, parse_u64_text, &h->total);
         if (r < 0)
                 return r;
         snprintf(path, sizeof path, "%s/%s/free_hugepages", dir, name);
-        r = read_u64_under(root, path, &h->free);
+        r = topology__read_under(root, path, parse_u64_text, &h->free);
         if (r == -ENOENT) /* kernels always have it; a partial snapshot may not: assume none in use */
                 h->free = h->total;
         return r == -ENOENT ? 0 : r;
@@ -186,19 +181,9 @@ static int read_hugepages(const char *root, const char *dir, struct topology_hug
         return 0;
 }
 
-/* MemFree of one meminfo file (in bytes); -ENOENT when the file is missing. */
-static int read_meminfo_free(const char *root, const char *path, uint64_t *ret_free) {
-        char *text;
-        int r = fileio_read_under(root, path, &text);
-        if (r < 0)
-                return r;
-        uint64_t total, mem_free;
-        r = topology_parse_meminfo(text, &total, &mem_free);
-        free(text);
-        if (r < 0)
-                return r;
-        *ret_free = mem_free;
-        return 0;
+static int parse_mem_free(const char *text, void *ret_free) {
+        uint64_t total;
+        return topology_parse_meminfo(text, &total, ret_free);
 }
 
 /* On this machine libnuma knows the live free memory of a node; elsewhere keep the sysfs value. */
@@ -213,7 +198,7 @@ static void free_memory_from_libnuma(struct topology_numa_node *nn) {
 static int refresh_from_files(struct topology_numa_node *nn, const char *root, const char *meminfo,
                               const char *hugepage_dir, bool live) {
         uint64_t mem_free = 0;
-        int r = read_meminfo_free(root, meminfo, &mem_free);
+        int r = topology__read_under(root, meminfo, parse_mem_free, &mem_free);
         if (r < 0 && r != -ENOENT)
                 return r;
         struct topology_hugepages *pages;

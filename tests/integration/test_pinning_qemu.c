@@ -1,4 +1,4 @@
-/* Integration test for agent/pinning against a real QEMU: QMP, the /proc fallback, drift, memory. */
+/* Integration test for agent/pinning* against a real QEMU: QMP, the /proc fallback, drift, memory. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +19,9 @@
 #include "cpuset.h"
 #include "fileio.h"
 #include "inventory.h"
-#include "pinning.h"
+#include "pinning_apply.h"
+#include "pinning_proc.h"
+#include "pinning_qmp.h"
 
 #define EXIT_SKIP 77
 #define VMID 4242
@@ -190,6 +192,30 @@ static void check_affinity(int pid, const int *map, const char *what) {
         CHECK(others_seen >= 1, "%s: %d other threads seen", what, others_seen);
 }
 
+static const struct pinning_env live = {.proc_root = PINNING_PROC_ROOT, .sys = &pinning_sys_linux};
+
+/* What the agent does for a VM, here in one thread: ask QMP on <run_dir>/<vmid>.qmp, then take the threads it
+ * names, or those /proc names. */
+static int find_vcpus(const char *run_dir, int pid, struct pin_vcpus *ret) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/%d.qmp", run_dir, VMID);
+        int *tids = NULL;
+        unsigned n = 0;
+        int qmp_error = pinning_qmp_vcpu_threads(path, PINNING_QMP_TIMEOUT_MS, &tids, &n);
+        int r = pinning_find_vcpus(PINNING_PROC_ROOT, pid, qmp_error, tids, n, ret);
+        free(tids);
+        return r;
+}
+
+static int apply(const struct pin_plan *plan, const char *run_dir, struct pin_report *rep) {
+        struct pin_vcpus vcpus = {0};
+        int r = find_vcpus(run_dir, plan->pid, &vcpus);
+        if (r == 0)
+                r = pinning_apply(plan, &vcpus, &live, rep);
+        pinning_vcpus_done(&vcpus);
+        return r;
+}
+
 struct plan_data {
         int map[N_VCPUS];
         struct cpuset *cpus, *nodes;
@@ -216,7 +242,7 @@ static struct pin_report pin_and_check(int pid, const char *run_dir, int cpu0, i
         plan_init(&d, pid, cpu0, cpu1);
         set_all_threads(pid, "0");
         struct pin_report rep = {0};
-        int r = pinning_apply(&d.plan, run_dir, &rep);
+        int r = apply(&d.plan, run_dir, &rep);
         CHECK(r == 0, "%s: pinning_apply returned %d (%s), %u failures, first tid %d: %s", what, r, strerror(r < 0 ? -r : 0),
               rep.n_failures, rep.failures[0].tid, strerror(-rep.failures[0].error));
         CHECK(rep.vcpus_pinned == N_VCPUS && rep.vcpus_missing == 0, "%s: %u vCPUs pinned, %u missing", what,
@@ -237,24 +263,25 @@ static void test_qmp_path(int pid, const char *run_dir) {
 }
 
 static void test_qmp_and_proc_agree(int pid, const char *run_dir) {
-        int *qmp_tids = NULL, *proc_tids = NULL;
-        unsigned qmp_n = 0, proc_n = 0;
-        CHECK(pinning_vcpu_threads(run_dir, VMID, pid, &qmp_tids, &qmp_n) == 1, "QMP did not answer");
-        CHECK(pinning_proc_vcpu_threads("/proc", pid, &proc_tids, &proc_n) == 0, "no vCPU names in /proc");
-        CHECK(qmp_n == N_VCPUS && proc_n == N_VCPUS, "QMP found %u vCPUs, /proc %u", qmp_n, proc_n);
-        for (unsigned i = 0; qmp_tids && proc_tids && i < N_VCPUS && i < qmp_n && i < proc_n; i++)
-                CHECK(qmp_tids[i] == proc_tids[i], "vCPU %u: QMP tid %d, /proc tid %d", i, qmp_tids[i], proc_tids[i]);
-        free(qmp_tids);
+        struct pin_vcpus qmp = {0};
+        int *proc_tids = NULL;
+        unsigned proc_n = 0;
+        CHECK(find_vcpus(run_dir, pid, &qmp) == 0 && qmp.from_qmp, "QMP did not answer: %s",
+              strerror(-qmp.qmp_error));
+        CHECK(pinning_proc_vcpu_threads(PINNING_PROC_ROOT, pid, &proc_tids, &proc_n) == 0, "no vCPU names in /proc");
+        CHECK(qmp.n == N_VCPUS && proc_n == N_VCPUS, "QMP found %u vCPUs, /proc %u", qmp.n, proc_n);
+        for (unsigned i = 0; qmp.tids && proc_tids && i < N_VCPUS && i < qmp.n && i < proc_n; i++)
+                CHECK(qmp.tids[i] == proc_tids[i], "vCPU %u: QMP tid %d, /proc tid %d", i, qmp.tids[i], proc_tids[i]);
+        pinning_vcpus_done(&qmp);
         free(proc_tids);
 }
 
 /* QMP answers with QEMU's thread ids, which are not threads of our own process: they must not be used. */
 static void test_stale_qmp_ids_refused(const char *run_dir) {
-        int *tids = NULL;
-        unsigned n = 0;
-        int r = pinning_vcpu_threads(run_dir, VMID, getpid(), &tids, &n);
+        struct pin_vcpus vcpus = {0};
+        int r = find_vcpus(run_dir, getpid(), &vcpus);
         CHECK(r == -ENOENT, "thread ids of another process were accepted: %d", r);
-        free(tids);
+        pinning_vcpus_done(&vcpus);
 }
 
 static void test_drift(int pid) {
@@ -262,12 +289,12 @@ static void test_drift(int pid) {
         plan_init(&d, pid, 1, 0);
         json_t *real = NULL;
         unsigned drift = 99;
-        CHECK(pinning_read(pid, &real) == 0, "pinning_read failed");
+        CHECK(pinning_proc_read(PINNING_PROC_ROOT, pid, &real) == 0, "pinning_read failed");
         CHECK(pinning_drift(&d.plan, real, &drift) == 0 && drift == 0, "drift %u right after pinning", drift);
         json_decref(real);
         int *tids = NULL;
         unsigned n = 0;
-        if (pinning_proc_vcpu_threads("/proc", pid, &tids, &n) == 0) {
+        if (pinning_proc_vcpu_threads(PINNING_PROC_ROOT, pid, &tids, &n) == 0) {
                 cpu_set_t both;
                 CPU_ZERO(&both);
                 CPU_SET(0, &both);
@@ -275,7 +302,7 @@ static void test_drift(int pid) {
                 CHECK(sched_setaffinity(tids[0], sizeof(both), &both) == 0, "unpinning vCPU 0: %s", strerror(errno));
         }
         free(tids);
-        CHECK(pinning_read(pid, &real) == 0, "pinning_read failed");
+        CHECK(pinning_proc_read(PINNING_PROC_ROOT, pid, &real) == 0, "pinning_read failed");
         CHECK(pinning_drift(&d.plan, real, &drift) == 0 && drift == 1, "drift %u after unpinning vCPU 0", drift);
         json_decref(real);
         plan_done(&d);
@@ -322,7 +349,7 @@ static void run_tests(const char *run_dir) {
                 return;
         int *tids = NULL;
         unsigned n = 0;
-        CHECK(pinning_proc_vcpu_threads("/proc", pid, &tids, &n) == 0 && n == N_VCPUS, "%u vCPU threads", n);
+        CHECK(pinning_proc_vcpu_threads(PINNING_PROC_ROOT, pid, &tids, &n) == 0 && n == N_VCPUS, "%u vCPU threads", n);
         free(tids);
         test_qmp_path(pid, run_dir);
         test_qmp_and_proc_agree(pid, run_dir);
