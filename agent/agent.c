@@ -85,7 +85,7 @@ static int recompute_capacity(struct agent *a) {
 int agent_ledger_changed(struct agent *a) {
         int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
         if (r < 0) {
-                log_error("cannot save reservations in %s: %s", a->cfg.state_dir, strerror(-r));
+                log_error_errno(r, "cannot save reservations in %s", a->cfg.state_dir);
                 return r;
         }
         return recompute_capacity(a);

@@ -141,7 +141,7 @@ static void refresh(struct loop *l) {
         l->dirty = false;
         int r = agent_refresh(l->agent);
         if (r < 0) {
-                log_error("cannot read the VM inventory: %s", strerror(-r));
+                log_error_errno(r, "cannot read the VM inventory");
                 return;
         }
         if (r > 0) {
@@ -284,6 +284,6 @@ int daemon_run(struct agent *a) {
         sd_notify(0, "STOPPING=1\nSTATUS=Stopping");
         loop_close(&l);
         if (r < 0 && r != -EMFILE)
-                log_error("event loop failed: %s", strerror(-r));
+                log_error_errno(r, "event loop failed");
         return r;
 }
