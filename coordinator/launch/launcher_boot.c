@@ -1,5 +1,5 @@
 /* launcher_boot: the join token and the cloud-init ISO (rendered, built, uploaded; the VM config attaches it), the
- * firewall security groups, the VM start and the bind of the agent reservation to the VM. */
+ * firewall security groups, and the start and bind actions (from Configured and from Started). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -12,29 +12,22 @@
 #include "cloudinit.h"
 #include "fiber.h"
 #include "log.h"
-#include "rfc3339.h"
-#include "tokens.h"
-#include "yamlconf.h"
 #include "monotime.h"
 #include "quantity.h"
+#include "tokens.h"
+#include "yamlconf.h"
 
 #define MIB (1024ULL * 1024ULL)
 #define DEFAULT_SECRET_NAMESPACE "kube-system"
 
-static json_t *nc_spec(const struct lctx *c) {
+static json_t *nc_spec(const struct launcher__ctx *c) {
         return json_object_get(c->nodeclass, "spec");
 }
 
-/* A task first polled later than LAUNCHER_TASK_POLL_MS is polled that rarely after, too. */
-int launcher_pve_task_wait(struct pve_client *pve, const char *upid, long first_ms) {
-        long poll = first_ms > LAUNCHER_TASK_POLL_MS ? first_ms : LAUNCHER_TASK_POLL_MS;
-        struct pve_wait w = { .poll_ms = poll, .timeout_ms = LAUNCHER_TASK_TIMEOUT_MS, .first_ms = first_ms };
-        return upid ? pve_task_wait(pve, upid, &w) : 0;
-}
-
-int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms) {
-        int r = launcher_pve_task_wait(c->pve, upid, first_ms);
-        return r < 0 ? launcher_errf(c, r, "%s: %s", what, pve_client_error(c->pve)) : 0;
+struct launchstep_result launcher__task_wait(struct launcher__ctx *c, const char *what, const char *upid,
+                                             long first_ms) {
+        int r = launcher__pve_task_wait(c->pve, upid, first_ms);
+        return r < 0 ? launchstep_error(r, "%s: %s", what, pve_client_error(c->pve)) : launchstep_done();
 }
 
 /* ---- join token ---- */
@@ -62,9 +55,9 @@ static bool token_is_claims(const json_t *secret, const char *uid) {
         return owner && strcmp(owner, uid) == 0;
 }
 
-/* The token of Secret bootstrap-token-<id> when it is this claim's; -ENOENT when absent, -EEXIST when another
- * claim's. */
-static int existing_token(struct lctx *c, const char *id, char token[32]) {
+/* The token of Secret bootstrap-token-<id> when it is this claim's; ERROR -ENOENT when absent, -EEXIST when
+ * another claim's. */
+static struct launchstep_result existing_token(struct launcher__ctx *c, const char *id, char token[32]) {
         char name[64];
         json_t *s = NULL;
         snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", id);
@@ -74,45 +67,51 @@ static int existing_token(struct lctx *c, const char *id, char token[32]) {
         else if (r == 0)
                 r = token_from_secret(s, token) < 0 ? -ENOENT : 0;
         json_decref(s);
-        if (r < 0 && r != -ENOENT && r != -EEXIST)
-                return launcher_errf(c, r, "join token %s: %s", id, kube_client_error(c->kube));
-        return r;
+        if (r == -ENOENT || r == -EEXIST)
+                return launchstep_error(r, "%s", strerror(-r));
+        return r < 0 ? launchstep_error(r, "join token %s: %s", id, kube_client_error(c->kube)) : launchstep_done();
 }
 
-/* A new token with this id; -EEXIST when the Secret exists already. */
-static int create_token(struct lctx *c, const char *id, char token[32]) {
+/* A new token with this id; ERROR -EEXIST when the Secret exists already. */
+static struct launchstep_result create_token(struct launcher__ctx *c, const char *id, char token[32]) {
         char unused[TOKENS_ID_LEN + 1], secret[TOKENS_SECRET_LEN + 1];
         int r = tokens_generate(unused, secret);
         if (r < 0)
-                return launcher_errf(c, r, "random token: %s", strerror(-r));
+                return launchstep_error(r, "random token: %s", strerror(-r));
         json_t *obj = tokens_secret(id, secret, c->now + c->l->o.token_ttl_s * 1000, NULL, c->name, c->uid);
         r = obj ? kube_create(c->kube, &kube_secrets, TOKENS_NAMESPACE, obj, NULL) : -ENOMEM;
         json_decref(obj);
         if (r == 0)
                 snprintf(token, 32, "%s.%s", id, secret);
         explicit_bzero(secret, sizeof secret);
-        if (r < 0 && r != -EEXIST)
-                return launcher_errf(c, r, "create join token: %s", kube_client_error(c->kube));
-        return r;
+        if (r == -EEXIST)
+                return launchstep_error(r, "%s", strerror(-r));
+        return r < 0 ? launchstep_error(r, "create join token: %s", kube_client_error(c->kube)) : launchstep_done();
+}
+
+static bool token_taken(const struct launchstep_result *r) {
+        return launchstep_is_error(r, -ENOENT) || launchstep_is_error(r, -EEXIST);
 }
 
 /* The claim's join token "<id>.<secret>": its id is derived from the claim UID, so a token an earlier run made
  * (before a crash) is found by name: creating costs one request, finding it again one more. An id that another
  * claim's token holds (a hash collision) falls back to a random id. */
-static int ensure_token(struct lctx *c, char token[32]) {
+static struct launchstep_result ensure_token(struct launcher__ctx *c, char token[32]) {
         char id[TOKENS_ID_LEN + 1], spare[TOKENS_SECRET_LEN + 1];
-        const char *recorded = launcher_status_str(c, "tokenID");
-        int r = recorded[0] ? existing_token(c, recorded, token) : -ENOENT;
-        if (r != -ENOENT && r != -EEXIST)
-                return r;
-        if ((r = tokens_id_for(c->uid, id)) < 0)
-                return launcher_errf(c, r, "token id: %s", strerror(-r));
-        r = create_token(c, id, token);
-        if (r == -EEXIST)
-                r = existing_token(c, id, token);
-        if (r == -EEXIST && (r = tokens_generate(id, spare)) == 0)
-                r = create_token(c, id, token);
-        return r;
+        const char *recorded = c->st->token_id;
+        struct launchstep_result res = recorded[0] ? existing_token(c, recorded, token)
+                                                   : launchstep_error(-ENOENT, "no token recorded");
+        if (!token_taken(&res))
+                return res;
+        int r = tokens_id_for(c->uid, id);
+        if (r < 0)
+                return launchstep_error(r, "token id: %s", strerror(-r));
+        res = create_token(c, id, token);
+        if (launchstep_is_error(&res, -EEXIST))
+                res = existing_token(c, id, token);
+        if (launchstep_is_error(&res, -EEXIST) && (r = tokens_generate(id, spare)) == 0)
+                res = create_token(c, id, token);
+        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : res;
 }
 
 /* ---- template data ---- */
@@ -132,14 +131,14 @@ static char *b64_decode(const char *b64, size_t *ret_len) {
 }
 
 /* The API server and CA nodes join with, from kube-public/cluster-info (what kubeadm discovery reads). */
-static int cluster_info(struct lctx *c, char **ret_server, char **ret_ca) {
+static struct launchstep_result cluster_info(struct launcher__ctx *c, char **ret_server, char **ret_ca) {
         json_t *cm = NULL, *doc = NULL;
         char err[256];
         size_t len;
         int r = kube_get(c->kube, &kube_configmaps, "kube-public", "cluster-info", &cm);
         if (r < 0)
-                return launcher_errf(c, r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
-                                     kube_client_error(c->kube));
+                return launchstep_error(r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
+                                        kube_client_error(c->kube));
         const char *kc = json_string_value(json_object_get(json_object_get(cm, "data"), "kubeconfig"));
         r = kc ? yamlconf_parse(kc, strlen(kc), &doc, err, sizeof err) : -EINVAL;
         json_t *cluster = json_object_get(json_array_get(json_object_get(doc, "clusters"), 0), "cluster");
@@ -150,13 +149,13 @@ static int cluster_info(struct lctx *c, char **ret_server, char **ret_ca) {
         json_decref(doc);
         json_decref(cm);
         if (r == 0 && *ret_server && *ret_ca)
-                return 0;
+                return launchstep_done();
         free(*ret_server);
         free(*ret_ca);
-        return launcher_errf(c, -EINVAL, "kube-public/cluster-info: data.kubeconfig has no server and CA");
+        return launchstep_error(-EINVAL, "kube-public/cluster-info: data.kubeconfig has no server and CA");
 }
 
-static char *kubernetes_version(struct lctx *c) {
+static char *kubernetes_version(struct launcher__ctx *c) {
         json_t *v = NULL;
         char *out = NULL;
         if (kube_request(c->kube, "GET", "/version", NULL, NULL, &v) == 0 &&
@@ -166,14 +165,14 @@ static char *kubernetes_version(struct lctx *c) {
         return out;
 }
 
-/* A Secret named by a NodeClass reference ({name, namespace}); -ENOENT when ref is NULL. */
-static int ref_secret(struct lctx *c, const json_t *ref, json_t **ret) {
+/* A Secret named by a NodeClass reference ({name, namespace}); ERROR -ENOENT when ref is NULL. */
+static struct launchstep_result ref_secret(struct launcher__ctx *c, const json_t *ref, json_t **ret) {
         const char *name = json_string_value(json_object_get(ref, "name"));
         const char *ns = json_string_value(json_object_get(ref, "namespace"));
         if (!name)
-                return -ENOENT;
+                return launchstep_error(-ENOENT, "no Secret named");
         int r = kube_get(c->kube, &kube_secrets, ns ? ns : DEFAULT_SECRET_NAMESPACE, name, ret);
-        return r < 0 ? launcher_errf(c, r, "Secret %s: %s", name, kube_client_error(c->kube)) : 0;
+        return r < 0 ? launchstep_error(r, "Secret %s: %s", name, kube_client_error(c->kube)) : launchstep_done();
 }
 
 /* {"key": "decoded value", ...} of a Secret's data. */
@@ -190,7 +189,7 @@ static json_t *secret_strings(const json_t *secret) {
         return out;
 }
 
-static json_t *tag_list(const struct lctx *c) {
+static json_t *tag_list(const struct launcher__ctx *c) {
         int err = 0;
         char *tags = launcher_tags(c->nodepool, c->name, json_object_get(nc_spec(c), "tags"), &err), *save = NULL;
         json_t *arr = json_array();
@@ -199,11 +198,6 @@ static json_t *tag_list(const struct lctx *c) {
         free(tags);
         return arr;
 }
-
-/* Labels and taints a new node registers with (the kubelet accepts only some kubernetes.io labels; the rest are
- * set on the Node after registration). Defined in launcher_join.c. */
-json_t *launcher_wanted_labels(struct lctx *c, bool kubelet_only);
-json_t *launcher_wanted_taints(struct lctx *c, bool with_startup);
 
 struct tdata {
         char *server, *ca, *version;
@@ -220,48 +214,57 @@ static void tdata_done(struct tdata *t) {
         json_decref(t->tags);
 }
 
-/* The API server, CA and Kubernetes version every node joins with, from the cache or asked now. */
-static int join_data(struct lctx *c, struct tdata *t) {
-        char *cached = launcher_cache_get(&c->l->cache, "join", c->now);
+/* The join data from the cache: false when it has none. */
+static bool join_data_cached(struct launcher__ctx *c, struct tdata *t) {
+        char *cached = launcher__cache_get(&c->l->cache, "join", c->now);
         json_t *j = cached ? json_loads(cached, 0, NULL) : NULL;
         const char *server = json_string_value(json_object_get(j, "server"));
         const char *ca = json_string_value(json_object_get(j, "ca"));
         const char *version = json_string_value(json_object_get(j, "version"));
-        int r = 0;
+        bool found = server && ca;
         free(cached);
-        if (server && ca) {
+        if (found) {
                 t->server = strdup(server);
                 t->ca = strdup(ca);
                 t->version = version ? strdup(version) : NULL;
-        } else if ((r = cluster_info(c, &t->server, &t->ca)) == 0) {
+        }
+        json_decref(j);
+        return found;
+}
+
+/* The API server, CA and Kubernetes version every node joins with, from the cache or asked now. */
+static struct launchstep_result join_data(struct launcher__ctx *c, struct tdata *t) {
+        if (join_data_cached(c, t))
+                return t->server && t->ca ? launchstep_done() : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
+        struct launchstep_result res = cluster_info(c, &t->server, &t->ca);
+        if (launchstep_ok(&res)) {
                 t->version = kubernetes_version(c);
                 json_t *put = json_pack("{s:s, s:s, s:s?}", "server", t->server, "ca", t->ca, "version", t->version);
                 char *text = put ? json_dumps(put, JSON_COMPACT) : NULL;
                 if (text)
-                        launcher_cache_put(&c->l->cache, "join", text, c->now);
+                        launcher__cache_put(&c->l->cache, "join", text, c->now);
                 free(text);
                 json_decref(put);
         }
-        json_decref(j);
-        return r < 0 ? r : t->server && t->ca ? 0 : -ENOMEM;
+        return res;
 }
 
-static int tdata_load(struct lctx *c, struct tdata *t) {
+static struct launchstep_result tdata_load(struct launcher__ctx *c, struct tdata *t) {
         json_t *secret = NULL;
-        int r = join_data(c, t);
-        if (r < 0)
-                return r;
-        r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "valuesRef"), &secret);
-        if (r < 0 && r != -ENOENT)
-                return r;
+        struct launchstep_result res = join_data(c, t);
+        if (!launchstep_ok(&res))
+                return res;
+        res = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "valuesRef"), &secret);
+        if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
+                return res;
         t->values = secret ? secret_strings(secret) : json_object();
         json_decref(secret);
-        t->labels = launcher_wanted_labels(c, true);
-        t->taints = launcher_wanted_taints(c, true);
+        t->labels = launcher__wanted_labels(c, true);
+        t->taints = launcher__wanted_taints(c, true);
         t->tags = tag_list(c);
-        return t->values && t->labels && t->taints && t->tags ? 0 : -ENOMEM;
+        return t->values && t->labels && t->taints && t->tags ? launchstep_done()
+                                                              : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
 }
-
 /* A copy of the class's kubeReserved or systemReserved with the shape's cpu and memory where it leaves them out.
  * A value that is not an object is passed on for cloudinit_data to refuse. New reference, or NULL. */
 static json_t *reserved_filled(const json_t *given, const struct resources *shape) {
@@ -283,7 +286,7 @@ static json_t *reserved_filled(const json_t *given, const struct resources *shap
  * The kubelet then reports the pods and allocatable the claim promised. (evictionHard is left to the kubelet:
  * the shape assumes its default, and the flag would replace all of its default thresholds.) A value that is not
  * an object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
-static json_t *kubelet_configuration(struct lctx *c) {
+static json_t *kubelet_configuration(struct launcher__ctx *c) {
         json_t *kc = json_object_get(nc_spec(c), "kubeletConfiguration");
         json_t *out = !kc ? json_object() : json_is_object(kc) ? json_copy(kc) : json_incref(kc);
         if (!json_is_object(out))
@@ -300,14 +303,15 @@ static json_t *kubelet_configuration(struct lctx *c) {
         return out;
 }
 
-static int template_data(struct lctx *c, const char *token, const struct tdata *t, json_t **ret) {
+static struct launchstep_result template_data(struct launcher__ctx *c, const char *token, const struct tdata *t,
+                                              json_t **ret) {
         char err[512];
         const char *nc = json_string_value(json_object_get(json_object_get(c->nodeclass, "metadata"), "name"));
         json_t *kubelet = kubelet_configuration(c);
         if (!kubelet)
-                return -ENOMEM;
+                return launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
         struct cloudinit_node n = {
-                .hostname = c->name, .vmid = (uint32_t)launcher_status_int(c, "vmid"),
+                .hostname = c->name, .vmid = c->st->vmid,
                 .instance_type = c->shape.name, .region = c->region, .zone = c->host, .node_class = nc,
                 .cpu = c->shape.vcpus, .memory_mib = c->shape.vm_memory_bytes / MIB,
                 .kubernetes_version = t->version, .root_ca = t->ca, .bootstrap_token = token, .api_server = t->server,
@@ -323,19 +327,22 @@ static int template_data(struct lctx *c, const char *token, const struct tdata *
         n.tags = tags;
         int r = cloudinit_data(&n, ret, err, sizeof err);
         json_decref(kubelet);
-        return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "%s", err) : r;
+        if (r == -EINVAL)
+                return launchstep_fail("InvalidCloudInit", "%s", err);
+        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
 }
 
 /* The NodeClass's template texts ({"user-data": ..., ...} from its templatesRef Secret), or NULL for the defaults. */
-static int template_texts(struct lctx *c, json_t **ret) {
+static struct launchstep_result template_texts(struct launcher__ctx *c, json_t **ret) {
         json_t *secret = NULL;
-        int r = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
-        if (r < 0 && r != -ENOENT)
-                return r;
+        struct launchstep_result res =
+                ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
+        if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
+                return res;
         bool found = secret != NULL;
         *ret = found ? secret_strings(secret) : NULL;
         json_decref(secret);
-        return found && !*ret ? -ENOMEM : 0;
+        return found && !*ret ? launchstep_error(-ENOMEM, "%s", strerror(ENOMEM)) : launchstep_done();
 }
 
 /* Every file's text, length-prefixed ("-" for a default): what tells two template sets apart. */
@@ -349,9 +356,18 @@ static char *templates_key(const struct cloudinit_templates *t) {
         return key;
 }
 
-/* The parsed set of these templates, parsed now unless one of the last LAUNCHER_TEMPLATE_SETS was these. Owned by
+/* The set of key in the kept ones, or NULL. */
+static const struct cloudinit_set *kept_set(const struct launcher *l, const char *key) {
+        for (size_t i = 0; i < LAUNCHER__TEMPLATE_SETS; i++)
+                if (l->templates[i].key && strcmp(l->templates[i].key, key) == 0)
+                        return l->templates[i].set;
+        return NULL;
+}
+
+/* The parsed set of these templates, parsed now unless one of the last LAUNCHER__TEMPLATE_SETS was these. Owned by
  * the launcher; call with iso_mu held, and use it before letting go. */
-static int template_set(struct lctx *c, const json_t *texts, const struct cloudinit_set **ret) {
+static struct launchstep_result template_set(struct launcher__ctx *c, const json_t *texts,
+                                             const struct cloudinit_set **ret) {
         struct launcher *l = c->l;
         struct cloudinit_templates t = { { 0 } };
         struct cloudinit_set *set = NULL;
@@ -360,24 +376,23 @@ static int template_set(struct lctx *c, const json_t *texts, const struct cloudi
                 t.text[f] = json_string_value(json_object_get(texts, cloudinit_file_name((enum cloudinit_file)f)));
         char *key = templates_key(&t);
         if (!key)
-                return -ENOMEM;
-        for (size_t i = 0; i < LAUNCHER_TEMPLATE_SETS; i++)
-                if (l->templates[i].key && strcmp(l->templates[i].key, key) == 0) {
-                        free(key);
-                        *ret = l->templates[i].set;
-                        return 0;
-                }
+                return launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
+        if ((*ret = kept_set(l, key))) {
+                free(key);
+                return launchstep_done();
+        }
         int r = cloudinit_set_new(&t, &set, err, sizeof err);
         if (r < 0) {
                 free(key);
-                return r == -EINVAL ? launcher_failf(c, "InvalidCloudInit", "templates: %s", err) : r;
+                return r == -EINVAL ? launchstep_fail("InvalidCloudInit", "templates: %s", err)
+                                    : launchstep_error(r, "%s", strerror(-r));
         }
-        struct launcher_templates *e = &l->templates[l->next_templates++ % LAUNCHER_TEMPLATE_SETS];
+        struct launcher__templates *e = &l->templates[l->next_templates++ % LAUNCHER__TEMPLATE_SETS];
         free(e->key);
         cloudinit_set_free(e->set);
-        *e = (struct launcher_templates){ .key = key, .set = set };
+        *e = (struct launcher__templates){ .key = key, .set = set };
         *ret = set;
-        return 0;
+        return launchstep_done();
 }
 
 static void pause_task(void *data) {
@@ -387,36 +402,40 @@ static void pause_task(void *data) {
 
 /* Render the templates (the launch thread's other tasks wait on iso_mu only while this runs: no I/O), then build
  * the ISO from them while the other tasks run. */
-static int render_iso(struct lctx *c, const json_t *texts, json_t *data, unsigned char **ret_img, size_t *ret_len) {
+static struct launchstep_result render_iso(struct launcher__ctx *c, const json_t *texts, json_t *data,
+                                           unsigned char **ret_img, size_t *ret_len) {
         const struct cloudinit_set *set = NULL;
         struct cloudinit_files files = { { 0 } };
         char err[512] = "";
+        int r;
         pthread_mutex_lock(&c->l->iso_mu);
-        int r = template_set(c, texts, &set);
-        if (r == 0 && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
-                r = launcher_failf(c, "InvalidCloudInit", "%s", err);
+        struct launchstep_result res = template_set(c, texts, &set);
+        if (launchstep_ok(&res) && (r = cloudinit_render(set, data, &files, err, sizeof err)) < 0)
+                res = launchstep_fail("InvalidCloudInit", "%s", err);
         pthread_mutex_unlock(&c->l->iso_mu);
-        if (r == 0 && (r = cloudinit_iso_build_pausing(&files, pause_task, NULL, ret_img, ret_len, err, sizeof err)) < 0)
-                launcher_errf(c, r, "cloud-init ISO: %s", err);
+        if (launchstep_ok(&res) &&
+            (r = cloudinit_iso_build_pausing(&files, pause_task, NULL, ret_img, ret_len, err, sizeof err)) < 0)
+                res = launchstep_error(r, "cloud-init ISO: %s", err);
         cloudinit_files_done(&files);
-        return r;
+        return res;
 }
 
 /* The rendered user-data, meta-data and network-config as a cidata ISO image. */
-static int build_iso(struct lctx *c, const char *token, unsigned char **ret_img, size_t *ret_len) {
+static struct launchstep_result build_iso(struct launcher__ctx *c, const char *token, unsigned char **ret_img,
+                                          size_t *ret_len) {
         struct tdata t = { 0 };
         json_t *data = NULL, *texts = NULL;
-        int r = tdata_load(c, &t);
-        if (r == 0)
-                r = template_data(c, token, &t, &data);
-        if (r == 0)
-                r = template_texts(c, &texts);
-        if (r == 0)
-                r = render_iso(c, texts, data, ret_img, ret_len);
+        struct launchstep_result res = tdata_load(c, &t);
+        if (launchstep_ok(&res))
+                res = template_data(c, token, &t, &data);
+        if (launchstep_ok(&res))
+                res = template_texts(c, &texts);
+        if (launchstep_ok(&res))
+                res = render_iso(c, texts, data, ret_img, ret_len);
         json_decref(texts);
         json_decref(data);
         tdata_done(&t);
-        return r;
+        return res;
 }
 
 /* ---- upload and attach ---- */
@@ -433,12 +452,12 @@ static bool has_content(const char *list, const char *what) {
 }
 
 /* The host's storage for ISO images: "local" when it holds ISOs, else the first one that does. */
-static int iso_storage_ask(struct lctx *c, char storage[64]) {
+static struct launchstep_result iso_storage_ask(struct launcher__ctx *c, char storage[64]) {
         json_t *list = NULL, *e;
         size_t i;
         int r = pve_cluster_resources(c->pve, "storage", &list);
         if (r < 0)
-                return launcher_errf(c, r, "storages: %s", pve_client_error(c->pve));
+                return launchstep_error(r, "storages: %s", pve_client_error(c->pve));
         storage[0] = '\0';
         json_array_foreach(list, i, e) {
                 const char *node = json_string_value(json_object_get(e, "node"));
@@ -450,98 +469,100 @@ static int iso_storage_ask(struct lctx *c, char storage[64]) {
                         snprintf(storage, 64, "%s", name);
         }
         json_decref(list);
-        return storage[0] ? 0 : launcher_failf(c, "NoISOStorage", "host %s has no storage for ISO images", c->host);
+        return storage[0] ? launchstep_done()
+                          : launchstep_fail("NoISOStorage", "host %s has no storage for ISO images", c->host);
 }
 
-static void iso_storage_key(const struct lctx *c, char *key, size_t len) {
+static void iso_storage_key(const struct launcher__ctx *c, char *key, size_t len) {
         snprintf(key, len, "isostorage/%s/%s", c->region, c->host);
 }
 
-static int iso_storage(struct lctx *c, char storage[64]) {
+static struct launchstep_result iso_storage(struct launcher__ctx *c, char storage[64]) {
         char key[300];
         iso_storage_key(c, key, sizeof key);
-        char *cached = launcher_cache_get(&c->l->cache, key, c->now);
+        char *cached = launcher__cache_get(&c->l->cache, key, c->now);
         if (cached && strlen(cached) < 64) {
                 snprintf(storage, 64, "%s", cached);
                 free(cached);
-                return 0;
+                return launchstep_done();
         }
         free(cached);
-        int r = iso_storage_ask(c, storage);
-        if (r == 0)
-                launcher_cache_put(&c->l->cache, key, storage, c->now);
-        return r;
+        struct launchstep_result res = iso_storage_ask(c, storage);
+        if (launchstep_ok(&res))
+                launcher__cache_put(&c->l->cache, key, storage, c->now);
+        return res;
 }
 
-static int upload_once(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
+static struct launchstep_result upload_once(struct launcher__ctx *c, const char *storage, const char *file,
+                                            const unsigned char *img, size_t len) {
         char *upid = NULL;
         int r = pve_storage_upload(c->pve, c->host, storage, "iso", file, img, len, &upid);
         if (r < 0)
-                return launcher_errf(c, r, "upload %s: %s", file, pve_client_error(c->pve));
-        r = launcher_task_wait(c, "upload", upid, LAUNCHER_POLL_SOON_MS);
+                return launchstep_error(r, "upload %s: %s", file, pve_client_error(c->pve));
+        struct launchstep_result res = launcher__task_wait(c, "upload", upid, LAUNCHER__POLL_SOON_MS);
         free(upid);
-        return r;
+        return res;
 }
 
 /* Upload the image; when that fails (an older upload of the same name left by a crashed run, say), delete the
  * old file and upload once more. A failed upload also forgets the cached storage. */
-static int upload_iso(struct lctx *c, const char *storage, const char *file, const unsigned char *img, size_t len) {
-        char volume[192], key[300];
-        int r = upload_once(c, storage, file, img, len);
-        if (r == 0)
-                return 0;
+static struct launchstep_result upload_iso(struct launcher__ctx *c, const char *storage, const char *file,
+                                           const unsigned char *img, size_t len) {
+        char volume[192], key[300], err[NODECLAIM_MESSAGE_MAX];
+        struct launchstep_result res = upload_once(c, storage, file, img, len);
+        if (launchstep_ok(&res))
+                return res;
         iso_storage_key(c, key, sizeof key);
-        launcher_cache_drop(&c->l->cache, key);
+        launcher__cache_drop(&c->l->cache, key);
         log_info("launcher: NodeClaim %s: upload of %s failed (%s); deleting an older copy and trying again", c->name,
-                 file, c->err);
+                 file, res.message);
         snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
-        c->err[0] = '\0';
-        r = launcher_delete_iso(c->pve, c->host, volume, c->err, sizeof c->err);
-        return r < 0 ? r : upload_once(c, storage, file, img, len);
+        int r = launcher__delete_iso(c->pve, c->host, volume, err, sizeof err);
+        return r < 0 ? launchstep_error(r, "%s", err) : upload_once(c, storage, file, img, len);
 }
 
 /* The cloud-init ISO of the claim, uploaded: its volume ("storage:iso/file") in volume. */
-static int deliver_iso(struct lctx *c, const char *token, char volume[LAUNCHER_VOLUME_MAX]) {
+static struct launchstep_result deliver_iso(struct launcher__ctx *c, const char *token,
+                                            char volume[LAUNCHER__VOLUME_MAX]) {
         unsigned char *img = NULL;
         size_t len = 0;
         char storage[64], file[128];
-        int r = build_iso(c, token, &img, &len);
-        if (r == 0)
-                r = iso_storage(c, storage);
-        if (r == 0) {
+        struct launchstep_result res = build_iso(c, token, &img, &len);
+        if (launchstep_ok(&res))
+                res = iso_storage(c, storage);
+        if (launchstep_ok(&res)) {
                 snprintf(file, sizeof file, "pvescale-%.80s-%.8s.iso", c->name, c->uid);
-                r = upload_iso(c, storage, file, img, len);
-                if (r == 0)
-                        snprintf(volume, LAUNCHER_VOLUME_MAX, "%s:iso/%s", storage, file);
+                res = upload_iso(c, storage, file, img, len);
+                if (launchstep_ok(&res))
+                        snprintf(volume, LAUNCHER__VOLUME_MAX, "%s:iso/%s", storage, file);
         }
         free(img);
-        return r;
+        return res;
 }
 
-bool launcher_joins_by_cdrom(const struct lctx *c) {
+bool launcher__joins_by_cdrom(const struct launcher__ctx *c) {
         const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
         return type && strcmp(type, "cdrom") == 0;
 }
 
-int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX], char token_id[TOKENS_ID_LEN + 1]) {
+struct launchstep_result launcher__cloudinit_deliver(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX],
+                                                     char token_id[TOKENS_ID_LEN + 1]) {
         char token[32];
         volume[0] = token_id[0] = '\0';
-        int r = launcher_need_nodeclass(c);
-        if (r != 0)
-                return r;
-        if (!launcher_joins_by_cdrom(c))
-                return 0; /* the template joins by itself */
-        r = launcher_need_shape(c);
-        if (r == 0)
-                r = launcher_need_pool(c);
-        if (r == 0)
-                r = ensure_token(c, token);
-        if (r == 0) {
+        struct launchstep_result res = launcher__need_nodeclass(c);
+        if (!launchstep_ok(&res) || !launcher__joins_by_cdrom(c))
+                return res; /* without a CD-ROM the template joins by itself */
+        res = launcher__need_shape(c);
+        if (launchstep_ok(&res))
+                res = launcher__need_pool(c);
+        if (launchstep_ok(&res))
+                res = ensure_token(c, token);
+        if (launchstep_ok(&res)) {
                 snprintf(token_id, TOKENS_ID_LEN + 1, "%.*s", TOKENS_ID_LEN, token);
-                r = deliver_iso(c, token, volume);
+                res = deliver_iso(c, token, volume);
         }
         explicit_bzero(token, sizeof token);
-        return r;
+        return res;
 }
 
 /* ---- firewall ---- */
@@ -559,7 +580,7 @@ static bool has_group_rule(const json_t *rules, const char *group, const char *i
         return false;
 }
 
-static int add_group_rules(struct lctx *c, uint32_t vmid, const json_t *groups) {
+static struct launchstep_result add_group_rules(struct launcher__ctx *c, uint32_t vmid, const json_t *groups) {
         json_t *rules = NULL, *g;
         size_t i;
         int r = pve_vm_firewall_rules(c->pve, c->host, vmid, &rules);
@@ -572,34 +593,36 @@ static int add_group_rules(struct lctx *c, uint32_t vmid, const json_t *groups) 
                         r = pve_vm_firewall_rule_add(c->pve, c->host, vmid, &rule);
         }
         json_decref(rules);
-        return r < 0 ? launcher_errf(c, r, "firewall rules of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
+        if (r < 0)
+                return launchstep_error(r, "firewall rules of VM %u: %s", vmid, pve_client_error(c->pve));
+        return launchstep_done();
 }
 
-int launcher_firewall_apply(struct lctx *c, uint32_t vmid) {
+struct launchstep_result launcher__firewall_apply(struct launcher__ctx *c, uint32_t vmid) {
         struct pve_params p = PVE_PARAMS_INIT;
-        int r = launcher_need_nodeclass(c);
-        if (r != 0)
-                return r;
+        struct launchstep_result res = launcher__need_nodeclass(c);
+        if (!launchstep_ok(&res))
+                return res;
         json_t *groups = json_object_get(nc_spec(c), "securityGroups");
         if (json_array_size(groups) == 0)
-                return 0;
+                return launchstep_done();
         pve_params_add_bool(&p, "enable", true);
-        r = pve_vm_firewall_options_set(c->pve, c->host, vmid, &p);
+        int r = pve_vm_firewall_options_set(c->pve, c->host, vmid, &p);
         pve_params_done(&p);
         if (r < 0)
-                return launcher_errf(c, r, "firewall options of VM %u: %s", vmid, pve_client_error(c->pve));
+                return launchstep_error(r, "firewall options of VM %u: %s", vmid, pve_client_error(c->pve));
         return add_group_rules(c, vmid, groups);
 }
 
 /* ---- start and bind ---- */
 
-int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running) {
+struct launchstep_result launcher__vm_running(struct launcher__ctx *c, uint32_t vmid, bool *ret_running) {
         int r = pve_vm_running(c->pve, c->host, vmid, ret_running);
-        return r < 0 ? launcher_errf(c, r, "status of VM %u: %s", vmid, pve_client_error(c->pve)) : 0;
+        return r < 0 ? launchstep_error(r, "status of VM %u: %s", vmid, pve_client_error(c->pve)) : launchstep_done();
 }
 
 /* The start call is being made: how long since the claim's first pending pod, and how much of it was ours. */
-static void report_start_latency(struct lctx *c) {
+static void report_start_latency(struct launcher__ctx *c) {
         const struct launcher_env *e = &c->l->env;
         struct latency_waits extra;
         struct latency_report rep;
@@ -619,96 +642,88 @@ static void report_start_latency(struct lctx *c) {
 }
 
 /* bind answered -EEXIST or -ENOENT: is the reservation already ours, still there, or gone? */
-static int bind_check(struct lctx *c, const char *id, uint32_t vmid, int bind_err) {
+static struct launchstep_result bind_check(struct launcher__ctx *c, const char *id, uint32_t vmid, int bind_err) {
         json_t *res = NULL;
         int r = agents_reservation_get(c->agent, id, &res);
         json_int_t bound = json_integer_value(json_object_get(res, "vmid"));
         json_decref(res);
         if (r == -ENOENT)
-                return launcher_failf(c, "ReservationLost", "reservation %s on %s expired or was released", id, c->host);
+                return launchstep_fail("ReservationLost", "reservation %s on %s expired or was released", id,
+                                       c->host);
         if (r < 0)
-                return launcher_errf(c, r, "reservation %s: %s", id, agents_client_error(c->agent));
-        if (bound == (json_int_t)vmid)
-                return 0;
-        if (bind_err == -EEXIST)
-                return launcher_failf(c, "ReservationLost", "reservation %s is bound to VM %lld", id, (long long)bound);
-        return launcher_wait(c, 500); /* the agent does not see the VM config yet */
+                return launchstep_error(r, "reservation %s: %s", id, agents_client_error(c->agent));
+        switch (launchstep_bind_check(bind_err, bound, vmid)) {
+        case LAUNCHSTEP_BIND_DONE:
+                return launchstep_done();
+        case LAUNCHSTEP_BIND_TAKEN:
+                return launchstep_fail("ReservationLost", "reservation %s is bound to VM %lld", id, (long long)bound);
+        default:
+                return launchstep_wait(LAUNCHSTEP_BIND_RETRY_MS);
+        }
 }
 
-static int bind_reservation(struct lctx *c, uint32_t vmid) {
-        const char *id = launcher_status_str(c, "reservationID");
+static struct launchstep_result bind_to(struct launcher__ctx *c, uint32_t vmid) {
+        const char *id = c->st->reservation_id;
         if (!c->agent)
-                return launcher_errf(c, -ENOTCONN, "no agent for host %s to bind reservation %s", c->host, id);
+                return launchstep_error(-ENOTCONN, "no agent for host %s to bind reservation %s", c->host, id);
         int r = agents_bind(c->agent, id, vmid, NULL);
         if (r == -EEXIST || r == -ENOENT)
                 return bind_check(c, id, vmid, r);
-        return r < 0 ? launcher_errf(c, r, "bind %s to VM %u: %s", id, vmid, agents_client_error(c->agent)) : 0;
+        if (r < 0)
+                return launchstep_error(r, "bind %s to VM %u: %s", id, vmid, agents_client_error(c->agent));
+        return launchstep_done();
 }
 
-int launcher_bind(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
-        bool agent = strcmp(launcher_status_str(c, "reservationMode"), "agent") == 0;
-        if (!agent || !launcher_status_str(c, "reservationID")[0] || c->bound_vmid == vmid)
-                return 0;
-        int r = bind_reservation(c, vmid);
-        if (r == 0)
+struct launchstep_result launcher__bind_reservation(struct launcher__ctx *c) {
+        uint32_t vmid = c->st->vmid;
+        if (c->st->reservation != NODECLAIM_RESERVATION_AGENT || !c->st->reservation_id[0] || c->bound_vmid == vmid)
+                return launchstep_done();
+        struct launchstep_result res = bind_to(c, vmid);
+        if (launchstep_ok(&res))
                 c->bound_vmid = vmid;
-        return r;
+        return res;
 }
 
-/* Bind (agent mode; done already when this reconcile cloned the VM) and, when that is done, the Launched record
- * (changes: more status fields, stolen). */
-static int bind_and_record(struct lctx *c, json_t *changes) {
-        int r = launcher_bind(c);
-        if (r != 0) {
-                json_decref(changes);
-                return r;
-        }
-        launcher_backoff_clear(c->l, c->nodepool, c->host);
-        json_t *ch = changes ? changes : json_object();
-        json_t *conds = json_pack("[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True",
-                                  "reason", "Launched", "message", "VM started and pinned", "type", "Registered",
-                                  "status", "Unknown", "reason", "AwaitingNode", "message",
-                                  "waiting for the Node to register");
-        if (ch && conds)
-                json_object_set_new(ch, "conditions", conds);
-        else
-                json_decref(conds);
-        return launcher_set_step(c, STEP_LAUNCHED, ch);
+/* Bound: the (node pool, host) launches again, and the Launched record (written by the step table) says so. */
+static struct launchstep_result launched(struct launcher__ctx *c) {
+        launcher__backoff_clear(c->l, c->nodepool, c->host);
+        int r = launchstep_launched(c->st);
+        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
 }
 
-int launcher_step_bind(struct lctx *c) {
-        return bind_and_record(c, NULL);
+/* Bind (agent mode), then Launched. */
+struct launchstep_result launcher__bind(struct launcher__ctx *c) {
+        struct launchstep_result res = launcher__bind_reservation(c);
+        return launchstep_ok(&res) ? launched(c) : res;
+}
+
+static struct launchstep_result start_vm(struct launcher__ctx *c, uint32_t vmid) {
+        char *upid = NULL;
+        report_start_latency(c);
+        int r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
+        if (r < 0)
+                return launchstep_error(r, "start VM %u: %s", vmid, pve_client_error(c->pve));
+        struct launchstep_result res = launcher__task_wait(c, "start", upid, LAUNCHER__POLL_START_MS);
+        free(upid);
+        return res;
 }
 
 /* Start the VM, then bind its reservation at once: one status write (Launched) for both; Started is recorded
  * alone only when the bind has to wait. A rerun finds the VM running and does not start it twice. */
-int launcher_step_start(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
-        char *upid = NULL, when[40];
+struct launchstep_result launcher__start(struct launcher__ctx *c) {
+        uint32_t vmid = c->st->vmid;
         bool running = false;
-        int r = c->vm_fresh ? 0 : launcher_vm_running(c, vmid, &running); /* fresh: never started */
-        if (r < 0)
-                return r;
-        if (!running) {
-                report_start_latency(c);
-                r = pve_vm_action(c->pve, c->host, vmid, "start", &upid);
-                if (r < 0)
-                        return launcher_errf(c, r, "start VM %u: %s", vmid, pve_client_error(c->pve));
-                r = launcher_task_wait(c, "start", upid, LAUNCHER_POLL_START_MS);
-                free(upid);
-                if (r != 0)
-                        return r;
-        }
+        struct launchstep_result res = c->vm_fresh ? launchstep_done() : launcher__vm_running(c, vmid, &running);
+        if (launchstep_ok(&res) && !running) /* fresh: never started */
+                res = start_vm(c, vmid);
+        if (!launchstep_ok(&res))
+                return res;
         log_info("launcher: NodeClaim %s: VM %u started on %s", c->name, vmid, c->host);
-        json_t *started = json_pack("{s:s}", "startedAt", rfc3339_format_ms(c->now, when, sizeof when));
-        r = bind_and_record(c, json_deep_copy(started));
-        if (r == LSTEP_WAIT) {
-                int64_t requeue = c->requeue_ms;
-                int w = launcher_set_step(c, STEP_STARTED, json_incref(started));
-                c->requeue_ms = requeue;
-                r = w < 0 ? w : LSTEP_WAIT;
-        }
-        json_decref(started);
-        return r;
+        res = launcher__bind_reservation(c);
+        if (res.kind != LAUNCHSTEP_DONE && res.kind != LAUNCHSTEP_WAIT)
+                return res;
+        c->st->started_ms = c->now;
+        if (res.kind == LAUNCHSTEP_WAIT)
+                return launchstep_then(launcher__record(c, NODECLAIM_STEP_STARTED), res);
+        return launched(c);
 }

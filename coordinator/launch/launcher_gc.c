@@ -21,10 +21,19 @@
 #include "rfc3339.h"
 #include "tokens.h"
 
+/* What a claim owns, decoded once per collection: its UID (VMs by description, reservations, tokens, ISOs) and
+ * its recorded (region, vmid). */
+struct gc_owner {
+        char uid[LAUNCHER_UID_MAX];
+        char region[128];
+        uint32_t vmid;
+};
+
 struct gc {
         struct launcher *l;
         struct kube_client *kube;
-        const json_t *claims;
+        struct gc_owner *owners;
+        size_t n_owners;
         int64_t now;
         int err; /* first error */
 };
@@ -36,30 +45,40 @@ static void gc_error(struct gc *g, int r) {
 
 /* ---- owners ---- */
 
-static const char *claim_uid(const json_t *claim) {
-        return json_string_value(json_object_get(json_object_get(claim, "metadata"), "uid"));
+static int gc_owners(struct gc *g, const json_t *claims) {
+        struct nodeclaim_status *st = malloc(sizeof *st);
+        size_t i;
+        json_t *c;
+        g->owners = calloc(json_array_size(claims) + 1, sizeof *g->owners);
+        if (!st || !g->owners) {
+                free(st);
+                return -ENOMEM;
+        }
+        json_array_foreach(claims, i, c) {
+                struct gc_owner *o = &g->owners[g->n_owners++];
+                const char *uid = json_string_value(json_object_get(json_object_get(c, "metadata"), "uid"));
+                nodeclaim_claim_status(c, st, NULL, 0);
+                snprintf(o->uid, sizeof o->uid, "%s", uid ? uid : "");
+                snprintf(o->region, sizeof o->region, "%s", st->region);
+                o->vmid = st->vmid;
+        }
+        free(st);
+        return 0;
 }
 
 static bool uid_owned(const struct gc *g, const char *uid, size_t n) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(g->claims, i, c) {
-                const char *u = claim_uid(c);
-                if (u && strlen(u) >= n && strncmp(u, uid, n) == 0)
+        for (size_t i = 0; i < g->n_owners; i++) {
+                const char *u = g->owners[i].uid;
+                if (u[0] && strlen(u) >= n && strncmp(u, uid, n) == 0)
                         return true;
         }
         return false;
 }
 
 static bool vm_owned(const struct gc *g, const char *region, uint32_t vmid) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(g->claims, i, c) {
-                const json_t *st = json_object_get(c, "status");
-                const char *r = json_string_value(json_object_get(st, "region"));
-                if (json_integer_value(json_object_get(st, "vmid")) == (json_int_t)vmid && r && strcmp(r, region) == 0)
+        for (size_t i = 0; i < g->n_owners; i++)
+                if (g->owners[i].vmid == vmid && g->owners[i].region[0] && strcmp(g->owners[i].region, region) == 0)
                         return true;
-        }
         return false;
 }
 
@@ -76,14 +95,14 @@ static bool has_tag(const char *tags, const char *tag) {
         return false;
 }
 
-static struct launcher_seen *seen_find(struct launcher *l, const char *region, uint32_t vmid) {
+static struct launcher__seen *seen_find(struct launcher *l, const char *region, uint32_t vmid) {
         for (size_t i = 0; i < l->n_seen; i++)
                 if (l->seen[i].vmid == vmid && strcmp(l->seen[i].region, region) == 0)
                         return &l->seen[i];
         return NULL;
 }
 
-static struct launcher_seen *seen_add(struct launcher *l) {
+static struct launcher__seen *seen_add(struct launcher *l) {
         if (ARRAY_GROW(&l->seen, &l->cap_seen, l->n_seen, 8) < 0)
                 return NULL;
         return &l->seen[l->n_seen++];
@@ -92,7 +111,7 @@ static struct launcher_seen *seen_add(struct launcher *l) {
 /* When this process first saw an unowned VM that has no creation time. */
 static int64_t first_seen(struct launcher *l, const char *region, uint32_t vmid, int64_t now) {
         pthread_mutex_lock(&l->mu);
-        struct launcher_seen *s = seen_find(l, region, vmid);
+        struct launcher__seen *s = seen_find(l, region, vmid);
         if (!s && (s = seen_add(l))) {
                 snprintf(s->region, sizeof s->region, "%s", region);
                 s->vmid = vmid;
@@ -134,7 +153,7 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
                 return;
         log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
                  (long long)vmid, region, node, (long long)(age / 1000));
-        int r = launcher_delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
+        int r = launcher__delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
         if (r < 0 && r != -ECANCELED) /* a stop's cancel is no failure to log */
                 r = log_error_errno(-EIO, "launcher: GC: %s", err);
         gc_error(g, r);
@@ -156,7 +175,7 @@ static void gc_reservations(struct gc *g, const char *region, const char *node) 
                 const char *id = json_string_value(json_object_get(res, "id"));
                 int64_t created = json_integer_value(json_object_get(res, "created_at")) * 1000;
                 if (!id || launcher_owner_uid(json_string_value(json_object_get(res, "owner")), uid) < 0 ||
-                    uid_owned(g, uid, strlen(uid)) || g->now - created < LAUNCHER_RESERVATION_GRACE_MS)
+                    uid_owned(g, uid, strlen(uid)) || g->now - created < LAUNCHER__RESERVATION_GRACE_MS)
                         continue;
                 log_info("launcher: GC: releasing reservation %s on %s: its NodeClaim is gone", id, node);
                 int r = agents_release(a, id);
@@ -189,7 +208,7 @@ static void gc_isos(struct gc *g, struct pve_client *pve, const char *node, cons
                     g->now - ctime < g->l->o.orphan_vm_age_ms)
                         continue;
                 log_info("launcher: GC: deleting %s on %s: its NodeClaim is gone", volid, node);
-                gc_error(g, launcher_delete_iso(pve, node, volid, err, sizeof err));
+                gc_error(g, launcher__delete_iso(pve, node, volid, err, sizeof err));
         }
         json_decref(list);
 }
@@ -258,7 +277,7 @@ static void gc_tokens(struct gc *g) {
                 /* the claims given may be a little older than a token made a moment ago */
                 if (!name || !uid || uid_owned(g, uid, strlen(uid)) ||
                     rfc3339_parse(json_string_value(json_object_get(meta, "creationTimestamp")), &created) < 0 ||
-                    g->now - created < LAUNCHER_RESERVATION_GRACE_MS)
+                    g->now - created < LAUNCHER__RESERVATION_GRACE_MS)
                         continue;
                 log_info("launcher: GC: deleting join token %s: its NodeClaim is gone", name);
                 int r = kube_delete(g->kube, &kube_secrets, TOKENS_NAMESPACE, name, NULL, NULL);
@@ -268,12 +287,15 @@ static void gc_tokens(struct gc *g) {
 }
 
 int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
-        struct gc g = { .l = l, .claims = claims, .now = launcher_now(l) };
+        struct gc g = { .l = l, .now = launcher__now(l) };
         g.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
         if (!json_is_array(claims) || !g.kube)
                 return -EINVAL;
-        for (size_t i = 0; l->env.cfg && i < l->env.cfg->n_clusters; i++)
+        int r = gc_owners(&g, claims);
+        for (size_t i = 0; r == 0 && l->env.cfg && i < l->env.cfg->n_clusters; i++)
                 gc_region(&g, l->env.cfg->clusters[i].region);
-        gc_tokens(&g);
-        return g.err;
+        if (r == 0)
+                gc_tokens(&g);
+        free(g.owners);
+        return r < 0 ? r : g.err;
 }

@@ -1,5 +1,18 @@
-/* launcher_internal: what the launcher's source files share (the launcher object, one reconcile's context, the
- * status fields and steps, and the helpers each file exports to the others). */
+/* launcher_internal: what the launcher's source files share (the launcher object, one reconcile's context, and
+ * the functions each file offers the files above it), all named launcher__*: not the public API of launcher.h.
+ *
+ * The files, lower to higher (a file calls only files below it):
+ *   launcher_cache.c                  facts every launch on a host asks for, kept a minute
+ *   launcher_state.c                  the launcher object: back-off, VMIDs being picked, its last status writes
+ *   launcher_delete.c                 PVE task waits, VM, ISO and join token deletes (steps, teardown and GC)
+ *   launcher_ctx.c                    one reconcile: the claim, its typed status and its writes; what steps need
+ *   launcher_boot.c                   cloud-init, firewall, the start and bind actions
+ *   launcher_steps.c                  the reserve, VMID and clone actions (configure uses launcher_boot.c)
+ *   launcher_join.c                   the register and initialize actions
+ *   launcher_teardown.c               failed launches, deleted claims, the finalizer
+ *   launcher_gc.c                     periodic clean-up of what no claim owns
+ *   launcher.c                        the table of steps and the reconcile that runs it
+ * Below them all, pure: launchstep (results and decisions), nodeclaim (the typed status), launcher_plan. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
@@ -10,76 +23,57 @@
 
 #include "launcher.h"
 #include "launcher_plan.h"
+#include "launchstep.h"
+#include "nodeclaim.h"
 #include "shapes.h"
 #include "tokens.h"
 
-/* Steps, recorded in status.launchStep once done (the next one is what a reconcile does next). */
-#define STEP_NONE ""
-#define STEP_RESERVED "Reserved"
-#define STEP_VMID "VMIDAllocated"
-#define STEP_CLONING "Cloning"
-#define STEP_CONFIGURED "Configured" /* cloned, boot disk resized, cloud-init uploaded, config and firewall set */
-#define STEP_STARTED "Started"
-#define STEP_LAUNCHED "Launched"
-#define STEP_REGISTERED "Registered"
-#define STEP_INITIALIZED "Initialized"
-#define STEP_FAILED "Failed"
+#define LAUNCHER__TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
+#define LAUNCHER__POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
+#define LAUNCHER__CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
+#define LAUNCHER__POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
+#define LAUNCHER__ISO_DELETE_DELAY_S 5 /* how long Proxmox may hold an ISO delete to answer with its outcome */
+#define LAUNCHER__POLL_START_MS 1000 /* first poll, and interval, of a start: a start takes seconds (QEMU, then the
+                                     * guest), and nothing waits on its answer; the Proxmox UI polls as often */
+#define LAUNCHER__TASK_POLL_MS 500  /* longest interval between polls of the other tasks */
+#define LAUNCHER__RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
+#define LAUNCHER__COMPONENT "pvescale-launcher"
+#define LAUNCHER__VOLUME_MAX 200
+#define LAUNCHER__LABEL_NODEPOOL "pvescale.io/nodepool"
+#define LAUNCHER__LABEL_NODECLASS "pvescale.io/nodeclass"
+#define LAUNCHER__LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
+#define LAUNCHER__CACHE_TTL_MS (60L * 1000) /* template VMID, ISO storage, join data */
+#define LAUNCHER__TEMPLATE_SETS 8 /* parsed template sets kept: one per set of template texts in use */
+#define LAUNCHER__MAX_RESTARTS 4  /* passes of one reconcile, and tries of one status write, on conflicts */
 
-/* Step results besides 0 (done, go on) and negative errnos. */
-#define LSTEP_WAIT 1 /* nothing to do now; call again after c->requeue_ms */
-#define LSTEP_FAIL 2 /* the launch failed for good: c->fail_reason / c->err say why */
-
-#define LAUNCHER_MAX_ATTEMPTS 8      /* consecutive failures of one step before the launch fails */
-#define LAUNCHER_RETRY_MAX_MS 30000  /* longest pause between two attempts of a step */
-#define LAUNCHER_POLL_MS 1000        /* polling interval of clone tasks, Nodes, bind */
-#define LAUNCHER_SETTLE_MAX_MS 10000 /* how long a Ready Node's ephemeral taints may delay the Registered record */
-#define LAUNCHER_TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
-#define LAUNCHER_POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
-#define LAUNCHER_CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
-#define LAUNCHER_POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
-#define LAUNCHER_ISO_DELETE_DELAY_S 5 /* how long Proxmox may hold an ISO delete to answer with its outcome */
-#define LAUNCHER_POLL_START_MS 1000 /* first poll, and interval, of a start: a start takes seconds (QEMU, then the
-                                    * guest), and nothing waits on its answer; the Proxmox UI polls as often */
-#define LAUNCHER_TASK_POLL_MS 500  /* longest interval between polls of the other tasks */
-#define LAUNCHER_RESERVATION_GRACE_MS (60L * 1000) /* an ownerless reservation or token younger than this is kept */
-#define LAUNCHER_COMPONENT "pvescale-launcher"
-#define LAUNCHER_VOLUME_MAX 200
-#define LAUNCHER_LABEL_NODEPOOL "pvescale.io/nodepool"
-#define LAUNCHER_LABEL_NODECLASS "pvescale.io/nodeclass"
-#define LAUNCHER_LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
-
-struct launcher_backoff_entry {
+struct launcher__backoff_entry {
         char *nodepool, *host;
         unsigned failures;
         int64_t until_ms;
 };
 
-struct launcher_seen {
+struct launcher__seen {
         char region[64];
         uint32_t vmid;
         int64_t first_ms;
 };
 
-#define LAUNCHER_CACHE_TTL_MS (60L * 1000) /* template VMID, ISO storage, join data */
-
-struct launcher_cache_entry {
+struct launcher__cache_entry {
         char *key, *value;
         int64_t at_ms;
 };
 
-struct launcher_cache {
+struct launcher__cache {
         pthread_mutex_t mu;
-        struct launcher_cache_entry *items;
+        struct launcher__cache_entry *items;
         size_t n, cap;
 };
-
-#define LAUNCHER_TEMPLATE_SETS 8 /* parsed template sets kept: one per set of template texts in use */
 
 struct cloudinit_set;
 
 /* A NodeClass's cloud-init templates, parsed once: key holds every file's text (length-prefixed, "-" for a file
  * left to its default), so that a changed template is parsed anew. */
-struct launcher_templates {
+struct launcher__templates {
         char *key;
         struct cloudinit_set *set;
 };
@@ -87,25 +81,37 @@ struct launcher_templates {
 struct launcher {
         struct launcher_env env;
         struct launcher_options o;
-        pthread_mutex_t mu; /* backoffs, vmids, seen */
-        struct launcher_backoff_entry *backoffs;
+        pthread_mutex_t mu; /* backoffs, vmids, seen, written */
+        struct launcher__backoff_entry *backoffs;
         size_t n_backoffs, cap_backoffs;
         uint32_t *vmids; /* VMIDs picked by a launch of this process whose clone has not been sent yet */
         size_t n_vmids, cap_vmids;
-        struct launcher_seen *seen; /* GC: when an orphan without a creation time was first seen */
+        struct launcher__seen *seen; /* GC: when an orphan without a creation time was first seen */
         size_t n_seen, cap_seen;
         pthread_mutex_t iso_mu; /* guards templates (the parsed cloud-init template sets) */
-        struct launcher_templates templates[LAUNCHER_TEMPLATE_SETS]; /* parsed cloud-init templates, by their text */
-        size_t next_templates;                                       /* the entry a new set replaces */
-        struct launcher_cache cache;
+        struct launcher__templates templates[LAUNCHER__TEMPLATE_SETS]; /* parsed cloud-init templates, by text */
+        size_t next_templates;                                         /* the entry a new set replaces */
+        struct launcher__cache cache;
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
 };
 
+/* The claim's status three times over: what the API server has, what this reconcile made of it, and where that
+ * goes back to when a step does not complete. */
+struct launcher__statuses {
+        struct nodeclaim_status base; /* the claim's status, decoded */
+        struct nodeclaim_status st;   /* base with the changes this reconcile has not written yet */
+        struct nodeclaim_status kept; /* base with the changes of a deferred step (which the next write carries) */
+};
+
 /* One reconcile of one claim. */
-struct lctx {
+struct launcher__ctx {
         struct launcher *l;
         struct kube_client *kube;
         json_t *claim; /* our copy of the claim; replaced by what the API server returns after every write */
+        struct launcher__statuses *s;
+        struct nodeclaim_status *st;  /* &s->st: what the steps read and change */
+        char status_error[256];       /* why the claim's status does not decode; "" when it does */
+        enum nodeclaim_step deferred; /* a step done beyond st's launch_step, without a write of its own, or NONE */
         char name[LAUNCHER_NAME_MAX], uid[LAUNCHER_UID_MAX];
         char region[128], host[128], nodepool[LAUNCHER_NAME_MAX];
         int64_t now;
@@ -117,99 +123,117 @@ struct lctx {
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
         bool vm_fresh;                /* this reconcile configured the VM, which was never configured: stopped */
         uint32_t bound_vmid;          /* this reconcile bound the claim's reservation to this VM */
-        const char *step;             /* the step this reconcile has done beyond status.launchStep, or NULL */
-        json_t *pending;              /* status changes of that step, which the next status write carries */
         char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
         bool timed;                   /* start latencies are being accounted (and not yet reported by this run) */
         struct latency_waits waits0;  /* the thread's waits when this reconcile began (when timed) */
-        int64_t requeue_ms;
-        char fail_reason[64];
-        char err[512];
 };
 
-/* ---- launcher.c ---- */
-const json_t *launcher_status(const struct lctx *c);
-/* The last step done: c->step, else status.launchStep. */
-const char *launcher_step_done(const struct lctx *c);
-/* A step done without a status write of its own: its changes (stolen) go with the next write. */
-void launcher_step_unrecorded(struct lctx *c, const char *step, json_t *changes);
-const char *launcher_status_str(const struct lctx *c, const char *key);
-int64_t launcher_status_int(const struct lctx *c, const char *key);
-int64_t launcher_status_time(const struct lctx *c, const char *key);
-/* The claim is gone: drop what the launcher remembers of its writes. */
-void launcher_forget_written(struct launcher *l, const char *name);
-/* Write status changes (a new object, stolen; JSON null removes a key; a "conditions" array of
- * {type, status, reason, message} is merged with launcher_condition_set). A conflict is retried on the fresh
- * object while nobody else moved the launch; otherwise -EAGAIN (reconcile again from the fresh claim). */
-int launcher_commit(struct lctx *c, json_t *changes);
-/* Record step as done together with changes (stolen, may be NULL), clearing attempts and lastError. */
-int launcher_set_step(struct lctx *c, const char *step, json_t *changes);
-/* c->err = the message; returns r. */
-int launcher_errf(struct lctx *c, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* LSTEP_FAIL with reason and c->err. */
-int launcher_failf(struct lctx *c, const char *reason, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int launcher_wait(struct lctx *c, int64_t ms);
-int launcher_need_nodeclass(struct lctx *c);
-int launcher_need_pool(struct lctx *c);
-int launcher_need_shape(struct lctx *c);
-int launcher_need_pve(struct lctx *c);
-int64_t launcher_now(const struct launcher *l);
-void launcher_backoff_note(struct launcher *l, const char *nodepool, const char *host, int64_t now_ms);
-void launcher_backoff_clear(struct launcher *l, const char *nodepool, const char *host);
-/* Take a VMID for this launch: /cluster/nextid, skipping ids other launches of this process hold. */
-int launcher_pick_vmid(struct lctx *c, uint32_t *ret_vmid);
-void launcher_unpick_vmid(struct lctx *c);
+/* A step's action: what is done from the state the claim is in. */
+typedef struct launchstep_result (*launcher__action)(struct launcher__ctx *c);
 
-/* ---- launcher_cache.c: strings kept for LAUNCHER_CACHE_TTL_MS (a stale answer is noticed and dropped) ---- */
-void launcher_cache_init(struct launcher_cache *c);
-void launcher_cache_done(struct launcher_cache *c);
+/* ---- launcher_cache.c: strings kept for LAUNCHER__CACHE_TTL_MS (a stale answer is noticed and dropped) ---- */
+void launcher__cache_init(struct launcher__cache *c);
+void launcher__cache_done(struct launcher__cache *c);
 /* A copy of the value (malloc'd), or NULL when absent or older than the TTL. */
-char *launcher_cache_get(struct launcher_cache *c, const char *key, int64_t now_ms);
-void launcher_cache_put(struct launcher_cache *c, const char *key, const char *value, int64_t now_ms);
-void launcher_cache_drop(struct launcher_cache *c, const char *key);
+char *launcher__cache_get(struct launcher__cache *c, const char *key, int64_t now_ms);
+void launcher__cache_put(struct launcher__cache *c, const char *key, const char *value, int64_t now_ms);
+void launcher__cache_drop(struct launcher__cache *c, const char *key);
 
-/* ---- launcher_steps.c: reserve and VMID, clone, then configure (boot disk, cloud-init, config, firewall) ---- */
-int launcher_step_reserve(struct lctx *c);
-int launcher_step_vmid(struct lctx *c);
-int launcher_step_clone(struct lctx *c);
-int launcher_step_cloning(struct lctx *c);
-/* Whose is the VM with this config, by the claim UID in its description: 1 this claim's, 0 cannot tell yet (a
- * clone in progress: locked, no description), -1 someone else's. */
-int launcher_vm_owner(const struct lctx *c, const json_t *config);
-/* Does the NodeClass deliver cloud-init on a CD-ROM (metadataOptions.type "cdrom"), with a join token? */
-bool launcher_joins_by_cdrom(const struct lctx *c);
-/* Is the VM running (GET status/current)? */
-int launcher_vm_running(struct lctx *c, uint32_t vmid, bool *ret_running);
+/* ---- launcher_state.c: the launcher object (launcher_new, launcher_free, launcher_wrote and
+ * launcher_backoff_active are there too) ---- */
+int64_t launcher__now(const struct launcher *l);
+void launcher__backoff_note(struct launcher *l, const char *nodepool, const char *host, int64_t now_ms);
+void launcher__backoff_clear(struct launcher *l, const char *nodepool, const char *host);
+/* Hold a VMID for a launch of this process until its clone is sent: 0, -EEXIST (another launch holds it). */
+int launcher__vmid_hold(struct launcher *l, uint32_t vmid);
+void launcher__vmid_release(struct launcher *l, uint32_t vmid);
+/* Remember stored as this process's last write of the claim; NULL forgets the claim. */
+void launcher__note_written(struct launcher *l, const char *name, const json_t *stored);
+/* Is rv the version of one of this process's last writes of the claim? Then *ret_last (if asked) is the last one. */
+bool launcher__wrote(struct launcher *l, const char *name, const char *rv, json_t **ret_last);
+/* Has this process written the claim (and not forgotten it)? */
+bool launcher__wrote_any(struct launcher *l, const char *name);
 
-/* ---- launcher_boot.c: cloud-init, firewall, start and bind ---- */
+/* ---- launcher_delete.c ---- */
+/* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most
+ * LAUNCHER__TASK_TIMEOUT_MS; the error text is pve_client_error's. */
+int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms);
+/* Stop (if running) and delete a VM, waiting for both tasks. 0 also when it is already gone. */
+int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen);
+/* Delete an ISO volume ("storage:iso/file"); gone counts as done. */
+int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen);
+/* Delete the join token Secret; -ENOENT counts as done. */
+int launcher__delete_token(struct kube_client *kube, const char *token_id);
+
+/* ---- launcher_ctx.c ---- */
+/* Make claim (a new reference, stolen) the context's claim and decode its status (status_error says what does
+ * not decode); the changes not written yet are dropped. 0 or -ENOMEM. */
+int launcher__ctx_take(struct launcher__ctx *c, json_t *claim);
+/* Release what one pass of a reconcile fetched (the NodeClass, the NodePool, the shape) and drop the changes it
+ * did not write. */
+void launcher__ctx_drop(struct launcher__ctx *c);
+/* Release everything the context holds (the claim, its status, a picked VMID). */
+void launcher__ctx_done(struct launcher__ctx *c);
+/* The state the claim is in: the deferred step, else the recorded one. */
+enum nodeclaim_step launcher__ctx_step(const struct launcher__ctx *c);
+/* Write what st changed (with a deferred step's changes). A conflict is tried again on the fresh claim while
+ * nobody else moved the launch; otherwise ERROR -EAGAIN (reconcile again from the fresh claim). A write that
+ * fails drops its changes (not the deferred step's). */
+struct launchstep_result launcher__commit(struct launcher__ctx *c);
+/* Record step as done (attempts and lastError cleared) with st's changes: one write, and the on_step hooks. */
+struct launchstep_result launcher__record(struct launcher__ctx *c, enum nodeclaim_step step);
+/* Step is done without a write of its own: st's changes go with the next write (of a step, or an error). */
+void launcher__defer(struct launcher__ctx *c, enum nodeclaim_step step);
+/* Drop st's changes since the last write or deferred step (a step that did not complete). */
+void launcher__rollback(struct launcher__ctx *c);
+struct launchstep_result launcher__need_nodeclass(struct launcher__ctx *c);
+struct launchstep_result launcher__need_pool(struct launcher__ctx *c);
+struct launchstep_result launcher__need_shape(struct launcher__ctx *c);
+struct launchstep_result launcher__need_pve(struct launcher__ctx *c);
+/* Take a VMID for this launch: /cluster/nextid, skipping ids other launches of this process hold. */
+struct launchstep_result launcher__pick_vmid(struct launcher__ctx *c, uint32_t *ret_vmid);
+void launcher__unpick_vmid(struct launcher__ctx *c);
+/* The labels and taints of the claim's Node (the kubelet accepts only some kubernetes.io labels at registration;
+ * the rest are set on the Node after it); with_startup adds the startup taints. New references, NULL on ENOMEM. */
+json_t *launcher__wanted_labels(struct launcher__ctx *c, bool kubelet_only);
+json_t *launcher__wanted_taints(struct launcher__ctx *c, bool with_startup);
+/* spec.startupTaints of the claim, else of its NodePool template (borrowed). */
+const json_t *launcher__startup_taints(struct launcher__ctx *c);
+
+/* ---- launcher_boot.c ---- */
 /* With metadataOptions.type cdrom: the join token (its id in token_id) and the uploaded cloud-init ISO (its
  * volume in volume, for the config to attach); otherwise both empty. */
-int launcher_cloudinit_deliver(struct lctx *c, char volume[LAUNCHER_VOLUME_MAX], char token_id[TOKENS_ID_LEN + 1]);
+struct launchstep_result launcher__cloudinit_deliver(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX],
+                                                     char token_id[TOKENS_ID_LEN + 1]);
+/* Does the NodeClass deliver cloud-init on a CD-ROM (metadataOptions.type "cdrom"), with a join token? */
+bool launcher__joins_by_cdrom(const struct launcher__ctx *c);
 /* The NodeClass security groups on the VM (firewall enabled, one group rule per interface). */
-int launcher_firewall_apply(struct lctx *c, uint32_t vmid);
-int launcher_step_start(struct lctx *c);
-int launcher_step_bind(struct lctx *c);
-/* Bind the claim's agent reservation to its VM (nothing without one). 0, LSTEP_WAIT, or an error. */
-int launcher_bind(struct lctx *c);
-/* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most
- * LAUNCHER_TASK_TIMEOUT_MS; the error text is pve_client_error's. */
-int launcher_pve_task_wait(struct pve_client *pve, const char *upid, long first_ms);
-/* The same for the claim's launch (PVE errors in c->err). */
-int launcher_task_wait(struct lctx *c, const char *what, const char *upid, long first_ms);
+struct launchstep_result launcher__firewall_apply(struct launcher__ctx *c, uint32_t vmid);
+/* Is the VM running (GET status/current)? */
+struct launchstep_result launcher__vm_running(struct launcher__ctx *c, uint32_t vmid, bool *ret_running);
+/* A PVE task of the claim's launch, as launcher__pve_task_wait ("<what>: <PVE error>" on failure). */
+struct launchstep_result launcher__task_wait(struct launcher__ctx *c, const char *what, const char *upid,
+                                             long first_ms);
+/* Bind the claim's agent reservation to its VM (nothing without one): DONE, WAIT (the agent does not see the VM
+ * yet), FAIL ReservationLost or ERROR. */
+struct launchstep_result launcher__bind_reservation(struct launcher__ctx *c);
+struct launchstep_result launcher__start(struct launcher__ctx *c); /* from Configured */
+struct launchstep_result launcher__bind(struct launcher__ctx *c);  /* from Started */
 
-/* ---- launcher_join.c: registration and initialization ---- */
-int launcher_step_register(struct lctx *c);
-int launcher_step_initialize(struct lctx *c);
-/* Delete the join token Secret; -ENOENT counts as done. */
-int launcher_delete_token(struct kube_client *kube, const char *token_id);
-/* Delete an ISO volume ("storage:iso/file"); gone counts as done. */
-int launcher_delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen);
+/* ---- launcher_steps.c ---- */
+struct launchstep_result launcher__reserve(struct launcher__ctx *c);        /* from not begun */
+struct launchstep_result launcher__allocate_vmid(struct launcher__ctx *c);  /* from Reserved */
+struct launchstep_result launcher__clone(struct launcher__ctx *c);          /* from VMIDAllocated */
+struct launchstep_result launcher__await_clone(struct launcher__ctx *c);    /* from Cloning */
+
+/* ---- launcher_join.c ---- */
+struct launchstep_result launcher__register(struct launcher__ctx *c);   /* from Launched */
+struct launchstep_result launcher__initialize(struct launcher__ctx *c); /* from Registered */
 
 /* ---- launcher_teardown.c ---- */
-/* The launch failed: record it, emit an Event, back off the (node pool, host), delete the claim and tear down. */
-int launcher_fail(struct lctx *c);
+/* The launch failed (why: a FAIL or the error it gave up on; NULL to finish a recorded failure): record it, emit
+ * an Event, back off the (node pool, host), delete the claim and tear down. */
+struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct launchstep_result *why);
 /* The claim is being deleted: tear everything down, then drop the finalizer. */
-int launcher_finalize(struct lctx *c);
-/* Stop (if running) and delete a VM, waiting for both tasks. 0 also when it is already gone. */
-int launcher_delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen);
-int launcher_ensure_finalizer(struct lctx *c);
+struct launchstep_result launcher__finalize(struct launcher__ctx *c);
+struct launchstep_result launcher__ensure_finalizer(struct launcher__ctx *c);

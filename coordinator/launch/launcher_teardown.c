@@ -11,65 +11,42 @@
 #include "log.h"
 #include "tokens.h"
 
-/* ---- VM deletion ---- */
+/* ---- teardown ---- */
 
-int launcher_delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen) {
-        bool running = false;
-        char *upid = NULL;
-        int r = pve_vm_running(pve, host, vmid, &running);
-        if (r == 0 && running) {
-                r = pve_vm_action(pve, host, vmid, "stop", &upid);
-                if (r == 0)
-                        r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
-                free(upid);
-                upid = NULL;
-        }
-        if (r == 0)
-                r = pve_vm_delete(pve, host, vmid, true, true, &upid);
-        if (r == 0)
-                r = launcher_pve_task_wait(pve, upid, LAUNCHER_POLL_LATER_MS);
-        free(upid);
-        if (r == -ENOENT || (r < 0 && strstr(pve_client_error(pve), "does not exist")))
-                return 0;
-        if (r < 0)
-                snprintf(err, errlen, "delete VM %u on %s: %s", vmid, host, pve_client_error(pve));
-        else
-                log_info("launcher: deleted VM %u on %s", vmid, host);
-        return r;
-}
-
-/* The claim's VM, if it is provably the claim's: never delete a VM someone else holds under the same id. */
-static int teardown_vm(struct lctx *c) {
-        uint32_t vmid = (uint32_t)launcher_status_int(c, "vmid");
+/* The claim's VM, if it is provably the claim's (launchstep_teardown_vm). */
+static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
+        uint32_t vmid = c->st->vmid;
         json_t *config = NULL;
+        char err[NODECLAIM_MESSAGE_MAX];
         if (vmid == 0 || !c->pve)
-                return 0;
+                return launchstep_done();
         int r = pve_vm_config_get(c->pve, c->host, vmid, &config);
         if (r == -ENOENT)
-                return 0;
+                return launchstep_done();
         if (r < 0)
-                return launcher_errf(c, r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
-        int owner = launcher_vm_owner(c, config);
+                return launchstep_error(r, "config of VM %u: %s", vmid, pve_client_error(c->pve));
+        int owner = launchstep_vm_owner(c->uid, config);
         bool locked = json_object_get(config, "lock") != NULL;
         json_decref(config);
-        if (owner == 0 && launcher_status_str(c, "cloneTask")[0])
-                owner = 1; /* Proxmox accepted our clone to this VMID */
-        if (owner < 0)
-                return 0;
-        if (locked) {
-                /* a clone is still running (a locked VM cannot be deleted): wait until it ends; when the owner
-                 * cannot be told (the clone was sent but not recorded), give up well after it should be done */
-                int64_t started = launcher_status_time(c, "cloneStartedAt");
-                if (owner == 0 && started && c->now > started + 2 * c->l->o.clone_timeout_ms + 60000)
-                        return 0;
-                return launcher_wait(c, LAUNCHER_POLL_MS);
+        switch (launchstep_teardown_vm(owner, locked, c->st, c->now, c->l->o.clone_timeout_ms)) {
+        case LAUNCHSTEP_TEARDOWN_KEEP:
+                return launchstep_done();
+        case LAUNCHSTEP_TEARDOWN_WAIT:
+                return launchstep_wait(LAUNCHSTEP_POLL_MS);
+        default:
+                r = launcher__delete_vm(c->pve, c->host, vmid, err, sizeof err);
+                return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
         }
-        return launcher_delete_vm(c->pve, c->host, vmid, c->err, sizeof c->err);
 }
 
-/* ---- the rest ---- */
+static struct launchstep_result teardown_iso(struct launcher__ctx *c) {
+        const char *iso = c->st->iso_volume;
+        char err[NODECLAIM_MESSAGE_MAX];
+        int r = iso[0] && c->pve ? launcher__delete_iso(c->pve, c->host, iso, err, sizeof err) : 0;
+        return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
+}
 
-static int teardown_tokens(struct lctx *c) {
+static struct launchstep_result teardown_tokens(struct launcher__ctx *c) {
         char selector[128];
         json_t *list = NULL, *s;
         size_t i;
@@ -84,18 +61,18 @@ static int teardown_tokens(struct lctx *c) {
                         r = 0;
         }
         json_decref(list);
-        return r < 0 ? launcher_errf(c, r, "delete join tokens: %s", kube_client_error(c->kube)) : 0;
+        return r < 0 ? launchstep_error(r, "delete join tokens: %s", kube_client_error(c->kube)) : launchstep_done();
 }
 
 /* Release the recorded reservation and any other one this claim owns (made before its id was recorded). An
  * agent that cannot be reached is not waited for: its unbound reservations expire, bound ones go with the VM. */
-static int teardown_reservations(struct lctx *c) {
+static struct launchstep_result teardown_reservations(struct launcher__ctx *c) {
         char owner[254], uid[LAUNCHER_UID_MAX];
         json_t *list = NULL, *e;
         size_t i;
         if (!c->agent)
-                return 0;
-        const char *id = launcher_status_str(c, "reservationID");
+                return launchstep_done();
+        const char *id = c->st->reservation_id;
         int r = id[0] ? agents_release(c->agent, id) : 0;
         if (r == 0 || r == -ENOENT)
                 r = agents_reservations(c->agent, &list);
@@ -112,29 +89,28 @@ static int teardown_reservations(struct lctx *c) {
         if (r < 0 && r != -ECANCELED)
                 log_error("launcher: NodeClaim %s: reservations on %s not released: %s", c->name, c->host,
                           agents_client_error(c->agent));
-        return 0;
+        return launchstep_done();
 }
 
-static int teardown_node(struct lctx *c) {
-        const char *node = launcher_status_str(c, "nodeName");
-        if (!node[0])
-                return 0;
-        int r = kube_delete(c->kube, &kube_nodes, NULL, node, NULL, NULL);
-        return r < 0 && r != -ENOENT ? launcher_errf(c, r, "delete Node %s: %s", node, kube_client_error(c->kube)) : 0;
+static struct launchstep_result teardown_node(struct launcher__ctx *c) {
+        const char *node = c->st->node_name;
+        int r = node[0] ? kube_delete(c->kube, &kube_nodes, NULL, node, NULL, NULL) : 0;
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "delete Node %s: %s", node, kube_client_error(c->kube));
+        return launchstep_done();
 }
 
-static int teardown(struct lctx *c) {
-        int r = teardown_vm(c);
-        const char *iso = launcher_status_str(c, "isoVolume");
-        if (r == 0 && iso[0] && c->pve)
-                r = launcher_delete_iso(c->pve, c->host, iso, c->err, sizeof c->err);
-        if (r == 0)
-                r = teardown_tokens(c);
-        if (r == 0)
-                r = teardown_reservations(c);
-        if (r == 0)
-                r = teardown_node(c);
-        return r;
+static struct launchstep_result teardown(struct launcher__ctx *c) {
+        struct launchstep_result res = teardown_vm(c);
+        if (launchstep_ok(&res))
+                res = teardown_iso(c);
+        if (launchstep_ok(&res))
+                res = teardown_tokens(c);
+        if (launchstep_ok(&res))
+                res = teardown_reservations(c);
+        if (launchstep_ok(&res))
+                res = teardown_node(c);
+        return res;
 }
 
 /* ---- finalizer ---- */
@@ -172,79 +148,65 @@ static int add_finalizer(json_t *obj, void *userdata) {
         return json_array_append_new(list, json_string(LAUNCHER_FINALIZER)) < 0 ? -ENOMEM : 0;
 }
 
-int launcher_ensure_finalizer(struct lctx *c) {
-        json_t *stored = NULL;
-        if (finalizer_index(c->claim) >= 0)
-                return 0;
-        int r = kube_modify(c->kube, &kube_nodeclaims, NULL, c->name, NULL, add_finalizer, c->uid, 0, &stored);
-        if (r == 0) {
-                json_decref(c->claim);
-                c->claim = stored;
-                return 0;
-        }
-        if (r == KUBE_MODIFY_SKIP) { /* someone changed the claim (stored is the fresh one): start over */
-                json_decref(c->claim);
-                c->claim = stored;
-                return -EAGAIN;
-        }
-        if (r == -EAGAIN) {
-                /* someone changed the claim: start over from the fresh one */
-                r = kube_get(c->kube, &kube_nodeclaims, NULL, c->name, &stored);
-                if (r < 0)
-                        return launcher_errf(c, r, "GET NodeClaim %s: %s", c->name, kube_client_error(c->kube));
-                json_decref(c->claim);
-                c->claim = stored;
-                return -EAGAIN;
-        }
-        return launcher_errf(c, r, "add finalizer to NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+/* Someone changed the claim: start over from the fresh one (stored, or read now). */
+static struct launchstep_result start_over(struct launcher__ctx *c, json_t *stored) {
+        int r = stored ? 0 : kube_get(c->kube, &kube_nodeclaims, NULL, c->name, &stored);
+        if (r < 0)
+                return launchstep_error(r, "GET NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+        r = launcher__ctx_take(c, stored);
+        return launchstep_error(r < 0 ? r : -EAGAIN, "NodeClaim %s changed meanwhile", c->name);
 }
 
-int launcher_finalize(struct lctx *c) {
-        int r = teardown(c);
-        if (r == LSTEP_WAIT)
-                return 0;
-        if (r < 0)
-                return r;
-        r = kube_modify(c->kube, &kube_nodeclaims, NULL, c->name, NULL, drop_finalizer, c->uid, 0, NULL);
+struct launchstep_result launcher__ensure_finalizer(struct launcher__ctx *c) {
+        json_t *stored = NULL;
+        if (finalizer_index(c->claim) >= 0)
+                return launchstep_done();
+        int r = kube_modify(c->kube, &kube_nodeclaims, NULL, c->name, NULL, add_finalizer, c->uid, 0, &stored);
+        if (r == 0) {
+                r = launcher__ctx_take(c, stored);
+                return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
+        }
+        if (r == KUBE_MODIFY_SKIP || r == -EAGAIN) /* stored is the fresh claim (skip), or nothing (-EAGAIN) */
+                return start_over(c, r == KUBE_MODIFY_SKIP ? stored : NULL);
+        return launchstep_error(r, "add finalizer to NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+}
+
+struct launchstep_result launcher__finalize(struct launcher__ctx *c) {
+        struct launchstep_result res = teardown(c);
+        if (!launchstep_ok(&res))
+                return res;
+        int r = kube_modify(c->kube, &kube_nodeclaims, NULL, c->name, NULL, drop_finalizer, c->uid, 0, NULL);
         if (r < 0 && r != -ENOENT)
-                return launcher_errf(c, r, "remove finalizer of NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+                return launchstep_error(r, "remove finalizer of NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: torn down", c->name);
-        launcher_forget_written(c->l, c->name);
-        c->requeue_ms = 0;
-        return 0;
+        launcher__note_written(c->l, c->name, NULL);
+        return launchstep_done();
 }
 
 /* ---- failed launches ---- */
 
-static int record_failure(struct lctx *c, const char *reason, const char *message) {
-        bool launched = launcher_condition_true(launcher_status(c), "Launched");
-        json_t *ch = json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:s, s:s}]}", "launchStep", STEP_FAILED, "lastError",
-                               message, "failureReason", reason, "conditions", "type",
-                               launched ? "Registered" : "Launched", "status", "False", "reason", reason, "message",
-                               message);
-        return launcher_commit(c, ch);
+static struct launchstep_result record_failure(struct launcher__ctx *c, const struct launchstep_failure *f) {
+        int r = launchstep_failed(c->st, f->reason, f->message);
+        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launcher__commit(c);
 }
 
-int launcher_fail(struct lctx *c) {
-        char reason[64], message[512];
-        const char *saved = launcher_status_str(c, "failureReason");
-        snprintf(reason, sizeof reason, "%s", c->fail_reason[0] ? c->fail_reason : saved[0] ? saved : "LaunchFailed");
-        snprintf(message, sizeof message, "%s", c->err[0] ? c->err : launcher_status_str(c, "lastError"));
-        int r = strcmp(launcher_status_str(c, "launchStep"), STEP_FAILED) == 0 ? 0 : record_failure(c, reason, message);
-        if (r < 0)
-                return r;
-        log_error("launcher: NodeClaim %s failed (%s): %s; deleting it", c->name, reason, message);
-        r = kube_event_emit(c->kube, &kube_nodeclaims, c->claim, "Warning", reason, message, LAUNCHER_COMPONENT);
+struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct launchstep_result *why) {
+        struct launchstep_failure f = launchstep_failure(c->st, why);
+        struct launchstep_result res =
+                c->st->launch_step == NODECLAIM_STEP_FAILED ? launchstep_done() : record_failure(c, &f);
+        if (!launchstep_ok(&res))
+                return res;
+        log_error("launcher: NodeClaim %s failed (%s): %s; deleting it", c->name, f.reason, f.message);
+        int r = kube_event_emit(c->kube, &kube_nodeclaims, c->claim, "Warning", f.reason, f.message,
+                                LAUNCHER__COMPONENT);
         if (r < 0 && r != -ECANCELED)
                 log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         if (c->nodepool[0] && c->host[0])
-                launcher_backoff_note(c->l, c->nodepool, c->host, c->now);
+                launcher__backoff_note(c->l, c->nodepool, c->host, c->now);
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = c->uid;
         r = kube_delete(c->kube, &kube_nodeclaims, NULL, c->name, &o, NULL);
         if (r < 0 && r != -ENOENT)
-                return launcher_errf(c, r, "delete NodeClaim %s: %s", c->name, kube_client_error(c->kube));
-        c->fail_reason[0] = '\0';
-        c->err[0] = '\0';
-        return launcher_finalize(c);
+                return launchstep_error(r, "delete NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+        return launcher__finalize(c);
 }

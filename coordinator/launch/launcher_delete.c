@@ -1,0 +1,72 @@
+/* launcher_delete: what the steps, the teardown and garbage collection share to take a launch's things away (the
+ * VM, the cloud-init ISO, the join token), and the wait for a Proxmox task. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launcher_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "tokens.h"
+
+/* A task first polled later than LAUNCHER__TASK_POLL_MS is polled that rarely after, too. */
+int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms) {
+        long poll = first_ms > LAUNCHER__TASK_POLL_MS ? first_ms : LAUNCHER__TASK_POLL_MS;
+        struct pve_wait w = { .poll_ms = poll, .timeout_ms = LAUNCHER__TASK_TIMEOUT_MS, .first_ms = first_ms };
+        return upid ? pve_task_wait(pve, upid, &w) : 0;
+}
+
+int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen) {
+        bool running = false;
+        char *upid = NULL;
+        int r = pve_vm_running(pve, host, vmid, &running);
+        if (r == 0 && running) {
+                r = pve_vm_action(pve, host, vmid, "stop", &upid);
+                if (r == 0)
+                        r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+                free(upid);
+                upid = NULL;
+        }
+        if (r == 0)
+                r = pve_vm_delete(pve, host, vmid, true, true, &upid);
+        if (r == 0)
+                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+        free(upid);
+        if (r == -ENOENT || (r < 0 && strstr(pve_client_error(pve), "does not exist")))
+                return 0;
+        if (r < 0)
+                snprintf(err, errlen, "delete VM %u on %s: %s", vmid, host, pve_client_error(pve));
+        else
+                log_info("launcher: deleted VM %u on %s", vmid, host);
+        return r;
+}
+
+/* One that is gone already is no error (Proxmox fails the delete task, or the call, with "does not exist"), so no
+ * listing first. Proxmox waits for its delete task (delay) and answers null when it went well, so the task is
+ * polled only when it failed or took longer. */
+int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen) {
+        char storage[64], *upid = NULL;
+        const char *colon = strchr(volume, ':');
+        if (!colon || (size_t)(colon - volume) >= sizeof storage)
+                return 0;
+        snprintf(storage, sizeof storage, "%.*s", (int)(colon - volume), volume);
+        int r = pve_storage_content_delete(pve, host, storage, volume, LAUNCHER__ISO_DELETE_DELAY_S, &upid);
+        if (r == 0)
+                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+        free(upid);
+        if (r < 0 && (r == -ENOENT || strstr(pve_client_error(pve), "does not exist") ||
+                      strstr(pve_client_error(pve), "No such file")))
+                r = 0;
+        if (r < 0)
+                snprintf(err, errlen, "delete %s: %s", volume, pve_client_error(pve));
+        return r;
+}
+
+int launcher__delete_token(struct kube_client *kube, const char *token_id) {
+        char name[64];
+        snprintf(name, sizeof name, TOKENS_SECRET_PREFIX "%s", token_id);
+        int r = kube_delete(kube, &kube_secrets, TOKENS_NAMESPACE, name, NULL, NULL);
+        return r == -ENOENT ? 0 : r;
+}

@@ -1,0 +1,275 @@
+/* launchstep: the one result of a launch step and the decisions the steps take, apart from their I/O. Pure. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launchstep.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pve.h"
+
+/* ---- results ---- */
+
+struct launchstep_result launchstep_done(void) {
+        return (struct launchstep_result){ .kind = LAUNCHSTEP_DONE };
+}
+
+struct launchstep_result launchstep_moved(void) {
+        return (struct launchstep_result){ .kind = LAUNCHSTEP_MOVED };
+}
+
+struct launchstep_result launchstep_wait(int64_t ms) {
+        return (struct launchstep_result){ .kind = LAUNCHSTEP_WAIT, .requeue_ms = ms > 0 ? ms : 1 };
+}
+
+static struct launchstep_result vresult(enum launchstep_kind kind, const char *reason, int err, const char *fmt,
+                                        va_list ap) {
+        struct launchstep_result r = { .kind = kind, .reason = reason, .err = err };
+        vsnprintf(r.message, sizeof r.message, fmt, ap);
+        return r;
+}
+
+struct launchstep_result launchstep_fail(const char *reason, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        struct launchstep_result r = vresult(LAUNCHSTEP_FAIL, reason, 0, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+struct launchstep_result launchstep_error(int err, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        struct launchstep_result r = vresult(LAUNCHSTEP_ERROR, NULL, err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+bool launchstep_ok(const struct launchstep_result *r) {
+        return r->kind == LAUNCHSTEP_DONE;
+}
+
+bool launchstep_is_error(const struct launchstep_result *r, int err) {
+        return r->kind == LAUNCHSTEP_ERROR && r->err == err;
+}
+
+struct launchstep_result launchstep_then(struct launchstep_result r, struct launchstep_result next) {
+        return r.kind == LAUNCHSTEP_DONE ? next : r;
+}
+
+/* ---- what a reconcile does ---- */
+
+enum launchstep_todo launchstep_todo(enum nodeclaim_step step, bool deleting, bool placed, bool status_valid) {
+        if (deleting)
+                return LAUNCHSTEP_TODO_FINALIZE;
+        if (step == NODECLAIM_STEP_INITIALIZED)
+                return LAUNCHSTEP_TODO_NOTHING;
+        if (step == NODECLAIM_STEP_FAILED)
+                return LAUNCHSTEP_TODO_FAILED;
+        return placed && status_valid ? LAUNCHSTEP_TODO_STEPS : LAUNCHSTEP_TODO_INVALID;
+}
+
+/* A VMID counts only when both record it: before that, a conflict starts the reconcile over. */
+bool launchstep_same_launch(const char *uid_a, const struct nodeclaim_status *a, const char *uid_b,
+                            const struct nodeclaim_status *b, bool b_deleting) {
+        return uid_a && uid_b && strcmp(uid_a, uid_b) == 0 && a->vmid && a->vmid == b->vmid &&
+               a->launch_step == b->launch_step && !b_deleting;
+}
+
+/* ---- retries, waits and giving up ---- */
+
+struct launchstep_retry launchstep_retry(int64_t attempts) {
+        struct launchstep_retry r = { .attempts = attempts + 1 };
+        r.give_up = r.attempts >= LAUNCHSTEP_MAX_ATTEMPTS;
+        if (!r.give_up)
+                r.requeue_ms = launcher_backoff_delay((unsigned)r.attempts, LAUNCHSTEP_RETRY_BASE_MS,
+                                                      LAUNCHSTEP_RETRY_MAX_MS);
+        return r;
+}
+
+struct launchstep_result launchstep_clone_wait(int64_t started_ms, int64_t now_ms, int64_t timeout_ms, uint32_t vmid) {
+        int64_t left = started_ms ? started_ms + timeout_ms - now_ms : timeout_ms;
+        if (left <= 0)
+                return launchstep_fail("CloneTimeout", "the clone of VM %lld did not finish within %lld s",
+                                       (long long)vmid, (long long)(timeout_ms / 1000));
+        int64_t half = (now_ms - started_ms) / 2;
+        int64_t delay = half < 10 ? 10 : half > LAUNCHSTEP_POLL_MS ? LAUNCHSTEP_POLL_MS : half;
+        return launchstep_wait(left < delay ? left : delay);
+}
+
+enum launchstep_clone_end launchstep_clone_end(const char *exitstatus) {
+        if (strstr(exitstatus, "already exists"))
+                return LAUNCHSTEP_CLONE_TAKEN;
+        return pve_task_exit_ok(exitstatus) ? LAUNCHSTEP_CLONE_OK : LAUNCHSTEP_CLONE_FAILED;
+}
+
+int launchstep_vm_owner(const char *uid, const json_t *config) {
+        char owner[LAUNCHER_UID_MAX];
+        int64_t created;
+        const char *desc = json_string_value(json_object_get(config, "description"));
+        if (launcher_description_parse(desc, owner, &created) == 0)
+                return strcmp(owner, uid) == 0 ? 1 : -1;
+        return json_object_get(config, "lock") ? 0 : -1;
+}
+
+void launchstep_cdrom_volume(const char *ide2, char *volume, size_t len) {
+        if (ide2 && strstr(ide2, "media=cdrom") && strncmp(ide2, "none", 4) != 0)
+                snprintf(volume, len, "%.*s", (int)strcspn(ide2, ","), ide2);
+        else
+                snprintf(volume, len, "%s", "");
+}
+
+enum launchstep_bind launchstep_bind_check(int bind_err, int64_t bound_vmid, uint32_t vmid) {
+        if (bound_vmid == (int64_t)vmid)
+                return LAUNCHSTEP_BIND_DONE;
+        return bind_err == -EEXIST ? LAUNCHSTEP_BIND_TAKEN : LAUNCHSTEP_BIND_RETRY;
+}
+
+struct launchstep_result launchstep_registration_wait(int64_t started_ms, int64_t now_ms, int64_t timeout_ms,
+                                                      const char *provider_id) {
+        int64_t left = started_ms + timeout_ms - now_ms;
+        if (left <= 0)
+                return launchstep_fail("RegistrationTimeout", "no Node with providerID %s within %lld s", provider_id,
+                                       (long long)(timeout_ms / 1000));
+        return launchstep_wait(left < LAUNCHSTEP_POLL_MS ? left : LAUNCHSTEP_POLL_MS);
+}
+
+/* A Ready Node whose ephemeral taints Kubernetes has not taken off yet is waited for (its next event brings
+ * Registered and Initialized in one write), but not for ever: Ready for LAUNCHSTEP_SETTLE_MAX_MS (the node
+ * lifecycle controller takes the not-ready taint off within its 5 s monitor period), or since an unknown time, it
+ * is recorded Registered, to wait for Initialized like any other. */
+enum launchstep_node launchstep_node(enum launcher_node_state state, int64_t ready_since_ms, int64_t now_ms) {
+        if (state == LAUNCHER_NODE_INITIALIZED)
+                return LAUNCHSTEP_NODE_INITIALIZED;
+        bool settling = ready_since_ms >= 0 && now_ms - ready_since_ms < LAUNCHSTEP_SETTLE_MAX_MS;
+        if (state == LAUNCHER_NODE_SETTLING && settling)
+                return LAUNCHSTEP_NODE_WAIT;
+        return LAUNCHSTEP_NODE_REGISTERED;
+}
+
+/* Never delete a VM someone else holds under the same id. A clone the claim sent but did not record cannot be
+ * told from someone else's while it runs: it is given up well after it should be done. */
+enum launchstep_teardown launchstep_teardown_vm(int owner, bool locked, const struct nodeclaim_status *st,
+                                                int64_t now_ms, int64_t clone_timeout_ms) {
+        if (owner == 0 && st->clone_task[0])
+                owner = 1; /* Proxmox accepted our clone to this VMID */
+        if (owner < 0)
+                return LAUNCHSTEP_TEARDOWN_KEEP;
+        if (!locked)
+                return LAUNCHSTEP_TEARDOWN_DELETE;
+        int64_t started = st->clone_started_ms;
+        if (owner == 0 && started && now_ms > started + 2 * clone_timeout_ms + 60000)
+                return LAUNCHSTEP_TEARDOWN_KEEP;
+        return LAUNCHSTEP_TEARDOWN_WAIT;
+}
+
+/* Claims that reserved already (and have no VM configured yet) always count; claims that have not reserved yet
+ * count when they are older (then by name), so two launches never both take the last room. */
+bool launchstep_holds_room(enum nodeclaim_step step, const char *created, const char *name, const char *my_created,
+                           const char *my_name) {
+        if (step != NODECLAIM_STEP_NONE)
+                return step == NODECLAIM_STEP_RESERVED || step == NODECLAIM_STEP_VMID_ALLOCATED ||
+                       step == NODECLAIM_STEP_CLONING;
+        int cmp = strcmp(created, my_created);
+        return cmp < 0 || (cmp == 0 && strcmp(name, my_name) < 0);
+}
+
+bool launchstep_deferred(enum nodeclaim_step step) {
+        return step == NODECLAIM_STEP_CONFIGURED;
+}
+
+/* ---- what steps record ---- */
+
+void launchstep_record(struct nodeclaim_status *st, enum nodeclaim_step step) {
+        st->launch_step = step;
+        st->attempts = 0;
+        st->last_error[0] = '\0';
+}
+
+void launchstep_vmid_picked(struct nodeclaim_status *st, const char *region, uint32_t vmid, int64_t now_ms) {
+        st->vmid = vmid;
+        snprintf(st->provider_id, sizeof st->provider_id, "proxmox://%s/%u", region, vmid);
+        if (!st->clone_started_ms)
+                st->clone_started_ms = now_ms;
+}
+
+void launchstep_vmid_dropped(struct nodeclaim_status *st) {
+        st->vmid = 0;
+        st->clone_task[0] = '\0';
+        st->provider_id[0] = '\0';
+}
+
+void launchstep_attempt_failed(struct nodeclaim_status *st, int64_t attempts, const char *message) {
+        st->attempts = attempts;
+        snprintf(st->last_error, sizeof st->last_error, "%s", message);
+}
+
+/* The agent's numa entries in the status form (whole MiB; at most LAUNCHER_MAX_NUMA). */
+static int agent_placement(struct nodeclaim_placement *p, const json_t *reservation) {
+        int err = 0;
+        const char *cpus = json_string_value(json_object_get(reservation, "cpus"));
+        json_t *numa = launcher_placement_numa_from_agent(json_object_get(reservation, "numa"), &err);
+        int r = numa ? launcher_numa_parse(numa, p->numa, &p->n_numa) : err;
+        json_decref(numa);
+        if (r == 0 && cpus && strlen(cpus) >= sizeof p->cpus)
+                r = -EINVAL;
+        if (r == 0)
+                snprintf(p->cpus, sizeof p->cpus, "%s", cpus ? cpus : "");
+        p->set = r == 0;
+        return r;
+}
+
+int launchstep_reserved_by_agent(struct nodeclaim_status *st, const json_t *reservation) {
+        const char *id = json_string_value(json_object_get(reservation, "id"));
+        if (!id || strlen(id) >= sizeof st->reservation_id || agent_placement(&st->placement, reservation) < 0)
+                return -EINVAL;
+        st->reservation = NODECLAIM_RESERVATION_AGENT;
+        snprintf(st->reservation_id, sizeof st->reservation_id, "%s", id);
+        return nodeclaim_condition_set(st, "Launched", "Unknown", "Launching", "reserved on the host agent");
+}
+
+int launchstep_reserved_by_pve(struct nodeclaim_status *st) {
+        st->reservation = NODECLAIM_RESERVATION_PVE;
+        st->reservation_id[0] = '\0';
+        return nodeclaim_condition_set(st, "Launched", "Unknown", "Launching",
+                                       "reserved by Proxmox accounting (no host agent)");
+}
+
+int launchstep_launched(struct nodeclaim_status *st) {
+        return nodeclaim_condition_set(st, "Launched", "True", "Launched", "VM started and pinned") ?:
+               nodeclaim_condition_set(st, "Registered", "Unknown", "AwaitingNode", "waiting for the Node to register");
+}
+
+int launchstep_registered(struct nodeclaim_status *st, const char *node_name) {
+        snprintf(st->node_name, sizeof st->node_name, "%s", node_name);
+        return nodeclaim_condition_set(st, "Registered", "True", "Registered", "") ?:
+               nodeclaim_condition_set(st, "Initialized", "Unknown", "AwaitingReady",
+                                       "waiting for the Node to be Ready");
+}
+
+int launchstep_initialized(struct nodeclaim_status *st, const char *node_name) {
+        int r = 0;
+        st->token_id[0] = st->iso_volume[0] = '\0';
+        if (node_name) {
+                snprintf(st->node_name, sizeof st->node_name, "%s", node_name);
+                r = nodeclaim_condition_set(st, "Registered", "True", "Registered", "");
+        }
+        return r ?: nodeclaim_condition_set(st, "Initialized", "True", "Initialized", "");
+}
+
+struct launchstep_failure launchstep_failure(const struct nodeclaim_status *st, const struct launchstep_result *why) {
+        struct launchstep_failure f;
+        const char *reason = why && why->kind == LAUNCHSTEP_FAIL && why->reason ? why->reason : st->failure_reason;
+        snprintf(f.reason, sizeof f.reason, "%s", reason[0] ? reason : "LaunchFailed");
+        snprintf(f.message, sizeof f.message, "%s", why && why->message[0] ? why->message : st->last_error);
+        return f;
+}
+
+int launchstep_failed(struct nodeclaim_status *st, const char *reason, const char *message) {
+        bool launched = nodeclaim_condition_true(st, "Launched");
+        st->launch_step = NODECLAIM_STEP_FAILED;
+        snprintf(st->last_error, sizeof st->last_error, "%s", message);
+        snprintf(st->failure_reason, sizeof st->failure_reason, "%s", reason);
+        return nodeclaim_condition_set(st, launched ? "Registered" : "Launched", "False", reason, message);
+}

@@ -1,0 +1,361 @@
+/* Tests for coordinator/launch/launchstep: the one result of a launch step and the decisions the steps take
+ * without I/O (what a reconcile does, retries, clone and registration waits, VM ownership, teardown, binds, Nodes,
+ * in-flight room) and what each step records in the status. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "launchstep.h"
+#include "testutil.h"
+
+#define NOW 1782907200000LL /* 2026-07-01T12:00:00Z */
+
+static struct nodeclaim_status *empty_status(void) {
+        struct nodeclaim_status *st = calloc(1, sizeof *st);
+        assert_non_null(st);
+        return st;
+}
+
+/* What st changed against an empty status, as the status write would carry it. */
+static json_t *changes(const struct nodeclaim_status *st) {
+        static const struct nodeclaim_status empty;
+        json_t *out = json_object();
+        assert_int_equal(nodeclaim_status_encode(&empty, st, out, NOW), 0);
+        return out;
+}
+
+static void assert_json_text(const json_t *got, const char *want_text) {
+        json_t *want = test_json_parse(want_text);
+        if (!json_equal((json_t *)got, want)) {
+                char *g = json_dumps(got, JSON_SORT_KEYS), *w = json_dumps(want, JSON_SORT_KEYS);
+                fail_msg("got  %s\nwant %s", g, w);
+        }
+        json_decref(want);
+}
+
+static void test_results(void **state) {
+        (void)state;
+        struct launchstep_result r = launchstep_done();
+        assert_true(launchstep_ok(&r));
+        r = launchstep_wait(0);
+        assert_int_equal(r.kind, LAUNCHSTEP_WAIT);
+        assert_int_equal(r.requeue_ms, 1);
+        assert_false(launchstep_ok(&r));
+        r = launchstep_fail("CloneTimeout", "VM %d", 105);
+        assert_int_equal(r.kind, LAUNCHSTEP_FAIL);
+        assert_string_equal(r.reason, "CloneTimeout");
+        assert_string_equal(r.message, "VM 105");
+        r = launchstep_error(-EIO, "disk %s", "gone");
+        assert_true(launchstep_is_error(&r, -EIO));
+        assert_false(launchstep_is_error(&r, -ENOENT));
+        assert_string_equal(r.message, "disk gone");
+        struct launchstep_result moved = launchstep_moved();
+        assert_false(launchstep_is_error(&moved, 0));
+        assert_int_equal(launchstep_then(launchstep_done(), moved).kind, LAUNCHSTEP_MOVED);
+        assert_int_equal(launchstep_then(r, moved).kind, LAUNCHSTEP_ERROR);
+        assert_int_equal(launchstep_then(launchstep_wait(5), moved).requeue_ms, 5);
+}
+
+static void test_todo(void **state) {
+        (void)state;
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_INITIALIZED, true, true, true), LAUNCHSTEP_TODO_FINALIZE);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_NONE, true, false, false), LAUNCHSTEP_TODO_FINALIZE);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_INITIALIZED, false, true, false), LAUNCHSTEP_TODO_NOTHING);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_FAILED, false, false, true), LAUNCHSTEP_TODO_FAILED);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_NONE, false, false, true), LAUNCHSTEP_TODO_INVALID);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_CLONING, false, true, false), LAUNCHSTEP_TODO_INVALID);
+        assert_int_equal(launchstep_todo(NODECLAIM_STEP_CLONING, false, true, true), LAUNCHSTEP_TODO_STEPS);
+        assert_true(launchstep_deferred(NODECLAIM_STEP_CONFIGURED));
+        for (int s = 0; s <= NODECLAIM_STEP_FAILED; s++)
+                if (s != NODECLAIM_STEP_CONFIGURED)
+                        assert_false(launchstep_deferred((enum nodeclaim_step)s));
+}
+
+static void test_same_launch(void **state) {
+        (void)state;
+        struct nodeclaim_status *a = empty_status(), *b = empty_status();
+        a->launch_step = b->launch_step = NODECLAIM_STEP_VMID_ALLOCATED;
+        a->vmid = b->vmid = 105;
+        assert_true(launchstep_same_launch("u1", a, "u1", b, false));
+        assert_false(launchstep_same_launch("u1", a, "u2", b, false)); /* recreated under the same name */
+        assert_false(launchstep_same_launch("u1", a, "u1", b, true));  /* being deleted */
+        assert_false(launchstep_same_launch(NULL, a, "u1", b, false));
+        b->launch_step = NODECLAIM_STEP_CLONING;
+        assert_false(launchstep_same_launch("u1", a, "u1", b, false));
+        b->launch_step = NODECLAIM_STEP_VMID_ALLOCATED;
+        b->vmid = 106;
+        assert_false(launchstep_same_launch("u1", a, "u1", b, false));
+        a->vmid = b->vmid = 0; /* no VMID yet: a conflict starts over */
+        assert_false(launchstep_same_launch("u1", a, "u1", b, false));
+        free(a);
+        free(b);
+}
+
+static void test_retry(void **state) {
+        (void)state;
+        struct launchstep_retry r = launchstep_retry(0);
+        assert_int_equal(r.attempts, 1);
+        assert_false(r.give_up);
+        assert_int_equal(r.requeue_ms, 1000);
+        r = launchstep_retry(1);
+        assert_int_equal(r.requeue_ms, 2000);
+        r = launchstep_retry(5);
+        assert_int_equal(r.attempts, 6);
+        assert_int_equal(r.requeue_ms, 30000); /* 32 s, capped */
+        r = launchstep_retry(LAUNCHSTEP_MAX_ATTEMPTS - 2);
+        assert_false(r.give_up);
+        r = launchstep_retry(LAUNCHSTEP_MAX_ATTEMPTS - 1);
+        assert_true(r.give_up);
+        assert_int_equal(r.attempts, LAUNCHSTEP_MAX_ATTEMPTS);
+}
+
+static void test_clone_wait(void **state) {
+        (void)state;
+        const int64_t timeout = 600000;
+        struct launchstep_result r = launchstep_clone_wait(NOW - 4, NOW, timeout, 105);
+        assert_int_equal(r.kind, LAUNCHSTEP_WAIT);
+        assert_int_equal(r.requeue_ms, 10); /* soon after the clone began */
+        r = launchstep_clone_wait(NOW - 600, NOW, timeout, 105);
+        assert_int_equal(r.requeue_ms, 300); /* half the time it has run */
+        r = launchstep_clone_wait(NOW - 60000, NOW, timeout, 105);
+        assert_int_equal(r.requeue_ms, LAUNCHSTEP_POLL_MS);
+        r = launchstep_clone_wait(0, NOW, timeout, 105); /* began at an unknown time */
+        assert_int_equal(r.requeue_ms, LAUNCHSTEP_POLL_MS);
+        r = launchstep_clone_wait(NOW - timeout + 40, NOW, timeout, 105);
+        assert_int_equal(r.requeue_ms, 40); /* not past the timeout */
+        r = launchstep_clone_wait(NOW - timeout, NOW, timeout, 105);
+        assert_int_equal(r.kind, LAUNCHSTEP_FAIL);
+        assert_string_equal(r.reason, "CloneTimeout");
+        assert_string_equal(r.message, "the clone of VM 105 did not finish within 600 s");
+}
+
+static void test_clone_end_and_owner(void **state) {
+        (void)state;
+        assert_int_equal(launchstep_clone_end("OK"), LAUNCHSTEP_CLONE_OK);
+        assert_int_equal(launchstep_clone_end("WARNINGS: 2"), LAUNCHSTEP_CLONE_OK);
+        assert_int_equal(launchstep_clone_end("unable to create VM 105: config file already exists"),
+                         LAUNCHSTEP_CLONE_TAKEN);
+        assert_int_equal(launchstep_clone_end("clone failed: storage full"), LAUNCHSTEP_CLONE_FAILED);
+        char *desc = launcher_description("c1", "uid-1", NOW);
+        json_t *ours = json_pack("{s:s}", "description", desc), *theirs = json_pack("{s:s}", "description", desc);
+        json_t *locked = json_pack("{s:s}", "lock", "clone"), *plain = json_pack("{s:s}", "name", "other");
+        assert_int_equal(launchstep_vm_owner("uid-1", ours), 1);
+        assert_int_equal(launchstep_vm_owner("uid-2", theirs), -1);
+        assert_int_equal(launchstep_vm_owner("uid-1", locked), 0); /* a clone in progress: cannot tell yet */
+        assert_int_equal(launchstep_vm_owner("uid-1", plain), -1);
+        free(desc);
+        json_decref(ours);
+        json_decref(theirs);
+        json_decref(locked);
+        json_decref(plain);
+}
+
+static void test_cdrom_volume(void **state) {
+        (void)state;
+        char v[64] = "junk";
+        launchstep_cdrom_volume("local:iso/pvescale-a-1.iso,media=cdrom", v, sizeof v);
+        assert_string_equal(v, "local:iso/pvescale-a-1.iso");
+        launchstep_cdrom_volume("none,media=cdrom", v, sizeof v);
+        assert_string_equal(v, "");
+        launchstep_cdrom_volume("local-lvm:vm-105-disk-0,size=4G", v, sizeof v);
+        assert_string_equal(v, "");
+        launchstep_cdrom_volume(NULL, v, sizeof v);
+        assert_string_equal(v, "");
+}
+
+static void test_bind_check(void **state) {
+        (void)state;
+        assert_int_equal(launchstep_bind_check(-EEXIST, 105, 105), LAUNCHSTEP_BIND_DONE);
+        assert_int_equal(launchstep_bind_check(-ENOENT, 105, 105), LAUNCHSTEP_BIND_DONE);
+        assert_int_equal(launchstep_bind_check(-EEXIST, 200, 105), LAUNCHSTEP_BIND_TAKEN);
+        assert_int_equal(launchstep_bind_check(-ENOENT, 0, 105), LAUNCHSTEP_BIND_RETRY);
+}
+
+static void test_registration_wait(void **state) {
+        (void)state;
+        const int64_t timeout = 900000;
+        struct launchstep_result r = launchstep_registration_wait(NOW - 1000, NOW, timeout, "proxmox://r1/105");
+        assert_int_equal(r.kind, LAUNCHSTEP_WAIT);
+        assert_int_equal(r.requeue_ms, LAUNCHSTEP_POLL_MS);
+        r = launchstep_registration_wait(NOW - timeout + 300, NOW, timeout, "proxmox://r1/105");
+        assert_int_equal(r.requeue_ms, 300);
+        r = launchstep_registration_wait(NOW - timeout, NOW, timeout, "proxmox://r1/105");
+        assert_int_equal(r.kind, LAUNCHSTEP_FAIL);
+        assert_string_equal(r.reason, "RegistrationTimeout");
+        assert_string_equal(r.message, "no Node with providerID proxmox://r1/105 within 900 s");
+        r = launchstep_registration_wait(0, NOW, timeout, "p"); /* no startedAt: nothing to wait for */
+        assert_int_equal(r.kind, LAUNCHSTEP_FAIL);
+}
+
+static void test_node(void **state) {
+        (void)state;
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_INITIALIZED, NOW, NOW), LAUNCHSTEP_NODE_INITIALIZED);
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_SETTLING, NOW - 9000, NOW), LAUNCHSTEP_NODE_WAIT);
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_SETTLING, NOW - LAUNCHSTEP_SETTLE_MAX_MS, NOW),
+                         LAUNCHSTEP_NODE_REGISTERED);
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_SETTLING, -1, NOW), LAUNCHSTEP_NODE_REGISTERED);
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_TAINTED, NOW, NOW), LAUNCHSTEP_NODE_REGISTERED);
+        assert_int_equal(launchstep_node(LAUNCHER_NODE_NOT_READY, -1, NOW), LAUNCHSTEP_NODE_REGISTERED);
+}
+
+static void test_teardown_vm(void **state) {
+        (void)state;
+        const int64_t timeout = 600000;
+        struct nodeclaim_status *st = empty_status();
+        assert_int_equal(launchstep_teardown_vm(1, false, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_DELETE);
+        assert_int_equal(launchstep_teardown_vm(-1, false, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_KEEP);
+        assert_int_equal(launchstep_teardown_vm(1, true, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_WAIT);
+        /* a locked VM without a description: someone's clone, unless the claim recorded its own clone task */
+        st->clone_started_ms = NOW - 1000;
+        assert_int_equal(launchstep_teardown_vm(0, true, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_WAIT);
+        st->clone_started_ms = NOW - 2 * timeout - 60001;
+        assert_int_equal(launchstep_teardown_vm(0, true, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_KEEP);
+        snprintf(st->clone_task, sizeof st->clone_task, "UPID:x");
+        assert_int_equal(launchstep_teardown_vm(0, true, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_WAIT);
+        assert_int_equal(launchstep_teardown_vm(0, false, st, NOW, timeout), LAUNCHSTEP_TEARDOWN_DELETE);
+        free(st);
+}
+
+static void test_holds_room(void **state) {
+        (void)state;
+        const char *t1 = "2026-07-01T12:00:00Z", *t2 = "2026-07-01T12:00:01Z";
+        assert_true(launchstep_holds_room(NODECLAIM_STEP_RESERVED, t2, "b", t1, "a"));
+        assert_true(launchstep_holds_room(NODECLAIM_STEP_VMID_ALLOCATED, t2, "b", t1, "a"));
+        assert_true(launchstep_holds_room(NODECLAIM_STEP_CLONING, t2, "b", t1, "a"));
+        assert_false(launchstep_holds_room(NODECLAIM_STEP_LAUNCHED, t1, "a", t2, "b")); /* its VM counts itself */
+        assert_false(launchstep_holds_room(NODECLAIM_STEP_FAILED, t1, "a", t2, "b"));
+        assert_true(launchstep_holds_room(NODECLAIM_STEP_NONE, t1, "b", t2, "a"));  /* older */
+        assert_false(launchstep_holds_room(NODECLAIM_STEP_NONE, t2, "a", t1, "b")); /* younger */
+        assert_true(launchstep_holds_room(NODECLAIM_STEP_NONE, t1, "a", t1, "b"));  /* as old: by name */
+        assert_false(launchstep_holds_room(NODECLAIM_STEP_NONE, t1, "b", t1, "a"));
+}
+
+static void test_reserved_records(void **state) {
+        (void)state;
+        struct nodeclaim_status *st = empty_status();
+        json_t *res = test_json_parse("{\"id\": \"r-1\", \"cpus\": \"4-5\", \"numa\": [{\"node\": 1, \"guest_cpus\":"
+                                      " \"0-1\", \"memory_bytes\": 4294967296}]}");
+        assert_int_equal(launchstep_reserved_by_agent(st, res), 0);
+        launchstep_vmid_picked(st, "r1", 105, NOW);
+        json_t *ch = changes(st);
+        assert_json_text(ch, "{\"reservationMode\": \"agent\", \"reservationID\": \"r-1\", \"placement\": {\"numa\":"
+                             " [{\"hostNode\": 1, \"guestCPUs\": \"0-1\", \"memoryMiB\": 4096}], \"cpus\": \"4-5\"},"
+                             " \"vmid\": 105, \"providerID\": \"proxmox://r1/105\", \"cloneStartedAt\":"
+                             " \"2026-07-01T12:00:00.000Z\", \"conditions\": [{\"type\": \"Launched\", \"status\":"
+                             " \"Unknown\", \"reason\": \"Launching\", \"message\": \"reserved on the host agent\","
+                             " \"lastTransitionTime\": \"2026-07-01T12:00:00Z\"}]}");
+        json_decref(ch);
+        launchstep_vmid_picked(st, "r1", 106, NOW + 5000); /* a second VMID keeps the first time */
+        assert_int_equal(st->clone_started_ms, NOW);
+        assert_string_equal(st->provider_id, "proxmox://r1/106");
+        launchstep_vmid_dropped(st);
+        assert_int_equal(st->vmid, 0);
+        assert_string_equal(st->provider_id, "");
+        assert_int_equal(launchstep_reserved_by_pve(st), 0);
+        assert_int_equal(st->reservation, NODECLAIM_RESERVATION_PVE);
+        assert_string_equal(st->reservation_id, "");
+        assert_string_equal(nodeclaim_condition(st, "Launched")->message,
+                            "reserved by Proxmox accounting (no host agent)");
+        json_t *odd = test_json_parse("{\"id\": \"r-2\", \"numa\": [{\"node\": 0, \"guest_cpus\": \"0\","
+                                      " \"memory_bytes\": 1000}]}");
+        assert_int_equal(launchstep_reserved_by_agent(st, odd), -EINVAL);
+        json_t *anon = test_json_parse("{\"numa\": []}");
+        assert_int_equal(launchstep_reserved_by_agent(st, anon), -EINVAL);
+        json_decref(anon);
+        json_decref(odd);
+        json_decref(res);
+        free(st);
+}
+
+static void test_step_records(void **state) {
+        (void)state;
+        struct nodeclaim_status *st = empty_status();
+        st->attempts = 3;
+        snprintf(st->last_error, sizeof st->last_error, "old");
+        launchstep_record(st, NODECLAIM_STEP_LAUNCHED);
+        assert_int_equal(st->launch_step, NODECLAIM_STEP_LAUNCHED);
+        assert_int_equal(st->attempts, 0);
+        assert_string_equal(st->last_error, "");
+        launchstep_attempt_failed(st, 2, "no room");
+        assert_int_equal(launchstep_launched(st), 0);
+        json_t *ch = changes(st);
+        assert_json_text(ch, "{\"launchStep\": \"Launched\", \"attempts\": 2, \"lastError\": \"no room\","
+                             " \"conditions\": [{\"type\": \"Launched\", \"status\": \"True\", \"reason\": \"Launched\","
+                             " \"message\": \"VM started and pinned\", \"lastTransitionTime\": \"2026-07-01T12:00:00Z\"},"
+                             " {\"type\": \"Registered\", \"status\": \"Unknown\", \"reason\": \"AwaitingNode\","
+                             " \"message\": \"waiting for the Node to register\", \"lastTransitionTime\":"
+                             " \"2026-07-01T12:00:00Z\"}]}");
+        json_decref(ch);
+        assert_int_equal(launchstep_registered(st, "node-a"), 0);
+        assert_string_equal(st->node_name, "node-a");
+        assert_true(nodeclaim_condition_true(st, "Registered"));
+        assert_string_equal(nodeclaim_condition(st, "Initialized")->reason, "AwaitingReady");
+        snprintf(st->token_id, sizeof st->token_id, "abc123");
+        snprintf(st->iso_volume, sizeof st->iso_volume, "local:iso/x.iso");
+        assert_int_equal(launchstep_initialized(st, NULL), 0);
+        assert_string_equal(st->token_id, "");
+        assert_string_equal(st->iso_volume, "");
+        assert_true(nodeclaim_condition_true(st, "Initialized"));
+        free(st);
+        st = empty_status();
+        assert_int_equal(launchstep_initialized(st, "node-b"), 0); /* registered and initialized in one record */
+        assert_string_equal(st->node_name, "node-b");
+        assert_true(nodeclaim_condition_true(st, "Registered"));
+        assert_string_equal(st->conditions[0].type, "Registered");
+        assert_string_equal(st->conditions[1].type, "Initialized");
+        free(st);
+}
+
+static void test_failure(void **state) {
+        (void)state;
+        struct nodeclaim_status *st = empty_status();
+        struct launchstep_failure f = launchstep_failure(st, NULL);
+        assert_string_equal(f.reason, "LaunchFailed");
+        assert_string_equal(f.message, "");
+        struct launchstep_result why = launchstep_fail("CloneTimeout", "too slow");
+        f = launchstep_failure(st, &why);
+        assert_string_equal(f.reason, "CloneTimeout");
+        assert_string_equal(f.message, "too slow");
+        assert_int_equal(launchstep_failed(st, f.reason, f.message), 0);
+        assert_int_equal(st->launch_step, NODECLAIM_STEP_FAILED);
+        assert_string_equal(st->failure_reason, "CloneTimeout");
+        assert_string_equal(st->last_error, "too slow");
+        assert_string_equal(nodeclaim_condition(st, "Launched")->status, "False");
+        assert_string_equal(nodeclaim_condition(st, "Launched")->reason, "CloneTimeout");
+        /* a failure recorded before and not finished: its reason and message come from the status */
+        f = launchstep_failure(st, NULL);
+        assert_string_equal(f.reason, "CloneTimeout");
+        assert_string_equal(f.message, "too slow");
+        struct launchstep_result err = launchstep_error(-EIO, "disk gone");
+        f = launchstep_failure(st, &err);
+        assert_string_equal(f.reason, "CloneTimeout");
+        assert_string_equal(f.message, "disk gone");
+        free(st);
+        /* once launched, the failure is the Registered condition's */
+        st = empty_status();
+        assert_int_equal(launchstep_launched(st), 0);
+        assert_int_equal(launchstep_failed(st, "RegistrationTimeout", "no Node"), 0);
+        assert_string_equal(nodeclaim_condition(st, "Registered")->status, "False");
+        assert_true(nodeclaim_condition_true(st, "Launched"));
+        free(st);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_results),         cmocka_unit_test(test_todo),
+                cmocka_unit_test(test_same_launch),     cmocka_unit_test(test_retry),
+                cmocka_unit_test(test_clone_wait),      cmocka_unit_test(test_clone_end_and_owner),
+                cmocka_unit_test(test_cdrom_volume),    cmocka_unit_test(test_bind_check),
+                cmocka_unit_test(test_registration_wait), cmocka_unit_test(test_node),
+                cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
+                cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
+                cmocka_unit_test(test_failure),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
