@@ -406,15 +406,6 @@ int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const u
         return 0;
 }
 
-/* ---- back-off ---- */
-
-int64_t launcher_backoff_delay(unsigned failures, int64_t base_ms, int64_t max_ms) {
-        int64_t d = base_ms;
-        for (unsigned i = 1; i < failures && d < max_ms; i++)
-                d *= 2;
-        return d < max_ms ? d : max_ms;
-}
-
 /* ---- conditions ---- */
 
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,

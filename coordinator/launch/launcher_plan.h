@@ -78,9 +78,6 @@ struct launcher_room {
 int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const uint32_t *skip_vmids, size_t n_skip,
                            int64_t inflight_cpus, int64_t inflight_bytes, struct launcher_room *ret);
 
-/* The pause after the n-th consecutive failure (n >= 1): base * 2^(n-1), at most max. */
-int64_t launcher_backoff_delay(unsigned failures, int64_t base_ms, int64_t max_ms);
-
 /* Set a condition in status.conditions (created when missing): lastTransitionTime changes only when the
  * status changes. status is "True", "False" or "Unknown". */
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,

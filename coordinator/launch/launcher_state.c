@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "array.h"
+#include "backoff.h"
 #include "cloudinit.h"
 #include "log.h"
 
@@ -114,7 +115,7 @@ void launcher__backoff_note(struct launcher *l, const char *nodepool, const char
                 e = backoff_add(l, nodepool, host);
         if (e) {
                 e->failures++;
-                e->until_ms = now_ms + launcher_backoff_delay(e->failures, l->o.backoff_base_ms, l->o.backoff_max_ms);
+                e->until_ms = now_ms + backoff_ceiling_ms(e->failures - 1, l->o.backoff_base_ms, l->o.backoff_max_ms);
                 log_info("launcher: node pool %s on host %s paused for %lld ms after %u failed launch(es)", nodepool,
                          host, (long long)(e->until_ms - now_ms), e->failures);
         }

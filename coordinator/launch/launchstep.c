@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backoff.h"
+#include "errmsg.h"
 #include "pve.h"
 
 /* ---- results ---- */
@@ -25,8 +27,8 @@ struct launchstep_result launchstep_wait(int64_t ms) {
 
 static struct launchstep_result vresult(enum launchstep_kind kind, const char *reason, int err, const char *fmt,
                                         va_list ap) {
-        struct launchstep_result r = { .kind = kind, .reason = reason, .err = err };
-        vsnprintf(r.message, sizeof r.message, fmt, ap);
+        struct launchstep_result r = { .kind = kind, .reason = reason };
+        r.err = errmsg_vset(r.message, sizeof r.message, err, fmt, ap);
         return r;
 }
 
@@ -83,8 +85,8 @@ struct launchstep_retry launchstep_retry(int64_t attempts) {
         struct launchstep_retry r = { .attempts = attempts + 1 };
         r.give_up = r.attempts >= LAUNCHSTEP_MAX_ATTEMPTS;
         if (!r.give_up)
-                r.requeue_ms = launcher_backoff_delay((unsigned)r.attempts, LAUNCHSTEP_RETRY_BASE_MS,
-                                                      LAUNCHSTEP_RETRY_MAX_MS);
+                r.requeue_ms = backoff_ceiling_ms((unsigned)r.attempts - 1, LAUNCHSTEP_RETRY_BASE_MS,
+                                                  LAUNCHSTEP_RETRY_MAX_MS);
         return r;
 }
 
