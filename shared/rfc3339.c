@@ -43,3 +43,9 @@ int rfc3339_parse(const char *s, int64_t *ret_ms) {
         *ret_ms = (int64_t)timegm(&tm) * 1000 + frac;
         return 0;
 }
+
+int64_t rfc3339_now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -11,3 +11,5 @@ char *rfc3339_format(int64_t ms, char *buf, size_t len);
 char *rfc3339_format_ms(int64_t ms, char *buf, size_t len);
 /* Parse an RFC 3339 UTC time ("...Z", fraction allowed). 0 or -EINVAL; *ret_ms is written only on success. */
 int rfc3339_parse(const char *s, int64_t *ret_ms);
+/* The wall clock (CLOCK_REALTIME) in ms since the epoch: the times the functions above take and give. */
+int64_t rfc3339_now_ms(void);

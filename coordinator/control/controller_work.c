@@ -12,6 +12,7 @@
 #include "controller_internal.h"
 #include "fiber.h"
 #include "log.h"
+#include "rfc3339.h"
 #include "provisioner.h"
 #include "monotime.h"
 
@@ -357,17 +358,11 @@ static json_t *cached_object(void *userdata, const struct kube_resource *rt, con
         return obj;
 }
 
-static int64_t wall_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool controller__backoff_active(void *userdata, const char *nodepool, const char *host) {
         struct controller *c = userdata;
         int64_t until;
         return c->launcher && c->ops->backoff_active &&
-               c->ops->backoff_active(c->launcher, nodepool, host, wall_ms(), &until);
+               c->ops->backoff_active(c->launcher, nodepool, host, rfc3339_now_ms(), &until);
 }
 
 /* ---- lifecycle ---- */

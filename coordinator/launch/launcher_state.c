@@ -12,6 +12,7 @@
 #include "backoff.h"
 #include "cloudinit.h"
 #include "log.h"
+#include "rfc3339.h"
 
 #define DEFAULT_CLONE_TIMEOUT_MS (10L * 60 * 1000)
 #define DEFAULT_REGISTRATION_TIMEOUT_MS (15L * 60 * 1000)
@@ -79,9 +80,7 @@ void launcher_free(struct launcher *l) {
 int64_t launcher__now(const struct launcher *l) {
         if (l->env.now_ms)
                 return l->env.now_ms(l->env.userdata);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        return rfc3339_now_ms();
 }
 
 /* ---- back-off of (node pool, host) ---- */
