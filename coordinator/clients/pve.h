@@ -150,6 +150,14 @@ bool pve_task_exit_ok(const char *exitstatus);
  * 404 -ENOENT, 500 "already exists" -EEXIST, 500 "does not exist" -ENOENT, other 500 -EIO, 501 -EOPNOTSUPP,
  * 595/596 -EHOSTDOWN, other -EIO. 0 for 2xx. */
 int pve_errno_from_status(long status, const char *message);
+/* A node entry of a /cluster/status result; the strings are borrowed from it (ip may be NULL). */
+struct pve_cluster_node {
+        const char *name, *ip;
+        bool online;
+};
+/* Entry i of a /cluster/status result when it is a node (type "node" with a name): true and *ret; false for
+ * other entries (the cluster itself) and past the end. Pure. */
+bool pve_cluster_node_at(const json_t *cluster_status, size_t i, struct pve_cluster_node *ret);
 /* The IP of node in a /cluster/status result (borrowed), or NULL. */
 const char *pve_cluster_node_ip(const json_t *cluster_status, const char *node);
 /* Find a template VM in a /nodes/{n}/qemu list: name matches when given, and every tag in tags (NULL-

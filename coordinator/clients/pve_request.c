@@ -515,15 +515,22 @@ int pve_errno_from_status(long status, const char *message) {
         return -EIO;
 }
 
+bool pve_cluster_node_at(const json_t *cluster_status, size_t i, struct pve_cluster_node *ret) {
+        const json_t *e = json_array_get(cluster_status, i);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!type || strcmp(type, "node") != 0 || !name)
+                return false;
+        *ret = (struct pve_cluster_node){ .name = name, .ip = json_string_value(json_object_get(e, "ip")),
+                                          .online = json_integer_value(json_object_get(e, "online")) == 1 };
+        return true;
+}
+
 const char *pve_cluster_node_ip(const json_t *cluster_status, const char *node) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(cluster_status, i, e) {
-                const char *type = json_string_value(json_object_get(e, "type"));
-                const char *name = json_string_value(json_object_get(e, "name"));
-                if (type && name && strcmp(type, "node") == 0 && strcmp(name, node) == 0)
-                        return json_string_value(json_object_get(e, "ip"));
-        }
+        struct pve_cluster_node n;
+        for (size_t i = 0; i < json_array_size(cluster_status); i++)
+                if (pve_cluster_node_at(cluster_status, i, &n) && strcmp(n.name, node) == 0)
+                        return n.ip;
         return NULL;
 }
 

@@ -267,17 +267,13 @@ static void add_region(struct host_ctx *hc, size_t ci) {
                 call_failed(p, STATS_PVE_ERRORS, "region %s: %s", region, pve_client_error(pve));
                 return;
         }
-        size_t i;
-        json_t *e;
-        json_array_foreach(st, i, e) {
-                const char *type = json_string_value(json_object_get(e, "type"));
-                const char *name = json_string_value(json_object_get(e, "name"));
-                const char *ip = json_string_value(json_object_get(e, "ip"));
-                if (!type || strcmp(type, "node") != 0 || !name || json_integer_value(json_object_get(e, "online")) != 1)
+        struct pve_cluster_node n;
+        for (size_t i = 0; i < json_array_size(st); i++) {
+                if (!pve_cluster_node_at(st, i, &n) || !n.online)
                         continue;
-                if (ip && p->env.host_address)
-                        p->env.host_address(p->env.userdata, region, name, ip);
-                add_host(hc, pve, region, name, ip);
+                if (n.ip && p->env.host_address)
+                        p->env.host_address(p->env.userdata, region, n.name, n.ip);
+                add_host(hc, pve, region, n.name, n.ip);
         }
         json_decref(st);
 }

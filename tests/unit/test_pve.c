@@ -363,6 +363,26 @@ static void test_cluster_node_ip(void **state) {
         json_decref(st);
 }
 
+static void test_cluster_node_at(void **state) {
+        (void)state;
+        json_t *st = test_json_parse("[{\"type\":\"cluster\",\"name\":\"lab\"},"
+                           "{\"type\":\"node\",\"name\":\"pve1\",\"ip\":\"10.0.0.11\",\"online\":1},"
+                           "{\"type\":\"node\",\"name\":\"pve2\",\"online\":0},{\"type\":\"node\"}]");
+        struct pve_cluster_node n;
+        assert_false(pve_cluster_node_at(st, 0, &n));
+        assert_true(pve_cluster_node_at(st, 1, &n));
+        assert_string_equal(n.name, "pve1");
+        assert_string_equal(n.ip, "10.0.0.11");
+        assert_true(n.online);
+        assert_true(pve_cluster_node_at(st, 2, &n));
+        assert_string_equal(n.name, "pve2");
+        assert_null(n.ip);
+        assert_false(n.online);
+        assert_false(pve_cluster_node_at(st, 3, &n)); /* a node without a name */
+        assert_false(pve_cluster_node_at(st, 4, &n)); /* past the end */
+        json_decref(st);
+}
+
 static void test_find_template(void **state) {
         (void)state;
         json_t *vms = test_json_parse("[{\"vmid\":9001,\"name\":\"k8s-template\",\"template\":1,\"tags\":\"k8s-template;ubuntu\"},"
@@ -396,6 +416,7 @@ int main(void) {
                 cmocka_unit_test(test_task_exit),
                 cmocka_unit_test(test_errno),
                 cmocka_unit_test(test_cluster_node_ip),
+                cmocka_unit_test(test_cluster_node_at),
                 cmocka_unit_test(test_find_template),
         };
         return cmocka_run_group_tests(tests, load_schema, free_schema);
