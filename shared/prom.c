@@ -68,6 +68,12 @@ void prom_sample_i64(struct prom *p, const char *name, const char *labels, int64
         fprintf(p->f, " %" PRId64 "\n", value);
 }
 
+void prom_sample_f64(struct prom *p, const char *name, const char *labels, double value) {
+        char num[PROM_DOUBLE_MAX];
+        series(p, name, "", labels);
+        fprintf(p->f, " %s\n", format_double(value, num));
+}
+
 void prom_gauge_u64(struct prom *p, const char *name, const char *help, uint64_t value) {
         prom_family(p, name, "gauge", help);
         prom_sample_u64(p, name, NULL, value);

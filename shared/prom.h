@@ -31,6 +31,8 @@ void prom_family(struct prom *p, const char *name, const char *type, const char 
  * (or a literal such as `state="bound"`). */
 void prom_sample_u64(struct prom *p, const char *name, const char *labels, uint64_t value);
 void prom_sample_i64(struct prom *p, const char *name, const char *labels, int64_t value);
+/* The value as its shortest round-trip text (as the histograms' bounds and sums). */
+void prom_sample_f64(struct prom *p, const char *name, const char *labels, double value);
 
 /* A family with one unlabelled sample: the common gauge. */
 void prom_gauge_u64(struct prom *p, const char *name, const char *help, uint64_t value);
