@@ -59,7 +59,11 @@ static void handle(void *userdata, const struct http_request *req, struct http_r
         struct app *a = userdata;
         bool get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
         if (get && strcmp(req->path, "/metrics") == 0) {
-                char *text = stats_render(&a->stats);
+                struct stats_cluster cl = { 0 };
+                if (controller_collect_gauges(a->ctl, &cl) < 0)
+                        log_warning("/metrics: out of memory for the NodePools' gauges: left out");
+                char *text = stats_render(&a->stats, &cl);
+                stats_cluster_done(&cl);
                 if (text)
                         http_response_take(resp, 200, PROM_CONTENT_TYPE, text);
                 else

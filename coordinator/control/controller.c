@@ -583,3 +583,16 @@ void controller_get_status(struct controller *c, struct controller_status *ret) 
         pthread_mutex_unlock(&c->mu);
         ret->healthy = monotime_ms() - atomic_load(&c->heartbeat_ms) < HEALTHY_WITHIN_MS;
 }
+
+int controller_collect_gauges(struct controller *c, struct stats_cluster *ret) {
+        pthread_mutex_lock(&c->mu);
+        json_t *pools = values(c->store[K_POOLS]), *claims = values(c->store[K_CLAIMS]);
+        json_t *nodes = values(c->store[K_NODES]), *pods = bound_pods(c->store[K_PODS]);
+        pthread_mutex_unlock(&c->mu);
+        int r = pools && claims && nodes && pods ? controller_gauges(pools, claims, nodes, pods, ret) : -ENOMEM;
+        json_decref(pools);
+        json_decref(claims);
+        json_decref(nodes);
+        json_decref(pods);
+        return r;
+}

@@ -54,3 +54,10 @@ int controller_start(struct controller *c);
 void controller_stop(struct controller *c);
 void controller_free(struct controller *c);
 void controller_get_status(struct controller *c, struct controller_status *ret);
+/* The NodePools' gauges from the informers' cache (copied under the lock, computed after it). 0 or -ENOMEM. */
+int controller_collect_gauges(struct controller *c, struct stats_cluster *ret);
+/* The same from arrays of NodePools, NodeClaims, Nodes and the Pods bound to a node and not terminated (pure): a
+ * series per NodePool named by a NodePool, a claim's spec.nodePool or a node's pvescale.io/nodepool label; nodes
+ * without that label, malformed nodes and pods, and pods on other nodes are left out. 0 or -ENOMEM. */
+int controller_gauges(const json_t *pools, const json_t *claims, const json_t *nodes, const json_t *pods,
+                      struct stats_cluster *ret);

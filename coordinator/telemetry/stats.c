@@ -55,6 +55,45 @@ static const struct metric_doc GAUGES[STATS_N_GAUGES] = {
         [STATS_READY] = { "ready", "1 once every informer has listed its resource.", NULL },
 };
 
+/* Label values, by enum: a new reason is a new line here. */
+static const char *const VM_CREATED[STATS_N_VM_CREATED] = { [STATS_VM_CREATED_PROVISIONING] = "provisioning" };
+static const char *const VM_DELETED[STATS_N_VM_DELETED] = {
+        [STATS_VM_DELETED_LAUNCH_FAILED] = "launch_failed",
+        [STATS_VM_DELETED_GARBAGE_COLLECTED] = "garbage_collected",
+        [STATS_VM_DELETED_TERMINATED] = "terminated",
+};
+static const char *const METHODS[STATS_N_DISRUPTION_METHODS] = {
+        [STATS_DISRUPTION_EMPTINESS] = "emptiness",
+        [STATS_DISRUPTION_DRIFT] = "drift",
+        [STATS_DISRUPTION_CONSOLIDATION] = "consolidation",
+        [STATS_DISRUPTION_MULTI_NODE_CONSOLIDATION] = "multi_node_consolidation",
+        [STATS_DISRUPTION_EXPIRY] = "expiry",
+        [STATS_DISRUPTION_REPAIR] = "repair",
+};
+static const char *const REASONS[STATS_N_DISRUPTION_REASONS] = {
+        [STATS_DISRUPTION_DELETE] = "delete",
+        [STATS_DISRUPTION_REPLACE] = "replace",
+        [STATS_DISRUPTION_DO_NOT_DISRUPT] = "do_not_disrupt",
+        [STATS_DISRUPTION_PDB_BLOCKED] = "pdb_blocked",
+        [STATS_DISRUPTION_BUDGET] = "budget",
+        [STATS_DISRUPTION_CONSOLIDATE_AFTER] = "consolidate_after",
+        [STATS_DISRUPTION_PENDING_PODS] = "pending_pods",
+        [STATS_DISRUPTION_STALE] = "stale",
+};
+static const char *const EVICTIONS[STATS_N_EVICTION_RESULTS] = {
+        [STATS_EVICTION_OK] = "ok",
+        [STATS_EVICTION_PDB_BLOCKED] = "pdb_blocked",
+        [STATS_EVICTION_ERROR] = "error",
+};
+static const char *const PHASES[STATS_N_PHASES] = {
+        [STATS_PHASE_LAUNCHING] = "Launching",
+        [STATS_PHASE_REGISTERED] = "Registered",
+        [STATS_PHASE_INITIALIZED] = "Initialized",
+        [STATS_PHASE_TERMINATING] = "Terminating",
+};
+static const char *const RESOURCES[STATS_N_RESOURCES] = { [STATS_RESOURCE_CPU] = "cpu",
+                                                          [STATS_RESOURCE_MEMORY] = "memory" };
+
 void stats_init(struct stats *s) {
         memset(s, 0, sizeof *s);
 }
@@ -83,6 +122,58 @@ void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds)
         atomic_fetch_add(&hist->buckets[b], 1);
         atomic_fetch_add(&hist->count, 1);
         atomic_fetch_add(&hist->sum_us, (uint64_t)(seconds > 0 ? seconds * 1e6 : 0));
+}
+
+void stats_vm_created(struct stats *s, enum stats_vm_created_reason reason) {
+        if (s && (unsigned)reason < STATS_N_VM_CREATED)
+                atomic_fetch_add(&s->vms_created[reason], 1);
+}
+
+void stats_vm_deleted(struct stats *s, enum stats_vm_deleted_reason reason) {
+        if (s && (unsigned)reason < STATS_N_VM_DELETED)
+                atomic_fetch_add(&s->vms_deleted[reason], 1);
+}
+
+void stats_disruption_decision(struct stats *s, enum stats_disruption_method m, enum stats_disruption_reason r) {
+        if (s && (unsigned)m < STATS_N_DISRUPTION_METHODS && (unsigned)r < STATS_N_DISRUPTION_REASONS)
+                atomic_fetch_add(&s->decisions[m][r], 1);
+}
+
+void stats_disruption_action(struct stats *s, enum stats_disruption_method m, enum stats_disruption_reason r) {
+        if (s && (unsigned)m < STATS_N_DISRUPTION_METHODS && (unsigned)r < STATS_DISRUPTION_N_DISRUPTING)
+                atomic_fetch_add(&s->actions[m][r], 1);
+}
+
+void stats_eviction(struct stats *s, enum stats_eviction_result result) {
+        if (s && (unsigned)result < STATS_N_EVICTION_RESULTS)
+                atomic_fetch_add(&s->evictions[result], 1);
+}
+
+struct stats_pool *stats_cluster_pool(struct stats_cluster *cl, const char *name) {
+        for (size_t i = 0; i < cl->n; i++)
+                if (strcmp(cl->pools[i].name, name) == 0)
+                        return &cl->pools[i];
+        if (cl->n == cl->cap) {
+                size_t cap = cl->cap ? cl->cap * 2 : 8;
+                struct stats_pool *pools = reallocarray(cl->pools, cap, sizeof *pools);
+                if (!pools)
+                        return NULL;
+                cl->pools = pools;
+                cl->cap = cap;
+        }
+        struct stats_pool *p = &cl->pools[cl->n];
+        *p = (struct stats_pool){ .name = strdup(name) };
+        if (!p->name)
+                return NULL;
+        cl->n++;
+        return p;
+}
+
+void stats_cluster_done(struct stats_cluster *cl) {
+        for (size_t i = 0; i < cl->n; i++)
+                free(cl->pools[i].name);
+        free(cl->pools);
+        *cl = (struct stats_cluster){ 0 };
 }
 
 struct stats_watch *stats_watch_add(struct stats *s, const char *resource) {
@@ -148,7 +239,98 @@ static void render_watches(struct prom *p, const struct stats *s) {
                            offsetof(struct stats_watch, synced));
 }
 
-char *stats_render(const struct stats *s) {
+/* A counter family with one label: one sample per value of key, zeros included, so that rate() sees them start. */
+static void render_by(struct prom *p, const char *name, const char *help, const char *key,
+                      const char *const *values, const atomic_uint_fast64_t *v, size_t n) {
+        prom_family(p, name, "counter", help);
+        for (size_t i = 0; i < n; i++) {
+                struct prom_labels l = { 0 };
+                prom_labels_add(&l, key, values[i]);
+                prom_sample_u64(p, name, l.text, atomic_load(&v[i]));
+        }
+}
+
+/* A counter family by method and reason (the first n_reasons reasons). */
+static void render_disruptions(struct prom *p, const char *name, const char *help, const atomic_uint_fast64_t *v,
+                               size_t n_reasons) {
+        prom_family(p, name, "counter", help);
+        for (size_t m = 0; m < STATS_N_DISRUPTION_METHODS; m++)
+                for (size_t r = 0; r < n_reasons; r++) {
+                        struct prom_labels l = { 0 };
+                        prom_labels_add(&l, "method", METHODS[m]);
+                        prom_labels_add(&l, "reason", REASONS[r]);
+                        prom_sample_u64(p, name, l.text, atomic_load(&v[m * n_reasons + r]));
+                }
+}
+
+static void render_scale_down(struct prom *p, const struct stats *s) {
+        render_by(p, "vms_created_total", "VMs created, by reason.", "reason", VM_CREATED, s->vms_created,
+                  STATS_N_VM_CREATED);
+        render_by(p, "vms_deleted_total", "VMs deleted, by reason.", "reason", VM_DELETED, s->vms_deleted,
+                  STATS_N_VM_DELETED);
+        render_disruptions(p, "disruption_decisions_total",
+                           "Disruption decisions about a candidate node by method, and reason: delete or replace it, "
+                           "or why not to disrupt it.",
+                           &s->decisions[0][0], STATS_N_DISRUPTION_REASONS);
+        render_disruptions(p, "disruption_actions_total",
+                           "Disruption decisions carried out after their re-check, by method and reason.",
+                           &s->actions[0][0], STATS_DISRUPTION_N_DISRUPTING);
+        render_by(p, "evictions_total", "Eviction API requests, by result.", "result", EVICTIONS, s->evictions,
+                  STATS_N_EVICTION_RESULTS);
+}
+
+/* nodepool="..." and, when key is not NULL, key="value". */
+static void pool_labels(struct prom_labels *l, const struct stats_pool *pool, const char *key, const char *value) {
+        *l = (struct prom_labels){ 0 };
+        prom_labels_add(l, "nodepool", pool->name);
+        if (key)
+                prom_labels_add(l, key, value);
+}
+
+static void render_phases(struct prom *p, const struct stats_cluster *cl) {
+        prom_family(p, "nodeclaims_phase", "gauge", "NodeClaims by NodePool and phase.");
+        for (size_t i = 0; i < cl->n; i++)
+                for (int ph = 0; ph < STATS_N_PHASES; ph++) {
+                        struct prom_labels l;
+                        pool_labels(&l, &cl->pools[i], "phase", PHASES[ph]);
+                        prom_sample_u64(p, "nodeclaims_phase", l.text, cl->pools[i].claims[ph]);
+                }
+        prom_family(p, "nodes", "gauge", "Nodes by NodePool (the pvescale.io/nodepool label).");
+        for (size_t i = 0; i < cl->n; i++) {
+                struct prom_labels l;
+                pool_labels(&l, &cl->pools[i], NULL, NULL);
+                prom_sample_u64(p, "nodes", l.text, cl->pools[i].nodes);
+        }
+}
+
+/* A family by NodePool and resource_type; offset picks the member of struct stats_pool. cpu in cores. */
+static void render_resources(struct prom *p, const struct stats_cluster *cl, const char *name, const char *help,
+                             size_t offset) {
+        prom_family(p, name, "gauge", help);
+        for (size_t i = 0; i < cl->n; i++) {
+                const int64_t *v = (const int64_t *)((const char *)&cl->pools[i] + offset);
+                for (int r = 0; r < STATS_N_RESOURCES; r++) {
+                        struct prom_labels l;
+                        pool_labels(&l, &cl->pools[i], "resource_type", RESOURCES[r]);
+                        prom_sample_f64(p, name, l.text, r == STATS_RESOURCE_CPU ? (double)v[r] / 1000 : (double)v[r]);
+                }
+        }
+}
+
+static void render_cluster(struct prom *p, const struct stats_cluster *cl) {
+        render_phases(p, cl);
+        render_resources(p, cl, "nodes_capacity", "The nodes' capacity by NodePool (cpu in cores, memory in bytes).",
+                         offsetof(struct stats_pool, capacity));
+        render_resources(p, cl, "nodes_allocatable", "The nodes' allocatable by NodePool (cpu in cores, memory in bytes).",
+                         offsetof(struct stats_pool, allocatable));
+        render_resources(p, cl, "nodes_total_pod_requests",
+                         "Requests of the pods bound to the nodes and not terminated, DaemonSet pods included, by "
+                         "NodePool (cpu in cores, memory in bytes).",
+                         offsetof(struct stats_pool, requested));
+}
+
+char *stats_render(const struct stats *s, const struct stats_cluster *cluster) {
+        static const struct stats_cluster none = { 0 };
         struct prom p;
         if (prom_open(&p, PREFIX) < 0)
                 return NULL;
@@ -156,5 +338,7 @@ char *stats_render(const struct stats *s) {
         for (int h = 0; h < STATS_N_HISTOGRAMS; h++)
                 render_histogram(&p, s, (enum stats_histogram_kind)h);
         render_watches(&p, s);
+        render_scale_down(&p, s);
+        render_cluster(&p, cluster ? cluster : &none);
         return prom_close(&p);
 }
