@@ -154,6 +154,8 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
         log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
                  (long long)vmid, region, node, (long long)(age / 1000));
         int r = launcher__delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
+        if (r == 0)
+                stats_vm_deleted(g->l->env.stats, STATS_VM_DELETED_GARBAGE_COLLECTED);
         if (r < 0 && r != -ECANCELED) /* a stop's cancel is no failure to log */
                 r = log_error_errno(-EIO, "launcher: GC: %s", err);
         gc_error(g, r);

@@ -35,6 +35,10 @@ static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         default:
                 r = launcher__delete_vm(c->pve, c->host, vmid, err, sizeof err);
+                if (r == 0)
+                        stats_vm_deleted(c->l->env.stats, c->st->launch_step == NODECLAIM_STEP_FAILED
+                                                                  ? STATS_VM_DELETED_LAUNCH_FAILED
+                                                                  : STATS_VM_DELETED_TERMINATED);
                 return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
         }
 }
