@@ -7,6 +7,7 @@ import base64
 import calendar
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -112,6 +113,7 @@ class LaunchTest(cl.CoordinatorTest):
         self.assertEqual(m['pvescale_coordinator_launches_total{result="initialized"}'], len(claims))
         self.assertEqual(m['pvescale_coordinator_launches_total{result="failed"}'], 0)
         self.assertGreater(m['pvescale_coordinator_launcher_reconciles_total{result="ok"}'], 0)
+        self.check_scale_metrics(claims, nodes, pods)
         self.assertEqual(cl.uncovered_calls(c.sim), [], "calls the Helm chart's RBAC does not allow")
         # The writers only create the claims; their placement goes with the launcher's first status write, which
         # also records the VMID (the claims' history, replayed by a watch from before the coordinator started).
@@ -124,6 +126,52 @@ class LaunchTest(cl.CoordinatorTest):
         for name, st in first_write.items():
             self.assertTrue(st.get("host") and st.get("vmid") and st.get("placement"), (name, st))
 
+
+    def check_scale_metrics(self, claims, nodes, pods):
+        """The VMs created, the claims by phase, and the pool's nodes with what they offer and what their pods
+        request, as the API has them (the cache may lag a moment behind); the page passes promtool."""
+        ours = [n for n in nodes.values() if n["metadata"]["labels"].get("pvescale.io/nodepool") == "default"]
+        self.assertEqual(len(ours), len(claims))
+        names = {n["metadata"]["name"] for n in ours}
+
+        def total(objs, field, res):
+            return sum(parse_quantity(o[field][res]) for o in objs)
+
+        def requests(pod, res):
+            return sum(parse_quantity(c.get("resources", {}).get("requests", {}).get(res, "0"))
+                       for c in pod["spec"]["containers"])
+        on_ours = [p for p in pods.values() if p["spec"].get("nodeName") in names and
+                   (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        pool = 'nodepool="default"'
+        want = {'vms_created_total{reason="provisioning"}': len(claims),
+                'vms_deleted_total{reason="launch_failed"}': 0,
+                'nodeclaims_phase{%s,phase="Initialized"}' % pool: len(claims),
+                'nodeclaims_phase{%s,phase="Launching"}' % pool: 0,
+                'nodeclaims_phase{%s,phase="Terminating"}' % pool: 0,
+                'nodes{%s}' % pool: len(ours)}
+        for res in ("cpu", "memory"):
+            want['nodes_capacity{%s,resource_type="%s"}' % (pool, res)] = total([n["status"] for n in ours],
+                                                                                  "capacity", res)
+            want['nodes_allocatable{%s,resource_type="%s"}' % (pool, res)] = total([n["status"] for n in ours],
+                                                                                     "allocatable", res)
+            want['nodes_total_pod_requests{%s,resource_type="%s"}' % (pool, res)] = sum(
+                requests(p, res) for p in on_ours)
+        want = {"pvescale_coordinator_" + k: float(v) for k, v in want.items()}
+        self.assertGreater(want['pvescale_coordinator_nodes_total_pod_requests{%s,resource_type="cpu"}' % pool], 0)
+        got = {}
+
+        def agree():
+            got.update({k: v for k, v in self.co.metrics().items() if k in want})
+            return got == want
+        try:
+            cl.wait_for(agree, 10, interval=0.5, what="the scale metrics agreeing with the API")
+        except AssertionError:
+            self.assertEqual(got, want)
+        status, text = self.co.get(self.co.metrics_port, "/metrics")
+        self.assertEqual(status, 200)
+        if os.access("/usr/bin/promtool", os.X_OK):
+            p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_no_second_claim_while_the_not_ready_taint_lingers(self):
         """Ready comes before the node lifecycle controller takes its not-ready taint off (its monitor period). A
