@@ -5,12 +5,6 @@
 
 #include "disrupt_internal.h"
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
-double disrupt_price(const struct shape *s) {
-        return s ? s->vcpus + (double)s->vm_memory_bytes / GIB / 4.0 : 0.0;
-}
-
 typedef int (*method_fn)(struct disrupt__ctx *ctx, size_t pool);
 
 /* Karpenter's order: emptiness, drift (then our forceful expiry and repair, which Karpenter runs in their own

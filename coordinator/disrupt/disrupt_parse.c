@@ -13,6 +13,7 @@
 
 #define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
 #define FNV_PRIME UINT64_C(0x100000001b3)
+#define GIB (1024.0 * 1024.0 * 1024.0)
 
 static const char *const REASON_NAMES[DISRUPT_REASON_COUNT] = { "Empty", "Drifted", "Underutilized", "Expired",
                                                                   "Unhealthy" };
@@ -28,6 +29,10 @@ int disrupt_reason_from_name(const char *name) {
                 if (strcmp(REASON_NAMES[i], name) == 0)
                         return i;
         return -1;
+}
+
+double disrupt_price(const struct shape *s) {
+        return s ? s->vcpus + (double)s->vm_memory_bytes / GIB / 4.0 : 0.0;
 }
 
 const char *disrupt_method_name(enum disrupt_method m) {
