@@ -24,6 +24,8 @@
 #define DISRUPT_REPAIR_AFTER_MS (15 * 60 * 1000)  /* NotReady or Unknown this long: repair */
 #define DISRUPT_REPAIR_MAX_PERCENT 20             /* no repair when more of a pool is unhealthy */
 #define DISRUPT_MULTI_MAX_CANDIDATES 100          /* multi-node consolidation looks at this many, cheapest first */
+#define DISRUPT_SINGLE_MAX_TRIALS 64               /* single-node consolidation simulations per pass */
+#define DISRUPT_PASS_PERIOD_MS 10000              /* the controller's pass period: rotates the single-node start */
 #define DISRUPT_DEFAULT_EXPIRE_MS (720LL * 3600 * 1000)
 
 /* Karpenter's disruption reasons; the first three are the ones a budget may name in its reasons. */

@@ -120,18 +120,26 @@ static bool might_save(const struct disrupt__ctx *ctx, size_t i) {
         return false;
 }
 
+/* At most DISRUPT_SINGLE_MAX_TRIALS simulations, as Karpenter bounds this method by a timeout; with more
+ * candidates the start rotates with the pass (now / the pass period), so every candidate gets its turn. */
 static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
+        size_t first = n > DISRUPT_SINGLE_MAX_TRIALS ? (size_t)(ctx->in->now_ms / DISRUPT_PASS_PERIOD_MS) % n : 0;
+        size_t tried = 0;
         struct disrupt__trial t;
         for (size_t k = 0; k < n; k++) {
-                size_t i = list[k];
-                bool tried = might_save(ctx, i);
-                int rc = tried ? disrupt__trial(ctx, &i, 1, &t) : 0;
+                size_t i = list[(first + k) % n];
+                bool may = tried < DISRUPT_SINGLE_MAX_TRIALS && might_save(ctx, i);
+                int rc = may ? disrupt__trial(ctx, &i, 1, &t) : 0;
                 if (rc < 0)
                         return rc;
-                if (tried && saves(&t, ctx->in->candidates[i].price))
+                tried += may;
+                if (may && saves(&t, ctx->in->candidates[i].price))
                         return take(ctx, pool, DISRUPT_METHOD_SINGLE_NODE, &i, 1, &t);
-                disrupt__note(ctx, i, "not disrupted: its %zu pods fit neither on the other nodes nor on one cheaper "
-                              "shape", ctx->reschedulable[i]);
+                if (tried >= DISRUPT_SINGLE_MAX_TRIALS && !may)
+                        disrupt__note(ctx, i, "not disrupted: not tried this pass (at most %d single-node "
+                                      "consolidation simulations a pass)", DISRUPT_SINGLE_MAX_TRIALS);
+                disrupt__note(ctx, i, "not disrupted: its %zu pods fit neither on the other nodes nor on one "
+                              "cheaper shape", ctx->reschedulable[i]);
         }
         return 0;
 }
