@@ -456,14 +456,22 @@ static void test_bad_candidate(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_pool_defaults),     cmocka_unit_test(test_pool_errors),
-                cmocka_unit_test(test_cron),              cmocka_unit_test(test_budget_schedule),
-                cmocka_unit_test(test_hashes),            cmocka_unit_test(test_emptiness),
-                cmocka_unit_test(test_single_node_delete), cmocka_unit_test(test_single_node_replace),
-                cmocka_unit_test(test_multi_node),        cmocka_unit_test(test_blocking_pods_and_nodes),
-                cmocka_unit_test(test_budgets),           cmocka_unit_test(test_drift),
-                cmocka_unit_test(test_expiry_is_forceful), cmocka_unit_test(test_repair),
-                cmocka_unit_test(test_young_and_pending), cmocka_unit_test(test_bad_candidate),
+                cmocka_unit_test(test_pool_defaults),
+                cmocka_unit_test(test_pool_errors),
+                cmocka_unit_test(test_cron),
+                cmocka_unit_test(test_budget_schedule),
+                cmocka_unit_test(test_hashes),
+                cmocka_unit_test(test_emptiness),
+                cmocka_unit_test(test_single_node_delete),
+                cmocka_unit_test(test_single_node_replace),
+                cmocka_unit_test(test_multi_node),
+                cmocka_unit_test(test_blocking_pods_and_nodes),
+                cmocka_unit_test(test_budgets),
+                cmocka_unit_test(test_drift),
+                cmocka_unit_test(test_expiry_is_forceful),
+                cmocka_unit_test(test_repair),
+                cmocka_unit_test(test_young_and_pending),
+                cmocka_unit_test(test_bad_candidate),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
