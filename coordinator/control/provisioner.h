@@ -44,6 +44,7 @@ struct provisioner_round {
         const json_t **pods;      /* per input pod, its JSON (borrowed from the snapshot) */
         const json_t **nodes;     /* per input node (Node or in-flight NodeClaim) */
         const json_t **pools;     /* per input pool */
+        const json_t **classes;   /* per input class */
         struct shape_catalog **catalogs; /* per input class (owned) */
         size_t n_catalogs;
         size_t n_candidates;      /* pending pods that entered the input (the first n_candidates pods) */
@@ -116,7 +117,8 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
 /* "<pool>-<5 letters/digits>" from a random number. Returns buf. */
 char *provisioner_claim_name(const char *pool, uint64_t rnd, char *buf, size_t len);
 
-/* The NodeClaim for planned claim i of res: metadata (name, labels, finalizer), spec (nodePool, nodeClassRef,
+/* The NodeClaim for planned claim i of res: metadata (name, labels, finalizer, the drift-hash annotations
+ * pvescale.io/nodepool-hash and pvescale.io/nodeclass-hash of disrupt.h), spec (nodePool, nodeClassRef,
  * instanceType, requirements, resources.requests, taints, startupTaints, expireAfter). New reference. */
 json_t *provisioner_claim_object(const struct provisioner_round *r, const struct sim_result *res, size_t i,
                                  const char *name);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cloudinit.h"
+#include "disrupt.h"
 #include "kube.h"
 #include "nodeclaim.h"
 #include "provisioner.h"
@@ -52,7 +53,8 @@ static int add_classes(struct provisioner_round *r, const json_t *classes) {
         struct shape_options base;
         shapes_options_default(&base);
         r->catalogs = calloc(json_array_size(classes) + 1, sizeof *r->catalogs);
-        if (!r->catalogs)
+        r->classes = calloc(json_array_size(classes) + 1, sizeof *r->classes);
+        if (!r->catalogs || !r->classes)
                 return -ENOMEM;
         size_t i;
         json_t *nc;
@@ -63,8 +65,10 @@ static int add_classes(struct provisioner_round *r, const json_t *classes) {
                                  "ProxmoxNodeClass", nc, err);
                 if (rc < 0)
                         return rc;
-                if (rc == 0)
+                if (rc == 0) {
+                        r->classes[r->n_catalogs] = nc;
                         r->catalogs[r->n_catalogs++] = cat;
+                }
         }
         return 0;
 }
@@ -309,6 +313,7 @@ void provisioner_round_free(struct provisioner_round *r) {
         free(r->pods);
         free(r->nodes);
         free(r->pools);
+        free(r->classes);
         json_decref(r->problems);
         json_decref(r->node_claims);
         free(r);
@@ -404,6 +409,19 @@ static void copy_template(json_t *spec, const json_t *pool) {
         }
 }
 
+/* What the claim is launched from, for drift: the hashes of its pool's template and of its node class. */
+static json_t *drift_annotations(const struct provisioner_round *r, size_t pool) {
+        const char *nc = r->in->pools[pool]->nodeclass;
+        char h[DISRUPT_HASH_LEN];
+        json_t *a = json_object();
+        if (a && disrupt_hash_nodepool(r->pools[pool], h) == 0)
+                json_object_set_new(a, DISRUPT_ANNOTATION_NODEPOOL_HASH, json_string(h));
+        for (size_t k = 0; a && nc && k < r->n_catalogs; k++)
+                if (strcmp(r->in->classes[k]->name, nc) == 0 && disrupt_hash_nodeclass(r->classes[k], h) == 0)
+                        json_object_set_new(a, DISRUPT_ANNOTATION_NODECLASS_HASH, json_string(h));
+        return a;
+}
+
 json_t *provisioner_claim_object(const struct provisioner_round *r, const struct sim_result *res, size_t i,
                                  const char *name) {
         const struct sim_claim *c = &res->claims[i];
@@ -422,9 +440,9 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                 return NULL;
         }
         copy_template(spec, r->pools[c->nodepool]);
-        return json_pack("{s:s, s:s, s:{s:s, s:o, s:[s]}, s:o}", "apiVersion", API_VERSION, "kind", "NodeClaim",
-                         "metadata", "name", name, "labels", labels, "finalizers", PROVISIONER_CLAIM_FINALIZER, "spec",
-                         spec);
+        return json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[s]}, s:o}", "apiVersion", API_VERSION, "kind", "NodeClaim",
+                         "metadata", "name", name, "labels", labels, "annotations", drift_annotations(r, c->nodepool),
+                         "finalizers", PROVISIONER_CLAIM_FINALIZER, "spec", spec);
 }
 
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {

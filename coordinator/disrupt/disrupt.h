@@ -1,0 +1,207 @@
+/* disrupt: the pure scale-down decisions: which node (or nodes) to disrupt, by which method, and why every other
+ * candidate is left alone. Typed NodePool settings and candidates in, one decision per pool out. No I/O. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resources.h"
+#include "shapes.h"
+#include "simulate.h"
+
+/* The annotations a NodeClaim is created with: the hashes of what it was launched from (docs/coordinator.md,
+ * section 12). A claim whose hash differs from today's is Drifted. */
+#define DISRUPT_ANNOTATION_NODEPOOL_HASH "pvescale.io/nodepool-hash"
+#define DISRUPT_ANNOTATION_NODECLASS_HASH "pvescale.io/nodeclass-hash"
+#define DISRUPT_HASH_LEN 17 /* 16 hex digits and the NUL */
+
+#define DISRUPT_NAME_MAX 254
+#define DISRUPT_MAX_BUDGETS 16
+#define DISRUPT_MESSAGE_MAX 256
+#define DISRUPT_REPAIR_AFTER_MS (15 * 60 * 1000)  /* NotReady or Unknown this long: repair */
+#define DISRUPT_REPAIR_MAX_PERCENT 20             /* no repair when more of a pool is unhealthy */
+#define DISRUPT_MULTI_MAX_CANDIDATES 100          /* multi-node consolidation looks at this many, cheapest first */
+#define DISRUPT_SINGLE_MAX_TRIALS 64               /* single-node consolidation simulations per pass */
+#define DISRUPT_PASS_PERIOD_MS 10000              /* the controller's pass period: rotates the single-node start */
+#define DISRUPT_DEFAULT_EXPIRE_MS (720LL * 3600 * 1000)
+
+/* Karpenter's disruption reasons; the first three are the ones a budget may name in its reasons. */
+enum disrupt_reason {
+        DISRUPT_REASON_EMPTY,
+        DISRUPT_REASON_DRIFTED,
+        DISRUPT_REASON_UNDERUTILIZED,
+        DISRUPT_REASON_EXPIRED,
+        DISRUPT_REASON_UNHEALTHY,
+        DISRUPT_REASON_COUNT,
+};
+
+enum disrupt_method {
+        DISRUPT_METHOD_EMPTINESS,
+        DISRUPT_METHOD_DRIFT,
+        DISRUPT_METHOD_EXPIRY,
+        DISRUPT_METHOD_REPAIR,
+        DISRUPT_METHOD_MULTI_NODE,   /* consolidation: several nodes into fewer */
+        DISRUPT_METHOD_SINGLE_NODE,  /* consolidation: delete one node, or replace it by a cheaper shape */
+        DISRUPT_METHOD_COUNT,
+};
+
+/* "Empty", "Drifted", "Underutilized", "Expired", "Unhealthy"; and back (-1 when unknown). */
+const char *disrupt_reason_name(enum disrupt_reason r);
+int disrupt_reason_from_name(const char *name);
+/* "Emptiness", "Drift", "Expiry", "Repair", "Consolidation", "Consolidation". */
+const char *disrupt_method_name(enum disrupt_method m);
+
+/* ---- NodePool settings (disrupt_parse.c) ---- */
+
+/* A 5-field cron expression (minute hour day-of-month month day-of-week) or a descriptor (@yearly, @annually,
+ * @monthly, @weekly, @daily, @midnight, @hourly), in UTC, with robfig/cron's standard semantics as Karpenter
+ * uses them: names (jan, mon), ranges, steps and lists; '?' as '*'; when both day fields are restricted a day
+ * matching either is a hit. */
+struct disrupt_cron {
+        uint64_t minutes;  /* bit 0..59 */
+        uint32_t hours;    /* bit 0..23 */
+        uint32_t doms;     /* bit 1..31 */
+        uint32_t months;   /* bit 1..12 */
+        uint32_t dows;     /* bit 0..6, Sunday 0 */
+        bool dom_star, dow_star;
+};
+
+/* One budget: at most `nodes` of the pool (a count, or a percent of its nodes rounded up) disrupted at once,
+ * for the listed reasons (none: all), while active: always without a schedule, else from each schedule hit
+ * for duration. */
+struct disrupt_budget {
+        int64_t nodes;
+        bool percent;
+        unsigned reasons; /* bits 1 << enum disrupt_reason; 0 = every reason */
+        bool has_schedule;
+        struct disrupt_cron schedule;
+        int64_t duration_ms;
+};
+
+enum disrupt_policy { DISRUPT_WHEN_EMPTY, DISRUPT_WHEN_EMPTY_OR_UNDERUTILIZED };
+
+struct disrupt_pool {
+        char name[DISRUPT_NAME_MAX];
+        char nodeclass[DISRUPT_NAME_MAX];
+        enum disrupt_policy policy;     /* default WhenEmptyOrUnderutilized */
+        int64_t consolidate_after_ms;   /* default 0; -1 = Never */
+        int64_t expire_after_ms;        /* template.spec.expireAfter, default 720h; -1 = Never */
+        int64_t termination_grace_ms;   /* template.spec.terminationGracePeriod; -1 = unset (wait for ever) */
+        struct disrupt_budget budgets[DISRUPT_MAX_BUDGETS]; /* default: one, nodes 10% */
+        size_t n_budgets;
+        char hash[DISRUPT_HASH_LEN];    /* of spec.template as drift sees it (disrupt_hash_nodepool) */
+};
+
+/* A NodePool object (pvescale.io/v1alpha1 or karpenter.sh/v1 spelling) into *ret. On a bad field -EINVAL with
+ * "NodePool <name>: <field>: <reason>" in err and *ret unchanged; -ENOMEM. */
+int disrupt_pool_parse(const json_t *nodepool, struct disrupt_pool *ret, char *err, size_t errlen);
+
+/* A cron expression or descriptor into *ret. -EINVAL with the field and the reason in err. */
+int disrupt_cron_parse(const char *text, struct disrupt_cron *ret, char *err, size_t errlen);
+/* Does the minute that starts at unix time t_s (seconds, UTC) match? */
+bool disrupt_cron_matches(const struct disrupt_cron *c, int64_t t_s);
+/* Is the budget active at now_ms (Karpenter's IsActive: the first schedule hit after now - duration is not
+ * after now)? A budget without a schedule always is. */
+bool disrupt_budget_active(const struct disrupt_budget *b, int64_t now_ms);
+
+/* Stable hashes of what drift compares, as 16 hex digits: the canonical JSON (sorted keys, compact) of a
+ * NodePool's spec.template without the fields that do not drift (requirements, expireAfter,
+ * terminationGracePeriod: Karpenter's hash:"ignore"), and of a node class's spec. -EINVAL when there is no
+ * object to hash, -ENOMEM. */
+int disrupt_hash_nodepool(const json_t *nodepool, char ret[DISRUPT_HASH_LEN]);
+int disrupt_hash_nodeclass(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]);
+
+/* ---- candidates and the decision (disrupt.c) ---- */
+
+enum disrupt_pod_flag {
+        DISRUPT_POD_DAEMONSET = 1 << 0,      /* owned by a DaemonSet: stays, dies with the node */
+        DISRUPT_POD_MIRROR = 1 << 1,         /* a static pod's mirror: stays */
+        DISRUPT_POD_DO_NOT_DISRUPT = 1 << 2, /* pvescale.io/ or karpenter.sh/do-not-disrupt: "true" */
+        DISRUPT_POD_NOT_SAFE_TO_EVICT = 1 << 3, /* cluster-autoscaler.kubernetes.io/safe-to-evict: "false" */
+};
+
+struct disrupt_pod {
+        const char *namespace, *name;
+        unsigned flags;
+        const char *blocking_pdb;   /* "ns/name" of a PDB that allows 0 evictions now, else NULL */
+        struct sim_pod *sim;        /* the same pod in the input's simulation (node_name = the node) */
+};
+
+enum disrupt_ready { DISRUPT_READY_TRUE, DISRUPT_READY_FALSE, DISRUPT_READY_UNKNOWN };
+
+/* One of our nodes: its NodeClaim and its Node. Strings are borrowed. */
+struct disrupt_candidate {
+        const char *claim, *pool, *nodeclass;
+        const struct shape *shape;
+        double price;                /* disrupt_price(shape) unless the caller knows better */
+        int64_t created_ms;          /* the claim's creationTimestamp */
+        int64_t initialized_ms;      /* Initialized since; 0 = not initialized (never a candidate) */
+        int64_t last_pod_event_ms;   /* the last time a pod was bound to or left the node (0: none) */
+        const char *nodepool_hash, *nodeclass_hash; /* the claim's annotations; NULL: unknown, never drifted */
+        enum disrupt_ready ready;
+        int64_t ready_since_ms;      /* the Ready condition's lastTransitionTime */
+        bool do_not_disrupt;         /* the Node or claim carries a do-not-disrupt annotation "true" */
+        bool deleting;               /* already being disrupted (tainted, or a deletionTimestamp) */
+        struct disrupt_pod *pods;
+        size_t n_pods;
+        struct sim_node *sim;        /* the node in the simulation input */
+};
+
+struct disrupt_nodeclass {
+        const char *name;
+        char hash[DISRUPT_HASH_LEN];
+};
+
+struct disrupt_input {
+        int64_t now_ms;
+        const struct disrupt_pool *pools;
+        size_t n_pools;
+        const struct disrupt_nodeclass *classes;
+        size_t n_classes;
+        struct disrupt_candidate *candidates;
+        size_t n_candidates;
+        /* The cluster as the provisioner sees it (provisioner_round_new): every candidate's node and its pods,
+         * the other nodes, pending pods, pools, node classes and hosts. Used as scratch by the consolidation
+         * trials and left as it was found. */
+        struct sim_input *sim;
+        bool repair;                 /* node repair is off unless asked for */
+};
+
+/* A decision: the candidates to disrupt (indices into input candidates) and what replaces them. */
+struct disrupt_decision {
+        enum disrupt_method method;
+        enum disrupt_reason reason;
+        size_t pool;                 /* index into input pools */
+        size_t *candidates;
+        size_t n_candidates;
+        const struct shape **replacements; /* new claims to launch first (replace), none for a delete */
+        size_t n_replacements;
+        char message[DISRUPT_MESSAGE_MAX]; /* "Consolidation: delete, its 3 pods fit on node-b" */
+};
+
+/* A candidate left alone this pass, and why: "not disrupted: pdb default/web allows 0 evictions". */
+struct disrupt_skip {
+        size_t candidate;
+        char message[DISRUPT_MESSAGE_MAX];
+};
+
+struct disrupt_result {
+        struct disrupt_decision *decisions; /* at most one per pool */
+        size_t n_decisions;
+        struct disrupt_skip *skips;         /* at most one per candidate that is not in a decision */
+        size_t n_skips;
+        size_t simulations;                 /* scheduling simulations run this pass */
+};
+
+/* One pass over every pool: the methods in Karpenter's order (emptiness, drift, expiry, repair, multi-node
+ * consolidation, single-node consolidation), under the safety rules (docs/coordinator.md, section 12), at most
+ * one decision per pool. 0 and *ret, -ENOMEM, or -EINVAL when a candidate names no pool or has no shape or
+ * node. */
+int disrupt_decide(const struct disrupt_input *in, struct disrupt_result **ret);
+void disrupt_result_free(struct disrupt_result *r);
+
+/* The relative price of a shape: vCPUs plus GiB of VM memory / 4 (one vCPU costs as much as 4 GiB). */
+double disrupt_price(const struct shape *s);

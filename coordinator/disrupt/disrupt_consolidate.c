@@ -1,0 +1,168 @@
+/* disrupt_consolidate: consolidation of one pool: multi-node (a binary search over a prefix of the candidates,
+ * cheapest to disrupt first, as Karpenter's), then single-node (delete, or replace by one cheaper shape). Pure. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disrupt_internal.h"
+
+#define MSG DISRUPT_MESSAGE_MAX
+
+/* Fewer pods to move first, then the dearer node, then the name. */
+static int by_cost(const void *a, const void *b, void *arg) {
+        const struct disrupt__ctx *sort_ctx = arg;
+        size_t i = *(const size_t *)a, j = *(const size_t *)b;
+        const struct disrupt_candidate *ci = &sort_ctx->in->candidates[i], *cj = &sort_ctx->in->candidates[j];
+        if (sort_ctx->reschedulable[i] != sort_ctx->reschedulable[j])
+                return sort_ctx->reschedulable[i] < sort_ctx->reschedulable[j] ? -1 : 1;
+        if (ci->price != cj->price)
+                return ci->price > cj->price ? -1 : 1;
+        return strcmp(ci->claim, cj->claim);
+}
+
+/* The candidates consolidation may take, in order; the others get their reason. */
+static size_t eligible(struct disrupt__ctx *ctx, size_t pool, size_t *list) {
+        size_t n = 0;
+        char why[MSG];
+        for (size_t i = 0; i < ctx->in->n_candidates; i++) {
+                if (!disrupt__open(ctx, pool, i) || ctx->reschedulable[i] == 0)
+                        continue;
+                if (disrupt__blocked(ctx, i, true, why, sizeof why))
+                        disrupt__note(ctx, i, "not disrupted: %s", why);
+                else
+                        list[n++] = i;
+        }
+        qsort_r(list, n, sizeof *list, by_cost, ctx);
+        return n;
+}
+
+static double price_of(const struct disrupt__ctx *ctx, const size_t *list, size_t n) {
+        double sum = 0;
+        for (size_t k = 0; k < n; k++)
+                sum += ctx->in->candidates[list[k]].price;
+        return sum;
+}
+
+/* Karpenter's rule: every pod placed, at most one new node, and that one cheaper than what goes. */
+static bool saves(const struct disrupt__trial *t, double price) {
+        return t->all_placed && t->n_claims <= 1 && (t->n_claims == 0 || t->claims_price < price);
+}
+
+static void consolidation_message(const struct disrupt__ctx *ctx, struct disrupt_decision *d,
+                                  const struct disrupt__trial *t) {
+        const char *name = ctx->in->candidates[d->candidates[0]].claim;
+        char to[MSG - 64];
+        if (t->n_claims)
+                disrupt__say(to, sizeof to, "fit on one cheaper %s", t->claims[0]->name);
+        else if (t->n_targets > 1)
+                disrupt__say(to, sizeof to, "fit on %s and %zu other nodes", t->target, t->n_targets - 1);
+        else
+                disrupt__say(to, sizeof to, "fit on %s", t->target ? t->target : "the other nodes");
+        if (d->n_candidates > 1)
+                disrupt__say(d->message, MSG, "Consolidation: %zu nodes into %zu, their %zu pods %s", d->n_candidates,
+                         t->n_claims, t->n_moved, to);
+        else
+                disrupt__say(d->message, MSG, "Consolidation: %s %s, its %zu pods %s", t->n_claims ? "replace" : "delete",
+                         name, t->n_moved, to);
+}
+
+static int take(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m, const size_t *list, size_t n,
+                const struct disrupt__trial *t) {
+        struct disrupt_decision *d = disrupt__decide(ctx, pool, m, DISRUPT_REASON_UNDERUTILIZED, list, n);
+        if (!d || disrupt__replacements(d, t) < 0)
+                return -ENOMEM;
+        consolidation_message(ctx, d, t);
+        return 1;
+}
+
+static int multi_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
+        size_t lo = 2, hi = n < DISRUPT_MULTI_MAX_CANDIDATES ? n : DISRUPT_MULTI_MAX_CANDIDATES, best = 0;
+        struct disrupt__trial t, kept = { 0 };
+        while (lo <= hi) {
+                size_t mid = (lo + hi) / 2;
+                int rc = disrupt__trial(ctx, list, mid, &t);
+                if (rc < 0)
+                        return rc;
+                if (saves(&t, price_of(ctx, list, mid))) {
+                        best = mid, kept = t, lo = mid + 1;
+                } else {
+                        hi = mid - 1;
+                }
+        }
+        return best ? take(ctx, pool, DISRUPT_METHOD_MULTI_NODE, list, best, &kept) : 0;
+}
+
+/* A quick necessary condition: the pods fit the free room of the other nodes together, or the pool's node
+ * class has a cheaper shape that holds them with the node's DaemonSet pods. */
+static bool might_save(const struct disrupt__ctx *ctx, size_t i) {
+        const struct disrupt_candidate *c = &ctx->in->candidates[i];
+        struct resources moved = { 0 }, all = { 0 }, elsewhere = ctx->free_total;
+        static const struct resources none;
+        for (size_t k = 0; k < c->n_pods; k++) {
+                if (!c->pods[k].sim)
+                        continue;
+                resources_add(&all, &c->pods[k].sim->requests);
+                if (!(c->pods[k].flags & (DISRUPT_POD_DAEMONSET | DISRUPT_POD_MIRROR)))
+                        resources_add(&moved, &c->pods[k].sim->requests);
+        }
+        if (!c->sim->unschedulable)
+                resources_sub(&elsewhere, &ctx->free_room[i]);
+        if (resources_fit(&moved, &none, &elsewhere))
+                return true;
+        for (size_t k = 0; k < ctx->in->sim->n_classes; k++) {
+                const struct shape_catalog *cat = ctx->in->sim->classes[k]->shapes;
+                for (size_t s = 0; cat && s < cat->n; s++)
+                        if (disrupt_price(&cat->items[s]) < c->price && resources_fit(&all, &none, &cat->items[s].allocatable))
+                                return true;
+        }
+        return false;
+}
+
+/* At most DISRUPT_SINGLE_MAX_TRIALS simulations, as Karpenter bounds this method by a timeout; with more
+ * candidates the start rotates with the pass (now / the pass period), so every candidate gets its turn. */
+static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
+        size_t first = n > DISRUPT_SINGLE_MAX_TRIALS ? (size_t)(ctx->in->now_ms / DISRUPT_PASS_PERIOD_MS) % n : 0;
+        size_t tried = 0;
+        struct disrupt__trial t;
+        for (size_t k = 0; k < n; k++) {
+                size_t i = list[(first + k) % n];
+                bool may = tried < DISRUPT_SINGLE_MAX_TRIALS && might_save(ctx, i);
+                int rc = may ? disrupt__trial(ctx, &i, 1, &t) : 0;
+                if (rc < 0)
+                        return rc;
+                tried += may;
+                if (may && saves(&t, ctx->in->candidates[i].price))
+                        return take(ctx, pool, DISRUPT_METHOD_SINGLE_NODE, &i, 1, &t);
+                if (tried >= DISRUPT_SINGLE_MAX_TRIALS && !may)
+                        disrupt__note(ctx, i, "not disrupted: not tried this pass (at most %d single-node "
+                                      "consolidation simulations a pass)", DISRUPT_SINGLE_MAX_TRIALS);
+                disrupt__note(ctx, i, "not disrupted: its %zu pods fit neither on the other nodes nor on one "
+                              "cheaper shape", ctx->reschedulable[i]);
+        }
+        return 0;
+}
+
+int disrupt__consolidation(struct disrupt__ctx *ctx, size_t pool) {
+        const struct disrupt_pool *p = &ctx->in->pools[pool];
+        int64_t allowed = disrupt__allowed(ctx, pool, DISRUPT_REASON_UNDERUTILIZED);
+        size_t *list = malloc((ctx->in->n_candidates + 1) * sizeof *list), n;
+        int rc = 0;
+        if (!list)
+                return -ENOMEM;
+        n = eligible(ctx, pool, list);
+        for (size_t k = 0; p->policy == DISRUPT_WHEN_EMPTY && k < n; k++)
+                disrupt__note(ctx, list[k], "not disrupted: consolidationPolicy of pool %s is WhenEmpty", p->name);
+        if (p->policy == DISRUPT_WHEN_EMPTY)
+                n = 0;
+        for (size_t k = 0; allowed <= 0 && k < n; k++)
+                disrupt__note(ctx, list[k], "not disrupted: the budgets of pool %s allow no more Underutilized "
+                              "disruptions now", p->name);
+        if (allowed > 0 && n >= 2)
+                rc = multi_node(ctx, pool, list, (size_t)allowed < n ? (size_t)allowed : n);
+        if (allowed > 0 && rc == 0)
+                rc = single_node(ctx, pool, list, n);
+        free(list);
+        return rc;
+}

@@ -1,0 +1,72 @@
+/* disrupt_internal: what the files of the disrupt module share (docs/architecture.md, "Private names"). Order,
+ * lower first: disrupt_parse, disrupt_cron; disrupt_state (one pass's context, budgets, guards, the result);
+ * disrupt_trial (the scheduling simulation of removing nodes); disrupt_methods; disrupt (the pass). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include "disrupt.h"
+
+#define DISRUPT__MAX_REPLACEMENTS 8
+
+/* One pass over the input: per-candidate facts computed once, and scratch for the trials. */
+struct disrupt__ctx {
+        const struct disrupt_input *in;
+        struct disrupt_result *res;
+        size_t *pool_of;             /* per candidate: its pool index */
+        bool *taken;                 /* per candidate: in a decision */
+        char (*notes)[DISRUPT_MESSAGE_MAX]; /* per candidate: why not, "" until a method says */
+        struct resources *free_room; /* per candidate: allocatable - reserved - its pods */
+        size_t *reschedulable;       /* per candidate: pods that must move (not DaemonSet or mirror) */
+        struct resources free_total; /* over every schedulable node that is not in flight */
+        struct sim_pod **bound;      /* the input's bound pods: a trial's pod list */
+        struct sim_pod **pending;    /* the input's pending pods */
+        size_t n_pending;
+        size_t n_bound;
+};
+
+/* What a trial found: could the candidates' pods go elsewhere, and onto what. */
+struct disrupt__trial {
+        bool all_placed;
+        size_t n_moved;
+        const char *unplaced_reason;          /* the first unplaced pod's reason */
+        const char *target;                   /* the first existing node that takes a pod */
+        size_t n_targets;                     /* distinct existing nodes that take pods */
+        const struct shape *claims[DISRUPT__MAX_REPLACEMENTS];
+        size_t n_claims;
+        double claims_price;
+};
+
+/* disrupt_state.c */
+int disrupt__ctx_init(struct disrupt__ctx *ctx, const struct disrupt_input *in);
+void disrupt__ctx_done(struct disrupt__ctx *ctx);
+/* How many more nodes of pool p a budget lets go for reason now (INT64_MAX: no budget applies). */
+int64_t disrupt__allowed(const struct disrupt__ctx *ctx, size_t pool, enum disrupt_reason reason);
+/* The first rule that keeps a graceful method off candidate i, written into why ("" when none). consolidation:
+ * also the consolidateAfter wait since the last pod event. */
+bool disrupt__blocked(const struct disrupt__ctx *ctx, size_t i, bool consolidation, char *why, size_t len);
+/* Note why candidate i is not disrupted (the first note stays; later calls do nothing). */
+void disrupt__note(struct disrupt__ctx *ctx, size_t i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The skips: every candidate in no decision, with its note or "no method applies". */
+void disrupt__finish(struct disrupt__ctx *ctx);
+/* Is candidate i of pool and in no decision yet? */
+bool disrupt__open(const struct disrupt__ctx *ctx, size_t pool, size_t i);
+/* Start the pool's decision; NULL on ENOMEM. The candidates are marked taken. */
+struct disrupt_decision *disrupt__decide(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m,
+                                         enum disrupt_reason r, const size_t *cands, size_t n);
+int disrupt__replacements(struct disrupt_decision *d, const struct disrupt__trial *t);
+
+/* A duration for people: "45s", "12m", "721h". Returns buf. */
+const char *disrupt__human(int64_t ms, char *buf, size_t len);
+
+/* snprintf that may cut a message short (names are long; messages stay one line). */
+void disrupt__say(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* disrupt_trial.c: the candidates' pods pending, their nodes cordoned, the rest as it is. 0 or -ENOMEM/-EINVAL. */
+int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret);
+
+/* disrupt_methods.c: each returns 1 when it decided for the pool, 0 when not, or a negative errno. */
+int disrupt__emptiness(struct disrupt__ctx *ctx, size_t pool);
+int disrupt__drift(struct disrupt__ctx *ctx, size_t pool);
+int disrupt__expiry(struct disrupt__ctx *ctx, size_t pool);
+int disrupt__repair(struct disrupt__ctx *ctx, size_t pool);
+int disrupt__consolidation(struct disrupt__ctx *ctx, size_t pool);

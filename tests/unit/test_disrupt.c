@@ -1,0 +1,477 @@
+/* Tests for coordinator/disrupt: NodePool disruption settings, cron schedules and budgets, drift hashes, and each
+ * method and safety rule of a disruption pass (emptiness, drift, expiry, repair, single- and multi-node
+ * consolidation; do-not-disrupt, safe-to-evict, PDBs, budgets with schedules, pending pods, anti-flap). */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disrupt.h"
+#include "testutil.h"
+
+#define MIB (1024LL * 1024)
+#define GIB (1024LL * MIB)
+#define MIN_MS (60LL * 1000)
+#define HOUR_MS (60 * MIN_MS)
+#define NOW_MS 1767261600000LL /* 2026-01-01T10:00:00Z, a Thursday */
+#define MAX_NODES 8
+#define MAX_PODS 8
+
+struct fixture {
+        struct shape_catalog *cat;
+        struct sim_input *sim;
+        struct disrupt_pool pool;
+        struct disrupt_nodeclass cls;
+        struct disrupt_candidate cands[MAX_NODES];
+        struct disrupt_pod pods[MAX_NODES][MAX_PODS];
+        struct disrupt_input in;
+        struct disrupt_result *res;
+};
+
+static void parse_pool(struct disrupt_pool *p, const char *disruption) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"default\"}, \"spec\": {\"disruption\": %s, \"template\": "
+                 "{\"spec\": {\"nodeClassRef\": {\"name\": \"default\"}}}}}", disruption);
+        json_t *o = test_json_parse(text);
+        char err[256] = "";
+        assert_int_equal(disrupt_pool_parse(o, p, err, sizeof err), 0);
+        json_decref(o);
+}
+
+static void setup(struct fixture *f, const char *disruption) {
+        struct shape_options opts;
+        memset(f, 0, sizeof *f);
+        shapes_options_default(&opts);
+        assert_int_equal(shapes_catalog_default(&opts, &f->cat), 0);
+        f->sim = simulate_input_new();
+        struct sim_nodeclass *nc = simulate_add_nodeclass(f->sim);
+        nc->name = "default";
+        nc->shapes = f->cat;
+        struct sim_nodepool *sp = simulate_add_nodepool(f->sim);
+        sp->name = "default";
+        sp->nodeclass = "default";
+        struct sim_host *h = simulate_add_host(f->sim);
+        *h = (struct sim_host){ .name = "pve1", .region = "r1", .free_cpus = 256, .free_memory_bytes = 1024 * GIB };
+        parse_pool(&f->pool, disruption);
+        f->cls.name = "default";
+        snprintf(f->cls.hash, sizeof f->cls.hash, "c0ffee");
+        f->in = (struct disrupt_input){ .now_ms = NOW_MS, .pools = &f->pool, .n_pools = 1, .classes = &f->cls,
+                                        .n_classes = 1, .candidates = f->cands, .sim = f->sim };
+}
+
+static void teardown(struct fixture *f) {
+        disrupt_result_free(f->res);
+        simulate_input_free(f->sim);
+        shapes_catalog_free(f->cat);
+}
+
+/* A node of the pool, initialized and Ready for an hour, launched from today's pool and class. */
+static size_t add_node(struct fixture *f, const char *name, const char *shape) {
+        size_t i = f->in.n_candidates++;
+        const struct shape *s = shapes_catalog_find(f->cat, shape);
+        struct sim_node *n = simulate_add_node(f->sim);
+        assert_non_null(s);
+        n->name = name;
+        n->nodepool = "default";
+        n->capacity = s->capacity;
+        n->allocatable = s->allocatable;
+        n->labels = simulate_alloc(f->sim, 2 * sizeof *n->labels);
+        n->labels[0] = (struct sim_label){ SIM_LABEL_HOSTNAME, name };
+        n->labels[1] = (struct sim_label){ SIM_LABEL_NODEPOOL, "default" };
+        n->n_labels = 2;
+        f->cands[i] = (struct disrupt_candidate){ .claim = name, .pool = "default", .nodeclass = "default", .shape = s,
+                                                  .price = disrupt_price(s), .created_ms = NOW_MS - HOUR_MS,
+                                                  .initialized_ms = NOW_MS - HOUR_MS,
+                                                  .last_pod_event_ms = NOW_MS - HOUR_MS,
+                                                  .nodepool_hash = f->pool.hash, .nodeclass_hash = "c0ffee",
+                                                  .ready = DISRUPT_READY_TRUE, .ready_since_ms = NOW_MS - HOUR_MS,
+                                                  .pods = f->pods[i], .sim = n };
+        return i;
+}
+
+static struct disrupt_pod *add_pod(struct fixture *f, size_t node, const char *name, int64_t cpu_milli, unsigned flags) {
+        struct disrupt_candidate *c = &f->cands[node];
+        struct sim_pod *p = simulate_add_pod(f->sim);
+        p->namespace = "default";
+        p->name = name;
+        p->node_name = c->sim->name;
+        p->requests.v[RESOURCE_CPU] = cpu_milli;
+        p->requests.v[RESOURCE_MEMORY] = 256 * MIB;
+        p->requests.v[RESOURCE_PODS] = 1;
+        c->pods[c->n_pods] = (struct disrupt_pod){ "default", name, flags, NULL, p };
+        return &c->pods[c->n_pods++];
+}
+
+static void decide(struct fixture *f) {
+        disrupt_result_free(f->res);
+        f->res = NULL;
+        assert_int_equal(disrupt_decide(&f->in, &f->res), 0);
+}
+
+static const char *skip_of(const struct fixture *f, size_t cand) {
+        for (size_t k = 0; k < f->res->n_skips; k++)
+                if (f->res->skips[k].candidate == cand)
+                        return f->res->skips[k].message;
+        fail_msg("candidate %zu has no skip", cand);
+        return NULL;
+}
+
+static void assert_contains(const char *s, const char *part) {
+        if (!strstr(s, part))
+                fail_msg("'%s' does not contain '%s'", s, part);
+}
+
+/* ---- settings ---- */
+
+static void test_pool_defaults(void **state) {
+        (void)state;
+        struct disrupt_pool p;
+        parse_pool(&p, "{}");
+        assert_int_equal(p.policy, DISRUPT_WHEN_EMPTY_OR_UNDERUTILIZED);
+        assert_int_equal(p.consolidate_after_ms, 0);
+        assert_int_equal(p.expire_after_ms, 720 * HOUR_MS);
+        assert_int_equal(p.termination_grace_ms, -1);
+        assert_int_equal(p.n_budgets, 1);
+        assert_true(p.budgets[0].percent);
+        assert_int_equal(p.budgets[0].nodes, 10);
+        assert_string_equal(p.nodeclass, "default");
+        parse_pool(&p, "{\"consolidationPolicy\": \"WhenEmpty\", \"consolidateAfter\": \"Never\", \"budgets\": ["
+                       "{\"nodes\": \"3\", \"reasons\": [\"Drifted\", \"Empty\"]},"
+                       "{\"nodes\": \"0\", \"schedule\": \"@daily\", \"duration\": \"10m\"}]}");
+        assert_int_equal(p.policy, DISRUPT_WHEN_EMPTY);
+        assert_int_equal(p.consolidate_after_ms, -1);
+        assert_int_equal(p.n_budgets, 2);
+        assert_int_equal(p.budgets[0].nodes, 3);
+        assert_int_equal(p.budgets[0].reasons, 1u << DISRUPT_REASON_DRIFTED | 1u << DISRUPT_REASON_EMPTY);
+        assert_true(p.budgets[1].has_schedule);
+        assert_int_equal(p.budgets[1].duration_ms, 10 * MIN_MS);
+}
+
+static void expect_bad(const char *disruption, const char *field) {
+        char text[1024], err[256] = "";
+        struct disrupt_pool p = { .n_budgets = 42 };
+        snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"np\"}, \"spec\": {\"disruption\": %s, \"template\": {"
+                 "\"spec\": {\"expireAfter\": \"720h\"}}}}", disruption);
+        json_t *o = test_json_parse(text);
+        assert_int_equal(disrupt_pool_parse(o, &p, err, sizeof err), -EINVAL);
+        assert_contains(err, "NodePool np: ");
+        assert_contains(err, field);
+        assert_int_equal(p.n_budgets, 42); /* unchanged */
+        json_decref(o);
+}
+
+static void test_pool_errors(void **state) {
+        (void)state;
+        expect_bad("{\"consolidateAfter\": \"soon\"}", "spec.disruption.consolidateAfter");
+        expect_bad("{\"consolidationPolicy\": \"WhenUnderutilized\"}", "spec.disruption.consolidationPolicy");
+        expect_bad("{\"budgets\": [{\"nodes\": \"10\"}, {\"nodes\": \"150%\"}]}", "spec.disruption.budgets[1].nodes");
+        expect_bad("{\"budgets\": [{\"nodes\": \"1x\"}]}", "spec.disruption.budgets[0].nodes");
+        expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"reasons\": [\"Expired\"]}]}", "budgets[0].reasons");
+        expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"schedule\": \"0 9 * *\", \"duration\": \"8h\"}]}",
+                   "budgets[0].schedule");
+        expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"schedule\": \"0 25 * * *\", \"duration\": \"8h\"}]}", "hour");
+        expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"schedule\": \"0 9 * * *\"}]}", "go together");
+}
+
+static void test_cron(void **state) {
+        (void)state;
+        struct disrupt_cron c;
+        char err[256];
+        /* 2026-01-01 is a Thursday. */
+        assert_int_equal(disrupt_cron_parse("0 9 * * mon-fri", &c, err, sizeof err), 0);
+        assert_true(disrupt_cron_matches(&c, 1767258000));  /* Thu 09:00 */
+        assert_false(disrupt_cron_matches(&c, 1767258060)); /* Thu 09:01 */
+        assert_false(disrupt_cron_matches(&c, 1767430800)); /* Sat 09:00 */
+        assert_int_equal(disrupt_cron_parse("*/15 * 1 jan *", &c, err, sizeof err), 0);
+        assert_true(disrupt_cron_matches(&c, 1767258900)); /* 09:15 */
+        assert_false(disrupt_cron_matches(&c, 1767258960));
+        /* Both day fields restricted: either matches (the 2nd is a Friday, not the 1st). */
+        assert_int_equal(disrupt_cron_parse("0 0 2 * thu", &c, err, sizeof err), 0);
+        assert_true(disrupt_cron_matches(&c, 1767225600));  /* Thu Jan 1 00:00 */
+        assert_true(disrupt_cron_matches(&c, 1767312000));  /* Fri Jan 2 00:00 */
+        assert_false(disrupt_cron_matches(&c, 1767398400)); /* Sat Jan 3 */
+        assert_int_equal(disrupt_cron_parse("@hourly", &c, err, sizeof err), 0);
+        assert_true(disrupt_cron_matches(&c, 1767258000));
+        assert_int_equal(disrupt_cron_parse("0 9 * * 7", &c, err, sizeof err), -EINVAL);
+        assert_contains(err, "day of week");
+}
+
+static void test_budget_schedule(void **state) {
+        (void)state;
+        struct disrupt_budget b = { .nodes = 0, .has_schedule = true, .duration_ms = 8 * HOUR_MS };
+        char err[256];
+        assert_int_equal(disrupt_cron_parse("0 9 * * mon-fri", &b.schedule, err, sizeof err), 0);
+        assert_true(disrupt_budget_active(&b, NOW_MS));                        /* Thu 10:00 */
+        assert_true(disrupt_budget_active(&b, NOW_MS - HOUR_MS));              /* 09:00, the hit itself */
+        assert_false(disrupt_budget_active(&b, NOW_MS - HOUR_MS - MIN_MS));    /* 08:59 */
+        assert_true(disrupt_budget_active(&b, NOW_MS + 7 * HOUR_MS - 1000));   /* 16:59:59 */
+        assert_false(disrupt_budget_active(&b, NOW_MS + 7 * HOUR_MS + 1000));  /* 17:00:01 */
+        assert_false(disrupt_budget_active(&b, NOW_MS + 48 * HOUR_MS));        /* Saturday */
+}
+
+static void test_hashes(void **state) {
+        (void)state;
+        char a[DISRUPT_HASH_LEN], b[DISRUPT_HASH_LEN], c[DISRUPT_HASH_LEN];
+        json_t *p1 = test_json_parse("{\"spec\": {\"template\": {\"metadata\": {\"labels\": {\"a\": \"1\", \"b\": \"2\"}},"
+                                     " \"spec\": {\"expireAfter\": \"720h\", \"requirements\": []}}}}");
+        json_t *p2 = test_json_parse("{\"spec\": {\"template\": {\"spec\": {\"expireAfter\": \"1h\"}, \"metadata\": "
+                                     "{\"labels\": {\"b\": \"2\", \"a\": \"1\"}}}}}");
+        json_t *p3 = test_json_parse("{\"spec\": {\"template\": {\"metadata\": {\"labels\": {\"a\": \"1\"}}}}}");
+        assert_int_equal(disrupt_hash_nodepool(p1, a), 0);
+        assert_int_equal(disrupt_hash_nodepool(p2, b), 0);
+        assert_int_equal(disrupt_hash_nodepool(p3, c), 0);
+        assert_int_equal(strlen(a), 16);
+        assert_string_equal(a, b); /* key order, requirements and expireAfter do not drift */
+        assert_string_not_equal(a, c);
+        assert_int_equal(disrupt_hash_nodeclass(json_object_get(p3, "spec"), c), -EINVAL); /* no spec */
+        json_decref(p1);
+        json_decref(p2);
+        json_decref(p3);
+}
+
+/* ---- methods ---- */
+
+static void test_emptiness(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"consolidateAfter\": \"5m\"}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB"), b = add_node(&f, "node-b", "t1.2VCPU-6GB");
+        add_pod(&f, a, "ds-a", 100, DISRUPT_POD_DAEMONSET);
+        add_pod(&f, b, "web", 500, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_EMPTINESS);
+        assert_int_equal(f.res->decisions[0].reason, DISRUPT_REASON_EMPTY);
+        assert_int_equal(f.res->decisions[0].n_candidates, 1);
+        assert_int_equal(f.res->decisions[0].candidates[0], a);
+        assert_contains(f.res->decisions[0].message, "Emptiness: delete");
+        assert_contains(skip_of(&f, b), "one at a time");
+        /* Anti-flap: empty only since 2 minutes. */
+        f.cands[a].last_pod_event_ms = NOW_MS - 2 * MIN_MS;
+        decide(&f);
+        assert_contains(skip_of(&f, a), "a pod came or went 2m ago, consolidateAfter is 5m");
+        teardown(&f);
+}
+
+static void test_single_node_delete(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.4VCPU-12GB"), b = add_node(&f, "node-b", "t1.4VCPU-12GB");
+        add_pod(&f, a, "web-1", 500, 0);
+        add_pod(&f, a, "web-2", 500, 0);
+        add_pod(&f, a, "web-3", 500, 0);
+        add_pod(&f, b, "db", 1000, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_SINGLE_NODE);
+        assert_int_equal(d->reason, DISRUPT_REASON_UNDERUTILIZED);
+        assert_int_equal(d->candidates[0], b); /* fewer pods to move first */
+        assert_int_equal(d->n_replacements, 0);
+        assert_string_equal(d->message, "Consolidation: delete node-b, its 1 pods fit on node-a");
+        assert_true(f.res->simulations >= 1);
+        /* The input is as it was. */
+        assert_false(f.cands[b].sim->unschedulable);
+        assert_string_equal(f.cands[b].pods[0].sim->node_name, "node-b");
+        teardown(&f);
+}
+
+static void test_single_node_replace(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.16VCPU-48GB");
+        add_pod(&f, a, "web-1", 500, 0);
+        add_pod(&f, a, "web-2", 500, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_SINGLE_NODE);
+        assert_int_equal(d->n_replacements, 1);
+        assert_true(disrupt_price(d->replacements[0]) < f.cands[a].price);
+        assert_contains(d->message, "Consolidation: replace node-a, its 2 pods fit on one cheaper ");
+        teardown(&f);
+}
+
+static void test_multi_node(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"100%\"}]}");
+        const char *names[] = { "node-a", "node-b", "node-c", "node-d" };
+        const char *pods[] = { "p-a", "p-b", "p-c", "p-d" };
+        for (size_t i = 0; i < 4; i++)
+                add_pod(&f, add_node(&f, names[i], "c1.2VCPU-4GB"), pods[i], 600, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_MULTI_NODE);
+        assert_true(d->n_candidates >= 3);
+        assert_true(d->n_replacements <= 1);
+        assert_contains(d->message, "Consolidation: ");
+        assert_contains(d->message, " nodes into ");
+        teardown(&f);
+}
+
+static void test_blocking_pods_and_nodes(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"100%\"}]}");
+        size_t a = add_node(&f, "node-a", "t1.4VCPU-12GB"), b = add_node(&f, "node-b", "t1.4VCPU-12GB");
+        size_t c = add_node(&f, "node-c", "t1.4VCPU-12GB"), d = add_node(&f, "node-d", "t1.4VCPU-12GB");
+        add_pod(&f, a, "keep", 100, DISRUPT_POD_DO_NOT_DISRUPT);
+        add_pod(&f, b, "pinned", 100, DISRUPT_POD_NOT_SAFE_TO_EVICT);
+        add_pod(&f, c, "web", 100, 0)->blocking_pdb = "default/web";
+        add_pod(&f, d, "db", 100, 0);
+        f.cands[d].do_not_disrupt = true;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_string_equal(skip_of(&f, a), "not disrupted: pod default/keep is annotated do-not-disrupt");
+        assert_contains(skip_of(&f, b), "safe-to-evict: false");
+        assert_string_equal(skip_of(&f, c), "not disrupted: pdb default/web allows 0 evictions (pod default/web)");
+        assert_string_equal(skip_of(&f, d), "not disrupted: the node is annotated do-not-disrupt");
+        teardown(&f);
+}
+
+static void test_budgets(void **state) {
+        (void)state;
+        struct fixture f;
+        /* Business hours (from 09:00 for 8h) allow no Empty disruption; it is 10:00 on a Thursday. */
+        setup(&f, "{\"budgets\": [{\"nodes\": \"0\", \"reasons\": [\"Empty\"], \"schedule\": \"0 9 * * mon-fri\", "
+                  "\"duration\": \"8h\"}, {\"nodes\": \"1\"}]}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB"), b = add_node(&f, "node-b", "t1.2VCPU-6GB");
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "the budgets of pool default allow no more Empty disruptions now");
+        /* At 18:00 the window is over: one at a time (nodes: 1). */
+        f.in.now_ms = NOW_MS + 8 * HOUR_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].n_candidates, 1);
+        assert_contains(skip_of(&f, b), "allow no more Empty disruptions");
+        /* A node already being disrupted uses up the budget. */
+        f.cands[a].deleting = true;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_string_equal(skip_of(&f, a), "not disrupted: empty, but already being disrupted");
+        teardown(&f);
+}
+
+static void test_drift(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"consolidationPolicy\": \"WhenEmpty\"}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        add_pod(&f, a, "web", 500, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "consolidationPolicy of pool default is WhenEmpty");
+        f.cands[a].nodeclass_hash = "0ld";
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_DRIFT);
+        assert_int_equal(d->reason, DISRUPT_REASON_DRIFTED);
+        assert_int_equal(d->n_replacements, 1); /* replace first */
+        assert_contains(d->message, "Drift: ProxmoxNodeClass default changed since launch; replace");
+        f.cands[a].nodeclass_hash = NULL; /* a claim from before the annotations: never drifted */
+        f.cands[a].nodepool_hash = "0ld";
+        decide(&f);
+        assert_contains(f.res->decisions[0].message, "NodePool default changed since launch");
+        teardown(&f);
+}
+
+static void test_expiry_is_forceful(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"0\"}]}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        add_pod(&f, a, "keep", 500, DISRUPT_POD_DO_NOT_DISRUPT);
+        f.cands[a].created_ms = NOW_MS - 721 * HOUR_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_EXPIRY);
+        assert_string_equal(f.res->decisions[0].message, "Expiry: created 721h ago, expireAfter is 720h");
+        teardown(&f);
+}
+
+static void test_repair(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"consolidationPolicy\": \"WhenEmpty\"}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        add_pod(&f, a, "web", 500, 0);
+        f.cands[a].ready = DISRUPT_READY_UNKNOWN;
+        f.cands[a].ready_since_ms = NOW_MS - 20 * MIN_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0); /* off by default */
+        f.in.repair = true;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_REPAIR);
+        assert_string_equal(f.res->decisions[0].message, "Repair: Ready is Unknown for 20m (15m or more)");
+        f.cands[a].ready_since_ms = NOW_MS - 10 * MIN_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        teardown(&f);
+}
+
+static void test_young_and_pending(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"consolidateAfter\": \"10m\"}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        f.cands[a].initialized_ms = NOW_MS - 3 * MIN_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "initialized 3m ago, consolidateAfter is 10m");
+        f.cands[a].initialized_ms = NOW_MS - HOUR_MS;
+        struct sim_pod *p = simulate_add_pod(f.sim);
+        p->namespace = "default";
+        p->name = "waiting";
+        p->requests.v[RESOURCE_CPU] = 100;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "pending pod default/waiting could schedule on it");
+        teardown(&f);
+}
+
+static void test_bad_candidate(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        f.cands[a].pool = "other";
+        assert_int_equal(disrupt_decide(&f.in, &f.res), -EINVAL);
+        assert_null(f.res);
+        teardown(&f);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_pool_defaults),
+                cmocka_unit_test(test_pool_errors),
+                cmocka_unit_test(test_cron),
+                cmocka_unit_test(test_budget_schedule),
+                cmocka_unit_test(test_hashes),
+                cmocka_unit_test(test_emptiness),
+                cmocka_unit_test(test_single_node_delete),
+                cmocka_unit_test(test_single_node_replace),
+                cmocka_unit_test(test_multi_node),
+                cmocka_unit_test(test_blocking_pods_and_nodes),
+                cmocka_unit_test(test_budgets),
+                cmocka_unit_test(test_drift),
+                cmocka_unit_test(test_expiry_is_forceful),
+                cmocka_unit_test(test_repair),
+                cmocka_unit_test(test_young_and_pending),
+                cmocka_unit_test(test_bad_candidate),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
