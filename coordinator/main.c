@@ -141,7 +141,8 @@ static int block_signals(void) {
 
 static int start(struct app *a) {
         struct controller_options co = { .launch = a->opts.launch, .leader_elect = a->opts.leader_elect,
-                                         .workers = a->opts.workers };
+                                         .disruption = a->opts.launch && a->opts.disruption,
+                                         .node_repair = a->opts.node_repair, .workers = a->opts.workers };
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)

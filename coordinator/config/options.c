@@ -1,4 +1,5 @@
-/* options: the controller's own flags (--launch, --leader-elect, --workers), taken out of argv before config. */
+/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers), taken out of
+ * argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "options.h"
 #include "config.h"
@@ -8,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum option_id { OPT_LAUNCH, OPT_LEADER_ELECT, OPT_WORKERS };
+enum option_id { OPT_LAUNCH, OPT_LEADER_ELECT, OPT_DISRUPTION, OPT_NODE_REPAIR, OPT_WORKERS };
 
 struct option_def {
         enum option_id id;
@@ -19,13 +20,15 @@ struct option_def {
 static const struct option_def DEFS[] = {
         { OPT_LAUNCH, "launch", "LAUNCH", true },
         { OPT_LEADER_ELECT, "leader-elect", "LEADER_ELECT", true },
+        { OPT_DISRUPTION, "disruption", "DISRUPTION", true },
+        { OPT_NODE_REPAIR, "node-repair", "NODE_REPAIR", true },
         { OPT_WORKERS, "workers", "WORKERS", false },
 };
 
 #define N_DEFS (sizeof DEFS / sizeof DEFS[0])
 
 void options_init(struct options *o) {
-        *o = (struct options){ .launch = true, .leader_elect = true, .workers = OPTIONS_DEFAULT_WORKERS };
+        *o = (struct options){ .launch = true, .leader_elect = true, .disruption = true, .workers = OPTIONS_DEFAULT_WORKERS };
 }
 
 static int parse_bool(const char *s, bool *ret) {
@@ -51,7 +54,9 @@ static int apply(struct options *o, const struct option_def *d, const char *name
                         snprintf(err, errlen, "%s: expected true or false (got \"%s\")", name, value);
                         return -EINVAL;
                 }
-                *(d->id == OPT_LAUNCH ? &o->launch : &o->leader_elect) = b;
+                bool *flags[] = { [OPT_LAUNCH] = &o->launch, [OPT_LEADER_ELECT] = &o->leader_elect,
+                                  [OPT_DISRUPTION] = &o->disruption, [OPT_NODE_REPAIR] = &o->node_repair };
+                *flags[d->id] = b;
                 return 0;
         }
         char *end;
@@ -132,5 +137,9 @@ const char *options_usage(void) {
                "  --leader-elect[=BOOL]       [LEADER_ELECT] hold the Lease pvescale-coordinator before acting (true);\n"
                "                              the Lease lives in POD_NAMESPACE (else the kubeconfig's namespace) and\n"
                "                              the identity is POD_NAME (else the host name)\n"
+               "  --disruption[=BOOL]         [DISRUPTION] scale down: delete or replace nodes that are empty,\n"
+               "                              underused, drifted or expired, by the NodePools' disruption settings\n"
+               "                              (true; needs --launch, whose finalizer drains and removes them)\n"
+               "  --node-repair[=BOOL]        [NODE_REPAIR] replace nodes NotReady or Unknown for 15 min (false)\n"
                "  --workers N                 [WORKERS] launcher worker threads (64)\n";
 }

@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include "controller_internal.h"
+#include "disruption.h"
 #include "http_client.h"
 #include "leader.h"
 #include "latency.h"
 #include "log.h"
 #include "provisioner.h"
+#include "rfc3339.h"
 #include "monotime.h"
 
 #define DEFAULT_WORKERS 64
@@ -304,6 +306,28 @@ static void round_locked(struct controller *c, struct provisioner *p) {
         stats_set(c->stats, STATS_UNPLACED_PODS, (int64_t)out.unplaced);
 }
 
+/* A scale-down pass (leader only, every informer listed, no batch of pending pods open). */
+static void disruption_locked(struct controller *c, struct disruption *dis) {
+        struct snapshot s;
+        struct disruption_outcome out = { 0 };
+        snapshot_take_locked(c, &s);
+        pthread_mutex_unlock(&c->mu);
+        int r = disruption_pass(dis, &s.s, rfc3339_now_ms(), &out);
+        if (r < 0 && !atomic_load(&c->stop))
+                log_error_errno(r, "disruption pass");
+        else if (out.carried_out || out.decided)
+                log_info("disruption: %zu candidates, %zu decided, %zu carried out, %zu dropped as stale, %zu left alone",
+                         out.candidates, out.decided, out.carried_out, out.stale, out.blocked);
+        snapshot_done(&s);
+        pthread_mutex_lock(&c->mu);
+        c->last_disruption_ms = monotime_ms();
+}
+
+static bool disruption_due_locked(const struct controller *c, const struct disruption *dis, int64_t now) {
+        return dis && c->leader && all_synced_locked(c) && !c->batch.open &&
+               now - c->last_disruption_ms >= DISRUPTION_PERIOD_MS;
+}
+
 static int64_t loop_deadline_locked(const struct controller *c, int64_t now) {
         int64_t d = now + LOOP_TICK_MS, b = intake_batch_deadline(&c->batch);
         if (b >= 0 && b < d)
@@ -311,12 +335,15 @@ static int64_t loop_deadline_locked(const struct controller *c, int64_t now) {
         return d;
 }
 
-static void loop_locked(struct controller *c, struct provisioner *p) {
+static void loop_locked(struct controller *c, struct provisioner *p, struct disruption *dis) {
         while (!atomic_load(&c->stop)) {
                 int64_t now = monotime_ms();
                 atomic_store(&c->heartbeat_ms, now);
                 if (c->leader && all_synced_locked(c) && intake_batch_due(&c->batch, now))
                         round_locked(c, p);
+                now = monotime_ms();
+                if (disruption_due_locked(c, dis, now))
+                        disruption_locked(c, dis);
                 now = monotime_ms();
                 /* Pods still pending after a round are looked at again: they may have been left unplaced, or
                  * kube-scheduler may have put other pods on the room planned for them (it does not honour
@@ -343,6 +370,7 @@ static void *loop_main(void *arg) {
         struct controller *c = arg;
         struct kube_client *kube = NULL, *writers[PROVISION_WRITERS] = { 0 };
         struct provisioner *p = NULL;
+        struct disruption *dis = NULL;
         if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
                 log_error("kubernetes client for the control loop: out of memory");
                 return NULL;
@@ -354,12 +382,16 @@ static void *loop_main(void *arg) {
         env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
+        struct disruption_env denv = { .kube = kube, .stats = c->stats, .repair = c->o.node_repair };
+        if (c->o.disruption && c->launcher && disruption_new(&denv, &dis) < 0)
+                log_error("disruption: out of memory; no scale-down");
         if (provisioner_new(&env, &p) == 0) {
                 pthread_mutex_lock(&c->mu);
-                loop_locked(c, p);
+                loop_locked(c, p, dis);
                 pthread_mutex_unlock(&c->mu);
         }
         provisioner_free(p);
+        disruption_free(dis);
         for (size_t i = 0; i < env.n_writers; i++)
                 kube_client_free(writers[i]);
         kube_client_free(kube);

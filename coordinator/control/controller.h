@@ -28,6 +28,8 @@ struct controller_launcher_ops {
 struct controller_options {
         bool launch;                 /* run the launcher; false: stop once NodeClaims are created */
         bool leader_elect;           /* act only while holding the Lease */
+        bool disruption;             /* run the scale-down pass every 10 s (with launch) */
+        bool node_repair;            /* let that pass replace nodes NotReady or Unknown for 15 min */
         unsigned workers;            /* launcher worker threads; 0 = 4 */
         const char *lease_namespace; /* NULL: POD_NAMESPACE, else the kubeconfig's namespace */
         const char *identity;        /* NULL: POD_NAME, else the host name */

@@ -77,6 +77,7 @@ struct controller {
         bool leader;
         size_t last_unplaced;
         int64_t last_round_ms;
+        int64_t last_disruption_ms;
 
         struct ctl_watcher watchers[K_N];
         struct ctl_worker *workers;

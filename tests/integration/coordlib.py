@@ -267,9 +267,12 @@ def nodeclass(name="default", **spec):
 
 
 def nodepool(name="default", nodeclass_name="default", labels=None, requirements=None, limits=None, weight=None,
-             taints=None):
+             taints=None, disruption=None):
+    """A NodePool. Without disruption settings its nodes are never consolidated (consolidateAfter: Never), as
+    Karpenter's own e2e suites keep scale-down out of the tests that are not about it."""
     spec = {"template": {"spec": {"nodeClassRef": {"group": "pvescale.io", "kind": "ProxmoxNodeClass",
-                                                   "name": nodeclass_name}}}}
+                                                   "name": nodeclass_name}}},
+            "disruption": disruption or {"consolidateAfter": "Never"}}
     if labels:
         spec["template"]["metadata"] = {"labels": labels}
     if requirements:

@@ -1,0 +1,259 @@
+/* disruption_input: the disruption decisions' input (coordinator/disrupt) from a snapshot of the informers' cache
+ * and its provisioning round: the NodePools' settings, the node classes' hashes, and one candidate per
+ * Initialized node of ours with its pods. Pure. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "disruption.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kube.h"
+#include "rfc3339.h"
+
+#define ANNOTATION_MIRROR "kubernetes.io/config.mirror"
+#define ANNOTATION_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
+#define ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
+#define ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
+
+static const char *str_at(const json_t *o, const char *key) {
+        return json_string_value(json_object_get(o, key));
+}
+
+static const char *annotation(const json_t *obj, const char *key) {
+        return str_at(json_object_get(json_object_get(obj, "metadata"), "annotations"), key);
+}
+
+static bool annotation_true(const json_t *obj, const char *key) {
+        const char *v = annotation(obj, key);
+        return v && strcmp(v, "true") == 0;
+}
+
+static bool do_not_disrupt(const json_t *obj) {
+        return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) || annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
+}
+
+static int64_t time_at(const json_t *o, const char *key) {
+        int64_t ms = 0;
+        const char *s = str_at(o, key);
+        return s && rfc3339_parse(s, &ms) == 0 ? ms : 0;
+}
+
+static bool owned_by_daemonset(const json_t *pod) {
+        size_t i;
+        json_t *ref;
+        json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, ref) {
+                const char *kind = str_at(ref, "kind");
+                if (kind && strcmp(kind, "DaemonSet") == 0)
+                        return true;
+        }
+        return false;
+}
+
+unsigned disruption_pod_flags(const json_t *pod) {
+        unsigned f = 0;
+        const char *safe = annotation(pod, ANNOTATION_SAFE_TO_EVICT);
+        if (owned_by_daemonset(pod))
+                f |= DISRUPT_POD_DAEMONSET;
+        if (annotation(pod, ANNOTATION_MIRROR))
+                f |= DISRUPT_POD_MIRROR;
+        if (do_not_disrupt(pod))
+                f |= DISRUPT_POD_DO_NOT_DISRUPT;
+        if (safe && strcmp(safe, "false") == 0)
+                f |= DISRUPT_POD_NOT_SAFE_TO_EVICT;
+        return f;
+}
+
+/* ---- pools and classes ---- */
+
+static int add_pools(struct disruption_input *di, const json_t *pools) {
+        size_t i;
+        json_t *p;
+        di->pools = calloc(json_array_size(pools) + 1, sizeof *di->pools);
+        if (!di->pools)
+                return -ENOMEM;
+        json_array_foreach(pools, i, p) {
+                char err[256];
+                int r = disrupt_pool_parse(p, &di->pools[di->n_pools], err, sizeof err);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        json_array_append_new(di->problems, json_string(err));
+                else
+                        di->n_pools++;
+        }
+        return 0;
+}
+
+static int add_classes(struct disruption_input *di, const json_t *classes) {
+        size_t i;
+        json_t *nc;
+        di->classes = calloc(json_array_size(classes) + 1, sizeof *di->classes);
+        if (!di->classes)
+                return -ENOMEM;
+        json_array_foreach(classes, i, nc) {
+                struct disrupt_nodeclass *c = &di->classes[di->n_classes];
+                c->name = str_at(json_object_get(nc, "metadata"), "name");
+                if (c->name && disrupt_hash_nodeclass(nc, c->hash) == 0)
+                        di->n_classes++;
+        }
+        return 0;
+}
+
+static const struct disrupt_pool *pool_named(const struct disruption_input *di, const char *name) {
+        for (size_t i = 0; name && i < di->n_pools; i++)
+                if (strcmp(di->pools[i].name, name) == 0)
+                        return &di->pools[i];
+        return NULL;
+}
+
+/* ---- candidates ---- */
+
+static const json_t *claim_of_node(const json_t *claims, const json_t *node) {
+        const char *pid = str_at(json_object_get(node, "spec"), "providerID");
+        size_t i;
+        json_t *c;
+        json_array_foreach(claims, i, c) {
+                const char *cp = str_at(json_object_get(c, "status"), "providerID");
+                if (pid && cp && strcmp(pid, cp) == 0)
+                        return c;
+        }
+        return NULL;
+}
+
+static bool has_taint(const json_t *node, const char *key) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(json_object_get(node, "spec"), "taints"), i, t) {
+                const char *k = str_at(t, "key");
+                if (k && strcmp(k, key) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static enum disrupt_ready node_ready(const json_t *node, int64_t *ret_since) {
+        const json_t *c = kube_condition(json_object_get(node, "status"), "Ready");
+        const char *s = str_at(c, "status");
+        *ret_since = time_at(c, "lastTransitionTime");
+        if (s && strcmp(s, "True") == 0)
+                return DISRUPT_READY_TRUE;
+        return s && strcmp(s, "False") == 0 ? DISRUPT_READY_FALSE : DISRUPT_READY_UNKNOWN;
+}
+
+/* The claim's identity and times, its Node's health and markers. */
+static void describe(struct disrupt_candidate *c, const json_t *claim, const json_t *node) {
+        const json_t *meta = json_object_get(claim, "metadata"), *st = json_object_get(claim, "status");
+        c->claim = str_at(meta, "name");
+        c->created_ms = time_at(meta, "creationTimestamp");
+        c->initialized_ms = time_at(kube_condition(st, "Initialized"), "lastTransitionTime");
+        c->nodepool_hash = annotation(claim, DISRUPT_ANNOTATION_NODEPOOL_HASH);
+        c->nodeclass_hash = annotation(claim, DISRUPT_ANNOTATION_NODECLASS_HASH);
+        c->ready = node_ready(node, &c->ready_since_ms);
+        c->do_not_disrupt = do_not_disrupt(node) || do_not_disrupt(claim);
+        c->deleting = json_object_get(meta, "deletionTimestamp") || json_object_get(
+                json_object_get(node, "metadata"), "deletionTimestamp") || has_taint(node, DISRUPTION_TAINT) ||
+                      has_taint(node, DISRUPTION_TAINT_KARPENTER);
+}
+
+/* The pods the round bound to node (its sim_node), with their flags; the last time one of them started. */
+static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r) {
+        const struct sim_input *in = r->in;
+        c->pods = calloc(in->n_pods + 1, sizeof *c->pods);
+        if (!c->pods)
+                return -ENOMEM;
+        for (size_t j = 0; j < in->n_pods; j++) {
+                struct sim_pod *p = in->pods[j];
+                if (!p->node_name || strcmp(p->node_name, c->sim->name) != 0)
+                        continue;
+                int64_t started = time_at(json_object_get(r->pods[j], "status"), "startTime");
+                if (started > c->last_pod_event_ms)
+                        c->last_pod_event_ms = started;
+                c->pods[c->n_pods++] = (struct disrupt_pod){ .namespace = p->namespace, .name = p->name,
+                                                             .flags = disruption_pod_flags(r->pods[j]), .sim = p };
+        }
+        return 0;
+}
+
+static bool candidate_of(struct disruption_input *di, const struct provisioner_round *r, size_t i,
+                         const json_t *claims, struct disrupt_candidate *c) {
+        struct sim_node *sn = r->in->nodes[i];
+        const json_t *node = r->nodes[i];
+        const char *kind = str_at(node, "kind");
+        if (sn->in_flight || !sn->nodepool || (kind && strcmp(kind, "Node") != 0))
+                return false;
+        const json_t *claim = claim_of_node(claims, node);
+        const struct disrupt_pool *pool = pool_named(di, sn->nodepool);
+        const char *type = claim ? str_at(json_object_get(claim, "spec"), "instanceType") : NULL;
+        const struct shape_catalog *cat = pool ? provisioner_round_catalog(r, pool->nodeclass) : NULL;
+        const struct shape *shape = cat && type ? shapes_catalog_find(cat, type) : NULL;
+        if (!claim || !shape || !kube_condition_true(json_object_get(claim, "status"), "Initialized"))
+                return false;
+        *c = (struct disrupt_candidate){ .pool = pool->name, .nodeclass = pool->nodeclass, .shape = shape,
+                                         .price = disrupt_price(shape), .sim = sn };
+        describe(c, claim, node);
+        return c->claim != NULL;
+}
+
+static int add_candidates(struct disruption_input *di, const struct provisioner_round *r, const json_t *claims) {
+        di->candidates = calloc(r->in->n_nodes + 1, sizeof *di->candidates);
+        di->claims = calloc(r->in->n_nodes + 1, sizeof *di->claims);
+        di->nodes = calloc(r->in->n_nodes + 1, sizeof *di->nodes);
+        if (!di->candidates || !di->claims || !di->nodes)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->in->n_nodes; i++) {
+                struct disrupt_candidate *c = &di->candidates[di->n_candidates];
+                if (!candidate_of(di, r, i, claims, c))
+                        continue;
+                di->claims[di->n_candidates] = claim_of_node(claims, r->nodes[i]);
+                di->nodes[di->n_candidates] = r->nodes[i];
+                int err = add_pods(c, r);
+                if (err < 0)
+                        return err;
+                di->n_candidates++;
+        }
+        return 0;
+}
+
+int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms, bool repair,
+                         struct disruption_input **ret) {
+        struct disruption_input *di = calloc(1, sizeof *di);
+        int r = di ? 0 : -ENOMEM;
+        if (r == 0)
+                di->problems = json_array();
+        if (r == 0 && !di->problems)
+                r = -ENOMEM;
+        if (r == 0)
+                r = provisioner_round_new(snap, &di->round);
+        if (r == 0)
+                r = add_pools(di, snap->pools);
+        if (r == 0)
+                r = add_classes(di, snap->classes);
+        if (r == 0)
+                r = add_candidates(di, di->round, snap->claims);
+        if (r < 0) {
+                disruption_input_free(di);
+                return r;
+        }
+        di->in = (struct disrupt_input){ .now_ms = now_ms, .pools = di->pools, .n_pools = di->n_pools,
+                                         .classes = di->classes, .n_classes = di->n_classes,
+                                         .candidates = di->candidates, .n_candidates = di->n_candidates,
+                                         .sim = di->round->in, .repair = repair };
+        *ret = di;
+        return 0;
+}
+
+void disruption_input_free(struct disruption_input *di) {
+        if (!di)
+                return;
+        for (size_t i = 0; di->candidates && i < di->n_candidates; i++)
+                free(di->candidates[i].pods);
+        free(di->candidates);
+        free(di->claims);
+        free(di->nodes);
+        free(di->pools);
+        free(di->classes);
+        json_decref(di->problems);
+        provisioner_round_free(di->round);
+        free(di);
+}
