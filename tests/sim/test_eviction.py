@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 # Tests of the simulator's scale-down behaviour: the Eviction API and PDB status as kube-apiserver and the disruption controller keep them, ReplicaSets and Deployments, graceful pod termination, Node deletion and PodGC.
 # SPDX-License-Identifier: Apache-2.0
-import json
 import os
 import sys
 import time
