@@ -269,6 +269,7 @@ class KubeTest(unittest.TestCase):
         for i in range(2):
             p = pod("guarded-%d" % i, nodeSelector={"pdb": "yes"})
             p["metadata"]["labels"] = {"app": "guarded"}
+            p["metadata"]["annotations"] = {"sim.pvescale.io/exit-on-term": "true"}
             self.k("POST", NS + "/pods", p)
         simtest.wait_for(lambda: all(self.k("GET", NS + "/pods/guarded-%d" % i).json["status"]["phase"] == "Running"
                                      for i in range(2)), what="guarded pods running")
@@ -285,6 +286,8 @@ class KubeTest(unittest.TestCase):
                          .json.get("status", {}).get("currentHealthy") == 2, what="pdb status")
         self.k("PATCH", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/guard", {"spec": {"minAvailable": 1}},
                ctype="application/merge-patch+json")
+        simtest.wait_for(lambda: self.k("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/guard")
+                         .json["status"].get("observedGeneration") == 2, what="pdb generation 2 observed")
         r = self.k("POST", NS + "/pods/guarded-0/eviction", ev)
         self.assertEqual(r.status, 201, r)
         r = self.k("POST", NS + "/pods/guarded-1/eviction", dict(ev, metadata={"name": "guarded-1"}))

@@ -149,7 +149,7 @@ class MemoTest(SchedBase):
         self.assertEqual(self.bound("first"), "n")
         self.k("POST", NS + "/pods", pod("second", cpu="1"))
         self.message("second", "0/1 nodes are available: 1 Insufficient cpu.")
-        self.assertEqual(self.k("DELETE", NS + "/pods/first").status, 200)
+        self.assertEqual(self.k("DELETE", NS + "/pods/first?gracePeriodSeconds=0").status, 200)
         self.assertEqual(self.bound("second"), "n")
 
     def test_reasons_follow_pods_bound_later(self):
@@ -205,7 +205,7 @@ class MemoTest(SchedBase):
         self.message("b", "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, "
                           "1 node(s) had untolerated taint {k: v}.")
         # only n0 changes (its pod goes away); n1 fits again because it shares n0's zone
-        self.assertEqual(self.k("DELETE", NS + "/pods/a").status, 200)
+        self.assertEqual(self.k("DELETE", NS + "/pods/a?gracePeriodSeconds=0").status, 200)
         self.assertEqual(self.bound("b"), "n1")
 
     def test_pod_affinity(self):

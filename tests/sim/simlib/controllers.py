@@ -13,11 +13,14 @@ import time
 import uuid
 from decimal import Decimal
 
+from . import eviction
 from . import selectors as sel
 from . import util
+from . import workloads
 from .kube import _copy
 from .kubehooks import pod_requests, pod_ready, set_condition
 
+EXIT_ON_TERM = "sim.pvescale.io/exit-on-term"
 TOKEN_RE = re.compile(r"(?<![a-z0-9])([a-z0-9]{6})\.([a-z0-9]{16})(?![a-z0-9])")
 DS_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -105,6 +108,8 @@ class Controllers:
         self.pod_bound_at = {}
         self.pod_running_at = {}
         self.node_gone_at = {}
+        self.term_started = {}
+        self.workloads = workloads.Workloads(self)
         # scheduler: per pending pod uid {attempts, last, gen, rv, memo: {node: (key, reasons)}}
         self.sched = {}
         self.sched_gen = 0
@@ -134,6 +139,7 @@ class Controllers:
             self.namespaces()
             self.node_lifecycle()
             self.pod_gc()
+            self.workloads.tick()
             self.daemonsets()
             self.pod_lifecycle()
             self.scheduler()
@@ -441,17 +447,7 @@ class Controllers:
             self.pod_bound_at.setdefault(uid, now)
             node = nodes.get(node_name)
             if md.get("deletionTimestamp"):
-                if md.get("deletionGracePeriodSeconds", 0) == 0:
-                    continue
-                first = self.pod_bound_at.setdefault(("del", uid), now)
-                if now - first >= float(self.w.knob("pod_termination_seconds")) or node is None:
-                    new = _copy(pod)
-                    new["metadata"]["deletionGracePeriodSeconds"] = 0
-                    st = new.setdefault("status", {})
-                    if st.get("phase") == "Running":
-                        st["phase"] = "Succeeded" if pod.get("spec", {}).get("restartPolicy") != "Always" else "Failed"
-                    self.w.report.pod_deleted(pod)
-                    self.commit("pods", pod, new)
+                self._terminate(pod, node, now)
                 continue
             phase = (pod.get("status") or {}).get("phase")
             if node is None or phase in ("Succeeded", "Failed"):
@@ -461,10 +457,7 @@ class Controllers:
                 self._run_pod(pod, node)
             elif phase == "Running":
                 if pod_ready(pod) != nready:
-                    new = _copy(pod)
-                    for t in ("Ready", "ContainersReady"):
-                        set_condition(new["status"]["conditions"], t, "True" if nready else "False")
-                    self.commit("pods", pod, new)
+                    self._set_ready(pod, nready)
                 rs = (md.get("annotations") or {}).get("sim.pvescale.io/run-seconds")
                 if rs and now - self.pod_running_at.get(uid, now) >= float(rs):
                     new = _copy(pod)
@@ -472,6 +465,51 @@ class Controllers:
                     for t in ("Ready", "ContainersReady"):
                         set_condition(new["status"]["conditions"], t, "False", "PodCompleted")
                     self.commit("pods", pod, new)
+
+    def _terminate(self, pod, node, now):
+        """The kubelet kills a pod being deleted: it is not Ready at once; its container exits on SIGTERM
+        (annotation sim.pvescale.io/exit-on-term, after pod_termination_seconds) or is killed when the grace period
+        ends; then the terminal phase is written and the pod deleted with grace 0. A node without a kubelet
+        (gone, or Ready Unknown) leaves its pods to PodGC."""
+        md = pod["metadata"]
+        if node is None or _node_ready(node) not in ("True", "False"):
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        started = self.term_started.setdefault(md["uid"], now)
+        graceful = (md.get("annotations") or {}).get(EXIT_ON_TERM) == "true"
+        grace = float(md.get("deletionGracePeriodSeconds", 0))
+        wait = min(grace, float(self.w.knob("pod_termination_seconds"))) if graceful else grace
+        if now - started < wait:
+            if pod_ready(pod):
+                self._set_ready(pod, False)
+            return
+        self.term_started.pop(md["uid"], None)
+        self._pod_exited(pod, 0 if graceful else 137)
+
+    def _set_ready(self, pod, ready):
+        new = _copy(pod)
+        for t in ("Ready", "ContainersReady"):
+            set_condition(new.setdefault("status", {}).setdefault("conditions", []), t, "True" if ready else "False")
+        return self.commit("pods", pod, new)
+
+    def _pod_exited(self, pod, code):
+        """Containers terminated with `code`: phase Succeeded (0) or Failed, then the kubelet's final delete."""
+        new = _copy(pod)
+        st = new.setdefault("status", {})
+        st["phase"] = "Succeeded" if code == 0 else "Failed"
+        for t in ("Ready", "ContainersReady"):
+            set_condition(st.setdefault("conditions", []), t, "False", "PodCompleted")
+        now = util.rfc3339()
+        for cs in st.get("containerStatuses") or []:
+            cs.update(ready=False, started=False, state={"terminated": {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": now,
+                "containerID": cs.get("containerID", "")}})
+        self.w.report.pod_deleted(pod)
+        md = pod["metadata"]
+        self.commit("pods", pod, new)
+        self.s.delete(self.rt("pods"), md["namespace"], md["name"], {"gracePeriodSeconds": 0,
+                                                                     "preconditions": {"uid": md["uid"]}})
 
     def _run_pod(self, pod, node):
         new = _copy(pod)
@@ -508,12 +546,17 @@ class Controllers:
                 continue
             first = self.node_gone_at.setdefault(uid, now)
             if now - first >= float(self.w.knob("podgc_seconds")):
-                self.w.report.pod_deleted(pod)
-                if pod["metadata"].get("finalizers"):
-                    if not pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("deletionGracePeriodSeconds"):
-                        self.s.delete(prt, pod["metadata"]["namespace"], pod["metadata"]["name"], {"gracePeriodSeconds": 0})
-                else:
-                    self.s.remove(prt, pod)
+                self._gc_orphan(prt, pod)
+
+    def _gc_orphan(self, prt, pod):
+        """PodGC's markFailedAndDeletePodWithCondition: Failed with DisruptionTarget (DeletionByPodGC), then a delete
+        with grace 0 (a pod with finalizers stays until they are removed)."""
+        md = pod["metadata"]
+        self.w.report.pod_deleted(pod)
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            eviction.mark_disruption_target(self.s, pod, "DeletionByPodGC", "PodGC: node no longer exists", "Failed")
+        if md.get("deletionGracePeriodSeconds", 1) != 0:
+            self.s.delete(prt, md["namespace"], md["name"], {"gracePeriodSeconds": 0})
 
     # ---- namespaces ----------------------------------------------------------------------------
     def namespaces(self):
@@ -535,23 +578,8 @@ class Controllers:
 
     # ---- PDB status ----------------------------------------------------------------------------
     def pdbs(self):
-        for pdb in self.s.items("poddisruptionbudgets", "policy"):
-            st = self.w.kube_hooks.pdb_status(pdb)
-            cur = pdb.get("status") or {}
-            st["observedGeneration"] = pdb["metadata"].get("generation", 1)
-            if all(cur.get(k) == v for k, v in st.items()) and cur.get("conditions"):
-                continue
-            new = _copy(pdb)
-            nst = new.setdefault("status", {})
-            nst.update(st)
-            conds = nst.setdefault("conditions", [])
-            ok = st["disruptionsAllowed"] > 0
-            set_condition(conds, "DisruptionAllowed", "True" if ok else "False",
-                          "SufficientPods" if ok else "InsufficientPods", "")
-            for c in conds:
-                c.pop("lastProbeTime", None)
-                c["observedGeneration"] = st["observedGeneration"]
-            self.commit("poddisruptionbudgets", pdb, new, "policy")
+        if self.w.knob("disruption_controller"):
+                eviction.sync_pdbs(self.s, float(self.w.knob("pdb_disruption_timeout_seconds")))
 
     # ---- DaemonSets ----------------------------------------------------------------------------
     def daemonsets(self):

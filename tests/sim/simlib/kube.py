@@ -29,6 +29,8 @@ class KubeError(Exception):
     def status(self):
         s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
              "message": self.message, "reason": self.reason, "code": self.code}
+        if not self.reason:
+            del s["reason"]
         if self.details:
             s["details"] = self.details
         return s
@@ -99,6 +101,8 @@ BUILTIN = [
     ResourceType("", "v1", "bindings", "Binding", True, False),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, True, short=["pdb"]),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, True, short=["ds"]),
+    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, True, short=["rs"]),
+    ResourceType("apps", "v1", "deployments", "Deployment", True, True, short=["deploy"]),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, False),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, False, short=["ev"]),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
@@ -664,8 +668,10 @@ class KubeApp:
             return self._reply_obj(req, 201, res, want)
         if m == "POST" and sub == "eviction" and rt.plural == "pods":
             obj = self._body(req)
+            from . import eviction  # eviction.py builds on this module
             with self.w.lock:
-                res = self.w.kube_hooks.evict(ns, name, obj)
+                opts = eviction.parse_eviction(self.w, name, obj, req.query.get("dryRun", []))
+                res = eviction.evict(self.s, ns, name, opts)
             return req.reply_json(201, res)
         if m == "POST" and sub == "binding" and rt.plural == "pods":
             obj = self._body(req)

@@ -4,7 +4,6 @@ import base64
 import binascii
 import copy
 import json
-import math
 import threading
 import time
 
@@ -120,10 +119,25 @@ class KubeHooks:
         elif k == ("apps", "daemonsets"):
             obj["status"] = {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
                              "numberReady": 0}
+        elif k in (("apps", "replicasets"), ("apps", "deployments")):
+            self._workload_defaults(k[1], obj)
         elif k == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_prepare(obj)
         elif k == ("", "events"):
             obj.setdefault("count", 1)
+
+    def _workload_defaults(self, plural, obj):
+        """apps/v1 SetDefaults_ReplicaSet / SetDefaults_Deployment (the fields the simulator reads)."""
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            return
+        spec.setdefault("replicas", 1)
+        if plural == "deployments":
+            spec.setdefault("strategy", {"type": "RollingUpdate",
+                                         "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+            spec.setdefault("revisionHistoryLimit", 10)
+            spec.setdefault("progressDeadlineSeconds", 600)
+        obj["status"] = {}
 
     def _pod_defaults(self, pod):
         spec = pod.setdefault("spec", {})
@@ -243,15 +257,8 @@ class KubeHooks:
             if "minAvailable" in spec and "maxUnavailable" in spec:
                 out.append(("spec", "FieldValueInvalid", "Invalid value: %s: minAvailable and maxUnavailable cannot be both set"
                             % json.dumps(spec)))
-        elif k == ("apps", "daemonsets"):
-            spec = obj.get("spec") or {}
-            if not spec.get("selector"):
-                out.append(("spec.selector", "FieldValueRequired", "Required value"))
-            else:
-                labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-                if not sel.match_label_selector_obj(spec["selector"], labels):
-                    out.append(("spec.template.metadata.labels", "FieldValueInvalid",
-                                "Invalid value: %s: `selector` does not match template `labels`" % json.dumps(labels)))
+        elif k in (("apps", "daemonsets"), ("apps", "replicasets"), ("apps", "deployments")):
+            out.extend(_workload_semantic(obj.get("spec") or {}))
         elif k == ("", "nodes") and old is not None:
             pid_old = (old.get("spec") or {}).get("providerID")
             pid_new = (obj.get("spec") or {}).get("providerID")
@@ -348,57 +355,6 @@ class KubeHooks:
             g = spec.get("terminationGracePeriodSeconds", 30)
         return max(int(g), 0) if g is not None else 30
 
-    # ---- eviction ------------------------------------------------------------------------
-    def evict(self, ns, name, body):
-        prt = self.s.types[("", "pods")]
-        pod = self.s.get(prt, ns, name)
-        ok = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-        opts = (body or {}).get("deleteOptions") or {}
-        phase = (pod.get("status") or {}).get("phase")
-        if pod["metadata"].get("deletionTimestamp") or phase in ("Succeeded", "Failed", "Pending"):
-            self.s.delete(prt, ns, name, opts)
-            return ok
-        pdbt = self.s.types[("policy", "poddisruptionbudgets")]
-        pdbs = [p for p in self.s.list(pdbt, ns, [], [])
-                if sel.match_label_selector_obj((p.get("spec") or {}).get("selector"), pod["metadata"].get("labels"))]
-        if len(pdbs) > 1:
-            raise KubeError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction "
-                                                  "subresource does not support.")
-        if pdbs:
-            pdb = pdbs[0]
-            st = self.pdb_status(pdb)
-            allowed = st["disruptionsAllowed"]
-            if not pod_ready(pod):
-                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
-                if policy == "AlwaysAllow" or st["currentHealthy"] >= st["desiredHealthy"]:
-                    self.s.delete(prt, ns, name, opts)
-                    return ok
-            if allowed <= 0:
-                raise KubeError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                                {"causes": [{"reason": "DisruptionBudget",
-                                             "message": "The disruption budget %s needs %d healthy pods and has %d currently"
-                                             % (pdb["metadata"]["name"], st["desiredHealthy"], st["currentHealthy"])}]})
-        self.s.delete(prt, ns, name, opts)
-        return ok
-
-    def pdb_status(self, pdb):
-        ns = pdb["metadata"]["namespace"]
-        spec = pdb.get("spec") or {}
-        prt = self.s.types[("", "pods")]
-        pods = [p for p in self.s.list(prt, ns, [], [])
-                if sel.match_label_selector_obj(spec.get("selector"), p["metadata"].get("labels"))
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        expected = len(pods)
-        healthy = sum(1 for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
-        if "minAvailable" in spec:
-            desired = _scaled(spec["minAvailable"], expected)
-        elif "maxUnavailable" in spec:
-            desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
-        else:
-            desired = expected
-        return {"expectedPods": expected, "currentHealthy": healthy, "desiredHealthy": desired,
-                "disruptionsAllowed": max(0, healthy - desired)}
-
     # ---- binding ----------------------------------------------------------------------------
     def bind(self, ns, name, binding):
         prt = self.s.types[("", "pods")]
@@ -432,10 +388,20 @@ class KubeHooks:
         return self.s._commit(prt, pod["metadata"]["namespace"], pod["metadata"]["name"], pod, new)
 
 
-def _scaled(v, total):
-    if isinstance(v, str) and v.endswith("%"):
-        return int(math.ceil(float(v[:-1]) * total / 100.0))
-    return int(v)
+def _workload_semantic(spec):
+    """What apps/v1 validation says of a DaemonSet's, ReplicaSet's or Deployment's selector and replicas."""
+    out = []
+    r = spec.get("replicas")
+    if isinstance(r, int) and r < 0:
+        out.append(("spec.replicas", "FieldValueInvalid", "Invalid value: %d: must be greater than or equal to 0" % r))
+    if not spec.get("selector"):
+        out.append(("spec.selector", "FieldValueRequired", "Required value"))
+        return out
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not sel.match_label_selector_obj(spec["selector"], labels):
+        out.append(("spec.template.metadata.labels", "FieldValueInvalid",
+                    "Invalid value: %s: `selector` does not match template `labels`" % json.dumps(labels)))
+    return out
 
 
 def _pod_spec_changed(old, new):

@@ -27,6 +27,7 @@ from . import report as reportmod
 from . import tls
 from . import topology
 from . import util
+from .controllers import EXIT_ON_TERM
 
 DEFAULT_HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 
@@ -46,7 +47,8 @@ KNOBS = {
     # kubelets / controllers
     "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
-    "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": True, "ccm_delete_nodes": False,
+    "pdb_disruption_timeout_seconds": 120.0, "disruption_controller": True,
+    "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": False, "ccm_delete_nodes": False,
     "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1, "node_monitor_seconds": 0.0,
     "scheduler_backoff_seconds": 1.0, "scheduler_max_backoff_seconds": 10.0,
 }
@@ -429,7 +431,7 @@ class ScenarioRunner:
             labels = dict(p.get("labels") or {"app": p.get("name") or "pod"})
             obj = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "namespace": p.get("namespace", "default"), "labels": labels,
-                                "annotations": dict(p.get("annotations") or {})},
+                                "annotations": dict({EXIT_ON_TERM: "true"}, **(p.get("annotations") or {}))},
                    "spec": spec}
             self.w.kube.create(prt, obj["metadata"]["namespace"], obj)
 
