@@ -742,6 +742,16 @@ int kube_evict(struct kube_client *c, const char *ns, const char *pod, const str
         return r;
 }
 
+int kube_list_node_pods(struct kube_client *c, const char *node, json_t **ret_list) {
+        char *selector;
+        if (asprintf(&selector, "spec.nodeName=%s", node) < 0)
+                return -ENOMEM;
+        struct kube_list_options o = { .field_selector = selector };
+        int r = kube_list(c, &kube_pods, NULL, &o, ret_list);
+        free(selector);
+        return r;
+}
+
 int kube_bind_pod(struct kube_client *c, const char *ns, const char *pod, const char *node) {
         json_t *b = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Binding",
                               "metadata", "name", pod, "namespace", ns, "target", "apiVersion", "v1", "kind", "Node",

@@ -9,7 +9,8 @@
  *   launcher_boot.c                   cloud-init, firewall, the start and bind actions
  *   launcher_steps.c                  the reserve, VMID and clone actions (configure uses launcher_boot.c)
  *   launcher_join.c                   the register and initialize actions
- *   launcher_teardown.c               failed launches, deleted claims, the finalizer
+ *   launcher_drain.c                  a deleted claim's Node: the disrupted taint, the evictions, its delete
+ *   launcher_teardown.c               failed launches, deleted claims (termination in order), the finalizer
  *   launcher_gc.c                     periodic clean-up of what no claim owns
  *   launcher.c                        the table of steps and the reconcile that runs it
  * Below them all, pure: launchstep (results and decisions), nodeclaim (the typed status), launcher_plan. */
@@ -229,6 +230,24 @@ struct launchstep_result launcher__await_clone(struct launcher__ctx *c);    /* f
 /* ---- launcher_join.c ---- */
 struct launchstep_result launcher__register(struct launcher__ctx *c);   /* from Launched */
 struct launchstep_result launcher__initialize(struct launcher__ctx *c); /* from Registered */
+
+/* ---- launcher_drain.c: a claim's Node during its termination (no Node recorded: nothing to do, DONE) ---- */
+/* The index of LAUNCHER_FINALIZER in an object's metadata.finalizers, or -1. */
+int launcher__finalizer_index(const json_t *obj);
+/* Add LAUNCHER_FINALIZER (for kube_modify): 0, KUBE_MODIFY_SKIP when it is there or the object is being deleted,
+ * -ENOMEM. */
+int launcher__finalizer_add(json_t *obj);
+/* Taint it pvescale.io/disrupted:NoSchedule (karpenter.sh/disrupted counts as there already), and put
+ * LAUNCHER_FINALIZER on it: deleted, it stays (with its deletionTimestamp) until the VM is gone, so that its kubelet
+ * does not register it again meanwhile. */
+struct launchstep_result launcher__taint_node(struct launcher__ctx *c);
+/* Evict its pods (launchstep_pod_drain), delete those left once the grace period is over: DONE when only pods
+ * that stay are left, else WAIT (pods leaving, or a PodDisruptionBudget that refused an eviction). */
+struct launchstep_result launcher__drain_node(struct launcher__ctx *c);
+/* Delete the Node object (gone counts as done). */
+struct launchstep_result launcher__delete_node(struct launcher__ctx *c);
+/* Drop LAUNCHER_FINALIZER from it, once the VM is gone. */
+struct launchstep_result launcher__release_node(struct launcher__ctx *c);
 
 /* ---- launcher_teardown.c ---- */
 /* The launch failed (why: a FAIL or the error it gave up on; NULL to finish a recorded failure): record it, emit

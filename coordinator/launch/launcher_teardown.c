@@ -1,5 +1,6 @@
-/* launcher_teardown: failed launches (record, Event, back-off, delete the claim) and the teardown of a deleted
- * claim (VM, ISO, join token, reservation, Node), then its finalizer. */
+/* launcher_teardown: failed launches (record, Event, back-off, delete the claim) and the termination of a deleted
+ * claim in its order (taint, drain, Node, then VM, ISO, join token, reservation), each step recorded, then its
+ * finalizer. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -96,15 +97,9 @@ static struct launchstep_result teardown_reservations(struct launcher__ctx *c) {
         return launchstep_done();
 }
 
-static struct launchstep_result teardown_node(struct launcher__ctx *c) {
-        const char *node = c->st->node_name;
-        int r = node[0] ? kube_delete(c->kube, &kube_nodes, NULL, node, NULL, NULL) : 0;
-        if (r < 0 && r != -ENOENT)
-                return launchstep_error(r, "delete Node %s: %s", node, kube_client_error(c->kube));
-        return launchstep_done();
-}
-
-static struct launchstep_result teardown(struct launcher__ctx *c) {
+/* The claim's instance: its VM (stopped, then deleted with purge and its unreferenced disks), ISO, join token and
+ * reservation; then the Node object, deleted before, goes (its finalizer dropped). */
+static struct launchstep_result teardown_instance(struct launcher__ctx *c) {
         struct launchstep_result res = teardown_vm(c);
         if (launchstep_ok(&res))
                 res = teardown_iso(c);
@@ -113,25 +108,64 @@ static struct launchstep_result teardown(struct launcher__ctx *c) {
         if (launchstep_ok(&res))
                 res = teardown_reservations(c);
         if (launchstep_ok(&res))
-                res = teardown_node(c);
+                res = launcher__release_node(c);
         return res;
+}
+
+/* Termination in its order, a step from the one the claim records: each is written once done, so that a restart
+ * goes on from there. A claim without a Node (a launch that failed before it joined) passes the Node's steps
+ * without writing them. */
+static const struct term_transition {
+        enum nodeclaim_term state;
+        launcher__action action;
+        enum nodeclaim_term next;
+} TERM_TRANSITIONS[] = {
+        { NODECLAIM_TERM_NONE, launcher__taint_node, NODECLAIM_TERM_TAINTED },
+        { NODECLAIM_TERM_TAINTED, launcher__drain_node, NODECLAIM_TERM_DRAINED },
+        { NODECLAIM_TERM_DRAINED, launcher__delete_node, NODECLAIM_TERM_NODE_DELETED },
+        { NODECLAIM_TERM_NODE_DELETED, teardown_instance, NODECLAIM_TERM_INSTANCE_TERMINATED },
+};
+
+static void term_event(struct launcher__ctx *c, const char *reason, const char *message) {
+        int r = kube_event_emit(c->kube, &kube_nodeclaims, c->claim, "Normal", reason, message, LAUNCHER__COMPONENT);
+        if (r < 0 && r != -ECANCELED)
+                log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+}
+
+/* The claim's termination step is done: recorded (not written for the Node's steps when it has no Node). */
+static struct launchstep_result term_record(struct launcher__ctx *c, enum nodeclaim_term next) {
+        bool begins = c->st->term_step == NODECLAIM_TERM_NONE;
+        int r = launchstep_term_record(c->st, next, c->now);
+        if (r < 0)
+                return launchstep_error(r, "%s", strerror(-r));
+        log_info("launcher: NodeClaim %s: %s", c->name, nodeclaim_term_name(next));
+        bool write = begins || c->st->node_name[0] || next == NODECLAIM_TERM_INSTANCE_TERMINATED;
+        struct launchstep_result res = write ? launcher__commit(c) : launchstep_done();
+        if (launchstep_ok(&res) && begins)
+                term_event(c, "Terminating",
+                           c->st->node_name[0] ? "draining its Node, then deleting its VM" : "deleting its VM");
+        return res;
+}
+
+static struct launchstep_result teardown(struct launcher__ctx *c) {
+        for (size_t i = 0; i < sizeof TERM_TRANSITIONS / sizeof TERM_TRANSITIONS[0]; i++) {
+                const struct term_transition *t = &TERM_TRANSITIONS[i];
+                if (c->st->term_step != t->state)
+                        continue;
+                struct launchstep_result res = t->action(c);
+                if (launchstep_ok(&res))
+                        res = term_record(c, t->next);
+                if (!launchstep_ok(&res))
+                        return res;
+        }
+        return launchstep_done();
 }
 
 /* ---- finalizer ---- */
 
-static int finalizer_index(const json_t *obj) {
-        size_t i;
-        json_t *f;
-        json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, f) {
-                if (json_is_string(f) && strcmp(json_string_value(f), LAUNCHER_FINALIZER) == 0)
-                        return (int)i;
-        }
-        return -1;
-}
-
 static int drop_finalizer(json_t *obj, void *userdata) {
         const char *uid = userdata, *u = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
-        int i = finalizer_index(obj);
+        int i = launcher__finalizer_index(obj);
         if (!u || strcmp(u, uid) != 0 || i < 0)
                 return KUBE_MODIFY_SKIP;
         json_array_remove(json_object_get(json_object_get(obj, "metadata"), "finalizers"), (size_t)i);
@@ -142,14 +176,7 @@ static int add_finalizer(json_t *obj, void *userdata) {
         const char *uid = userdata;
         json_t *meta = json_object_get(obj, "metadata");
         const char *u = json_string_value(json_object_get(meta, "uid"));
-        if (!u || strcmp(u, uid) != 0)
-                return -EAGAIN;
-        if (finalizer_index(obj) >= 0 || json_object_get(meta, "deletionTimestamp"))
-                return KUBE_MODIFY_SKIP;
-        json_t *list = json_object_get(meta, "finalizers");
-        if (!json_is_array(list))
-                json_object_set_new(meta, "finalizers", list = json_array());
-        return json_array_append_new(list, json_string(LAUNCHER_FINALIZER)) < 0 ? -ENOMEM : 0;
+        return !u || strcmp(u, uid) != 0 ? -EAGAIN : launcher__finalizer_add(obj);
 }
 
 /* Someone changed the claim: start over from the fresh one (stored, or read now). */
@@ -163,7 +190,7 @@ static struct launchstep_result start_over(struct launcher__ctx *c, json_t *stor
 
 struct launchstep_result launcher__ensure_finalizer(struct launcher__ctx *c) {
         json_t *stored = NULL;
-        if (finalizer_index(c->claim) >= 0)
+        if (launcher__finalizer_index(c->claim) >= 0)
                 return launchstep_done();
         int r = kube_modify(c->kube, &kube_nodeclaims, NULL, c->name, NULL, add_finalizer, c->uid, 0, &stored);
         if (r == 0) {
@@ -183,6 +210,7 @@ struct launchstep_result launcher__finalize(struct launcher__ctx *c) {
         if (r < 0 && r != -ENOENT)
                 return launchstep_error(r, "remove finalizer of NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         log_info("launcher: NodeClaim %s: torn down", c->name);
+        term_event(c, "Terminated", "its Node, VM, ISO, join token and reservation are gone");
         launcher__note_written(c->l, c->name, NULL);
         return launchstep_done();
 }
@@ -192,6 +220,18 @@ struct launchstep_result launcher__finalize(struct launcher__ctx *c) {
 static struct launchstep_result record_failure(struct launcher__ctx *c, const struct launchstep_failure *f) {
         int r = launchstep_failed(c->st, f->reason, f->message);
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launcher__commit(c);
+}
+
+/* Tear down the claim the delete answered with (its finalizer holds it: the status writes of the termination go
+ * on top of it); otherwise the claim as it was. */
+static struct launchstep_result finalize_deleted(struct launcher__ctx *c, json_t *deleted) {
+        const char *uid = json_string_value(json_object_get(json_object_get(deleted, "metadata"), "uid"));
+        bool held = uid && strcmp(uid, c->uid) == 0 &&
+                    json_object_get(json_object_get(deleted, "metadata"), "deletionTimestamp");
+        int r = held ? launcher__ctx_take(c, deleted) : 0;
+        if (!held)
+                json_decref(deleted);
+        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launcher__finalize(c);
 }
 
 struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct launchstep_result *why) {
@@ -209,8 +249,9 @@ struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct la
                 launcher__backoff_note(c->l, c->nodepool, c->host, c->now);
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = c->uid;
-        r = kube_delete(c->kube, &kube_nodeclaims, NULL, c->name, &o, NULL);
+        json_t *deleted = NULL;
+        r = kube_delete(c->kube, &kube_nodeclaims, NULL, c->name, &o, &deleted);
         if (r < 0 && r != -ENOENT)
                 return launchstep_error(r, "delete NodeClaim %s: %s", c->name, kube_client_error(c->kube));
-        return launcher__finalize(c);
+        return finalize_deleted(c, r == 0 ? deleted : NULL);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "config.h"
 #include "errmsg.h"
 #include "pve.h"
 
@@ -274,4 +275,119 @@ int launchstep_failed(struct nodeclaim_status *st, const char *reason, const cha
         snprintf(st->last_error, sizeof st->last_error, "%s", message);
         snprintf(st->failure_reason, sizeof st->failure_reason, "%s", reason);
         return nodeclaim_condition_set(st, launched ? "Registered" : "Launched", "False", reason, message);
+}
+
+/* ---- termination ---- */
+
+static bool taint_is(const json_t *taint, const char *key, const char *effect) {
+        const char *k = json_string_value(json_object_get(taint, "key"));
+        const char *e = json_string_value(json_object_get(taint, "effect"));
+        return k && e && strcmp(k, key) == 0 && strcmp(e, effect) == 0;
+}
+
+bool launchstep_node_disrupted(const json_t *taints) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(taints, i, t) {
+                if (taint_is(t, LAUNCHSTEP_TAINT_DISRUPTED, "NoSchedule") ||
+                    taint_is(t, LAUNCHSTEP_TAINT_KARPENTER_DISRUPTED, "NoSchedule"))
+                        return true;
+        }
+        return false;
+}
+
+static const char *str_at(const json_t *obj, const char *a, const char *b) {
+        return json_string_value(json_object_get(json_object_get(obj, a), b));
+}
+
+/* A toleration of key:NoSchedule (no value), as the scheduler matches them: the key, or an empty key with Exists;
+ * Exists, or Equal with an empty value; no effect, or NoSchedule. */
+static bool tolerates(const json_t *tol, const char *key) {
+        const char *k = json_string_value(json_object_get(tol, "key"));
+        const char *op = json_string_value(json_object_get(tol, "operator"));
+        const char *v = json_string_value(json_object_get(tol, "value"));
+        const char *e = json_string_value(json_object_get(tol, "effect"));
+        bool exists = op && strcmp(op, "Exists") == 0;
+        bool key_ok = (k && strcmp(k, key) == 0) || ((!k || !k[0]) && exists);
+        bool value_ok = exists || ((!op || !op[0] || strcmp(op, "Equal") == 0) && (!v || !v[0]));
+        return key_ok && value_ok && (!e || !e[0] || strcmp(e, "NoSchedule") == 0);
+}
+
+static bool tolerates_disrupted(const json_t *pod) {
+        size_t i;
+        json_t *tol;
+        json_array_foreach(json_object_get(json_object_get(pod, "spec"), "tolerations"), i, tol) {
+                if (tolerates(tol, LAUNCHSTEP_TAINT_DISRUPTED))
+                        return true;
+        }
+        return false;
+}
+
+static bool owned_by_daemonset(const json_t *pod) {
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, o) {
+                const char *kind = json_string_value(json_object_get(o, "kind"));
+                if (kind && strcmp(kind, "DaemonSet") == 0 && json_is_true(json_object_get(o, "controller")))
+                        return true;
+        }
+        return false;
+}
+
+static bool finished(const json_t *pod) {
+        const char *phase = str_at(pod, "status", "phase");
+        return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+}
+
+enum launchstep_drain launchstep_pod_drain(const json_t *pod) {
+        const json_t *meta = json_object_get(pod, "metadata");
+        if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
+            owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod))
+                return LAUNCHSTEP_DRAIN_STAY;
+        return json_object_get(meta, "deletionTimestamp") ? LAUNCHSTEP_DRAIN_GOING : LAUNCHSTEP_DRAIN_EVICT;
+}
+
+int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *ret_ms, char *err, size_t errlen) {
+        const char *where = "spec.terminationGracePeriod";
+        const char *s = str_at(claim, "spec", "terminationGracePeriod");
+        uint64_t ms;
+        if (!s) {
+                where = "NodePool spec.template.spec.terminationGracePeriod";
+                s = str_at(json_object_get(json_object_get(pool, "spec"), "template"), "spec",
+                           "terminationGracePeriod");
+        }
+        *ret_ms = -1;
+        if (!s)
+                return 0;
+        if (config_parse_duration(s, &ms) < 0)
+                return errmsg_set(err, errlen, -EINVAL, "%s: \"%s\" is no duration", where, s);
+        *ret_ms = (int64_t)ms;
+        return 0;
+}
+
+bool launchstep_grace_over(int64_t started_ms, int64_t grace_ms, int64_t now_ms) {
+        return grace_ms >= 0 && started_ms > 0 && now_ms - started_ms >= grace_ms;
+}
+
+int64_t launchstep_drain_requeue(int64_t started_ms, int64_t now_ms) {
+        int64_t d = started_ms > 0 && now_ms > started_ms ? (now_ms - started_ms) / 10 : 0;
+        if (d < LAUNCHSTEP_DRAIN_MIN_MS)
+                return LAUNCHSTEP_DRAIN_MIN_MS;
+        return d > LAUNCHSTEP_DRAIN_MAX_MS ? LAUNCHSTEP_DRAIN_MAX_MS : d;
+}
+
+int launchstep_term_record(struct nodeclaim_status *st, enum nodeclaim_term term, int64_t now_ms) {
+        st->term_step = term;
+        switch (term) {
+        case NODECLAIM_TERM_TAINTED:
+                if (!st->term_started_ms)
+                        st->term_started_ms = now_ms;
+                return nodeclaim_condition_set(st, "Drained", "False", "Draining", "evicting the Node's pods");
+        case NODECLAIM_TERM_DRAINED:
+                return nodeclaim_condition_set(st, "Drained", "True", "Drained", "");
+        case NODECLAIM_TERM_NODE_DELETED:
+                return nodeclaim_condition_set(st, "InstanceTerminating", "True", "InstanceTerminating", "");
+        default:
+                return 0;
+        }
 }

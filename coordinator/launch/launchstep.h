@@ -165,3 +165,40 @@ struct launchstep_failure {
 struct launchstep_failure launchstep_failure(const struct nodeclaim_status *st, const struct launchstep_result *why);
 /* The Failed record (the Launched condition False, or Registered once launched). */
 int launchstep_failed(struct nodeclaim_status *st, const char *reason, const char *message);
+
+/* ---- termination of a claim being deleted: the decisions (the drain's I/O is the launcher's) ---- */
+
+#define LAUNCHSTEP_TAINT_DISRUPTED "pvescale.io/disrupted"            /* ours, NoSchedule */
+#define LAUNCHSTEP_TAINT_KARPENTER_DISRUPTED "karpenter.sh/disrupted" /* Karpenter's: read as ours */
+#define LAUNCHSTEP_DRAIN_MIN_MS 1000  /* the first pause of a drain that waits (pods leaving, a PDB said 429) */
+#define LAUNCHSTEP_DRAIN_MAX_MS 10000 /* the longest pause */
+
+/* Does a Node's spec.taints carry the disrupted taint (pvescale.io/disrupted or karpenter.sh/disrupted) with effect
+ * NoSchedule? */
+bool launchstep_node_disrupted(const json_t *taints);
+
+/* What the drain does with a pod bound to the Node. */
+enum launchstep_drain {
+        LAUNCHSTEP_DRAIN_STAY,  /* stays, and does not hold the drain: a DaemonSet's pod, a mirror pod, one that
+                                 * tolerates the disrupted taint, one that has finished (Succeeded, Failed) */
+        LAUNCHSTEP_DRAIN_EVICT, /* evict it through the Eviction API */
+        LAUNCHSTEP_DRAIN_GOING, /* being deleted already: wait for it to go */
+};
+enum launchstep_drain launchstep_pod_drain(const json_t *pod);
+
+/* The claim's termination grace period in ms: its spec.terminationGracePeriod, else its NodePool template's
+ * (pool may be NULL); -1 when neither has one (wait for the pods forever). 0, or -EINVAL (a malformed duration,
+ * err says which). */
+int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *ret_ms, char *err, size_t errlen);
+
+/* Has the grace period (grace_ms, -1 none) passed since the termination began at started_ms? Then the pods left
+ * are deleted (Karpenter's rule). */
+bool launchstep_grace_over(int64_t started_ms, int64_t grace_ms, int64_t now_ms);
+
+/* The pause before the drain looks again: a tenth of the time it has run, from LAUNCHSTEP_DRAIN_MIN_MS to
+ * LAUNCHSTEP_DRAIN_MAX_MS (backing off without writing a count anywhere). */
+int64_t launchstep_drain_requeue(int64_t started_ms, int64_t now_ms);
+
+/* term done: the step recorded, with its conditions (Drained, InstanceTerminating); Tainted also records
+ * terminationStartedAt (kept when set). 0 or -ENOSPC. */
+int launchstep_term_record(struct nodeclaim_status *st, enum nodeclaim_term term, int64_t now_ms);

@@ -21,6 +21,9 @@ static const char *const STEP_NAMES[] = { "",         "Reserved", "VMIDAllocated
                                           "Started",  "Launched", "Registered",    "Initialized", "Failed" };
 #define N_STEPS (sizeof STEP_NAMES / sizeof STEP_NAMES[0])
 
+static const char *const TERM_NAMES[] = { "", "Tainted", "Drained", "NodeDeleted", "InstanceTerminated" };
+#define N_TERMS (sizeof TERM_NAMES / sizeof TERM_NAMES[0])
+
 static const char *const RESERVATION_NAMES[] = { "", "agent", "pve" };
 #define N_RESERVATIONS (sizeof RESERVATION_NAMES / sizeof RESERVATION_NAMES[0])
 
@@ -41,6 +44,18 @@ int nodeclaim_step_parse(const char *name, enum nodeclaim_step *ret) {
         if (i < 0)
                 return -EINVAL;
         *ret = (enum nodeclaim_step)i;
+        return 0;
+}
+
+const char *nodeclaim_term_name(enum nodeclaim_term term) {
+        return (size_t)term < N_TERMS ? TERM_NAMES[term] : "";
+}
+
+int nodeclaim_term_parse(const char *name, enum nodeclaim_term *ret) {
+        int i = name_index(TERM_NAMES, N_TERMS, name);
+        if (i < 0)
+                return -EINVAL;
+        *ret = (enum nodeclaim_term)i;
         return 0;
 }
 
@@ -134,14 +149,22 @@ static json_t *enc_time(const void *src) {
         return json_string(rfc3339_format_ms(*(const int64_t *)src, when, sizeof when));
 }
 
-static int dec_step(const json_t *v, void *dst, size_t len, char *why, size_t whylen) {
-        (void)len;
-        if (nodeclaim_step_parse(json_string_value(v), dst) < 0) {
-                snprintf(why, whylen, json_is_string(v) ? ": unknown step \"%s\"" : ": a string is required",
+/* A name of names into an enum member: why says "unknown <what> ..." or that a string is required. */
+static int dec_named(const char *const *names, size_t n, const char *what, const json_t *v, void *dst, char *why,
+                     size_t whylen) {
+        int i = name_index(names, n, json_string_value(v));
+        if (i < 0) {
+                snprintf(why, whylen, json_is_string(v) ? ": unknown %s \"%s\"" : ": a string is required", what,
                          json_string_value(v));
                 return -EINVAL;
         }
+        *(int *)dst = i;
         return 0;
+}
+
+static int dec_step(const json_t *v, void *dst, size_t len, char *why, size_t whylen) {
+        (void)len;
+        return dec_named(STEP_NAMES, N_STEPS, "step", v, dst, why, whylen);
 }
 
 static json_t *enc_step(const void *src) {
@@ -169,6 +192,15 @@ static int dec_reservation(const json_t *v, void *dst, size_t len, char *why, si
 
 static json_t *enc_reservation(const void *src) {
         return json_string(RESERVATION_NAMES[*(const enum nodeclaim_reservation *)src]);
+}
+
+static int dec_term(const json_t *v, void *dst, size_t len, char *why, size_t whylen) {
+        (void)len;
+        return dec_named(TERM_NAMES, N_TERMS, "termination step", v, dst, why, whylen);
+}
+
+static json_t *enc_term(const void *src) {
+        return json_string(nodeclaim_term_name(*(const enum nodeclaim_term *)src));
 }
 
 /* {"cpu": "2", "memory": "4Gi", ...}: a quantity per resource this build knows (others are left to the JSON). */
@@ -265,6 +297,7 @@ static const struct kind K_U32 = { dec_u32, enc_u32, empty_u32, eq_u32 };
 static const struct kind K_COUNT = { dec_count, enc_count, empty_i64, eq_i64 };
 static const struct kind K_TIME = { dec_time, enc_time, empty_i64, eq_i64 };
 static const struct kind K_STEP = { dec_step, enc_step, empty_enum, eq_enum };
+static const struct kind K_TERM = { dec_term, enc_term, empty_enum, eq_enum };
 static const struct kind K_RESERVATION = { dec_reservation, enc_reservation, empty_enum, eq_enum };
 static const struct kind K_RESOURCES = { dec_resources, enc_resources, empty_resources, eq_resources };
 static const struct kind K_PLACEMENT = { dec_placement, enc_placement, empty_placement, eq_placement };
@@ -301,6 +334,8 @@ static const struct field FIELDS[] = {
         FIELD("attempts", K_COUNT, attempts),
         FIELD("lastError", K_STR, last_error),
         FIELD("failureReason", K_STR, failure_reason),
+        FIELD("terminationStep", K_TERM, term_step),
+        FIELD("terminationStartedAt", K_TIME, term_started_ms),
 };
 #define N_FIELDS (sizeof FIELDS / sizeof FIELDS[0])
 

@@ -28,6 +28,21 @@ enum nodeclaim_step {
         NODECLAIM_STEP_FAILED,         /* "Failed": the launch failed for good */
 };
 
+/* How far the termination of a claim being deleted is (status.terminationStep): the state once the step of that
+ * name is done. Each is recorded once done, so that a restarted coordinator goes on from there. */
+enum nodeclaim_term {
+        NODECLAIM_TERM_NONE,         /* "" or absent: not begun */
+        NODECLAIM_TERM_TAINTED,      /* "Tainted": the Node carries pvescale.io/disrupted:NoSchedule; terminationStartedAt
+                                      * set; its pods are being evicted */
+        NODECLAIM_TERM_DRAINED,      /* "Drained": only pods that stay (DaemonSet, mirror, tolerating) are left */
+        NODECLAIM_TERM_NODE_DELETED, /* "NodeDeleted": the Node object is gone */
+        NODECLAIM_TERM_INSTANCE_TERMINATED, /* "InstanceTerminated": VM, ISO, join token and reservation gone */
+};
+
+/* The recorded name of a termination step, and back (0, or -EINVAL for a name that is none). */
+const char *nodeclaim_term_name(enum nodeclaim_term term);
+int nodeclaim_term_parse(const char *name, enum nodeclaim_term *ret);
+
 /* The recorded name of a step ("" for NODECLAIM_STEP_NONE). */
 const char *nodeclaim_step_name(enum nodeclaim_step step);
 /* A recorded name back ("" is NODECLAIM_STEP_NONE). 0, or -EINVAL for a name that is no step. */
@@ -81,6 +96,8 @@ struct nodeclaim_status {
         int64_t attempts;                           /* attempts: failed attempts of the current step */
         char last_error[NODECLAIM_MESSAGE_MAX];     /* lastError */
         char failure_reason[64];                    /* failureReason (Failed) */
+        enum nodeclaim_term term_step;              /* terminationStep: how far the termination is */
+        int64_t term_started_ms;                    /* terminationStartedAt: when the termination began */
         struct nodeclaim_condition conditions[NODECLAIM_MAX_CONDITIONS]; /* conditions */
         size_t n_conditions;
 };

@@ -346,6 +346,127 @@ static void test_failure(void **state) {
         free(st);
 }
 
+static void test_node_disrupted(void **state) {
+        (void)state;
+        json_t *t = test_json_parse("[{\"key\": \"dedicated\", \"effect\": \"NoSchedule\"}]");
+        assert_false(launchstep_node_disrupted(t));
+        assert_false(launchstep_node_disrupted(NULL));
+        json_array_append_new(t, test_json_parse("{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoExecute\"}"));
+        assert_false(launchstep_node_disrupted(t)); /* another effect */
+        json_array_append_new(t, test_json_parse("{\"key\": \"karpenter.sh/disrupted\", \"effect\": \"NoSchedule\"}"));
+        assert_true(launchstep_node_disrupted(t)); /* Karpenter's counts as ours */
+        json_decref(t);
+        t = test_json_parse("[{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoSchedule\"}]");
+        assert_true(launchstep_node_disrupted(t));
+        json_decref(t);
+}
+
+static enum launchstep_drain drain_of(const char *pod_json) {
+        json_t *pod = test_json_parse(pod_json);
+        enum launchstep_drain d = launchstep_pod_drain(pod);
+        json_decref(pod);
+        return d;
+}
+
+static void test_pod_drain(void **state) {
+        (void)state;
+        assert_int_equal(drain_of("{\"metadata\": {\"name\": \"web\"}, \"status\": {\"phase\": \"Running\"}}"),
+                         LAUNCHSTEP_DRAIN_EVICT);
+        assert_int_equal(drain_of("{\"metadata\": {\"ownerReferences\": [{\"kind\": \"ReplicaSet\", \"controller\": true}]}}"),
+                         LAUNCHSTEP_DRAIN_EVICT);
+        assert_int_equal(drain_of("{\"metadata\": {\"ownerReferences\": [{\"kind\": \"DaemonSet\", \"controller\": true}]}}"),
+                         LAUNCHSTEP_DRAIN_STAY);
+        /* a DaemonSet that owns without controlling does not keep the pod */
+        assert_int_equal(drain_of("{\"metadata\": {\"ownerReferences\": [{\"kind\": \"DaemonSet\"}]}}"),
+                         LAUNCHSTEP_DRAIN_EVICT);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"kubernetes.io/config.mirror\": \"abc\"}}}"),
+                         LAUNCHSTEP_DRAIN_STAY);
+        assert_int_equal(drain_of("{\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
+        assert_int_equal(drain_of("{\"status\": {\"phase\": \"Failed\"}}"), LAUNCHSTEP_DRAIN_STAY);
+        assert_int_equal(drain_of("{\"metadata\": {\"deletionTimestamp\": \"2026-07-01T12:00:00Z\"}}"),
+                         LAUNCHSTEP_DRAIN_GOING);
+        /* tolerations of pvescale.io/disrupted:NoSchedule */
+        static const char *const tolerating[] = {
+                "{\"key\": \"pvescale.io/disrupted\", \"operator\": \"Exists\"}",
+                "{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoSchedule\"}",
+                "{\"key\": \"pvescale.io/disrupted\", \"operator\": \"Equal\", \"value\": \"\"}",
+                "{\"operator\": \"Exists\"}",
+                "{\"operator\": \"Exists\", \"effect\": \"NoSchedule\"}",
+        };
+        static const char *const not_tolerating[] = {
+                "{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoExecute\"}",
+                "{\"key\": \"pvescale.io/disrupted\", \"operator\": \"Equal\", \"value\": \"x\"}",
+                "{\"key\": \"other\", \"operator\": \"Exists\"}",
+                "{\"operator\": \"Exists\", \"effect\": \"NoExecute\"}",
+                "{\"key\": \"karpenter.sh/disrupted\", \"operator\": \"Exists\"}",
+        };
+        char pod[512];
+        for (size_t i = 0; i < sizeof tolerating / sizeof tolerating[0]; i++) {
+                snprintf(pod, sizeof pod, "{\"spec\": {\"tolerations\": [%s]}}", tolerating[i]);
+                assert_int_equal(drain_of(pod), LAUNCHSTEP_DRAIN_STAY);
+        }
+        for (size_t i = 0; i < sizeof not_tolerating / sizeof not_tolerating[0]; i++) {
+                snprintf(pod, sizeof pod, "{\"spec\": {\"tolerations\": [%s]}}", not_tolerating[i]);
+                assert_int_equal(drain_of(pod), LAUNCHSTEP_DRAIN_EVICT);
+        }
+}
+
+static void test_grace_period(void **state) {
+        (void)state;
+        char err[256] = "";
+        int64_t ms = 0;
+        json_t *claim = test_json_parse("{\"spec\": {}}");
+        json_t *pool = test_json_parse("{\"spec\": {\"template\": {\"spec\": {\"terminationGracePeriod\": \"1m30s\"}}}}");
+        assert_int_equal(launchstep_grace_period(claim, NULL, &ms, err, sizeof err), 0);
+        assert_int_equal(ms, -1); /* none: wait forever */
+        assert_int_equal(launchstep_grace_period(claim, pool, &ms, err, sizeof err), 0);
+        assert_int_equal(ms, 90000);
+        json_object_set_new(json_object_get(claim, "spec"), "terminationGracePeriod", json_string("10s"));
+        assert_int_equal(launchstep_grace_period(claim, pool, &ms, err, sizeof err), 0);
+        assert_int_equal(ms, 10000); /* the claim's own comes first */
+        json_object_set_new(json_object_get(claim, "spec"), "terminationGracePeriod", json_string("soon"));
+        assert_int_equal(launchstep_grace_period(claim, pool, &ms, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "spec.terminationGracePeriod: \"soon\" is no duration");
+        json_decref(claim);
+        json_decref(pool);
+        /* over once the period has passed since the termination began; never without one, or without a start */
+        assert_false(launchstep_grace_over(NOW, 10000, NOW + 9999));
+        assert_true(launchstep_grace_over(NOW, 10000, NOW + 10000));
+        assert_true(launchstep_grace_over(NOW, 0, NOW));
+        assert_false(launchstep_grace_over(NOW, -1, NOW + 365LL * 86400000));
+        assert_false(launchstep_grace_over(0, 10000, NOW));
+}
+
+static void test_drain_requeue(void **state) {
+        (void)state;
+        assert_int_equal(launchstep_drain_requeue(NOW, NOW), LAUNCHSTEP_DRAIN_MIN_MS);
+        assert_int_equal(launchstep_drain_requeue(0, NOW), LAUNCHSTEP_DRAIN_MIN_MS);
+        assert_int_equal(launchstep_drain_requeue(NOW, NOW + 30000), 3000);
+        assert_int_equal(launchstep_drain_requeue(NOW, NOW + 3600000), LAUNCHSTEP_DRAIN_MAX_MS);
+}
+
+static void test_term_records(void **state) {
+        (void)state;
+        struct nodeclaim_status *st = empty_status();
+        assert_int_equal(launchstep_term_record(st, NODECLAIM_TERM_TAINTED, NOW), 0);
+        assert_int_equal(st->term_step, NODECLAIM_TERM_TAINTED);
+        assert_int_equal(st->term_started_ms, NOW);
+        assert_string_equal(nodeclaim_condition(st, "Drained")->status, "False");
+        /* a restart that records Tainted again keeps when the termination began */
+        assert_int_equal(launchstep_term_record(st, NODECLAIM_TERM_TAINTED, NOW + 5000), 0);
+        assert_int_equal(st->term_started_ms, NOW);
+        assert_int_equal(launchstep_term_record(st, NODECLAIM_TERM_DRAINED, NOW + 6000), 0);
+        assert_true(nodeclaim_condition_true(st, "Drained"));
+        assert_int_equal(launchstep_term_record(st, NODECLAIM_TERM_NODE_DELETED, NOW + 7000), 0);
+        assert_true(nodeclaim_condition_true(st, "InstanceTerminating"));
+        assert_int_equal(launchstep_term_record(st, NODECLAIM_TERM_INSTANCE_TERMINATED, NOW + 8000), 0);
+        json_t *out = changes(st);
+        assert_string_equal(json_string_value(json_object_get(out, "terminationStep")), "InstanceTerminated");
+        assert_string_equal(json_string_value(json_object_get(out, "terminationStartedAt")), "2026-07-01T12:00:00.000Z");
+        json_decref(out);
+        free(st);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_results),         cmocka_unit_test(test_todo),
@@ -355,7 +476,9 @@ int main(void) {
                 cmocka_unit_test(test_registration_wait), cmocka_unit_test(test_node),
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
-                cmocka_unit_test(test_failure),
+                cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted),
+                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_grace_period),
+                cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

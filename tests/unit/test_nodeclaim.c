@@ -310,6 +310,43 @@ static void test_step_names(void **state) {
         json_decref(claim);
 }
 
+/* The termination step and its start: decoded, encoded and refused like the launch step. */
+static void test_termination_fields(void **state) {
+        (void)state;
+        static const char *const names[] = { "", "Tainted", "Drained", "NodeDeleted", "InstanceTerminated" };
+        for (int i = 0; i <= NODECLAIM_TERM_INSTANCE_TERMINATED; i++) {
+                enum nodeclaim_term t = NODECLAIM_TERM_NONE;
+                assert_string_equal(nodeclaim_term_name((enum nodeclaim_term)i), names[i]);
+                assert_int_equal(nodeclaim_term_parse(names[i], &t), 0);
+                assert_int_equal(t, i);
+        }
+        enum nodeclaim_term t = NODECLAIM_TERM_DRAINED;
+        assert_int_equal(nodeclaim_term_parse("Draining", &t), -EINVAL);
+        assert_int_equal(t, NODECLAIM_TERM_DRAINED);
+        struct nodeclaim_status *st = calloc(1, sizeof *st), *base = calloc(1, sizeof *base);
+        char err[256];
+        json_t *status = test_json_parse("{\"terminationStep\": \"Drained\","
+                                         " \"terminationStartedAt\": \"2026-07-01T12:00:00Z\"}");
+        assert_int_equal(nodeclaim_status_decode(status, st, err, sizeof err), 0);
+        assert_int_equal(st->term_step, NODECLAIM_TERM_DRAINED);
+        assert_int_equal(st->term_started_ms, 1782907200000LL);
+        st->term_step = NODECLAIM_TERM_NODE_DELETED;
+        json_t *out = json_object();
+        assert_int_equal(nodeclaim_status_encode(base, st, out, 0), 0);
+        assert_string_equal(json_string_value(json_object_get(out, "terminationStep")), "NodeDeleted");
+        assert_string_equal(json_string_value(json_object_get(out, "terminationStartedAt")), "2026-07-01T12:00:00.000Z");
+        json_decref(out);
+        json_object_set_new(status, "terminationStep", json_string("Bogus"));
+        assert_int_equal(nodeclaim_status_decode(status, st, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "status.terminationStep: unknown termination step \"Bogus\"");
+        json_object_set_new(status, "terminationStep", json_integer(2));
+        assert_int_equal(nodeclaim_status_decode(status, st, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "status.terminationStep: a string is required");
+        json_decref(status);
+        free(st);
+        free(base);
+}
+
 static void test_placement(void **state) {
         (void)state;
         struct shape shape = { .vcpus = 2 };
@@ -354,6 +391,7 @@ int main(void) {
                 cmocka_unit_test(test_bad_types_refused),
                 cmocka_unit_test(test_rebase),
                 cmocka_unit_test(test_step_names),
+                cmocka_unit_test(test_termination_fields),
                 cmocka_unit_test(test_placement),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,166 @@
+/* launcher_drain: the first steps of a claim's termination, on its Node: the disrupted taint, the eviction of its
+ * pods through the Eviction API (PodDisruptionBudgets honoured, the grace period's end enforced), the Node's delete. */
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "launcher_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* ---- taint ---- */
+
+int launcher__finalizer_index(const json_t *obj) {
+        size_t i;
+        json_t *f;
+        json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, f) {
+                if (json_is_string(f) && strcmp(json_string_value(f), LAUNCHER_FINALIZER) == 0)
+                        return (int)i;
+        }
+        return -1;
+}
+
+int launcher__finalizer_add(json_t *node) {
+        json_t *meta = json_object_get(node, "metadata"), *list = json_object_get(meta, "finalizers");
+        if (launcher__finalizer_index(node) >= 0 || json_object_get(meta, "deletionTimestamp"))
+                return KUBE_MODIFY_SKIP;
+        if (!json_is_array(list) && json_object_set_new(meta, "finalizers", list = json_array()) < 0)
+                return -ENOMEM;
+        return json_array_append_new(list, json_string(LAUNCHER_FINALIZER)) < 0 ? -ENOMEM : 0;
+}
+
+/* The disrupted taint, and the finalizer that keeps the Node object (and its kubelet from registering it anew)
+ * until the VM is gone. */
+static int disrupt_node(json_t *node, void *userdata) {
+        json_t *spec = json_object_get(node, "spec"), *taints;
+        (void)userdata;
+        if (!json_is_object(spec) && json_object_set_new(node, "spec", spec = json_object()) < 0)
+                return -ENOMEM;
+        taints = json_object_get(spec, "taints");
+        int r = launcher__finalizer_add(node);
+        if (r < 0 || launchstep_node_disrupted(taints))
+                return r;
+        if (!json_is_array(taints) && json_object_set_new(spec, "taints", taints = json_array()) < 0)
+                return -ENOMEM;
+        json_t *t = json_pack("{s:s, s:s}", "key", LAUNCHSTEP_TAINT_DISRUPTED, "effect", "NoSchedule");
+        return json_array_append_new(taints, t) < 0 ? -ENOMEM : 0;
+}
+
+struct launchstep_result launcher__taint_node(struct launcher__ctx *c) {
+        const char *node = c->st->node_name;
+        int r = node[0] ? kube_modify(c->kube, &kube_nodes, NULL, node, NULL, disrupt_node, NULL, 0, NULL) : 0;
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "taint Node %s: %s", node, kube_client_error(c->kube));
+        return launchstep_done();
+}
+
+/* ---- drain ---- */
+
+struct drain_count {
+        unsigned evicted, going, blocked, deleted;
+};
+
+/* The grace period of the claim or its NodePool (-1: none; a pool that is gone has none). */
+static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *ret_ms) {
+        char err[NODECLAIM_MESSAGE_MAX];
+        struct launchstep_result res = c->nodepool[0] ? launcher__need_pool(c) : launchstep_done();
+        if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
+                return res;
+        int r = launchstep_grace_period(c->claim, c->pool, ret_ms, err, sizeof err);
+        return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
+}
+
+/* Past the grace period: the pod is deleted, this incarnation only. */
+static int delete_pod(struct launcher__ctx *c, const char *ns, const char *name, const json_t *pod) {
+        struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
+        o.precondition_uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+        int r = kube_delete(c->kube, &kube_pods, ns, name, &o, NULL);
+        if (r == 0)
+                log_info("launcher: NodeClaim %s: deleted pod %s/%s (its termination grace period is over)", c->name,
+                         ns, name);
+        return r;
+}
+
+/* One pod bound to the Node: evicted (a 429 is a PodDisruptionBudget's no: tried again later), waited for, or
+ * deleted when the grace period is over. */
+static int drain_pod(struct launcher__ctx *c, const json_t *pod, bool grace_over, struct drain_count *n) {
+        const json_t *meta = json_object_get(pod, "metadata");
+        const char *ns = json_string_value(json_object_get(meta, "namespace"));
+        const char *name = json_string_value(json_object_get(meta, "name"));
+        enum launchstep_drain d = launchstep_pod_drain(pod);
+        int r;
+        if (d == LAUNCHSTEP_DRAIN_STAY || !ns || !name)
+                return 0;
+        if (grace_over) {
+                n->deleted++;
+                r = delete_pod(c, ns, name, pod);
+        } else if (d == LAUNCHSTEP_DRAIN_GOING) {
+                n->going++;
+                return 0;
+        } else {
+                r = kube_evict(c->kube, ns, name, NULL);
+                n->evicted += r == 0;
+                n->blocked += r == -EBUSY;
+        }
+        return r == -ENOENT || r == -EBUSY ? 0 : r;
+}
+
+static int drain_pods(struct launcher__ctx *c, const char *node, bool grace_over, struct drain_count *n) {
+        json_t *list = NULL, *pod;
+        size_t i;
+        int r = kube_list_node_pods(c->kube, node, &list);
+        json_array_foreach(json_object_get(list, "items"), i, pod) {
+                if (r == 0)
+                        r = drain_pod(c, pod, grace_over, n);
+        }
+        json_decref(list);
+        return r;
+}
+
+struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
+        const char *node = c->st->node_name;
+        struct drain_count n = { 0 };
+        int64_t grace;
+        if (!node[0])
+                return launchstep_done();
+        struct launchstep_result res = grace_period(c, &grace);
+        if (!launchstep_ok(&res))
+                return res;
+        int r = drain_pods(c, node, launchstep_grace_over(c->st->term_started_ms, grace, c->now), &n);
+        if (r < 0)
+                return launchstep_error(r, "drain Node %s: %s", node, kube_client_error(c->kube));
+        if (!n.evicted && !n.going && !n.blocked && !n.deleted)
+                return launchstep_done();
+        log_info("launcher: NodeClaim %s: draining Node %s: %u evicted, %u leaving, %u refused by a disruption budget, "
+                 "%u deleted", c->name, node, n.evicted, n.going, n.blocked, n.deleted);
+        return launchstep_wait(launchstep_drain_requeue(c->st->term_started_ms, c->now));
+}
+
+/* ---- the Node ---- */
+
+struct launchstep_result launcher__delete_node(struct launcher__ctx *c) {
+        const char *node = c->st->node_name;
+        int r = node[0] ? kube_delete(c->kube, &kube_nodes, NULL, node, NULL, NULL) : 0;
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "delete Node %s: %s", node, kube_client_error(c->kube));
+        return launchstep_done();
+}
+
+static int drop_node_finalizer(json_t *node, void *userdata) {
+        int i = launcher__finalizer_index(node);
+        (void)userdata;
+        if (i < 0)
+                return KUBE_MODIFY_SKIP;
+        json_array_remove(json_object_get(json_object_get(node, "metadata"), "finalizers"), (size_t)i);
+        return 0;
+}
+
+struct launchstep_result launcher__release_node(struct launcher__ctx *c) {
+        const char *node = c->st->node_name;
+        int r = node[0] ? kube_modify(c->kube, &kube_nodes, NULL, node, NULL, drop_node_finalizer, NULL, 0, NULL) : 0;
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "remove finalizer of Node %s: %s", node, kube_client_error(c->kube));
+        return launchstep_done();
+}
