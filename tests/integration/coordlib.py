@@ -266,6 +266,15 @@ def nodeclass(name="default", **spec):
     return {"apiVersion": "pvescale.io/v1alpha1", "kind": "ProxmoxNodeClass", "metadata": {"name": name}, "spec": s}
 
 
+# A DaemonSet in kube-system whose pods request 100m and 128Mi on every node.
+DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-agent", "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"app": "node-agent"}},
+                      "template": {"metadata": {"labels": {"app": "node-agent"}},
+                                   "spec": {"containers": [{"name": "a", "image": "registry.k8s.io/pause:3.10",
+                                                            "resources": {"requests": {"cpu": "100m",
+                                                                                       "memory": "128Mi"}}}]}}}}
+
+
 def nodepool(name="default", nodeclass_name="default", labels=None, requirements=None, limits=None, weight=None,
              taints=None, disruption=None):
     """A NodePool. Without disruption settings its nodes are never consolidated (consolidateAfter: Never), as

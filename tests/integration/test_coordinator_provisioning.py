@@ -41,14 +41,6 @@ def anti_pod(i):
             {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}})
 
 
-DAEMONSET = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-agent", "namespace": "kube-system"},
-             "spec": {"selector": {"matchLabels": {"app": "node-agent"}},
-                      "template": {"metadata": {"labels": {"app": "node-agent"}},
-                                   "spec": {"containers": [{"name": "a", "image": "registry.k8s.io/pause:3.10",
-                                                            "resources": {"requests": {"cpu": "100m",
-                                                                                       "memory": "128Mi"}}}]}}}}
-
-
 class ProvisioningTest(cl.CoordinatorTest):
     def setUp(self):
         self.c = cl.Cluster(HOSTS)
@@ -77,7 +69,7 @@ class ProvisioningTest(cl.CoordinatorTest):
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass())
         c.create(cl.GROUP + "/nodepools", cl.nodepool("default"))
         c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}))
-        c.create("/apis/apps/v1/namespaces/kube-system/daemonsets", DAEMONSET)
+        c.create("/apis/apps/v1/namespaces/kube-system/daemonsets", cl.DAEMONSET)
         pods = [cl.pod("web-%d" % i, cpu="500m", memory="512Mi") for i in range(4)]
         pods += [cl.pod("big-0", cpu="6", memory="8Gi")]
         pods += [cl.pod("db-%d" % i, cpu="1", memory="2Gi", nodeSelector={"disk": "ssd"}) for i in range(2)]

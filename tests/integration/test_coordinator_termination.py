@@ -81,6 +81,7 @@ class TerminationTest(cl.CoordinatorTest):
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        c.create("/apis/apps/v1/namespaces/kube-system/daemonsets", cl.DAEMONSET)
         for i in range(2):
             c.create(PODS, cl.pod("web-%d" % i, cpu="500m", memory="512Mi", labels={"app": "web"}))
         self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)  # the coordinator's calls from here
@@ -118,6 +119,11 @@ class TerminationTest(cl.CoordinatorTest):
         self.assertNotIn("node deleting", w.first)
         self.assertNotIn("vm stopped", w.first)
         self.assertEqual(len(c.items(PODS)), 2)
+        # The DaemonSet's pod stays on the draining Node: never evicted (and the DaemonSet controller keeps it
+        # there, as a NoSchedule taint does not make it leave).
+        ds = [p for p in c.items("/api/v1/namespaces/kube-system/pods") if p["spec"].get("nodeName") == node]
+        self.assertEqual(len(ds), 1, ds)
+        self.assertNotIn("deletionTimestamp", ds[0]["metadata"])
 
         # kill -9 mid-drain; a new coordinator goes on from the recorded step.
         self.co.stop(sig=signal.SIGKILL)

@@ -597,11 +597,15 @@ class Controllers:
                 for ref in p["metadata"].get("ownerReferences") or []:
                     if ref.get("uid") == md["uid"]:
                         owned.setdefault(p["spec"].get("nodeName"), []).append(p)
-            want = set()
+            # As the DaemonSet controller's NodeShouldRunDaemonPod: a new pod only where every NoSchedule and
+            # NoExecute taint is tolerated; a running one stays unless an untolerated NoExecute taint appears.
+            want, keep = set(), set()
+            tol = (tspec.get("tolerations") or []) + DS_TOLERATIONS
             for n in nodes:
-                tol = (tspec.get("tolerations") or []) + DS_TOLERATIONS
-                if self._ds_fits(tspec, tol, n):
+                if self._ds_fits(tspec, tol, n, ("NoSchedule", "NoExecute")):
                     want.add(n["metadata"]["name"])
+                if self._ds_fits(tspec, tol, n, ("NoExecute",)):
+                    keep.add(n["metadata"]["name"])
             for nn in want - set(owned):
                 pod = {"metadata": {"generateName": md["name"] + "-", "namespace": ns,
                                     "labels": dict((tmpl.get("metadata") or {}).get("labels") or {}),
@@ -617,7 +621,7 @@ class Controllers:
                 except Exception as e:
                     util.log("daemonset pod create failed: %s" % e, 1)
             for nn, pods in owned.items():
-                if nn not in want:
+                if nn not in keep:
                     for p in pods:
                         if not p["metadata"].get("deletionTimestamp"):
                             self.s.delete(prt, ns, p["metadata"]["name"], {})
@@ -633,11 +637,11 @@ class Controllers:
                 new["status"] = st
                 self.commit("daemonsets", ds, new, "apps")
 
-    def _ds_fits(self, spec, tol, node):
+    def _ds_fits(self, spec, tol, node, effects):
         if not _node_affinity_ok(spec, node):
             return False
         for t in (node.get("spec") or {}).get("taints") or []:
-            if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tol, t):
+            if t.get("effect") in effects and not tolerates(tol, t):
                 return False
         return True
 
