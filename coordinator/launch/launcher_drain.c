@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "stats.h"
 
 /* ---- taint ---- */
 
@@ -85,6 +86,13 @@ static int delete_pod(struct launcher__ctx *c, const char *ns, const char *name,
 
 /* One pod bound to the Node: evicted (a 429 is a PodDisruptionBudget's no: tried again later), waited for, or
  * deleted when the grace period is over. */
+/* How an eviction went, for evictions_total: a pod already gone counts as evicted. */
+static enum stats_eviction_result eviction_result(int r) {
+        if (r == 0 || r == -ENOENT)
+                return STATS_EVICTION_OK;
+        return r == -EBUSY ? STATS_EVICTION_PDB_BLOCKED : STATS_EVICTION_ERROR;
+}
+
 static int drain_pod(struct launcher__ctx *c, const json_t *pod, bool grace_over, struct drain_count *n) {
         const json_t *meta = json_object_get(pod, "metadata");
         const char *ns = json_string_value(json_object_get(meta, "namespace"));
@@ -103,6 +111,7 @@ static int drain_pod(struct launcher__ctx *c, const json_t *pod, bool grace_over
                 r = kube_evict(c->kube, ns, name, NULL);
                 n->evicted += r == 0;
                 n->blocked += r == -EBUSY;
+                stats_eviction(c->l->env.stats, eviction_result(r));
         }
         return r == -ENOENT || r == -EBUSY ? 0 : r;
 }

@@ -134,6 +134,9 @@ class TerminationTest(cl.CoordinatorTest):
         r = c.sim.kube("PATCH", PDBS + "/web", {"spec": {"minAvailable": 0}}, ctype="application/merge-patch+json")
         self.assertEqual(r.status, 200, r)
         cl.wait_for(lambda: self.claim(name) is None, 60, interval=0.5, what="claim gone")
+        m = self.co.metrics()  # the new coordinator's: it evicted both web pods once the PDB allowed it
+        self.assertGreaterEqual(m.get('pvescale_coordinator_evictions_total{result="ok"}', 0), 2, m)
+        self.assertEqual(m.get('pvescale_coordinator_evictions_total{result="error"}'), 0.0)
         cl.wait_for(lambda: "vm gone" in w.first, 10, what="VM gone seen")
         w.halt.set()
         w.join()
