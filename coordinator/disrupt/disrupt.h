@@ -203,5 +203,10 @@ struct disrupt_result {
 int disrupt_decide(const struct disrupt_input *in, struct disrupt_result **ret);
 void disrupt_result_free(struct disrupt_result *r);
 
+/* The trial behind a decision, run again to carry it out: the scheduling simulation with these candidates
+ * cordoned and their pods (but DaemonSet and mirror pods) pending. The result's claims are the replacements, each
+ * with its pool, shape, host and labels. 0 and *ret (simulate_result_free), or a negative errno. */
+int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n, struct sim_result **ret);
+
 /* The relative price of a shape: vCPUs plus GiB of VM memory / 4 (one vCPU costs as much as 4 GiB). */
 double disrupt_price(const struct shape *s);

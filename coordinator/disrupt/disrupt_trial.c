@@ -12,9 +12,9 @@ static bool moves(const struct disrupt_pod *p) {
 }
 
 /* Cordon the nodes and make their pods pending (off = false), or put them back (off = true). */
-static void cordon(struct disrupt__ctx *ctx, const size_t *cands, size_t n, bool *saved, bool undo) {
+static void cordon(const struct disrupt_input *in, const size_t *cands, size_t n, bool *saved, bool undo) {
         for (size_t k = 0; k < n; k++) {
-                struct disrupt_candidate *c = &ctx->in->candidates[cands[k]];
+                struct disrupt_candidate *c = &in->candidates[cands[k]];
                 if (undo)
                         c->sim->unschedulable = saved[k];
                 else
@@ -57,26 +57,46 @@ static void read_result(const struct sim_input *s, const struct sim_result *r, s
                 t->all_placed = false;
 }
 
-int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
-        struct sim_input *s = ctx->in->sim;
+/* The simulation with the candidates cordoned, their pods pending and only these pods in the input. */
+static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, size_t n_bound, const size_t *cands,
+                        size_t n, struct sim_result **ret) {
+        struct sim_input *s = in->sim;
         struct sim_pod **pods = s->pods;
         size_t n_pods = s->n_pods;
-        struct sim_result *r = NULL;
         bool *saved = calloc(n + 1, sizeof *saved);
         if (!saved)
                 return -ENOMEM;
-        *ret = (struct disrupt__trial){ 0 };
-        cordon(ctx, cands, n, saved, false);
-        s->pods = ctx->bound;
-        s->n_pods = ctx->n_bound;
-        int rc = simulate_run(s, &r);
+        cordon(in, cands, n, saved, false);
+        s->pods = bound;
+        s->n_pods = n_bound;
+        int rc = simulate_run(s, ret);
         s->pods = pods;
         s->n_pods = n_pods;
-        cordon(ctx, cands, n, saved, true);
+        cordon(in, cands, n, saved, true);
         free(saved);
+        return rc;
+}
+
+int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
+        struct sim_result *r = NULL;
+        *ret = (struct disrupt__trial){ 0 };
+        int rc = run_cordoned(ctx->in, ctx->bound, ctx->n_bound, cands, n, &r);
         ctx->res->simulations++;
         if (rc == 0)
-                read_result(s, r, ret);
+                read_result(ctx->in->sim, r, ret);
         simulate_result_free(r);
+        return rc;
+}
+
+int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n, struct sim_result **ret) {
+        struct sim_pod **bound = calloc(in->sim->n_pods + 1, sizeof *bound);
+        size_t n_bound = 0;
+        if (!bound)
+                return -ENOMEM;
+        for (size_t i = 0; i < in->sim->n_pods; i++)
+                if (in->sim->pods[i]->node_name)
+                        bound[n_bound++] = in->sim->pods[i];
+        int rc = run_cordoned(in, bound, n_bound, cands, n, ret);
+        free(bound);
         return rc;
 }
