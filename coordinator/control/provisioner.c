@@ -291,18 +291,30 @@ struct claim_writes {
         const struct provisioner_round *r;
         const struct sim_result *res;
         struct claim_job *jobs;
+        const json_t *annotations; /* more annotations for every claim, or NULL */
         atomic_size_t next;
         struct latency_waits pre_waits; /* waits of the round before the claim writes */
 };
 
-static json_t *create_claim(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
-                            const struct sim_result *res, size_t i, const uint64_t *seeds) {
-        const char *pool = r->in->pools[res->claims[i].nodepool]->name;
+/* The claim object of planned claim i, with the round's extra annotations. */
+static json_t *claim_object(const struct claim_writes *w, size_t i, const char *name) {
+        json_t *obj = provisioner_claim_object(w->r, w->res, i, name);
+        json_t *annotations = json_object_get(json_object_get(obj, "metadata"), "annotations");
+        if (obj && w->annotations && json_object_update(annotations, (json_t *)w->annotations) < 0) {
+                json_decref(obj);
+                return NULL;
+        }
+        return obj;
+}
+
+static json_t *create_claim(const struct claim_writes *w, struct kube_client *kube, size_t i) {
+        struct provisioner *p = w->p;
+        const char *pool = w->r->in->pools[w->res->claims[i].nodepool]->name;
         for (int attempt = 0; attempt < CLAIM_NAME_ATTEMPTS; attempt++) {
                 char name[128];
                 json_t *stored = NULL;
-                json_t *obj = provisioner_claim_object(r, res, i, provisioner_claim_name(pool, seeds[attempt], name,
-                                                                                         sizeof name));
+                json_t *obj = claim_object(w, i, provisioner_claim_name(pool, w->jobs[i].seeds[attempt], name,
+                                                                        sizeof name));
                 if (obj && p->env.claim_writing)
                         p->env.claim_writing(p->env.userdata, name, true);
                 int rc = obj ? kube_create(kube, &kube_nodeclaims, NULL, obj, &stored) : -ENOMEM;
@@ -338,7 +350,7 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, const 
                         size_t i) {
         struct provisioner *p = w->p;
         const struct provisioner_round *r = w->r;
-        json_t *claim = create_claim(p, kube, r, w->res, i, w->jobs[i].seeds);
+        json_t *claim = create_claim(w, kube, i);
         if (!claim)
                 return;
         /* The launcher takes the claim up from here (claim_created), with its status when there is no launcher to
@@ -398,8 +410,9 @@ static void write_claims(struct provisioner *p, struct claim_writes *w) {
 
 /* Create every planned claim; names[i] is its name, or NULL when it could not be created. */
 static void create_claims(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
-                          char **names, struct provisioner_outcome *out) {
-        struct claim_writes w = { .p = p, .r = r, .res = res, .jobs = calloc(res->n_claims + 1, sizeof *w.jobs) };
+                          const json_t *annotations, char **names, struct provisioner_outcome *out) {
+        struct claim_writes w = { .p = p, .r = r, .res = res, .jobs = calloc(res->n_claims + 1, sizeof *w.jobs),
+                                  .annotations = annotations };
         if (!w.jobs) {
                 out->failures += res->n_claims;
                 return;
@@ -573,25 +586,31 @@ static int exclude_backoff(struct provisioner *p, struct provisioner_round *r) {
         return 0;
 }
 
-static int plan(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap,
-                struct provisioner_outcome *out) {
+/* Host room into the round, every region's online hosts; pools keep off the hosts where their launches pause. */
+static int add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap,
+                     struct provisioner_outcome *out) {
         struct provisioner_shapes shapes;
         if (provisioner_shapes_collect(r, &shapes) < 0)
                 return -ENOMEM;
         struct host_ctx hc = { p, r, snap, &shapes, out };
         for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
                 add_region(&hc, i);
+        provisioner_shapes_done(&shapes);
+        return exclude_backoff(p, r);
+}
+
+static int plan(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap,
+                struct provisioner_outcome *out) {
         struct sim_result *res = NULL;
-        int rc = exclude_backoff(p, r);
+        int rc = add_hosts(p, r, snap, out);
         if (rc == 0)
                 rc = simulate(p, r, &res, out);
-        provisioner_shapes_done(&shapes);
         if (rc < 0)
                 return rc;
         count(r, res, out);
         char **names = calloc(res->n_claims + 1, sizeof *names);
         if (names) {
-                create_claims(p, r, res, names, out);
+                create_claims(p, r, res, NULL, names, out);
                 tell_pods(p, r, res, names, out);
                 update_pools(p, r, res, out);
                 for (size_t i = 0; i < res->n_claims; i++)
@@ -668,4 +687,19 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         if (rc == 0)
                 *ret = out;
         return rc;
+}
+
+/* ---- replacements (the scale-down pass) ---- */
+
+int provisioner_add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap) {
+        struct provisioner_outcome out = { 0 };
+        return add_hosts(p, r, snap, &out);
+}
+
+size_t provisioner_create_replacements(struct provisioner *p, const struct provisioner_round *r,
+                                       const struct sim_result *res, const json_t *annotations, char **names) {
+        struct provisioner_outcome out = { 0 };
+        latency_waits_now(&p->round_waits0);
+        create_claims(p, r, res, annotations, names, &out);
+        return out.claims_created;
 }

@@ -187,3 +187,14 @@ void provisioner_free(struct provisioner *p);
  * since the last round), NodePool status.resources. 0 or a negative errno (already logged). */
 int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap,
                     struct provisioner_outcome *ret);
+
+/* Host room into r (built from snap by provisioner_round_new), as a round adds it: each region's online hosts, from
+ * their agents or Proxmox, less what planned claims take; pools kept off hosts where their launches pause. 0 or
+ * -ENOMEM. */
+int provisioner_add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap);
+
+/* Create res's planned claims (r with host room) as a round does (finalizer, launched through claim_created), each
+ * with these annotations too (an object of strings; may be NULL). names[i]: the claim's name (free it), or NULL
+ * when it could not be created (logged). Returns how many were created. */
+size_t provisioner_create_replacements(struct provisioner *p, const struct provisioner_round *r,
+                                       const struct sim_result *res, const json_t *annotations, char **names);
