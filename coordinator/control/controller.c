@@ -311,13 +311,15 @@ static void disruption_locked(struct controller *c, struct disruption *dis) {
         struct snapshot s;
         struct disruption_outcome out = { 0 };
         snapshot_take_locked(c, &s);
+        c->round_origin_ms = monotime_ms(); /* replacement claims start now */
         pthread_mutex_unlock(&c->mu);
         int r = disruption_pass(dis, &s.s, rfc3339_now_ms(), &out);
         if (r < 0 && !atomic_load(&c->stop))
                 log_error_errno(r, "disruption pass");
-        else if (out.carried_out || out.decided)
-                log_info("disruption: %zu candidates, %zu decided, %zu carried out, %zu dropped as stale, %zu left alone",
-                         out.candidates, out.decided, out.carried_out, out.stale, out.blocked);
+        else if (out.carried_out || out.decided || out.replacing)
+                log_info("disruption: %zu candidates, %zu decided, %zu carried out, %zu dropped as stale, %zu left alone, "
+                         "%zu waiting for replacements", out.candidates, out.decided, out.carried_out, out.stale,
+                         out.blocked, out.replacing);
         snapshot_done(&s);
         pthread_mutex_lock(&c->mu);
         c->last_disruption_ms = monotime_ms();
@@ -383,9 +385,10 @@ static void *loop_main(void *arg) {
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
         struct disruption_env denv = { .kube = kube, .stats = c->stats, .repair = c->o.node_repair };
-        if (c->o.disruption && c->launcher && disruption_new(&denv, &dis) < 0)
-                log_error("disruption: out of memory; no scale-down");
         if (provisioner_new(&env, &p) == 0) {
+                denv.provisioner = p;
+                if (c->o.disruption && c->launcher && disruption_new(&denv, &dis) < 0)
+                        log_error("disruption: out of memory; no scale-down");
                 pthread_mutex_lock(&c->mu);
                 loop_locked(c, p, dis);
                 pthread_mutex_unlock(&c->mu);

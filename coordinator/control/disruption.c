@@ -1,6 +1,7 @@
 /* disruption: the control loop's scale-down pass: decide on one snapshot of the cache (coordinator/disrupt), check
  * the decisions again on a fresh one a pass later, and carry out those that still hold (Events on the NodeClaim and
- * the Node, then the NodeClaim deleted: its finalizer drains the Node and removes the VM). */
+ * the Node, then the NodeClaim deleted: its finalizer drains the Node and removes the VM); a replace launches its
+ * replacement claims first and deletes the old ones once they are Initialized. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "disruption.h"
 
@@ -11,6 +12,8 @@
 
 #include "kube.h"
 #include "log.h"
+#include "nodeclaim.h"
+#include "rfc3339.h"
 #include "stats.h"
 
 #define COMPONENT "pvescale-coordinator"
@@ -22,6 +25,10 @@ struct disruption {
         char *plan[PLAN_MAX]; /* the keys of the last pass's decisions, to be carried out when they still hold */
         size_t n_plan;
         json_t *told;         /* claim name -> the last "left alone" message sent as an Event */
+        /* Replaces under way: the old claims ("a,b", their annotation) -> {"claims": [the replacements' names],
+         * "started": ms, "method": enum stats_disruption_method, "message": the decision's}. */
+        json_t *replacing;
+        bool rebuilt;         /* replacing read back from the claims' annotations (once, after start) */
 };
 
 int disruption_new(const struct disruption_env *env, struct disruption **ret) {
@@ -30,8 +37,9 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
                 return -ENOMEM;
         d->env = *env;
         d->told = json_object();
-        if (!d->told) {
-                free(d);
+        d->replacing = json_object();
+        if (!d->told || !d->replacing) {
+                disruption_free(d);
                 return -ENOMEM;
         }
         *ret = d;
@@ -49,17 +57,38 @@ void disruption_free(struct disruption *d) {
                 return;
         plan_clear(d);
         json_decref(d->told);
+        json_decref(d->replacing);
         free(d);
+}
+
+static const char *meta_str(const json_t *o, const char *key) {
+        return json_string_value(json_object_get(json_object_get(o, "metadata"), key));
+}
+
+static const char *annotation(const json_t *o, const char *key) {
+        return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), "annotations"), key));
+}
+
+static bool deleting(const json_t *o) {
+        return json_object_get(json_object_get(o, "metadata"), "deletionTimestamp") != NULL;
 }
 
 /* ---- decisions as keys ---- */
 
-/* A decision's identity: its pool, method and NodeClaims (in the order the decision names them). */
+/* The decision's NodeClaims, "a,b", in the order the decision names them. */
+static void claims_list(const struct disruption_input *di, const struct disrupt_decision *dec, char *buf, size_t len) {
+        int n = 0;
+        buf[0] = '\0';
+        for (size_t k = 0; k < dec->n_candidates && n >= 0 && (size_t)n < len; k++)
+                n += snprintf(buf + n, len - (size_t)n, "%s%s", k ? "," : "", di->candidates[dec->candidates[k]].claim);
+}
+
+/* A decision's identity: its pool, method and NodeClaims. */
 static void decision_key(const struct disruption_input *di, const struct disrupt_decision *dec, char *buf,
                          size_t len) {
         int n = snprintf(buf, len, "%s|%s|", di->pools[dec->pool].name, disrupt_method_name(dec->method));
-        for (size_t k = 0; k < dec->n_candidates && n > 0 && (size_t)n < len; k++)
-                n += snprintf(buf + n, len - (size_t)n, "%s,", di->candidates[dec->candidates[k]].claim);
+        if (n >= 0 && (size_t)n < len)
+                claims_list(di, dec, buf + n, len - (size_t)n);
 }
 
 static bool planned(const struct disruption *d, const char *key) {
@@ -89,19 +118,27 @@ static void tell(struct disruption *d, const json_t *claim, const json_t *node, 
                 log_warning("disruption: cannot record the event \"%s\": %s", message, kube_client_error(d->env.kube));
 }
 
-/* Delete the decision's NodeClaims (their finalizer drains and terminates them), each with its Events. */
+/* Delete a NodeClaim (its finalizer drains and terminates it) with its Events. */
+static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message) {
+        const char *name = meta_str(claim, "name");
+        struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
+        o.precondition_uid = meta_str(claim, "uid");
+        tell(d, claim, node, "Normal", "DisruptionTerminating", message);
+        int r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
+        if (r < 0 && r != -ENOENT)
+                return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
+                                       kube_client_error(d->env.kube));
+        log_info("disruption: NodeClaim %s: %s", name, message);
+        return 0;
+}
+
+/* Delete the decision's NodeClaims, each with its Events. */
 static int carry_out(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec) {
         for (size_t k = 0; k < dec->n_candidates; k++) {
                 size_t i = dec->candidates[k];
-                const char *name = di->candidates[i].claim;
-                struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
-                o.precondition_uid = json_string_value(json_object_get(json_object_get(di->claims[i], "metadata"), "uid"));
-                tell(d, di->claims[i], di->nodes[i], "Normal", "DisruptionTerminating", dec->message);
-                int r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
-                if (r < 0 && r != -ENOENT)
-                        return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
-                                               kube_client_error(d->env.kube));
-                log_info("disruption: NodeClaim %s: %s", name, dec->message);
+                int r = delete_claim(d, di->claims[i], di->nodes[i], dec->message);
+                if (r < 0)
+                        return r;
         }
         stats_disruption_action(d->env.stats, stats_method(dec->method), STATS_DISRUPTION_DELETE);
         return 0;
@@ -120,7 +157,323 @@ static void tell_skips(struct disruption *d, const struct disruption_input *di, 
         }
 }
 
+/* ---- replaces: the replacement claims first, the old ones once those are Initialized ---- */
+
+static const json_t *claim_named(const json_t *claims, const char *name) {
+        size_t i;
+        json_t *c;
+        json_array_foreach((json_t *)claims, i, c) {
+                const char *n = meta_str(c, "name");
+                if (n && name && strcmp(n, name) == 0)
+                        return c;
+        }
+        return NULL;
+}
+
+static const json_t *node_of(const struct disruption_input *di, const char *claim) {
+        for (size_t i = 0; claim && i < di->n_candidates; i++)
+                if (strcmp(di->candidates[i].claim, claim) == 0)
+                        return di->nodes[i];
+        return NULL;
+}
+
+/* Is name one of the comma-separated list? */
+static bool listed(const char *list, const char *name) {
+        size_t len = strlen(name);
+        for (const char *p = list; *p;) {
+                size_t n = strcspn(p, ",");
+                if (n == len && strncmp(p, name, n) == 0)
+                        return true;
+                p += n + (p[n] == ',');
+        }
+        return false;
+}
+
+/* The names of a comma-separated list as a JSON array. */
+static json_t *names_of(const char *list) {
+        json_t *a = json_array();
+        for (const char *p = list; a && *p;) {
+                size_t n = strcspn(p, ",");
+                if (n)
+                        json_array_append_new(a, json_stringn(p, n));
+                p += n + (p[n] == ',');
+        }
+        return a;
+}
+
+/* Does a claim of the list exist (live: and is not being deleted)? */
+static bool any_listed(const json_t *claims, const char *list, bool live) {
+        size_t i;
+        json_t *c;
+        json_array_foreach((json_t *)claims, i, c) {
+                const char *n = meta_str(c, "name");
+                if (n && listed(list, n) && !(live && deleting(c)))
+                        return true;
+        }
+        return false;
+}
+
+static json_t *entry_new(enum stats_disruption_method m, const char *message, int64_t started_ms) {
+        return json_pack("{s:[], s:I, s:i, s:s}", "claims", "started", (json_int_t)started_ms, "method", (int)m,
+                         "message", message);
+}
+
+/* ---- after a restart: the replaces under way, from the claims' annotations ---- */
+
+static enum stats_disruption_method method_of(const char *message) {
+        for (int m = 0; m < DISRUPT_METHOD_COUNT; m++) {
+                const char *name = disrupt_method_name((enum disrupt_method)m);
+                if (strncmp(message, name, strlen(name)) == 0)
+                        return stats_method((enum disrupt_method)m);
+        }
+        return STATS_DISRUPTION_CONSOLIDATION;
+}
+
+/* A replacement claim into the replace of the claims it names, unless those are all gone or being deleted (that
+ * replace was carried out). */
+static void rebuild_one(struct disruption *d, const json_t *claims, const json_t *c) {
+        const char *old = annotation(c, DISRUPTION_ANNOTATION_REPLACES), *name = meta_str(c, "name");
+        const char *msg = annotation(c, DISRUPTION_ANNOTATION_DECISION);
+        int64_t created = 0;
+        if (!old || !name || deleting(c) || !any_listed(claims, old, true))
+                return;
+        rfc3339_parse(meta_str(c, "creationTimestamp") ?: "", &created);
+        json_t *e = json_object_get(d->replacing, old);
+        if (!e && json_object_set_new(d->replacing, old, entry_new(method_of(msg ?: ""), msg ?: "Replace", created)))
+                return;
+        e = json_object_get(d->replacing, old);
+        json_array_append_new(json_object_get(e, "claims"), json_string(name));
+        if (created < json_integer_value(json_object_get(e, "started")))
+                json_object_set_new(e, "started", json_integer(created));
+        log_info("disruption: NodeClaim %s replaces %s, as before the restart", name, old);
+}
+
+static void rebuild(struct disruption *d, const json_t *claims) {
+        size_t i;
+        json_t *c;
+        d->rebuilt = true;
+        json_array_foreach((json_t *)claims, i, c) {
+                rebuild_one(d, claims, c);
+        }
+}
+
+/* Old and new nodes of a replace under way are no candidates: as if being disrupted already. */
+static void hold(struct disruption_input *di, const json_t *claims) {
+        size_t j;
+        json_t *c;
+        json_array_foreach((json_t *)claims, j, c) {
+                const char *old = annotation(c, DISRUPTION_ANNOTATION_REPLACES);
+                if (!old || deleting(c) || !any_listed(claims, old, false))
+                        continue;
+                for (size_t i = 0; i < di->n_candidates; i++)
+                        if (di->claims[i] == c || listed(old, di->candidates[i].claim))
+                                di->candidates[i].deleting = true;
+        }
+}
+
+/* ---- waiting for the replacements ---- */
+
+/* 1 Initialized, 0 on its way, -1 failed (why says how). */
+static int replacement_state(const json_t *claim, const char *name, char *why, size_t len) {
+        const json_t *st = json_object_get(claim, "status");
+        const char *step = json_string_value(json_object_get(st, "launchStep"));
+        const char *reason = json_string_value(json_object_get(st, "failureReason"));
+        if (!claim || deleting(claim))
+                snprintf(why, len, "its replacement nodeclaim/%s is gone", name);
+        else if (step && strcmp(step, nodeclaim_step_name(NODECLAIM_STEP_FAILED)) == 0)
+                snprintf(why, len, "its replacement nodeclaim/%s failed to launch (%s)", name, reason ?: "Failed");
+        else
+                return kube_condition_true(st, "Initialized") ? 1 : 0;
+        return -1;
+}
+
+/* 1 every replacement Initialized, 0 waiting, -1 to be dropped (why says why). */
+static int replace_state(const json_t *entry, const json_t *claims, int64_t now_ms, char *why, size_t len) {
+        size_t i;
+        json_t *n;
+        int state = 1;
+        json_array_foreach(json_object_get(entry, "claims"), i, n) {
+                const char *name = json_string_value(n);
+                int s = replacement_state(claim_named(claims, name), name, why, len);
+                if (s < 0)
+                        return s;
+                state &= s;
+        }
+        if (state == 0 && now_ms - json_integer_value(json_object_get(entry, "started")) > DISRUPTION_REPLACE_TIMEOUT_MS) {
+                snprintf(why, len, "its replacements are not Initialized after %d minutes",
+                         DISRUPTION_REPLACE_TIMEOUT_MS / 60000);
+                return -1;
+        }
+        return state;
+}
+
+/* Every replacement is Initialized: delete the old claims, as a delete decision does. */
+static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims, const char *old,
+                    const json_t *entry) {
+        const char *msg = json_string_value(json_object_get(entry, "message"));
+        json_t *names = names_of(old), *n;
+        size_t i;
+        int r = names ? 0 : -ENOMEM;
+        json_array_foreach(names, i, n) {
+                const json_t *claim = claim_named(claims, json_string_value(n));
+                if (r == 0 && claim && !deleting(claim))
+                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), msg);
+        }
+        json_decref(names);
+        if (r == 0)
+                stats_disruption_action(d->env.stats, (enum stats_disruption_method)json_integer_value(
+                                                json_object_get(entry, "method")), STATS_DISRUPTION_REPLACE);
+        return r;
+}
+
+/* A replacement that stays (Initialized) is an ordinary claim from now on: its annotations go. */
+static void release(struct disruption *d, const char *name) {
+        json_t *patch = json_pack("{s:{s:{s:n, s:n}}}", "metadata", "annotations", DISRUPTION_ANNOTATION_REPLACES,
+                                  DISRUPTION_ANNOTATION_DECISION);
+        if (!patch || kube_patch(d->env.kube, &kube_nodeclaims, NULL, name, NULL, KUBE_PATCH_MERGE, patch, NULL) < 0)
+                log_warning("disruption: NodeClaim %s: cannot remove its replace annotations: %s", name,
+                            kube_client_error(d->env.kube));
+        json_decref(patch);
+}
+
+/* Delete the replacements that are not Initialized (the others stay, released). */
+static void undo_replacements(struct disruption *d, const json_t *claims, const json_t *names) {
+        size_t i;
+        json_t *n;
+        json_array_foreach(names, i, n) {
+                const char *name = json_string_value(n);
+                const json_t *claim = claim_named(claims, name);
+                struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
+                int r = 0;
+                if (claim && kube_condition_true(json_object_get(claim, "status"), "Initialized"))
+                        release(d, name);
+                else if (!claim || !deleting(claim))
+                        r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
+                if (r < 0 && r != -ENOENT)
+                        log_warning("disruption: cannot delete the replacement NodeClaim %s: %s", name,
+                                    kube_client_error(d->env.kube));
+        }
+}
+
+/* The decision drops: the replacements not Initialized go, the old claims stay, with a Warning saying why. */
+static void dropped(struct disruption *d, const struct disruption_input *di, const json_t *claims, const char *old,
+                    const json_t *entry, const char *why) {
+        char msg[2 * DISRUPT_MESSAGE_MAX];
+        snprintf(msg, sizeof msg, "%s: not carried out: %s", json_string_value(json_object_get(entry, "message")), why);
+        undo_replacements(d, claims, json_object_get(entry, "claims"));
+        json_t *names = names_of(old), *n;
+        size_t i;
+        json_array_foreach(names, i, n) {
+                const json_t *claim = claim_named(claims, json_string_value(n));
+                if (claim)
+                        tell(d, claim, node_of(di, json_string_value(n)), "Warning", "DisruptionReplacementFailed", msg);
+        }
+        json_decref(names);
+        log_warning("disruption: %s: %s", old, msg);
+}
+
+/* Each replace under way: carried out once its replacements are Initialized, dropped when one fails. */
+static void follow(struct disruption *d, const struct disruption_input *di, const json_t *claims, int64_t now_ms) {
+        const char *old;
+        json_t *entry, *tmp;
+        char why[DISRUPT_MESSAGE_MAX];
+        json_object_foreach_safe(d->replacing, tmp, old, entry) {
+                int s = replace_state(entry, claims, now_ms, why, sizeof why);
+                if (s == 0 || (s > 0 && replaced(d, di, claims, old, entry) < 0))
+                        continue;
+                if (s < 0)
+                        dropped(d, di, claims, old, entry, why);
+                json_object_del(d->replacing, old);
+        }
+}
+
+/* ---- starting a replace ---- */
+
+static bool same_shapes(const struct sim_result *res, const struct disrupt_decision *dec) {
+        if (res->n_claims != dec->n_replacements)
+                return false;
+        for (size_t k = 0; k < res->n_claims; k++)
+                if (strcmp(res->claims[k].shape->name, dec->replacements[k]->name) != 0)
+                        return false;
+        return true;
+}
+
+/* Create the replacement claims of res into entry's "claims"; when not all could be, delete those that were. */
+static int launch(struct disruption *d, const struct disruption_input *di, const struct sim_result *res,
+                  const char *old, json_t *entry) {
+        json_t *ann = json_pack("{s:s, s:O}", DISRUPTION_ANNOTATION_REPLACES, old, DISRUPTION_ANNOTATION_DECISION,
+                                json_object_get(entry, "message"));
+        char **names = calloc(res->n_claims + 1, sizeof *names);
+        size_t n = ann && names ? provisioner_create_replacements(d->env.provisioner, di->round, res, ann, names) : 0;
+        for (size_t k = 0; names && k < res->n_claims; k++) {
+                if (names[k])
+                        json_array_append_new(json_object_get(entry, "claims"), json_string(names[k]));
+                free(names[k]);
+        }
+        json_decref(ann);
+        if (!names)
+                return -ENOMEM;
+        free(names);
+        if (n == res->n_claims)
+                return 0;
+        undo_replacements(d, NULL, json_object_get(entry, "claims"));
+        return -EIO;
+}
+
+/* Events on the old claims and Nodes: the replacements come first. */
+static void announce(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec,
+                     const json_t *entry) {
+        char msg[2 * DISRUPT_MESSAGE_MAX], *at = msg;
+        size_t i;
+        json_t *n;
+        at += snprintf(msg, sizeof msg, "%s; launching the replacement first:", dec->message);
+        json_array_foreach(json_object_get(entry, "claims"), i, n) {
+                if (at < msg + sizeof msg)
+                        at += snprintf(at, (size_t)(msg + sizeof msg - at), " nodeclaim/%s", json_string_value(n));
+        }
+        for (size_t k = 0; k < dec->n_candidates; k++)
+                tell(d, di->claims[dec->candidates[k]], di->nodes[dec->candidates[k]], "Normal",
+                     "DisruptionLaunchingReplacement", msg);
+        log_info("disruption: %s", msg);
+}
+
+/* Launch the replacements of a replace decision that still holds: the simulation of its trial run again gives
+ * their hosts and labels. -ESTALE when it no longer plans the same shapes. */
+static int start_replace(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec) {
+        struct sim_result *res = NULL;
+        char old[KEY_MAX];
+        int r = disrupt_replay(&di->in, dec->candidates, dec->n_candidates, &res);
+        if (r < 0)
+                return r;
+        claims_list(di, dec, old, sizeof old);
+        json_t *entry = entry_new(stats_method(dec->method), dec->message, di->in.now_ms);
+        r = !entry ? -ENOMEM : !same_shapes(res, dec) ? -ESTALE : launch(d, di, res, old, entry);
+        simulate_result_free(res);
+        if (r == 0)
+                announce(d, di, dec, entry);
+        if (r == 0 && json_object_set_new(d->replacing, old, entry) == 0)
+                return 0;
+        json_decref(r == 0 ? NULL : entry);
+        return r == 0 ? -ENOMEM : r;
+}
+
 /* ---- one pass ---- */
+
+/* Can the decision be carried out here? A replace needs the provisioner. */
+static bool replaceable(const struct disruption *d, const struct disrupt_decision *dec) {
+        return dec->n_replacements == 0 || d->env.provisioner;
+}
+
+/* Carry a decision out: delete its claims, or launch its replacements. */
+static int execute(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec,
+                   const char *key) {
+        if (dec->n_replacements == 0)
+                return carry_out(d, di, dec);
+        int r = start_replace(d, di, dec);
+        if (r < 0 && r != -ESTALE)
+                log_error_errno(r, "disruption: %s: cannot launch the replacements", key);
+        return r;
+}
 
 static void act(struct disruption *d, const struct disruption_input *di, const struct disrupt_result *res,
                 struct disruption_outcome *out) {
@@ -131,7 +484,7 @@ static void act(struct disruption *d, const struct disruption_input *di, const s
                 decision_key(di, dec, key, sizeof key);
                 stats_disruption_decision(d->env.stats, stats_method(dec->method),
                                           dec->n_replacements ? STATS_DISRUPTION_REPLACE : STATS_DISRUPTION_DELETE);
-                if (dec->n_replacements == 0 && planned(d, key) && carry_out(d, di, dec) == 0) {
+                if (replaceable(d, dec) && planned(d, key) && execute(d, di, dec, key) == 0) {
                         out->carried_out++;
                         n_plan--;
                 }
@@ -150,7 +503,7 @@ static void replan(struct disruption *d, const struct disruption_input *di, cons
         }
         plan_clear(d);
         for (size_t j = 0; j < res->n_decisions && n < PLAN_MAX; j++) {
-                if (done[j] || res->decisions[j].n_replacements)
+                if (done[j] || !replaceable(d, &res->decisions[j]))
                         continue;
                 decision_key(di, &res->decisions[j], key, sizeof key);
                 d->plan[n] = strdup(key);
@@ -159,12 +512,31 @@ static void replan(struct disruption *d, const struct disruption_input *di, cons
         d->n_plan = n;
 }
 
+/* The input with host room (for replacements), after the replaces under way are followed; their nodes held. */
+static int prepare(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
+                   struct disruption_input **ret) {
+        struct disruption_input *di = NULL;
+        int r = disruption_input_new(snap, now_ms, d->env.repair, &di);
+        if (r == 0 && d->env.provisioner && di->n_candidates > 0)
+                r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
+        if (r < 0) {
+                disruption_input_free(di);
+                return r;
+        }
+        if (!d->rebuilt)
+                rebuild(d, snap->claims);
+        follow(d, di, snap->claims, now_ms);
+        hold(di, snap->claims);
+        *ret = di;
+        return 0;
+}
+
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                     struct disruption_outcome *ret) {
         struct disruption_input *di = NULL;
         struct disrupt_result *res = NULL;
         struct disruption_outcome out = { 0 };
-        int r = disruption_input_new(snap, now_ms, d->env.repair, &di);
+        int r = prepare(d, snap, now_ms, &di);
         if (r == 0)
                 r = disrupt_decide(&di->in, &res);
         if (r < 0) {
@@ -177,6 +549,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         act(d, di, res, &out);
         replan(d, di, res);
         tell_skips(d, di, res);
+        out.replacing = json_object_size(d->replacing);
         disrupt_result_free(res);
         disruption_input_free(di);
         *ret = out;

@@ -14,6 +14,11 @@
 #define DISRUPTION_TAINT "pvescale.io/disrupted"
 #define DISRUPTION_TAINT_KARPENTER "karpenter.sh/disrupted" /* set by Karpenter's tooling; read as ours */
 #define DISRUPTION_PERIOD_MS 10000                           /* a pass every 10 s */
+/* On a claim launched to replace others: their names, comma-separated, and the decision's message. The decision
+ * is carried out (those claims deleted) once every claim with the same value is Initialized. */
+#define DISRUPTION_ANNOTATION_REPLACES "pvescale.io/replaces"
+#define DISRUPTION_ANNOTATION_DECISION "pvescale.io/disruption"
+#define DISRUPTION_REPLACE_TIMEOUT_MS (10 * 60 * 1000) /* replacements not Initialized by then: the decision drops */
 
 /* ---- the input from a snapshot (disruption_input.c, pure) ---- */
 
@@ -43,10 +48,14 @@ void disruption_input_free(struct disruption_input *di);
 
 struct kube_client;
 struct stats;
+struct provisioner;
 
 struct disruption_env {
         struct kube_client *kube; /* the control loop's */
         struct stats *stats;      /* may be NULL */
+        /* The control loop's provisioner: host room for the decisions and the replacement claims. NULL: no host
+         * room, so no decision replaces a node. */
+        struct provisioner *provisioner;
         bool repair;              /* node repair (off by default) */
 };
 
@@ -54,13 +63,18 @@ struct disruption;
 
 struct disruption_outcome {
         size_t candidates, decided, carried_out, stale, blocked;
+        size_t replacing; /* decisions waiting for their replacement claims to be Initialized */
 };
 
 int disruption_new(const struct disruption_env *env, struct disruption **ret);
 void disruption_free(struct disruption *d);
 
 /* One pass on a fresh snapshot: carry out what the last pass decided and still holds on it (the same method,
- * pool and NodeClaims, decided again), then decide anew for the next pass. Events name every decision and every
+ * pool and NodeClaims, decided again), then decide anew for the next pass. A delete deletes the NodeClaims; a
+ * replace first creates the replacement claims (annotated DISRUPTION_ANNOTATION_REPLACES) and deletes the old ones
+ * on the pass that finds every replacement Initialized; a replacement gone, Failed or not Initialized within
+ * DISRUPTION_REPLACE_TIMEOUT_MS drops the decision (replacements not Initialized are deleted). Until then the old
+ * and new nodes are no candidates. After a restart the waiting decisions are found from the annotations. Events name every decision and every
  * candidate left alone (once per change of its reason). 0 or a negative errno (the pass is then skipped). */
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                     struct disruption_outcome *ret);
