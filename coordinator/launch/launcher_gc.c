@@ -96,8 +96,10 @@ static bool uid_owned(const struct gc *g, const char *uid, size_t n) {
         return false;
 }
 
-static struct gc_owner *vm_owner(const struct gc *g, const char *region, uint32_t vmid) {
-        for (size_t i = 0; i < g->n_owners; i++)
+/* The next claim after from (NULL: the first) that records (region, vmid): a new claim may have been given the
+ * VMID of a VM deleted behind an older claim's back. */
+static struct gc_owner *vm_owner(const struct gc *g, const struct gc_owner *from, const char *region, uint32_t vmid) {
+        for (size_t i = from ? (size_t)(from - g->owners) + 1 : 0; i < g->n_owners; i++)
                 if (g->owners[i].vmid == vmid && g->owners[i].region[0] && strcmp(g->owners[i].region, region) == 0)
                         return &g->owners[i];
         return NULL;
@@ -181,10 +183,10 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
         char err[512];
         if (!node || vmid <= 0 || json_integer_value(tmpl) == 1 || json_is_true(tmpl))
                 return;
-        struct gc_owner *o = vm_owner(g, region, (uint32_t)vmid);
-        if (o)
+        struct gc_owner *first = vm_owner(g, NULL, region, (uint32_t)vmid);
+        for (struct gc_owner *o = first; o; o = vm_owner(g, o, region, (uint32_t)vmid))
                 note_claim_vm(pve, o, node, vm);
-        if (o || !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG))
+        if (first || !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG))
                 return;
         int64_t age = orphan_age(g, pve, region, node, (uint32_t)vmid);
         if (age < g->l->o.orphan_vm_age_ms)
