@@ -84,7 +84,8 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
 bool launcher_wrote(struct launcher *l, const char *claim, const char *rv);
 
 /* Periodic clean-up given every NodeClaim (a JSON array): delete VMs tagged `pvescale` that no claim owns and
- * that are older than orphan_vm_age_ms; release agent reservations whose owner claim is gone. */
+ * that are older than orphan_vm_age_ms; release agent reservations whose owner claim is gone; delete (with a
+ * GarbageCollected Event) a claim that joined and whose VM or Node is gone, so that its termination cleans up. */
 int launcher_collect_garbage(struct launcher *l, const json_t *claims);
 
 /* True while launches for this node pool on this host are paused after failures; *ret_until_ms when. The

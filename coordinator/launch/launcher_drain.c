@@ -128,13 +128,35 @@ static int drain_pods(struct launcher__ctx *c, const char *node, bool grace_over
         return r;
 }
 
+/* Is the claim's VM gone (or another's)? Then its pods cannot leave gracefully: Karpenter skips the drain of a
+ * Node whose instance is gone, and PodGC removes the pods once the Node is deleted. */
+static struct launchstep_result vm_gone(struct launcher__ctx *c, bool *ret_gone) {
+        json_t *config = NULL;
+        struct launchstep_result res = c->st->vmid ? launcher__need_pve(c) : launchstep_done();
+        *ret_gone = false;
+        if (!c->st->vmid || !launchstep_ok(&res))
+                return res;
+        int r = pve_vm_config_get(c->pve, c->host, c->st->vmid, &config);
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "config of VM %u: %s", c->st->vmid, pve_client_error(c->pve));
+        *ret_gone = r == -ENOENT || launchstep_vm_owner(c->uid, config) < 0;
+        json_decref(config);
+        return launchstep_done();
+}
+
 struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
         const char *node = c->st->node_name;
         struct drain_count n = { 0 };
         int64_t grace;
-        if (!node[0])
+        bool gone = false;
+        struct launchstep_result res = node[0] ? vm_gone(c, &gone) : launchstep_done();
+        if (!node[0] || !launchstep_ok(&res))
+                return res;
+        if (gone) {
+                log_info("launcher: NodeClaim %s: its VM is gone: Node %s is not drained", c->name, node);
                 return launchstep_done();
-        struct launchstep_result res = grace_period(c, &grace);
+        }
+        res = grace_period(c, &grace);
         if (!launchstep_ok(&res))
                 return res;
         int r = drain_pods(c, node, launchstep_grace_over(c->st->term_started_ms, grace, c->now), &n);

@@ -1,5 +1,5 @@
 /* launcher_gc: periodic clean-up of what no NodeClaim owns any more: VMs tagged pvescale, agent reservations,
- * join token Secrets and cloud-init ISOs.
+ * join token Secrets and cloud-init ISOs; and of claims that joined but lost their VM or their Node.
  *
  * How ownership and age are known: every VM a launch creates carries, from the clone on, a description with
  * "pvescale-nodeclaim: <name>", "uid: <claim uid>" and "created: <RFC 3339 time of the launch>"; the config step
@@ -7,7 +7,13 @@
  * Its age is now - created; a VM without a readable time is timed from when this process first saw it
  * unowned (so a restart only delays its deletion). Reservations name their claim in owner
  * ("nodeclaim/<uid>/<name>") and carry created_at; tokens carry the claim UID label; ISOs are named
- * pvescale-<claim>-<first 8 characters of the UID>.iso and carry the upload time. */
+ * pvescale-<claim>-<first 8 characters of the UID>.iso and carry the upload time.
+ *
+ * A claim that joined (Initialized, not being deleted) whose VMID Proxmox no longer lists, or lists as a VM whose
+ * description names another claim (checked when its name is not the claim's), or whose Node is gone, is deleted
+ * with a GarbageCollected Event naming why: its termination then removes what is left (Node, VM, ISO, token,
+ * reservation). The claim is read again first, so that a claim deleted since the snapshot is left to its
+ * termination. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -17,6 +23,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "launchstep.h"
 #include "log.h"
 #include "rfc3339.h"
 #include "tokens.h"
@@ -27,6 +34,12 @@ struct gc_owner {
         char uid[LAUNCHER_UID_MAX];
         char region[128];
         uint32_t vmid;
+        const json_t *claim;      /* borrowed from the claims given */
+        char name[LAUNCHER_NAME_MAX];
+        char node[254];           /* its recorded Node, "" when none */
+        bool joined;              /* Initialized and not being deleted: its VM and Node are looked for */
+        enum launchstep_gc_vm vm; /* what Proxmox showed of its VM */
+        bool node_seen;           /* its Node is listed */
 };
 
 struct gc {
@@ -35,7 +48,8 @@ struct gc {
         struct gc_owner *owners;
         size_t n_owners;
         int64_t now;
-        int err; /* first error */
+        bool nodes_known; /* the Nodes were listed: a joined claim's Node not seen is gone */
+        int err;          /* first error */
 };
 
 static void gc_error(struct gc *g, int r) {
@@ -56,11 +70,18 @@ static int gc_owners(struct gc *g, const json_t *claims) {
         }
         json_array_foreach(claims, i, c) {
                 struct gc_owner *o = &g->owners[g->n_owners++];
-                const char *uid = json_string_value(json_object_get(json_object_get(c, "metadata"), "uid"));
+                const json_t *meta = json_object_get(c, "metadata");
+                const char *uid = json_string_value(json_object_get(meta, "uid"));
+                const char *name = json_string_value(json_object_get(meta, "name"));
                 nodeclaim_claim_status(c, st, NULL, 0);
                 snprintf(o->uid, sizeof o->uid, "%s", uid ? uid : "");
+                snprintf(o->name, sizeof o->name, "%s", name ? name : "");
                 snprintf(o->region, sizeof o->region, "%s", st->region);
+                snprintf(o->node, sizeof o->node, "%s", st->node_name);
                 o->vmid = st->vmid;
+                o->claim = c;
+                o->joined = st->launch_step == NODECLAIM_STEP_INITIALIZED && o->uid[0] && o->name[0] &&
+                            !json_object_get(meta, "deletionTimestamp");
         }
         free(st);
         return 0;
@@ -75,11 +96,13 @@ static bool uid_owned(const struct gc *g, const char *uid, size_t n) {
         return false;
 }
 
-static bool vm_owned(const struct gc *g, const char *region, uint32_t vmid) {
-        for (size_t i = 0; i < g->n_owners; i++)
+/* The next claim after from (NULL: the first) that records (region, vmid): a new claim may have been given the
+ * VMID of a VM deleted behind an older claim's back. */
+static struct gc_owner *vm_owner(const struct gc *g, const struct gc_owner *from, const char *region, uint32_t vmid) {
+        for (size_t i = from ? (size_t)(from - g->owners) + 1 : 0; i < g->n_owners; i++)
                 if (g->owners[i].vmid == vmid && g->owners[i].region[0] && strcmp(g->owners[i].region, region) == 0)
-                        return true;
-        return false;
+                        return &g->owners[i];
+        return NULL;
 }
 
 /* ---- VMs ---- */
@@ -139,14 +162,31 @@ static int64_t orphan_age(struct gc *g, struct pve_client *pve, const char *regi
         return g->now - created;
 }
 
+/* A claim's recorded VM is listed: its own while it has the claim's name; otherwise its description tells. */
+static void note_claim_vm(struct pve_client *pve, struct gc_owner *o, const char *node, const json_t *vm) {
+        const char *name = json_string_value(json_object_get(vm, "name"));
+        json_t *config = NULL;
+        o->vm = LAUNCHSTEP_GC_VM_OURS;
+        if (!o->joined || (name && strcmp(name, o->name) == 0))
+                return;
+        if (pve_vm_config_get(pve, node, o->vmid, &config) < 0)
+                o->vm = LAUNCHSTEP_GC_VM_UNKNOWN;
+        else if (launchstep_vm_owner(o->uid, config) < 0)
+                o->vm = LAUNCHSTEP_GC_VM_OTHER;
+        json_decref(config);
+}
+
 static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, const json_t *vm) {
         const char *node = json_string_value(json_object_get(vm, "node"));
         json_int_t vmid = json_integer_value(json_object_get(vm, "vmid"));
         json_t *tmpl = json_object_get(vm, "template");
         char err[512];
-        if (!node || vmid <= 0 || json_integer_value(tmpl) == 1 || json_is_true(tmpl) ||
-            !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG) ||
-            vm_owned(g, region, (uint32_t)vmid))
+        if (!node || vmid <= 0 || json_integer_value(tmpl) == 1 || json_is_true(tmpl))
+                return;
+        struct gc_owner *first = vm_owner(g, NULL, region, (uint32_t)vmid);
+        for (struct gc_owner *o = first; o; o = vm_owner(g, o, region, (uint32_t)vmid))
+                note_claim_vm(pve, o, node, vm);
+        if (first || !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG))
                 return;
         int64_t age = orphan_age(g, pve, region, node, (uint32_t)vmid);
         if (age < g->l->o.orphan_vm_age_ms)
@@ -255,6 +295,9 @@ static void gc_region(struct gc *g, const char *region) {
                 gc_error(g, r);
                 return;
         }
+        for (size_t k = 0; k < g->n_owners; k++) /* until the list shows them */
+                if (g->owners[k].joined && strcmp(g->owners[k].region, region) == 0)
+                        g->owners[k].vm = LAUNCHSTEP_GC_VM_GONE;
         json_array_foreach(list, i, vm)
                 gc_vm(g, pve, region, vm);
         json_decref(list);
@@ -288,6 +331,74 @@ static void gc_tokens(struct gc *g) {
         json_decref(list);
 }
 
+/* ---- claims that joined and lost their VM or their Node ---- */
+
+static void gc_nodes(struct gc *g) {
+        json_t *list = NULL, *n;
+        size_t i;
+        if (kube_list(g->kube, &kube_nodes, NULL, NULL, &list) < 0) {
+                gc_error(g, -EIO);
+                return;
+        }
+        json_array_foreach(json_object_get(list, "items"), i, n) {
+                const char *name = json_string_value(json_object_get(json_object_get(n, "metadata"), "name"));
+                for (size_t k = 0; name && k < g->n_owners; k++)
+                        if (strcmp(g->owners[k].node, name) == 0)
+                                g->owners[k].node_seen = true;
+        }
+        g->nodes_known = true;
+        json_decref(list);
+}
+
+/* The claim as the API server has it now, when it is still that claim and not being deleted; NULL otherwise. */
+static json_t *fresh_claim(struct gc *g, const struct gc_owner *o) {
+        json_t *claim = NULL;
+        int r = kube_get(g->kube, &kube_nodeclaims, NULL, o->name, &claim);
+        const json_t *meta = json_object_get(claim, "metadata");
+        const char *uid = json_string_value(json_object_get(meta, "uid"));
+        if (r < 0 || !uid || strcmp(uid, o->uid) != 0 || json_object_get(meta, "deletionTimestamp")) {
+                gc_error(g, r == -ENOENT ? 0 : r);
+                json_decref(claim);
+                return NULL;
+        }
+        return claim;
+}
+
+static void delete_claim(struct gc *g, const struct gc_owner *o, const char *why) {
+        struct kube_delete_options d = KUBE_DELETE_OPTIONS_INIT;
+        json_t *claim = fresh_claim(g, o);
+        if (!claim)
+                return;
+        log_info("launcher: GC: deleting NodeClaim %s: %s", o->name, why);
+        int r = kube_event_emit(g->kube, &kube_nodeclaims, claim, "Warning", "GarbageCollected", why,
+                                LAUNCHER__COMPONENT);
+        if (r < 0 && r != -ECANCELED)
+                log_error("launcher: event for NodeClaim %s: %s", o->name, kube_client_error(g->kube));
+        d.precondition_uid = o->uid;
+        r = kube_delete(g->kube, &kube_nodeclaims, NULL, o->name, &d, NULL);
+        if (r < 0 && r != -ENOENT && r != -ECANCELED)
+                log_error("launcher: GC: delete NodeClaim %s: %s", o->name, kube_client_error(g->kube));
+        gc_error(g, r == -ENOENT ? 0 : r);
+        json_decref(claim);
+}
+
+static int gc_claims(struct gc *g) {
+        struct nodeclaim_status *st = malloc(sizeof *st);
+        char why[512];
+        if (!st)
+                return -ENOMEM;
+        for (size_t i = 0; i < g->n_owners; i++) {
+                const struct gc_owner *o = &g->owners[i];
+                if (!o->joined)
+                        continue;
+                nodeclaim_claim_status(o->claim, st, NULL, 0);
+                if (launchstep_gc_claim(st, false, o->vm, !g->nodes_known || o->node_seen, why, sizeof why))
+                        delete_claim(g, o, why);
+        }
+        free(st);
+        return 0;
+}
+
 int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
         struct gc g = { .l = l, .now = launcher__now(l) };
         g.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
@@ -298,6 +409,10 @@ int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
                 gc_region(&g, l->env.cfg->clusters[i].region);
         if (r == 0)
                 gc_tokens(&g);
+        if (r == 0)
+                gc_nodes(&g);
+        if (r == 0)
+                r = gc_claims(&g);
         free(g.owners);
         return r < 0 ? r : g.err;
 }

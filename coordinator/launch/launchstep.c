@@ -167,6 +167,24 @@ enum launchstep_teardown launchstep_teardown_vm(int owner, bool locked, const st
         return LAUNCHSTEP_TEARDOWN_WAIT;
 }
 
+/* Karpenter's nodeclaim garbage collection deletes a launched claim whose instance the cloud provider no longer
+ * lists; its Node's deletion takes the claim with it. Here both are found by the periodic collection. */
+bool launchstep_gc_claim(const struct nodeclaim_status *st, bool deleting, enum launchstep_gc_vm vm, bool node_exists,
+                         char *msg, size_t len) {
+        if (deleting || st->launch_step != NODECLAIM_STEP_INITIALIZED)
+                return false;
+        if (vm == LAUNCHSTEP_GC_VM_GONE || vm == LAUNCHSTEP_GC_VM_OTHER) {
+                snprintf(msg, len, "its VM %u in %s is %s", st->vmid, st->region,
+                         vm == LAUNCHSTEP_GC_VM_GONE ? "gone" : "another's now");
+                return true;
+        }
+        if (st->node_name[0] && !node_exists) {
+                snprintf(msg, len, "its Node %s is gone", st->node_name);
+                return true;
+        }
+        return false;
+}
+
 /* Claims that reserved already (and have no VM configured yet) always count; claims that have not reserved yet
  * count when they are older (then by name), so two launches never both take the last room. */
 bool launchstep_holds_room(enum nodeclaim_step step, const char *created, const char *name, const char *my_created,

@@ -126,6 +126,20 @@ enum launchstep_teardown {
 enum launchstep_teardown launchstep_teardown_vm(int owner, bool locked, const struct nodeclaim_status *st,
                                                 int64_t now_ms, int64_t clone_timeout_ms);
 
+/* What the garbage collection found of a claim's VM at its recorded (region, vmid). */
+enum launchstep_gc_vm {
+        LAUNCHSTEP_GC_VM_UNKNOWN, /* its region was not listed (no client, or the list failed): nothing is known */
+        LAUNCHSTEP_GC_VM_OURS,    /* listed, and the claim's */
+        LAUNCHSTEP_GC_VM_GONE,    /* Proxmox lists no VM with that id */
+        LAUNCHSTEP_GC_VM_OTHER,   /* a VM with that id whose description names another claim, or none */
+};
+
+/* Is a claim that joined (Initialized, not being deleted) garbage: its VM gone or not its own, or its Node (node_exists
+ * false; a claim without a recorded Node has none to lose) gone? Then true with msg the Event's message ("its VM 105
+ * in pve-a is gone"); false for any claim that has not joined, or is being deleted. */
+bool launchstep_gc_claim(const struct nodeclaim_status *st, bool deleting, enum launchstep_gc_vm vm, bool node_exists,
+                         char *msg, size_t len);
+
 /* Does a claim at step on the same host hold room that a claim being reserved without an agent must leave (a
  * claim not begun yet counts when it was created earlier, then by name)? */
 bool launchstep_holds_room(enum nodeclaim_step step, const char *created, const char *name, const char *my_created,

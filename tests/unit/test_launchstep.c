@@ -222,6 +222,31 @@ static void test_teardown_vm(void **state) {
         free(st);
 }
 
+static void test_gc_claim(void **state) {
+        (void)state;
+        char msg[256] = "";
+        struct nodeclaim_status *st = empty_status();
+        st->vmid = 105;
+        snprintf(st->region, sizeof st->region, "pve-a");
+        snprintf(st->node_name, sizeof st->node_name, "node-a");
+        /* not joined yet: the launch itself deals with its VM and Node */
+        st->launch_step = NODECLAIM_STEP_REGISTERED;
+        assert_false(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_GONE, false, msg, sizeof msg));
+        st->launch_step = NODECLAIM_STEP_INITIALIZED;
+        assert_false(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_OURS, true, msg, sizeof msg));
+        assert_false(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_UNKNOWN, true, msg, sizeof msg));
+        assert_false(launchstep_gc_claim(st, true, LAUNCHSTEP_GC_VM_GONE, false, msg, sizeof msg)); /* deleting */
+        assert_true(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_GONE, true, msg, sizeof msg));
+        assert_string_equal(msg, "its VM 105 in pve-a is gone");
+        assert_true(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_OTHER, true, msg, sizeof msg));
+        assert_string_equal(msg, "its VM 105 in pve-a is another's now");
+        assert_true(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_OURS, false, msg, sizeof msg));
+        assert_string_equal(msg, "its Node node-a is gone");
+        st->node_name[0] = '\0'; /* no Node recorded: none to lose */
+        assert_false(launchstep_gc_claim(st, false, LAUNCHSTEP_GC_VM_UNKNOWN, false, msg, sizeof msg));
+        free(st);
+}
+
 static void test_holds_room(void **state) {
         (void)state;
         const char *t1 = "2026-07-01T12:00:00Z", *t2 = "2026-07-01T12:00:01Z";
@@ -479,6 +504,7 @@ int main(void) {
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted),
                 cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
+                cmocka_unit_test(test_gc_claim),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
