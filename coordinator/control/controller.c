@@ -31,6 +31,7 @@
 static const struct kube_resource *const KIND_RT[K_N] = {
         [K_PODS] = &kube_pods,          [K_NODES] = &kube_nodes,           [K_CLAIMS] = &kube_nodeclaims,
         [K_POOLS] = &kube_nodepools,    [K_CLASSES] = &kube_nodeclasses,   [K_DAEMONSETS] = &kube_daemonsets,
+        [K_PDBS] = &kube_pdbs,
 };
 
 static void deadline_ts(int64_t mono_ms, struct timespec *ts) {
@@ -239,7 +240,7 @@ static void snapshot_take_locked(struct controller *c, struct snapshot *s) {
         s->s = (struct provisioner_snapshot){ .candidates = s->arrays[K_N], .bound = s->arrays[K_PODS],
                                               .nodes = s->arrays[K_NODES], .claims = s->arrays[K_CLAIMS],
                                               .pools = s->arrays[K_POOLS], .classes = s->arrays[K_CLASSES],
-                                              .daemonsets = s->arrays[K_DAEMONSETS] };
+                                              .daemonsets = s->arrays[K_DAEMONSETS], .pdbs = s->arrays[K_PDBS] };
 }
 
 static void snapshot_done(struct snapshot *s) {

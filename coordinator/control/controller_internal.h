@@ -14,7 +14,7 @@
 #include "pve.h"
 #include "monotime.h"
 
-enum ctl_kind { K_PODS, K_NODES, K_CLAIMS, K_POOLS, K_CLASSES, K_DAEMONSETS, K_N };
+enum ctl_kind { K_PODS, K_NODES, K_CLAIMS, K_POOLS, K_CLASSES, K_DAEMONSETS, K_PDBS, K_N };
 
 struct ctl_watcher {
         struct controller *ctl;

@@ -35,6 +35,7 @@ struct disruption_input {
         const json_t **claims, **nodes;
         size_t n_candidates;
         json_t *problems; /* ["NodePool x: spec...: ..."]: NodePools left out */
+        json_t *pdb_names; /* "ns/name" of each PDB of the snapshot: what the pods' blocking_pdb point to */
 };
 
 /* The DISRUPT_POD_* flags of a pod: owned by a DaemonSet, a mirror pod, do-not-disrupt, safe-to-evict "false". */

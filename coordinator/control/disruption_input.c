@@ -1,6 +1,6 @@
 /* disruption_input: the disruption decisions' input (coordinator/disrupt) from a snapshot of the informers' cache
  * and its provisioning round: the NodePools' settings, the node classes' hashes, and one candidate per
- * Initialized node of ours with its pods. Pure. */
+ * Initialized node of ours with its pods and the PodDisruptionBudgets that block them. Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "disruption.h"
 
@@ -156,8 +156,105 @@ static void describe(struct disrupt_candidate *c, const json_t *claim, const jso
                       has_taint(node, DISRUPTION_TAINT_KARPENTER);
 }
 
-/* The pods the round bound to node (its sim_node), with their flags; the last time one of them started. */
-static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r) {
+/* ---- PodDisruptionBudgets (as Karpenter's pdb.Limits: a PDB of the pod's namespace whose selector matches its
+ * labels and that allows 0 disruptions blocks it, unless the PDB always allows evicting an unhealthy pod and this
+ * one is not Ready) ---- */
+
+static bool value_listed(const json_t *values, const char *v) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(values, i, x) {
+                if (v && json_is_string(x) && strcmp(json_string_value(x), v) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* One matchExpressions entry against the pod's labels; an unknown operator matches nothing. */
+static bool expression_matches(const json_t *e, const json_t *labels) {
+        const char *key = str_at(e, "key"), *op = str_at(e, "operator");
+        const char *v = key ? str_at(labels, key) : NULL;
+        if (!op)
+                return false;
+        if (strcmp(op, "Exists") == 0 || strcmp(op, "DoesNotExist") == 0)
+                return (v != NULL) == (strcmp(op, "Exists") == 0);
+        if (strcmp(op, "In") == 0)
+                return value_listed(json_object_get(e, "values"), v);
+        return strcmp(op, "NotIn") == 0 && !value_listed(json_object_get(e, "values"), v);
+}
+
+/* policy/v1: a null selector selects no pod, an empty one every pod of the namespace. */
+static bool selector_matches(const json_t *sel, const json_t *labels) {
+        const char *key;
+        json_t *v, *e;
+        size_t i;
+        if (!json_is_object(sel))
+                return false;
+        json_object_foreach(json_object_get(sel, "matchLabels"), key, v) {
+                const char *have = str_at(labels, key);
+                if (!have || !json_is_string(v) || strcmp(have, json_string_value(v)) != 0)
+                        return false;
+        }
+        json_array_foreach(json_object_get(sel, "matchExpressions"), i, e) {
+                if (!expression_matches(e, labels))
+                        return false;
+        }
+        return true;
+}
+
+static bool pod_not_ready(const json_t *pod) {
+        const char *s = str_at(kube_condition(json_object_get(pod, "status"), "Ready"), "status");
+        return s && strcmp(s, "False") == 0;
+}
+
+static bool pdb_blocks(const json_t *pdb, const json_t *pod) {
+        const json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pdb, "spec");
+        const char *ns = str_at(json_object_get(pdb, "metadata"), "namespace"), *pod_ns = str_at(meta, "namespace");
+        const char *policy = str_at(spec, "unhealthyPodEvictionPolicy");
+        if (!ns || !pod_ns || strcmp(ns, pod_ns) != 0 ||
+            !selector_matches(json_object_get(spec, "selector"), json_object_get(meta, "labels")))
+                return false;
+        if (policy && strcmp(policy, "AlwaysAllow") == 0 && pod_not_ready(pod))
+                return false;
+        return json_integer_value(json_object_get(json_object_get(pdb, "status"), "disruptionsAllowed")) <= 0;
+}
+
+/* "ns/name" of the first PDB that blocks evicting the pod (names[k] is that of pdbs[k]), else NULL. DaemonSet and
+ * mirror pods are never evicted, so no PDB blocks them. */
+static const char *blocking_pdb(const json_t *pdbs, const json_t *names, const json_t *pod, unsigned flags) {
+        size_t k;
+        json_t *pdb;
+        if (flags & (DISRUPT_POD_DAEMONSET | DISRUPT_POD_MIRROR))
+                return NULL;
+        json_array_foreach(pdbs, k, pdb) {
+                if (pdb_blocks(pdb, pod))
+                        return json_string_value(json_array_get(names, k));
+        }
+        return NULL;
+}
+
+/* The "ns/name" of every PDB of the snapshot, in its order: the strings the pods' blocking_pdb point to. */
+static int add_pdb_names(struct disruption_input *di, const json_t *pdbs) {
+        size_t k;
+        json_t *pdb;
+        di->pdb_names = json_array();
+        if (!di->pdb_names)
+                return -ENOMEM;
+        json_array_foreach(pdbs, k, pdb) {
+                const json_t *meta = json_object_get(pdb, "metadata");
+                json_t *name = json_sprintf("%s/%s", str_at(meta, "namespace") ?: "", str_at(meta, "name") ?: "");
+                if (json_array_append_new(di->pdb_names, name) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* ---- a candidate's pods ---- */
+
+/* The pods the round bound to node (its sim_node), with their flags and blocking PDB; the last time one of them
+ * started. */
+static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r, const json_t *pdbs,
+                    const json_t *pdb_names) {
         const struct sim_input *in = r->in;
         c->pods = calloc(in->n_pods + 1, sizeof *c->pods);
         if (!c->pods)
@@ -169,8 +266,10 @@ static int add_pods(struct disrupt_candidate *c, const struct provisioner_round 
                 int64_t started = time_at(json_object_get(r->pods[j], "status"), "startTime");
                 if (started > c->last_pod_event_ms)
                         c->last_pod_event_ms = started;
-                c->pods[c->n_pods++] = (struct disrupt_pod){ .namespace = p->namespace, .name = p->name,
-                                                             .flags = disruption_pod_flags(r->pods[j]), .sim = p };
+                unsigned flags = disruption_pod_flags(r->pods[j]);
+                c->pods[c->n_pods++] = (struct disrupt_pod){
+                        .namespace = p->namespace, .name = p->name, .flags = flags, .sim = p,
+                        .blocking_pdb = blocking_pdb(pdbs, pdb_names, r->pods[j], flags) };
         }
         return 0;
 }
@@ -195,7 +294,9 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
         return c->claim != NULL;
 }
 
-static int add_candidates(struct disruption_input *di, const struct provisioner_round *r, const json_t *claims) {
+static int add_candidates(struct disruption_input *di, const struct provisioner_round *r,
+                          const struct provisioner_snapshot *snap) {
+        const json_t *claims = snap->claims;
         di->candidates = calloc(r->in->n_nodes + 1, sizeof *di->candidates);
         di->claims = calloc(r->in->n_nodes + 1, sizeof *di->claims);
         di->nodes = calloc(r->in->n_nodes + 1, sizeof *di->nodes);
@@ -207,7 +308,7 @@ static int add_candidates(struct disruption_input *di, const struct provisioner_
                         continue;
                 di->claims[di->n_candidates] = claim_of_node(claims, r->nodes[i]);
                 di->nodes[di->n_candidates] = r->nodes[i];
-                int err = add_pods(c, r);
+                int err = add_pods(c, r, snap->pdbs, di->pdb_names);
                 if (err < 0)
                         return err;
                 di->n_candidates++;
@@ -230,7 +331,9 @@ int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms
         if (r == 0)
                 r = add_classes(di, snap->classes);
         if (r == 0)
-                r = add_candidates(di, di->round, snap->claims);
+                r = add_pdb_names(di, snap->pdbs);
+        if (r == 0)
+                r = add_candidates(di, di->round, snap);
         if (r < 0) {
                 disruption_input_free(di);
                 return r;
@@ -254,6 +357,7 @@ void disruption_input_free(struct disruption_input *di) {
         free(di->pools);
         free(di->classes);
         json_decref(di->problems);
+        json_decref(di->pdb_names);
         provisioner_round_free(di->round);
         free(di);
 }

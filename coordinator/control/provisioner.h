@@ -36,6 +36,8 @@ struct provisioner_snapshot {
         /* {"<pod uid>": "<claim>"}: pods nominated to a claim in an earlier round (may be NULL). While that claim
          * is in flight they stay on it, as if bound, so a new round (or a restart) never re-packs them. */
         const json_t *nominated;
+        /* PodDisruptionBudgets, all namespaces (may be NULL): the scale-down pass's, not the round's. */
+        const json_t *pdbs;
 };
 
 /* One round: the simulation input and what it was built from. */

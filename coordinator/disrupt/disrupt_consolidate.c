@@ -77,6 +77,20 @@ static int take(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m, co
         return 1;
 }
 
+/* Karpenter's filterOutSameInstanceType: several nodes into one new node no cheaper than a removed node whose shape
+ * holds as much (its own shape, say) is no better than deleting the others, which a smaller prefix or single-node
+ * consolidation finds. */
+static bool no_better_than_a_delete(const struct disrupt__ctx *ctx, const size_t *list, size_t n,
+                                    const struct disrupt__trial *t) {
+        static const struct resources none;
+        for (size_t k = 0; t->n_claims == 1 && k < n; k++) {
+                const struct disrupt_candidate *c = &ctx->in->candidates[list[k]];
+                if (c->price <= t->claims_price && resources_fit(&t->claims[0]->allocatable, &none, &c->shape->allocatable))
+                        return true;
+        }
+        return false;
+}
+
 static int multi_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
         size_t lo = 2, hi = n < DISRUPT_MULTI_MAX_CANDIDATES ? n : DISRUPT_MULTI_MAX_CANDIDATES, best = 0;
         struct disrupt__trial t, kept = { 0 };
@@ -85,7 +99,7 @@ static int multi_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list,
                 int rc = disrupt__trial(ctx, list, mid, &t);
                 if (rc < 0)
                         return rc;
-                if (saves(&t, price_of(ctx, list, mid))) {
+                if (saves(&t, price_of(ctx, list, mid)) && !no_better_than_a_delete(ctx, list, mid, &t)) {
                         best = mid, kept = t, lo = mid + 1;
                 } else {
                         hi = mid - 1;

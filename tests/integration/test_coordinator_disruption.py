@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 # pvescale-coordinator's scale-down pass against the simulator and real agents: nodes left empty are deleted (the
 # decision re-checked a pass later, Events on the NodeClaim and the Node, the VM gone), and a Node marked
-# do-not-disrupt stays, with an Event that says why.
+# do-not-disrupt stays, with an Event that says why; consolidation moves a Deployment's pods (evicted, Running again
+# on the other node) and deletes a node, unless a PodDisruptionBudget or a do-not-disrupt pod holds it; budgets limit
+# parallel disruption and block in their schedule; an expired node goes.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -13,6 +17,12 @@ from test_coordinator_launch import cluster_info  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 WHEN_EMPTY = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}
+DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
+PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}
+# One shape only: two 700m pods fill a node, so where the pods go is known.
+ONE_SHAPE = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c1.2VCPU-4GB"]}]
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
@@ -22,14 +32,11 @@ class DisruptionTest(cl.CoordinatorTest):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
         self.co = None
 
-    def scale_up(self, names):
+    def scale_up(self, names, disruption=WHEN_EMPTY, pool=None):
         c = self.c
-        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
-        c.create(cl.GROUP + "/nodepools", cl.nodepool(disruption=WHEN_EMPTY))
         for n in names:
             c.create(PODS, cl.pod(n, cpu="500m", memory="512Mi", labels={"app": "spread"}, affinity=ANTI))
-        self.co = cl.Coordinator(c)
+        self.start(pool or cl.nodepool(disruption=disruption))
 
         def ready():
             pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
@@ -40,6 +47,58 @@ class DisruptionTest(cl.CoordinatorTest):
                             for x in (cl_.get("status") or {}).get("conditions", [])) for cl_ in claims))
         cl.wait_for(ready, 120, interval=0.5, what="every pod Running on an Initialized claim")
         return {x["metadata"]["name"]: x for x in self.c.claims()}
+
+    def start(self, pool):
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", pool)
+        self.co = cl.Coordinator(c)
+
+    def live(self):
+        """The pods not being deleted."""
+        return [p for p in self.c.items(PODS) if not p["metadata"].get("deletionTimestamp")]
+
+    def running(self, n):
+        pods = self.live()
+        return len(pods) == n and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+    def initialized(self, n):
+        claims = self.c.claims()
+        return len(claims) == n and all((x.get("status") or {}).get("launchStep") == "Initialized" for x in claims)
+
+    def scale(self, replicas):
+        r = self.c.sim.kube("PATCH", DEPLOYS + "/web", {"spec": {"replicas": replicas}},
+                            ctype="application/merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+
+    def two_half_full_nodes(self):
+        """Deployment web's pods over two one-shape nodes, one pod on each, which fit one node together: the first
+        node filled by web's first pod and a bare pod, the second by two more of web's; then the bare pod deleted
+        and web scaled to 2 (its newest pod goes). Consolidation is turned on only then. {node: [pod]}."""
+        c = self.c
+        self.start(cl.nodepool(requirements=ONE_SHAPE))
+        tmpl = cl.pod("x", cpu="700m", memory="512Mi", terminationGracePeriodSeconds=1)
+        c.create(DEPLOYS, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": tmpl["spec"]}}})
+        c.create(PODS, cl.pod("hold", cpu="700m", memory="512Mi"))
+        cl.wait_for(lambda: self.running(2) and self.initialized(1), 90, interval=0.5, what="web and hold on a node")
+        self.scale(3)
+        cl.wait_for(lambda: self.running(4) and self.initialized(2), 90, interval=0.5, what="web's 3 pods on 2 nodes")
+        self.delete_pods(["hold"])
+        self.scale(2)
+        cl.wait_for(lambda: self.running(2), 30, interval=0.5, what="web at 2 pods")
+        on = {}
+        for p in self.live():
+            on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+        self.assertEqual(sorted(len(v) for v in on.values()), [1, 1], on)
+        return on
+
+    def consolidate_now(self):
+        r = self.c.sim.kube("PATCH", cl.GROUP + "/nodepools/default", {"spec": {"disruption": CONSOLIDATE}},
+                            ctype="application/merge-patch+json")
+        self.assertEqual(r.status, 200, r)
 
     def delete_pods(self, names):
         for n in names:
@@ -82,6 +141,107 @@ class DisruptionTest(cl.CoordinatorTest):
                                 for e in self.events("DisruptionBlocked")), 30, interval=1,
                     what="an Event on the kept claim naming do-not-disrupt")
         self.assertEqual(len(self.c.vms()), 1)
+
+    def test_consolidation_moves_pods_and_deletes_a_node(self):
+        on = self.two_half_full_nodes()
+        self.consolidate_now()
+        cl.wait_for(lambda: len(self.c.claims()) == 1 and len(self.c.vms()) == 1, 60, interval=1,
+                    what="one claim and its VM left")
+        left = self.c.claims()[0]["status"]["nodeName"]
+        cl.wait_for(lambda: self.running(2), 30, interval=0.5, what="web's 2 pods Running")
+        self.assertEqual({p["spec"]["nodeName"] for p in self.live()}, {left})
+        moved = [n for node, names in on.items() if node != left for n in names]
+        self.assertNotIn(moved[0], [p["metadata"]["name"] for p in self.live()], "evicted and replaced")
+        told = [e["message"] for e in self.events("DisruptionTerminating") if e["involvedObject"]["kind"] == "NodeClaim"]
+        self.assertEqual(len(told), 1, told)
+        self.assertIn("Consolidation: delete", told[0])
+        self.assertIn("its 1 pods fit on " + left, told[0])
+        m = self.co.metrics()
+        self.assertEqual(m.get('pvescale_coordinator_disruption_actions_total{method="consolidation",reason="delete"}'),
+                         1.0, m)
+        self.assertEqual(m.get('pvescale_coordinator_evictions_total{result="ok"}'), 1.0)
+
+    def test_a_pdb_blocks_until_it_allows_an_eviction(self):
+        self.two_half_full_nodes()
+        self.c.create(PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+                             "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+        cl.wait_for(lambda: (self.c.sim.kube("GET", PDBS + "/web").json.get("status") or {}).get("currentHealthy") == 2,
+                    20, interval=0.5, what="the PDB's status")
+        self.consolidate_now()
+        cl.wait_for(lambda: len([e for e in self.events("DisruptionBlocked")
+                                 if "pdb default/web allows 0 evictions" in e["message"]]) >= 2, 30, interval=1,
+                    what="both claims blocked by the PDB")
+        time.sleep(12)  # more passes: still nothing
+        self.assertEqual(len(self.c.claims()), 2)
+        self.assertEqual(self.events("DisruptionTerminating"), [])
+        r = self.c.sim.kube("PATCH", PDBS + "/web", {"spec": {"minAvailable": 1}}, ctype="application/merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+        cl.wait_for(lambda: len(self.c.claims()) == 1 and len(self.c.vms()) == 1, 60, interval=1,
+                    what="a node gone once the PDB allows an eviction")
+        cl.wait_for(lambda: self.running(2), 30, interval=0.5, what="web's 2 pods Running")
+
+    def test_a_do_not_disrupt_pod_keeps_its_node(self):
+        self.two_half_full_nodes()
+        for p in self.live():
+            r = self.c.sim.kube("PATCH", PODS + "/" + p["metadata"]["name"],
+                                {"metadata": {"annotations": {"pvescale.io/do-not-disrupt": "true"}}},
+                                ctype="application/merge-patch+json")
+            self.assertEqual(r.status, 200, r)
+        self.consolidate_now()
+        cl.wait_for(lambda: len([e for e in self.events("DisruptionBlocked")
+                                 if "is annotated do-not-disrupt" in e["message"]]) >= 2, 30, interval=1,
+                    what="both claims kept by their do-not-disrupt pods")
+        time.sleep(12)
+        self.assertEqual(len(self.c.claims()), 2)
+        self.assertEqual(self.events("DisruptionTerminating"), [])
+
+    def test_a_budget_of_one_node_takes_them_one_at_a_time(self):
+        claims = self.scale_up(["a", "b", "c"], disruption=dict(WHEN_EMPTY, budgets=[{"nodes": "1"}]))
+        most = [0]
+        halt = threading.Event()
+
+        def watch():
+            while not halt.is_set():
+                try:
+                    going = [x for x in self.c.claims() if x["metadata"].get("deletionTimestamp")]
+                    most[0] = max(most[0], len(going))
+                except Exception:  # noqa: BLE001 - a failed poll is tried again
+                    pass
+                time.sleep(0.1)
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        self.addCleanup(halt.set)
+        self.delete_pods(["a", "b", "c"])
+        cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 120, interval=1, what="the three nodes gone")
+        halt.set()
+        t.join()
+        self.assertEqual(most[0], 1, "never two claims terminating at once")
+        self.assertEqual(len(self.events("DisruptionTerminating")), 2 * len(claims))
+
+    def test_a_budget_schedule_blocks_while_active(self):
+        now = time.gmtime()
+        budget = {"nodes": "0", "schedule": "%d %d * * *" % (now.tm_min, now.tm_hour), "duration": "1h"}
+        self.scale_up(["a"], disruption=dict(WHEN_EMPTY, budgets=[budget]))
+        self.delete_pods(["a"])
+        cl.wait_for(lambda: any("budgets of pool default allow no more Empty disruptions" in e["message"]
+                                for e in self.events("DisruptionBlocked")), 30, interval=1,
+                    what="an Event naming the budget")
+        time.sleep(12)
+        self.assertEqual(len(self.c.claims()), 1)
+        self.assertEqual(self.events("DisruptionTerminating"), [])
+
+    def test_an_expired_node_goes(self):
+        pool = cl.nodepool()
+        pool["spec"]["template"]["spec"]["expireAfter"] = "30s"
+        claims = self.scale_up(["a"], pool=pool)
+        self.delete_pods(["a"])  # its pods fit elsewhere (it has none left): a delete; consolidation is Never
+        cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 60, interval=1, what="the expired node gone")
+        told = [e["message"] for e in self.events("DisruptionTerminating") if e["involvedObject"]["kind"] == "NodeClaim"]
+        self.assertEqual(len(told), 1, told)
+        self.assertTrue(told[0].startswith("Expiry: created"), told)
+        self.assertIn("expireAfter is 30s", told[0])
+        self.assertEqual(list(claims), [e["involvedObject"]["name"] for e in self.events("DisruptionTerminating")
+                                        if e["involvedObject"]["kind"] == "NodeClaim"])
 
 
 if __name__ == "__main__":

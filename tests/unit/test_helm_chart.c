@@ -286,6 +286,7 @@ static const struct api_call {
         { "", "secrets", "get", "", "launcher: NodeClass templatesRef/valuesRef" },
         { "", "configmaps", "get", "", "launcher: kube-public/cluster-info" },
         { "apps", "daemonsets", "list watch", "", "controller informer" },
+        { "policy", "poddisruptionbudgets", "list watch", "", "controller informer (the scale-down pass)" },
         { "pvescale.io", "nodeclaims", "list watch", "", "controller informer" },
         { "pvescale.io", "nodeclaims", "create", "", "provisioner" },
         { "pvescale.io", "nodeclaims", "get patch update delete", "", "launcher: finalizer (kube_modify), failed launch" },
