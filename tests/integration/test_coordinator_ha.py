@@ -7,7 +7,6 @@
 import os
 import signal
 import sys
-import threading
 import time
 import unittest
 
@@ -15,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 from test_coordinator_replace import DEPLOYMENTS, deployment, initialized  # noqa: E402
+from test_coordinator_termination import Watcher  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
@@ -24,23 +24,19 @@ LEASE_S, RETRY_S = 15, 2  # the coordinator's defaults (leader.h)
 TAKEOVER_S = LEASE_S + 2 * RETRY_S + 1
 
 
-class StepWatcher(threading.Thread):
-    """Polls the claims every 50 ms and keeps every (claim, launchStep) seen, in order."""
+class StepWatcher(Watcher):
+    """Polls the claims every 50 ms (the termination test's watcher's loop) and keeps every (claim, launchStep) seen,
+    in order."""
 
     def __init__(self, c):
-        super().__init__(daemon=True)
-        self.c, self.seen, self.halt = c, [], threading.Event()
+        super().__init__(c, None, None)
+        self.seen = []
 
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                for x in self.c.claims():
-                    step = (x["metadata"]["name"], (x.get("status") or {}).get("launchStep"))
-                    if step not in self.seen:
-                        self.seen.append(step)
-            except Exception:  # noqa: BLE001 - a failed poll is tried again
-                pass
-            time.sleep(0.05)
+    def poll(self):
+        for x in self.c.claims():
+            step = (x["metadata"]["name"], (x.get("status") or {}).get("launchStep"))
+            if step not in self.seen:
+                self.seen.append(step)
 
 
 class HighAvailabilityTest(cl.CoordinatorTest):
