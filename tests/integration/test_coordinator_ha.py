@@ -47,12 +47,15 @@ class HighAvailabilityTest(cl.CoordinatorTest):
 
     def tearDown(self):
         for r in self.replicas:  # the survivor is self.co: the base class stops it and checks its exit code
-            if r is not self.co and r.proc.poll() is None:
+            if r is not self.co:
                 r.stop()
+                sys.stderr.write("%s log (tail, exit %s):\n%s" % (r.name, r.proc.returncode,
+                                                                    "".join(r.logtext().splitlines(True)[-40:])))
         super().tearDown()
 
     def replica(self, name):
         r = cl.Coordinator(self.c, env={"POD_NAME": name, "POD_NAMESPACE": "kube-system"})
+        r.name = name
         self.replicas.append(r)
         return r
 
