@@ -26,9 +26,10 @@ static int free_total(struct disrupt__ctx *ctx) {
         struct sim_node **sorted = malloc((s->n_nodes + 1) * sizeof *sorted);
         if (!sorted)
                 return -ENOMEM;
-        if (s->n_nodes) /* no nodes yet: s->nodes may be NULL */
+        if (s->n_nodes) { /* no nodes: s->nodes may be NULL, which memcpy and qsort must not get */
                 memcpy(sorted, s->nodes, s->n_nodes * sizeof *sorted);
-        qsort(sorted, s->n_nodes, sizeof *sorted, by_name);
+                qsort(sorted, s->n_nodes, sizeof *sorted, by_name);
+        }
         for (size_t i = 0; i < s->n_nodes; i++)
                 if (!s->nodes[i]->unschedulable) {
                         resources_add(&ctx->free_total, &s->nodes[i]->allocatable);

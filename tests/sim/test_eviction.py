@@ -171,6 +171,8 @@ class EvictionTest(unittest.TestCase):
         st = self.synced("dec", currentHealthy=1)["status"]
         self.assertEqual((st["disruptionsAllowed"], "disruptedPods" in st), (0, False))
         self.assertEqual(self.evict("dec-2").status, 429)
+        ev = self.sim.admin("GET", "/report").json["evictions"]
+        self.assertEqual((ev["default/dec-0"], ev["default/dec-2"]), ({"201": 1}, {"429": 2}))
 
     def test_disrupted_pods_count_unhealthy_until_the_timeout(self):
         self.running("tmo-node", "tmo", 2)

@@ -671,7 +671,12 @@ class KubeApp:
             from . import eviction  # eviction.py builds on this module
             with self.w.lock:
                 opts = eviction.parse_eviction(self.w, name, obj, req.query.get("dryRun", []))
-                res = eviction.evict(self.s, ns, name, opts)
+                try:
+                    res = eviction.evict(self.s, ns, name, opts)
+                except KubeError as e:
+                    self.w.report.eviction(ns, name, e.code)
+                    raise
+                self.w.report.eviction(ns, name, 201)
             return req.reply_json(201, res)
         if m == "POST" and sub == "binding" and rt.plural == "pods":
             obj = self._body(req)

@@ -17,6 +17,7 @@ class Report:
         self.pods = {}
         self.vms = {}
         self.nodes = []
+        self.evictions = {}
         self.last_sample = 0
 
     def rel(self, t=None):
@@ -52,6 +53,11 @@ class Report:
         rec = self._pod(pod)
         if rec["deleted"] is None:
             rec["deleted"] = self.rel()
+
+    def eviction(self, ns, name, code):
+        """An Eviction call (after its body parsed) and its answer's HTTP status, by pod."""
+        codes = self.evictions.setdefault("%s/%s" % (ns, name), {})
+        codes[str(code)] = codes.get(str(code), 0) + 1
 
     def vm(self, kind, vm):
         rec = self.vms.get(vm.uid)
@@ -104,5 +110,5 @@ class Report:
                 total = round(max(ran) - first, 3)
         return {"started_at": util.rfc3339(self.t0), "ended_at": util.rfc3339(), "duration_seconds": self.rel(),
                 "pods": pods, "vms": sorted(self.vms.values(), key=lambda r: (r["region"], r["vmid"], r["created"] or 0)),
-                "nodes": self.nodes, "first_pending_to_all_running_seconds": total,
+                "nodes": self.nodes, "evictions": self.evictions, "first_pending_to_all_running_seconds": total,
                 "first_pending_at": first, "api_calls": world.call_counts()}
