@@ -454,6 +454,18 @@ static void test_bad_candidate(void **state) {
         teardown(&f);
 }
 
+/* A cluster with no nodes yet (a fresh install): a pass decides nothing and reads no node array. */
+static void test_no_nodes(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        assert_int_equal(f.sim->n_nodes, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_int_equal(f.res->n_skips, 0);
+        teardown(&f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_defaults),
@@ -472,6 +484,7 @@ int main(void) {
                 cmocka_unit_test(test_repair),
                 cmocka_unit_test(test_young_and_pending),
                 cmocka_unit_test(test_bad_candidate),
+                cmocka_unit_test(test_no_nodes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
