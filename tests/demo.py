@@ -21,7 +21,7 @@ HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
 PODS = "/api/v1/namespaces/default/pods"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"
 TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "100"))
-SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "80"))
+SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "90"))
 # Consolidate a few seconds after a node is Initialized, half of a pool's nodes at a time.
 CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
                "budgets": [{"nodes": "50%"}]}
@@ -97,12 +97,16 @@ def demo_pods_by_name(c):
             if not p["metadata"].get("deletionTimestamp")}
 
 
+def initialized(claim):
+    return any(k.get("type") == "Initialized" and k.get("status") == "True"
+               for k in (claim.get("status") or {}).get("conditions", []))
+
+
 def snapshot(c, agents, names):
     pods = demo_pods_by_name(c)
     running = sum(1 for n in names if (pods.get(n, {}).get("status") or {}).get("phase") == "Running")
     claims = c.claims()
-    joined = sum(1 for x in claims if any(k.get("type") == "Initialized" and k.get("status") == "True"
-                                          for k in (x.get("status") or {}).get("conditions", [])))
+    joined = sum(1 for x in claims if initialized(x))
     pinned = {h: sum(cpu_count(r["cpus"]) for r in agents.bound(h)) for h in sorted(c.agents)}
     return {"pending": len(names) - running, "claims": len(claims), "joined": joined, "vms": len(c.vms()),
             "pinned": pinned, "running": running}
@@ -176,15 +180,22 @@ def scale_up(c, agents, names):
     return True
 
 
-def settled(c, history):
-    """The node count has not changed for 20 s (two disruption passes) and nothing is terminating."""
-    history.append((time.time(), len(c.claims()), len(c.vms())))
-    recent = [h for h in history if h[0] > history[-1][0] - 20]
-    return (history[-1][0] - history[0][0] > 20 and len({h[1:] for h in recent}) == 1 and
-            history[-1][1] == history[-1][2] and not any(x["metadata"].get("deletionTimestamp") for x in c.claims()))
+def decisions(co):
+    return sum(v for k, v in co.metrics().items() if k.startswith("pvescale_coordinator_disruption_decisions_total"))
 
 
-def scale_down(c, agents, names):
+def settled(c, co, history):
+    """No disruption decision for 11 s (a whole pass decided nothing, consolidateAfter being shorter than a pass)
+    and nothing launching or terminating."""
+    history.append((time.time(), decisions(co)))
+    recent = [h for h in history if h[0] > history[-1][0] - 11]
+    claims = c.claims()
+    return (history[-1][0] - history[0][0] > 11 and len({h[1] for h in recent}) == 1 and
+            len(claims) == len(c.vms()) and all(initialized(x) and not x["metadata"].get("deletionTimestamp")
+                                                for x in claims))
+
+
+def scale_down(c, co, agents, names):
     """Deletes every other ReplicaSet (its pod goes with it), then shows the nodes consolidate."""
     before = snapshot(c, agents, names)
     gone, kept = names[1::2], names[0::2]
@@ -195,7 +206,7 @@ def scale_down(c, agents, names):
         r = c.sim.kube("DELETE", REPLICASETS + "/" + n)
         assert r.status == 200, r
     history = []
-    ok = progress(c, agents, kept, start, lambda s: s["running"] == len(kept) and settled(c, history), SETTLE_S)
+    ok = progress(c, agents, kept, start, lambda s: s["running"] == len(kept) and settled(c, co, history), SETTLE_S)
     after = snapshot(c, agents, kept)
     print("\n%-8s %6s %6s" % ("", "before", "after"))
     for k in ("claims", "vms", "running"):
@@ -218,7 +229,7 @@ def run():
         co = cl.Coordinator(c)
         agents = Agents(c)
         names = [p["metadata"]["name"] for p in demo_pods()]
-        return 0 if scale_up(c, agents, names) and scale_down(c, agents, names) else 1
+        return 0 if scale_up(c, agents, names) and scale_down(c, co, agents, names) else 1
     finally:
         if co:
             co.stop()
