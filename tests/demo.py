@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""demo: pending pods become pinned VMs. A simulated Proxmox cluster of 3 hosts (real topologies from
-../shared/topologies) and a simulated Kubernetes API, a real pvescale-agent per host, and the real
-pvescale-coordinator. Prints a live progress view and a summary, then stops everything it started."""
+"""demo: pending pods become pinned VMs, then half of them go and the nodes consolidate. A simulated Proxmox
+cluster of 3 hosts (real topologies from ../shared/topologies) and a simulated Kubernetes API, a real pvescale-agent
+per host, and the real pvescale-coordinator. Prints a live progress view and a summary, then stops everything it
+started."""
 # SPDX-License-Identifier: Apache-2.0
 import json
 import os
@@ -18,7 +19,14 @@ from test_coordinator_launch import cluster_info  # noqa: E402
 
 HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
 PODS = "/api/v1/namespaces/default/pods"
+REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"
 TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "100"))
+SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "90"))
+# Consolidate a few seconds after a node is Initialized, half of a pool's nodes at a time.
+CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
+               "budgets": [{"nodes": "50%"}]}
+# The simulated kubelet stops a pod at once on SIGTERM, as a pause container does.
+EXIT = {"sim.pvescale.io/exit-on-term": "true"}
 # Fast but not instant Proxmox and kubelets, so that every stage is visible.
 KNOBS = ("clone_seconds=0.5", "start_seconds=0.2", "join_delay_seconds=1", "ready_delay_seconds=0.5",
          "pod_start_seconds=0.3")
@@ -47,6 +55,16 @@ def demo_pods():
     return pods
 
 
+def replicaset(p):
+    """Each demo pod is a ReplicaSet of one, so that a pod evicted by a consolidation is made again (and runs on
+    another node), as a workload's pods are."""
+    name = p["metadata"]["name"]
+    labels = dict(p["metadata"]["labels"], demo=name)
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"demo": name}},
+                     "template": {"metadata": {"labels": labels, "annotations": EXIT}, "spec": p["spec"]}}}
+
+
 class Agents:
     """Read-only views of each host's agent (its reservations and VMs)."""
 
@@ -73,12 +91,22 @@ def cpu_count(cpulist):
     return n
 
 
+def demo_pods_by_name(c):
+    """The live pod of each demo ReplicaSet (one being deleted counts as gone), by the ReplicaSet's name."""
+    return {(p["metadata"].get("labels") or {}).get("demo"): p for p in c.items(PODS)
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def initialized(claim):
+    return any(k.get("type") == "Initialized" and k.get("status") == "True"
+               for k in (claim.get("status") or {}).get("conditions", []))
+
+
 def snapshot(c, agents, names):
-    pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+    pods = demo_pods_by_name(c)
     running = sum(1 for n in names if (pods.get(n, {}).get("status") or {}).get("phase") == "Running")
     claims = c.claims()
-    joined = sum(1 for x in claims if any(k.get("type") == "Initialized" and k.get("status") == "True"
-                                          for k in (x.get("status") or {}).get("conditions", [])))
+    joined = sum(1 for x in claims if initialized(x))
     pinned = {h: sum(cpu_count(r["cpus"]) for r in agents.bound(h)) for h in sorted(c.agents)}
     return {"pending": len(names) - running, "claims": len(claims), "joined": joined, "vms": len(c.vms()),
             "pinned": pinned, "running": running}
@@ -104,11 +132,14 @@ def summary(c, agents, elapsed):
 
 
 def explain_pending(c, names):
-    pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+    pods = demo_pods_by_name(c)
     for n in names:
         if (pods.get(n, {}).get("status") or {}).get("phase") == "Running":
             continue
-        events = sorted(c.pod_events(n), key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        if n not in pods:
+            print("  %-10s no pod" % n)
+            continue
+        events = sorted(c.pod_events(pods[n]["metadata"]["name"]), key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
         why = events[-1]["reason"] + ": " + events[-1]["message"] if events else "no event"
         print("  %-10s %s" % (n, why))
 
@@ -116,8 +147,77 @@ def explain_pending(c, names):
 def setup_objects(c):
     c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
     c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
-    c.create(cl.GROUP + "/nodepools", cl.nodepool("general"))
-    c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}))
+    c.create(cl.GROUP + "/nodepools", cl.nodepool("general", disruption=CONSOLIDATE))
+    c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}, disruption=CONSOLIDATE))
+
+
+def progress(c, agents, names, start, done, timeout):
+    """Prints a line whenever the view changes, until done(view) holds (True) or timeout s pass (False)."""
+    last = None
+    while True:
+        s = snapshot(c, agents, names)
+        if s != last:
+            print(line(time.time() - start, s, len(names)), flush=True)
+            last = s
+        if done(s):
+            return True
+        if time.time() - start > timeout:
+            return False
+        time.sleep(0.5)
+
+
+def scale_up(c, agents, names):
+    print("Coordinator ready. Creating %d pending pods (generic, nodeSelector disk=ssd, zone spread, "
+          "hostname anti-affinity), each a ReplicaSet of one.\n" % len(names))
+    start = time.time()
+    for p in demo_pods():
+        c.create(REPLICASETS, replicaset(p))
+    if not progress(c, agents, names, start, lambda s: s["running"] == len(names), TIMEOUT_S):
+        print("\nNot every pod is Running after %d s:" % TIMEOUT_S)
+        explain_pending(c, names)
+        return False
+    summary(c, agents, time.time() - start)
+    return True
+
+
+def decisions(co):
+    return sum(v for k, v in co.metrics().items() if k.startswith("pvescale_coordinator_disruption_decisions_total"))
+
+
+def settled(c, co, history):
+    """No disruption decision for 11 s (a whole pass decided nothing, consolidateAfter being shorter than a pass)
+    and nothing launching or terminating."""
+    history.append((time.time(), decisions(co)))
+    recent = [h for h in history if h[0] > history[-1][0] - 11]
+    claims = c.claims()
+    return (history[-1][0] - history[0][0] > 11 and len({h[1] for h in recent}) == 1 and
+            len(claims) == len(c.vms()) and all(initialized(x) and not x["metadata"].get("deletionTimestamp")
+                                                for x in claims))
+
+
+def scale_down(c, co, agents, names):
+    """Deletes every other ReplicaSet (its pod goes with it), then shows the nodes consolidate."""
+    before = snapshot(c, agents, names)
+    gone, kept = names[1::2], names[0::2]
+    print("\nDeleting half the pods (%d of %d); the NodePools consolidate (WhenEmptyOrUnderutilized, "
+          "consolidateAfter 5s).\n" % (len(gone), len(names)))
+    start = time.time()
+    for n in gone:
+        r = c.sim.kube("DELETE", REPLICASETS + "/" + n)
+        assert r.status == 200, r
+    history = []
+    ok = progress(c, agents, kept, start, lambda s: s["running"] == len(kept) and settled(c, co, history), SETTLE_S)
+    after = snapshot(c, agents, kept)
+    print("\n%-8s %6s %6s" % ("", "before", "after"))
+    for k in ("claims", "vms", "running"):
+        print("%-8s %6d %6d" % (k, before[k], after[k]))
+    print("%-8s %6d %6d" % ("pinned", sum(before["pinned"].values()), sum(after["pinned"].values())))
+    if not ok:
+        print("\nNot settled after %d s:" % SETTLE_S)
+        explain_pending(c, kept)
+        return False
+    print("\nSettled %.1f s after the deletion." % (time.time() - start))
+    return True
 
 
 def run():
@@ -128,28 +228,8 @@ def run():
         setup_objects(c)
         co = cl.Coordinator(c)
         agents = Agents(c)
-        pods = demo_pods()
-        names = [p["metadata"]["name"] for p in pods]
-        print("Coordinator ready. Creating %d pending pods (generic, nodeSelector disk=ssd, zone spread, "
-              "hostname anti-affinity).\n" % len(pods))
-        start = time.time()
-        for p in pods:
-            c.create(PODS, p)
-        last = None
-        while True:
-            s = snapshot(c, agents, names)
-            if s != last:
-                print(line(time.time() - start, s, len(names)), flush=True)
-                last = s
-            if s["running"] == len(names):
-                break
-            if time.time() - start > TIMEOUT_S:
-                print("\nNot every pod is Running after %d s:" % TIMEOUT_S)
-                explain_pending(c, names)
-                return 1
-            time.sleep(0.5)
-        summary(c, agents, time.time() - start)
-        return 0
+        names = [p["metadata"]["name"] for p in demo_pods()]
+        return 0 if scale_up(c, agents, names) and scale_down(c, co, agents, names) else 1
     finally:
         if co:
             co.stop()
