@@ -25,6 +25,7 @@ struct disruption {
         char *plan[PLAN_MAX]; /* the keys of the last pass's decisions, to be carried out when they still hold */
         size_t n_plan;
         json_t *told;         /* claim name -> the last "left alone" message sent as an Event */
+        json_t *logged;       /* NodePools' setting errors already logged -> true */
         /* Replaces under way: the old claims ("a,b", their annotation) -> {"claims": [the replacements' names],
          * "started": ms, "method": enum stats_disruption_method, "message": the decision's}. */
         json_t *replacing;
@@ -38,7 +39,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         d->env = *env;
         d->told = json_object();
         d->replacing = json_object();
-        if (!d->told || !d->replacing) {
+        d->logged = json_object();
+        if (!d->told || !d->replacing || !d->logged) {
                 disruption_free(d);
                 return -ENOMEM;
         }
@@ -58,6 +60,7 @@ void disruption_free(struct disruption *d) {
         plan_clear(d);
         json_decref(d->told);
         json_decref(d->replacing);
+        json_decref(d->logged);
         free(d);
 }
 
@@ -457,6 +460,19 @@ static int start_replace(struct disruption *d, const struct disruption_input *di
         return r == 0 ? -ENOMEM : r;
 }
 
+/* A NodePool whose disruption settings are bad is left out of scale-down: say so once per error. */
+static void log_problems(struct disruption *d, const json_t *problems) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(problems, i, p) {
+                const char *text = json_string_value(p);
+                if (!text || json_object_get(d->logged, text))
+                        continue;
+                json_object_set_new(d->logged, text, json_true());
+                log_warning("disruption: %s; the NodePool is left out of scale-down", text);
+        }
+}
+
 /* ---- one pass ---- */
 
 /* Can the decision be carried out here? A replace needs the provisioner. */
@@ -517,6 +533,8 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
                    struct disruption_input **ret) {
         struct disruption_input *di = NULL;
         int r = disruption_input_new(snap, now_ms, d->env.repair, &di);
+        if (r == 0)
+                log_problems(d, di->problems);
         if (r == 0 && d->env.provisioner && di->n_candidates > 0)
                 r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
         if (r < 0) {

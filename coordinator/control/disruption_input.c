@@ -85,19 +85,17 @@ static int add_pools(struct disruption_input *di, const json_t *pools) {
         return 0;
 }
 
+/* Each node class's drift hash; a class that cannot be hashed is left out (its claims never drift by it). */
 static int add_classes(struct disruption_input *di, const json_t *classes) {
-        size_t i;
-        json_t *nc;
-        di->classes = calloc(json_array_size(classes) + 1, sizeof *di->classes);
-        if (!di->classes)
-                return -ENOMEM;
-        json_array_foreach(classes, i, nc) {
+        size_t n = json_array_size(classes);
+        di->classes = calloc(n + 1, sizeof *di->classes);
+        for (size_t i = 0; di->classes && i < n; i++) {
+                const json_t *nc = json_array_get(classes, i);
                 struct disrupt_nodeclass *c = &di->classes[di->n_classes];
                 c->name = str_at(json_object_get(nc, "metadata"), "name");
-                if (c->name && disrupt_hash_nodeclass(nc, c->hash) == 0)
-                        di->n_classes++;
+                di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0;
         }
-        return 0;
+        return di->classes ? 0 : -ENOMEM;
 }
 
 static const struct disrupt_pool *pool_named(const struct disruption_input *di, const char *name) {
