@@ -1,6 +1,7 @@
 /* Tests for coordinator/options: the controller's flags and environment, and what is left for config_load. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,7 +76,33 @@ static void test_options_table(void **state) {
         assert_non_null(strstr(options_usage(), "--leader-elect"));
 }
 
+/* --disruption (default on) and --node-repair (default off), by flag and by environment; a bad value is named. */
+static void test_disruption_flags(void **state) {
+        (void)state;
+        char *none[2] = { "pvescale-coordinator", NULL };
+        char *argv[4] = { "pvescale-coordinator", "--disruption=false", "--node-repair", NULL };
+        const char *env[] = { "NODE_REPAIR=no", NULL }, *no_env[] = { NULL };
+        char err[256] = "";
+        int argc = 1;
+        struct options o;
+        options_init(&o);
+        assert_int_equal(options_parse(&o, &argc, none, no_env, err, sizeof err), 0);
+        assert_true(o.disruption);
+        assert_false(o.node_repair);
+        argc = 3;
+        assert_int_equal(options_parse(&o, &argc, argv, env, err, sizeof err), 0);
+        assert_false(o.disruption);
+        assert_true(o.node_repair); /* the flag wins over NODE_REPAIR=no */
+        assert_int_equal(argc, 1);
+        char *bad[3] = { "pvescale-coordinator", "--disruption=maybe", NULL };
+        argc = 2;
+        options_init(&o);
+        assert_int_equal(options_parse(&o, &argc, bad, no_env, err, sizeof err), -EINVAL);
+        assert_non_null(strstr(err, "--disruption: expected true or false"));
+        assert_non_null(strstr(options_usage(), "--node-repair"));
+}
+
 int main(void) {
-        const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table) };
+        const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table), cmocka_unit_test(test_disruption_flags) };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
