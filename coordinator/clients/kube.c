@@ -20,6 +20,7 @@
 #include "jsonutil.h"
 #include "kube_internal.h"
 #include "monotime.h"
+#include "rfc3339.h"
 #include "rng.h"
 
 #define KUBE_DEFAULT_RETRIES 5
@@ -765,13 +766,6 @@ int kube_bind_pod(struct kube_client *c, const char *ns, const char *pod, const 
 
 /* ---- events ---- */
 
-static void rfc3339_now(char out[32]) {
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 static json_t *involved_object(const struct kube_resource *rt, const json_t *obj) {
         char api_version[128];
         if (*rt->group)
@@ -797,7 +791,7 @@ int kube_event_emit(struct kube_client *c, const struct kube_resource *rt, const
         char ev_name[300], now[32];
         uint64_t rnd = kube__client_seed(c);
         snprintf(ev_name, sizeof ev_name, "%.200s.%016llx", name, (unsigned long long)rnd);
-        rfc3339_now(now);
+        rfc3339_format(rfc3339_now_ms(), now, sizeof now);
         const char *comp = component ? component : "pvescale-coordinator";
         json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:i, s:s, s:s}",
                                "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ns,
