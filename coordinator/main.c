@@ -142,7 +142,11 @@ static int block_signals(void) {
 static int start(struct app *a) {
         struct controller_options co = { .launch = a->opts.launch, .leader_elect = a->opts.leader_elect,
                                          .disruption = a->opts.launch && a->opts.disruption,
-                                         .node_repair = a->opts.node_repair, .workers = a->opts.workers };
+                                         .node_repair = a->opts.node_repair, .workers = a->opts.workers,
+                                         .disruption_interval_ms = a->opts.disruption_interval_ms,
+                                         .gc_interval_ms = a->opts.gc_interval_ms,
+                                         .node_repair_after_ms = a->opts.node_repair_after_ms,
+                                         .replacement_timeout_ms = a->opts.replacement_timeout_ms };
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)

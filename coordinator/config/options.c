@@ -1,5 +1,5 @@
-/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers), taken out of
- * argv before config. */
+/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers and the
+ * periods of the scale-down pass), taken out of argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "options.h"
 #include "config.h"
@@ -9,26 +9,52 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum option_id { OPT_LAUNCH, OPT_LEADER_ELECT, OPT_DISRUPTION, OPT_NODE_REPAIR, OPT_WORKERS };
+#define DURATION_MIN_MS 100
+#define DURATION_MAX_MS (24LL * 3600 * 1000)
+
+enum option_id {
+        OPT_LAUNCH,
+        OPT_LEADER_ELECT,
+        OPT_DISRUPTION,
+        OPT_NODE_REPAIR,
+        OPT_WORKERS,
+        OPT_DISRUPTION_INTERVAL,
+        OPT_GC_INTERVAL,
+        OPT_NODE_REPAIR_AFTER,
+        OPT_REPLACEMENT_TIMEOUT,
+};
+
+enum option_kind { KIND_BOOL, KIND_COUNT, KIND_DURATION };
 
 struct option_def {
         enum option_id id;
         const char *flag, *env;
-        bool boolean;
+        enum option_kind kind;
 };
 
 static const struct option_def DEFS[] = {
-        { OPT_LAUNCH, "launch", "LAUNCH", true },
-        { OPT_LEADER_ELECT, "leader-elect", "LEADER_ELECT", true },
-        { OPT_DISRUPTION, "disruption", "DISRUPTION", true },
-        { OPT_NODE_REPAIR, "node-repair", "NODE_REPAIR", true },
-        { OPT_WORKERS, "workers", "WORKERS", false },
+        { OPT_LAUNCH, "launch", "LAUNCH", KIND_BOOL },
+        { OPT_LEADER_ELECT, "leader-elect", "LEADER_ELECT", KIND_BOOL },
+        { OPT_DISRUPTION, "disruption", "DISRUPTION", KIND_BOOL },
+        { OPT_NODE_REPAIR, "node-repair", "NODE_REPAIR", KIND_BOOL },
+        { OPT_WORKERS, "workers", "WORKERS", KIND_COUNT },
+        { OPT_DISRUPTION_INTERVAL, "disruption-interval", "DISRUPTION_INTERVAL", KIND_DURATION },
+        { OPT_GC_INTERVAL, "gc-interval", "GC_INTERVAL", KIND_DURATION },
+        { OPT_NODE_REPAIR_AFTER, "node-repair-after", "NODE_REPAIR_AFTER", KIND_DURATION },
+        { OPT_REPLACEMENT_TIMEOUT, "replacement-timeout", "REPLACEMENT_TIMEOUT", KIND_DURATION },
 };
 
 #define N_DEFS (sizeof DEFS / sizeof DEFS[0])
 
 void options_init(struct options *o) {
-        *o = (struct options){ .launch = true, .leader_elect = true, .disruption = true, .workers = OPTIONS_DEFAULT_WORKERS };
+        *o = (struct options){ .launch = true,
+                               .leader_elect = true,
+                               .disruption = true,
+                               .workers = OPTIONS_DEFAULT_WORKERS,
+                               .disruption_interval_ms = OPTIONS_DEFAULT_DISRUPTION_INTERVAL_MS,
+                               .gc_interval_ms = OPTIONS_DEFAULT_GC_INTERVAL_MS,
+                               .node_repair_after_ms = OPTIONS_DEFAULT_NODE_REPAIR_AFTER_MS,
+                               .replacement_timeout_ms = OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS };
 }
 
 static int parse_bool(const char *s, bool *ret) {
@@ -46,19 +72,20 @@ static int parse_bool(const char *s, bool *ret) {
         return -EINVAL;
 }
 
-static int apply(struct options *o, const struct option_def *d, const char *name, const char *value, char *err,
-                 size_t errlen) {
-        if (d->boolean) {
-                bool b;
-                if (parse_bool(value, &b) < 0) {
-                        snprintf(err, errlen, "%s: expected true or false (got \"%s\")", name, value);
-                        return -EINVAL;
-                }
-                bool *flags[] = { [OPT_LAUNCH] = &o->launch, [OPT_LEADER_ELECT] = &o->leader_elect,
-                                  [OPT_DISRUPTION] = &o->disruption, [OPT_NODE_REPAIR] = &o->node_repair };
-                *flags[d->id] = b;
-                return 0;
+static int apply_bool(struct options *o, const struct option_def *d, const char *name, const char *value, char *err,
+                      size_t errlen) {
+        bool b;
+        if (parse_bool(value, &b) < 0) {
+                snprintf(err, errlen, "%s: expected true or false (got \"%s\")", name, value);
+                return -EINVAL;
         }
+        bool *flags[] = { [OPT_LAUNCH] = &o->launch, [OPT_LEADER_ELECT] = &o->leader_elect,
+                          [OPT_DISRUPTION] = &o->disruption, [OPT_NODE_REPAIR] = &o->node_repair };
+        *flags[d->id] = b;
+        return 0;
+}
+
+static int apply_count(struct options *o, const char *name, const char *value, char *err, size_t errlen) {
         char *end;
         long v = strtol(value, &end, 10);
         if (!*value || *end || v < 1 || v > OPTIONS_MAX_WORKERS) {
@@ -67,6 +94,34 @@ static int apply(struct options *o, const struct option_def *d, const char *name
         }
         o->workers = (unsigned)v;
         return 0;
+}
+
+static int apply_duration(struct options *o, const struct option_def *d, const char *name, const char *value,
+                          char *err, size_t errlen) {
+        uint64_t ms;
+        if (config_parse_duration(value, &ms) < 0 || ms < DURATION_MIN_MS || ms > (uint64_t)DURATION_MAX_MS) {
+                snprintf(err, errlen, "%s: expected a duration from 100ms to 24h such as 10s or 1m30s (got \"%s\")",
+                         name, value);
+                return -EINVAL;
+        }
+        int64_t *fields[] = { [OPT_DISRUPTION_INTERVAL] = &o->disruption_interval_ms,
+                              [OPT_GC_INTERVAL] = &o->gc_interval_ms,
+                              [OPT_NODE_REPAIR_AFTER] = &o->node_repair_after_ms,
+                              [OPT_REPLACEMENT_TIMEOUT] = &o->replacement_timeout_ms };
+        *fields[d->id] = (int64_t)ms;
+        return 0;
+}
+
+static int apply(struct options *o, const struct option_def *d, const char *name, const char *value, char *err,
+                 size_t errlen) {
+        switch (d->kind) {
+        case KIND_BOOL:
+                return apply_bool(o, d, name, value, err, errlen);
+        case KIND_COUNT:
+                return apply_count(o, name, value, err, errlen);
+        default:
+                return apply_duration(o, d, name, value, err, errlen);
+        }
 }
 
 /* The definition arg names ("--launch", "-launch=x"), or NULL; *ret_value: the text after '=' or NULL. */
@@ -91,10 +146,10 @@ static int one_flag(struct options *o, const struct option_def *d, const char *v
         bool b;
         snprintf(name, sizeof name, "--%s", d->flag);
         *used = 1;
-        if (!value && d->boolean && i + 1 < argc && parse_bool(argv[i + 1], &b) == 0) {
+        if (!value && d->kind == KIND_BOOL && i + 1 < argc && parse_bool(argv[i + 1], &b) == 0) {
                 value = argv[i + 1];
                 *used = 2;
-        } else if (!value && d->boolean) {
+        } else if (!value && d->kind == KIND_BOOL) {
                 value = "true";
         } else if (!value && i + 1 < argc) {
                 value = argv[i + 1];
@@ -140,6 +195,15 @@ const char *options_usage(void) {
                "  --disruption[=BOOL]         [DISRUPTION] scale down: delete or replace nodes that are empty,\n"
                "                              underused, drifted or expired, by the NodePools' disruption settings\n"
                "                              (true; needs --launch, whose finalizer drains and removes them)\n"
-               "  --node-repair[=BOOL]        [NODE_REPAIR] replace nodes NotReady or Unknown for 15 min (false)\n"
-               "  --workers N                 [WORKERS] launcher worker threads (64)\n";
+               "  --node-repair[=BOOL]        [NODE_REPAIR] replace nodes NotReady or Unknown for\n"
+               "                              --node-repair-after (false)\n"
+               "  --workers N                 [WORKERS] launcher worker threads (64)\n"
+               "  --disruption-interval D     [DISRUPTION_INTERVAL] the scale-down pass's period (10s)\n"
+               "  --gc-interval D             [GC_INTERVAL] garbage collection's period: VMs, ISOs and tokens no\n"
+               "                              claim owns, claims whose VM or Node is gone (1m)\n"
+               "  --node-repair-after D       [NODE_REPAIR_AFTER] with --node-repair: how long a node is NotReady or\n"
+               "                              Unknown before it is replaced (15m)\n"
+               "  --replacement-timeout D     [REPLACEMENT_TIMEOUT] a replace whose new nodes are not Initialized by\n"
+               "                              then is dropped and the new claims deleted (10m)\n"
+               "  (D: a Go duration, 100ms to 24h: 500ms, 10s, 1m30s, 2h)\n";
 }

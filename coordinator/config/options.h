@@ -1,28 +1,39 @@
-/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers), taken out of
- * argv before config. */
+/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers and the
+ * periods of the scale-down pass), taken out of argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define OPTIONS_DEFAULT_WORKERS 64
 #define OPTIONS_MAX_WORKERS 256
+#define OPTIONS_DEFAULT_DISRUPTION_INTERVAL_MS 10000       /* Karpenter's disruption controller polls every 10 s */
+#define OPTIONS_DEFAULT_GC_INTERVAL_MS 60000
+#define OPTIONS_DEFAULT_NODE_REPAIR_AFTER_MS (15 * 60 * 1000)
+#define OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS (10 * 60 * 1000)
 
 struct options {
         bool launch;       /* --launch / LAUNCH (default true): false stops after NodeClaims are created */
         bool leader_elect; /* --leader-elect / LEADER_ELECT (default true) */
         bool disruption;   /* --disruption / DISRUPTION (default true): scale down (with --launch) */
         bool node_repair;  /* --node-repair / NODE_REPAIR (default false) */
-        unsigned workers;  /* --workers / WORKERS (default 4): launcher worker threads */
+        unsigned workers;  /* --workers / WORKERS (default 64): launcher worker threads */
+        /* Durations in ms, Go syntax on the command line ("10s", "1m30s"), each from 100 ms to 24 h: */
+        int64_t disruption_interval_ms;  /* --disruption-interval / DISRUPTION_INTERVAL (10s): the scale-down pass */
+        int64_t gc_interval_ms;          /* --gc-interval / GC_INTERVAL (1m): garbage collection */
+        int64_t node_repair_after_ms;    /* --node-repair-after / NODE_REPAIR_AFTER (15m): NotReady this long */
+        int64_t replacement_timeout_ms;  /* --replacement-timeout / REPLACEMENT_TIMEOUT (10m): replacements not
+                                          * Initialized by then drop their decision */
 };
 
 void options_init(struct options *o);
 
-/* Apply the environment (LAUNCH, LEADER_ELECT, DISRUPTION, NODE_REPAIR, WORKERS), then remove the flags above from argv (in place,
+/* Apply the environment (LAUNCH, LEADER_ELECT, DISRUPTION, NODE_REPAIR, WORKERS and the durations'), then remove the flags above from argv (in place,
  * *argc updated) and apply them: "--launch", "--launch=false", "--launch false" (the next argument is taken
  * only when it is a boolean), "--workers 8", "--workers=8"; one leading dash works too. Other arguments are
- * left for config_load. Booleans: true/false/1/0/yes/no. On a bad value -EINVAL with "--flag: reason" (or
+ * left for config_load. Booleans: true/false/1/0/yes/no; durations: "30s", "2m", "1h30m". On a bad value -EINVAL with "--flag: reason" (or
  * "NAME: reason") in err. Pure. */
 int options_parse(struct options *o, int *argc, char **argv, const char *const *envp, char *err, size_t errlen);
 

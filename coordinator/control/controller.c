@@ -328,7 +328,7 @@ static void disruption_locked(struct controller *c, struct disruption *dis) {
 
 static bool disruption_due_locked(const struct controller *c, const struct disruption *dis, int64_t now) {
         return dis && c->leader && all_synced_locked(c) && !c->batch.open &&
-               now - c->last_disruption_ms >= DISRUPTION_PERIOD_MS;
+               now - c->last_disruption_ms >= c->o.disruption_interval_ms;
 }
 
 static int64_t loop_deadline_locked(const struct controller *c, int64_t now) {
@@ -385,7 +385,12 @@ static void *loop_main(void *arg) {
         env.n_writers = writers_new(c, writers);
         if (c->launcher && c->ops->backoff_active)
                 env.backoff_active = controller__backoff_active;
-        struct disruption_env denv = { .kube = kube, .stats = c->stats, .repair = c->o.node_repair };
+        struct disruption_env denv = { .kube = kube,
+                                       .stats = c->stats,
+                                       .repair = c->o.node_repair,
+                                       .period_ms = c->o.disruption_interval_ms,
+                                       .repair_after_ms = c->o.node_repair_after_ms,
+                                       .replace_timeout_ms = c->o.replacement_timeout_ms };
         if (provisioner_new(&env, &p) == 0) {
                 denv.provisioner = p;
                 if (c->o.disruption && c->launcher && disruption_new(&denv, &dis) < 0)
@@ -499,6 +504,7 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
         c->o.workers = o->workers ? o->workers : DEFAULT_WORKERS;
         c->o.gc_interval_ms = o->gc_interval_ms > 0 ? o->gc_interval_ms : DEFAULT_GC_INTERVAL_MS;
         c->o.resync_ms = o->resync_ms > 0 ? o->resync_ms : DEFAULT_RESYNC_MS;
+        c->o.disruption_interval_ms = o->disruption_interval_ms > 0 ? o->disruption_interval_ms : DISRUPTION_PERIOD_MS;
         c->leader = !o->leader_elect;
         stats_set(stats, STATS_LEADER, c->leader);
         names_from_env(c);

@@ -28,8 +28,11 @@ struct controller_launcher_ops {
 struct controller_options {
         bool launch;                 /* run the launcher; false: stop once NodeClaims are created */
         bool leader_elect;           /* act only while holding the Lease */
-        bool disruption;             /* run the scale-down pass every 10 s (with launch) */
-        bool node_repair;            /* let that pass replace nodes NotReady or Unknown for 15 min */
+        bool disruption;             /* run the scale-down pass (with launch) */
+        bool node_repair;            /* let that pass replace nodes NotReady or Unknown too long */
+        int64_t disruption_interval_ms; /* the pass's period; 0 = DISRUPTION_PERIOD_MS */
+        int64_t node_repair_after_ms;   /* NotReady this long is repaired; 0 = DISRUPT_REPAIR_AFTER_MS */
+        int64_t replacement_timeout_ms; /* 0 = DISRUPTION_REPLACE_TIMEOUT_MS */
         unsigned workers;            /* launcher worker threads; 0 = 4 */
         const char *lease_namespace; /* NULL: POD_NAMESPACE, else the kubeconfig's namespace */
         const char *identity;        /* NULL: POD_NAME, else the host name */

@@ -37,6 +37,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         if (!d)
                 return -ENOMEM;
         d->env = *env;
+        if (d->env.replace_timeout_ms <= 0)
+                d->env.replace_timeout_ms = DISRUPTION_REPLACE_TIMEOUT_MS;
         d->told = json_object();
         d->replacing = json_object();
         d->logged = json_object();
@@ -291,7 +293,8 @@ static int replacement_state(const json_t *claim, const char *name, char *why, s
 }
 
 /* 1 every replacement Initialized, 0 waiting, -1 to be dropped (why says why). */
-static int replace_state(const json_t *entry, const json_t *claims, int64_t now_ms, char *why, size_t len) {
+static int replace_state(const json_t *entry, const json_t *claims, int64_t now_ms, int64_t timeout_ms, char *why,
+                         size_t len) {
         size_t i;
         json_t *n;
         int state = 1;
@@ -302,9 +305,8 @@ static int replace_state(const json_t *entry, const json_t *claims, int64_t now_
                         return s;
                 state &= s;
         }
-        if (state == 0 && now_ms - json_integer_value(json_object_get(entry, "started")) > DISRUPTION_REPLACE_TIMEOUT_MS) {
-                snprintf(why, len, "its replacements are not Initialized after %d minutes",
-                         DISRUPTION_REPLACE_TIMEOUT_MS / 60000);
+        if (state == 0 && now_ms - json_integer_value(json_object_get(entry, "started")) > timeout_ms) {
+                snprintf(why, len, "its replacements are not Initialized after %lld s", (long long)(timeout_ms / 1000));
                 return -1;
         }
         return state;
@@ -381,7 +383,7 @@ static void follow(struct disruption *d, const struct disruption_input *di, cons
         json_t *entry, *tmp;
         char why[DISRUPT_MESSAGE_MAX];
         json_object_foreach_safe(d->replacing, tmp, old, entry) {
-                int s = replace_state(entry, claims, now_ms, why, sizeof why);
+                int s = replace_state(entry, claims, now_ms, d->env.replace_timeout_ms, why, sizeof why);
                 if (s == 0 || (s > 0 && replaced(d, di, claims, old, entry) < 0))
                         continue;
                 if (s < 0)
@@ -533,8 +535,11 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
                    struct disruption_input **ret) {
         struct disruption_input *di = NULL;
         int r = disruption_input_new(snap, now_ms, d->env.repair, &di);
-        if (r == 0)
+        if (r == 0) {
+                di->in.repair_after_ms = d->env.repair_after_ms;
+                di->in.pass_period_ms = d->env.period_ms;
                 log_problems(d, di->problems);
+        }
         if (r == 0 && d->env.provisioner && di->n_candidates > 0)
                 r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
         if (r < 0) {

@@ -13,12 +13,13 @@
 
 #define DISRUPTION_TAINT "pvescale.io/disrupted"
 #define DISRUPTION_TAINT_KARPENTER "karpenter.sh/disrupted" /* set by Karpenter's tooling; read as ours */
-#define DISRUPTION_PERIOD_MS 10000                           /* a pass every 10 s */
+#define DISRUPTION_PERIOD_MS 10000                           /* a pass every 10 s (--disruption-interval) */
 /* On a claim launched to replace others: their names, comma-separated, and the decision's message. The decision
  * is carried out (those claims deleted) once every claim with the same value is Initialized. */
 #define DISRUPTION_ANNOTATION_REPLACES "pvescale.io/replaces"
 #define DISRUPTION_ANNOTATION_DECISION "pvescale.io/disruption"
-#define DISRUPTION_REPLACE_TIMEOUT_MS (10 * 60 * 1000) /* replacements not Initialized by then: the decision drops */
+#define DISRUPTION_REPLACE_TIMEOUT_MS (10 * 60 * 1000) /* replacements not Initialized by then: the decision drops
+                                                         * (--replacement-timeout) */
 
 /* ---- the input from a snapshot (disruption_input.c, pure) ---- */
 
@@ -58,6 +59,9 @@ struct disruption_env {
          * room, so no decision replaces a node. */
         struct provisioner *provisioner;
         bool repair;              /* node repair (off by default) */
+        int64_t period_ms;        /* the pass's period; 0 = DISRUPTION_PERIOD_MS */
+        int64_t repair_after_ms;  /* 0 = DISRUPT_REPAIR_AFTER_MS */
+        int64_t replace_timeout_ms; /* 0 = DISRUPTION_REPLACE_TIMEOUT_MS */
 };
 
 struct disruption;
@@ -74,7 +78,7 @@ void disruption_free(struct disruption *d);
  * pool and NodeClaims, decided again), then decide anew for the next pass. A delete deletes the NodeClaims; a
  * replace first creates the replacement claims (annotated DISRUPTION_ANNOTATION_REPLACES) and deletes the old ones
  * on the pass that finds every replacement Initialized; a replacement gone, Failed or not Initialized within
- * DISRUPTION_REPLACE_TIMEOUT_MS drops the decision (replacements not Initialized are deleted). Until then the old
+ * the replace timeout (env) drops the decision (replacements not Initialized are deleted). Until then the old
  * and new nodes are no candidates. After a restart the waiting decisions are found from the annotations. Events name every decision and every
  * candidate left alone (once per change of its reason). 0 or a negative errno (the pass is then skipped). */
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,

@@ -25,7 +25,7 @@
 #define DISRUPT_REPAIR_MAX_PERCENT 20             /* no repair when more of a pool is unhealthy */
 #define DISRUPT_MULTI_MAX_CANDIDATES 100          /* multi-node consolidation looks at this many, cheapest first */
 #define DISRUPT_SINGLE_MAX_TRIALS 64               /* single-node consolidation simulations per pass */
-#define DISRUPT_PASS_PERIOD_MS 10000              /* the controller's pass period: rotates the single-node start */
+#define DISRUPT_PASS_PERIOD_MS 10000              /* default pass period: rotates the single-node start */
 #define DISRUPT_DEFAULT_EXPIRE_MS (720LL * 3600 * 1000)
 
 /* Karpenter's disruption reasons; the first three are the ones a budget may name in its reasons. */
@@ -168,6 +168,8 @@ struct disrupt_input {
          * trials and left as it was found. */
         struct sim_input *sim;
         bool repair;                 /* node repair is off unless asked for */
+        int64_t repair_after_ms;     /* NotReady or Unknown this long is repaired; 0 = DISRUPT_REPAIR_AFTER_MS */
+        int64_t pass_period_ms;      /* the caller's pass period; 0 = DISRUPT_PASS_PERIOD_MS */
 };
 
 /* A decision: the candidates to disrupt (indices into input candidates) and what replaces them. */

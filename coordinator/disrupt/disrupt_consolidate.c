@@ -137,7 +137,8 @@ static bool might_save(const struct disrupt__ctx *ctx, size_t i) {
 /* At most DISRUPT_SINGLE_MAX_TRIALS simulations, as Karpenter bounds this method by a timeout; with more
  * candidates the start rotates with the pass (now / the pass period), so every candidate gets its turn. */
 static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
-        size_t first = n > DISRUPT_SINGLE_MAX_TRIALS ? (size_t)(ctx->in->now_ms / DISRUPT_PASS_PERIOD_MS) % n : 0;
+        int64_t period = ctx->in->pass_period_ms > 0 ? ctx->in->pass_period_ms : DISRUPT_PASS_PERIOD_MS;
+        size_t first = n > DISRUPT_SINGLE_MAX_TRIALS ? (size_t)(ctx->in->now_ms / period) % n : 0;
         size_t tried = 0;
         struct disrupt__trial t;
         for (size_t k = 0; k < n; k++) {

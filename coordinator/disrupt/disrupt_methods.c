@@ -162,7 +162,8 @@ int disrupt__expiry(struct disrupt__ctx *ctx, size_t pool) {
 
 static bool unhealthy(const struct disrupt__ctx *ctx, size_t i) {
         const struct disrupt_candidate *c = cand(ctx, i);
-        return c->ready != DISRUPT_READY_TRUE && ctx->in->now_ms - c->ready_since_ms >= DISRUPT_REPAIR_AFTER_MS;
+        int64_t after = ctx->in->repair_after_ms > 0 ? ctx->in->repair_after_ms : DISRUPT_REPAIR_AFTER_MS;
+        return c->ready != DISRUPT_READY_TRUE && ctx->in->now_ms - c->ready_since_ms >= after;
 }
 
 int disrupt__repair(struct disrupt__ctx *ctx, size_t pool) {

@@ -102,7 +102,50 @@ static void test_disruption_flags(void **state) {
         assert_non_null(strstr(options_usage(), "--node-repair"));
 }
 
+/* The scale-down periods: defaults, Go durations by flag and environment, and out-of-range values named. */
+static void test_duration_flags(void **state) {
+        (void)state;
+        char *argv[6] = { "pvescale-coordinator", "--disruption-interval=2s", "--gc-interval", "1m30s",
+                          "--replacement-timeout=500ms", NULL };
+        const char *env[] = { "NODE_REPAIR_AFTER=20s", "GC_INTERVAL=5s", NULL };
+        char err[256] = "";
+        struct options o;
+        options_init(&o);
+        assert_int_equal(o.disruption_interval_ms, 10000);
+        assert_int_equal(o.gc_interval_ms, 60000);
+        assert_int_equal(o.node_repair_after_ms, 15 * 60 * 1000);
+        assert_int_equal(o.replacement_timeout_ms, 10 * 60 * 1000);
+        int argc = 5;
+        assert_int_equal(options_parse(&o, &argc, argv, env, err, sizeof err), 0);
+        assert_int_equal(argc, 1);
+        assert_int_equal(o.disruption_interval_ms, 2000);
+        assert_int_equal(o.gc_interval_ms, 90000); /* the flag wins over GC_INTERVAL */
+        assert_int_equal(o.node_repair_after_ms, 20000);
+        assert_int_equal(o.replacement_timeout_ms, 500);
+        static const char *const bad[][2] = { { "--gc-interval=10", "--gc-interval: expected a duration" },
+                                              { "--disruption-interval=50ms", "--disruption-interval: expected" },
+                                              { "--replacement-timeout=25h", "--replacement-timeout: expected" },
+                                              { "--node-repair-after=-1s", "--node-repair-after: expected" } };
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+                char *a[3] = { "pvescale-coordinator", (char *)bad[k][0], NULL };
+                const char *no_env[] = { NULL };
+                options_init(&o);
+                argc = 2;
+                assert_int_equal(options_parse(&o, &argc, a, no_env, err, sizeof err), -EINVAL);
+                if (!strstr(err, bad[k][1]))
+                        fail_msg("%s: error \"%s\" lacks \"%s\"", bad[k][0], err, bad[k][1]);
+                assert_int_equal(o.gc_interval_ms, 60000); /* nothing changed by a bad value */
+        }
+        const char *bad_env[] = { "DISRUPTION_INTERVAL=soon", NULL };
+        char *none[2] = { "pvescale-coordinator", NULL };
+        argc = 1;
+        assert_int_equal(options_parse(&o, &argc, none, bad_env, err, sizeof err), -EINVAL);
+        assert_non_null(strstr(err, "DISRUPTION_INTERVAL: expected a duration"));
+        assert_non_null(strstr(options_usage(), "--node-repair-after"));
+}
+
 int main(void) {
-        const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table), cmocka_unit_test(test_disruption_flags) };
+        const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table), cmocka_unit_test(test_disruption_flags),
+                                            cmocka_unit_test(test_duration_flags) };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
