@@ -132,7 +132,8 @@ static void parse_args(const json_t *c, struct options *o, struct config *cfg) {
 
 static void test_flags_parse(void **state) {
         (void)state;
-        json_t *docs = render("{\"settings\": {\"launch\": false, \"workers\": 7, \"batchIdleDuration\": \"2s\"},"
+        json_t *docs = render("{\"settings\": {\"launch\": false, \"workers\": 7, \"batchIdleDuration\": \"2s\","
+                              " \"nodeRepair\": true, \"gcInterval\": \"30s\"},"
                               " \"logVerbosityLevel\": \"debug\", \"metrics\": {\"port\": 9100}}");
         json_t *c = container(docs);
         struct options o;
@@ -141,6 +142,12 @@ static void test_flags_parse(void **state) {
         assert_false(o.launch);
         assert_true(o.leader_elect);
         assert_int_equal(o.workers, 7);
+        assert_true(o.disruption);
+        assert_true(o.node_repair);
+        assert_int_equal(o.gc_interval_ms, 30000);
+        assert_int_equal(o.disruption_interval_ms, 10000);
+        assert_int_equal(o.node_repair_after_ms, 15 * 60 * 1000);
+        assert_int_equal(o.replacement_timeout_ms, 10 * 60 * 1000);
         assert_int_equal(cfg.batch_idle_ms, 2000);
         assert_int_equal(cfg.batch_max_ms, 10000);
         assert_int_equal(cfg.metrics_port, 9100);
