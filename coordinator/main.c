@@ -146,7 +146,10 @@ static int start(struct app *a) {
                                          .disruption_interval_ms = a->opts.disruption_interval_ms,
                                          .gc_interval_ms = a->opts.gc_interval_ms,
                                          .node_repair_after_ms = a->opts.node_repair_after_ms,
-                                         .replacement_timeout_ms = a->opts.replacement_timeout_ms };
+                                         .replacement_timeout_ms = a->opts.replacement_timeout_ms,
+                                         .launcher = { .clone_timeout_ms = a->opts.clone_timeout_ms,
+                                                       .registration_timeout_ms = a->opts.registration_timeout_ms,
+                                                       .task_timeout_ms = a->opts.task_timeout_ms } };
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)

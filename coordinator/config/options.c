@@ -1,5 +1,5 @@
-/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers and the
- * periods of the scale-down pass), taken out of argv before config. */
+/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers, the
+ * periods of the scale-down pass and the launch timeouts), taken out of argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "options.h"
 #include "config.h"
@@ -22,6 +22,9 @@ enum option_id {
         OPT_GC_INTERVAL,
         OPT_NODE_REPAIR_AFTER,
         OPT_REPLACEMENT_TIMEOUT,
+        OPT_CLONE_TIMEOUT,
+        OPT_REGISTRATION_TIMEOUT,
+        OPT_TASK_TIMEOUT,
 };
 
 enum option_kind { KIND_BOOL, KIND_COUNT, KIND_DURATION };
@@ -42,6 +45,9 @@ static const struct option_def DEFS[] = {
         { OPT_GC_INTERVAL, "gc-interval", "GC_INTERVAL", KIND_DURATION },
         { OPT_NODE_REPAIR_AFTER, "node-repair-after", "NODE_REPAIR_AFTER", KIND_DURATION },
         { OPT_REPLACEMENT_TIMEOUT, "replacement-timeout", "REPLACEMENT_TIMEOUT", KIND_DURATION },
+        { OPT_CLONE_TIMEOUT, "clone-timeout", "CLONE_TIMEOUT", KIND_DURATION },
+        { OPT_REGISTRATION_TIMEOUT, "registration-timeout", "REGISTRATION_TIMEOUT", KIND_DURATION },
+        { OPT_TASK_TIMEOUT, "task-timeout", "TASK_TIMEOUT", KIND_DURATION },
 };
 
 #define N_DEFS (sizeof DEFS / sizeof DEFS[0])
@@ -54,7 +60,10 @@ void options_init(struct options *o) {
                                .disruption_interval_ms = OPTIONS_DEFAULT_DISRUPTION_INTERVAL_MS,
                                .gc_interval_ms = OPTIONS_DEFAULT_GC_INTERVAL_MS,
                                .node_repair_after_ms = OPTIONS_DEFAULT_NODE_REPAIR_AFTER_MS,
-                               .replacement_timeout_ms = OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS };
+                               .replacement_timeout_ms = OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS,
+                               .clone_timeout_ms = OPTIONS_DEFAULT_CLONE_TIMEOUT_MS,
+                               .registration_timeout_ms = OPTIONS_DEFAULT_REGISTRATION_TIMEOUT_MS,
+                               .task_timeout_ms = OPTIONS_DEFAULT_TASK_TIMEOUT_MS };
 }
 
 static int parse_bool(const char *s, bool *ret) {
@@ -107,7 +116,10 @@ static int apply_duration(struct options *o, const struct option_def *d, const c
         int64_t *fields[] = { [OPT_DISRUPTION_INTERVAL] = &o->disruption_interval_ms,
                               [OPT_GC_INTERVAL] = &o->gc_interval_ms,
                               [OPT_NODE_REPAIR_AFTER] = &o->node_repair_after_ms,
-                              [OPT_REPLACEMENT_TIMEOUT] = &o->replacement_timeout_ms };
+                              [OPT_REPLACEMENT_TIMEOUT] = &o->replacement_timeout_ms,
+                              [OPT_CLONE_TIMEOUT] = &o->clone_timeout_ms,
+                              [OPT_REGISTRATION_TIMEOUT] = &o->registration_timeout_ms,
+                              [OPT_TASK_TIMEOUT] = &o->task_timeout_ms };
         *fields[d->id] = (int64_t)ms;
         return 0;
 }
@@ -205,5 +217,9 @@ const char *options_usage(void) {
                "                              Unknown before it is replaced (15m)\n"
                "  --replacement-timeout D     [REPLACEMENT_TIMEOUT] a replace whose new nodes are not Initialized by\n"
                "                              then is dropped and the new claims deleted (10m)\n"
+               "  --clone-timeout D           [CLONE_TIMEOUT] a clone that runs longer fails the launch (10m)\n"
+               "  --registration-timeout D    [REGISTRATION_TIMEOUT] from the VM's start to its Node (15m)\n"
+               "  --task-timeout D            [TASK_TIMEOUT] every other Proxmox task: config, resize, upload,\n"
+               "                              start, stop, delete (2m)\n"
                "  (D: a Go duration, 100ms to 24h: 500ms, 10s, 1m30s, 2h)\n";
 }

@@ -1,5 +1,5 @@
-/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers and the
- * periods of the scale-down pass), taken out of argv before config. */
+/* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers, the
+ * periods of the scale-down pass and the launch timeouts), taken out of argv before config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
@@ -13,6 +13,9 @@
 #define OPTIONS_DEFAULT_GC_INTERVAL_MS 60000
 #define OPTIONS_DEFAULT_NODE_REPAIR_AFTER_MS (15 * 60 * 1000)
 #define OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS (10 * 60 * 1000)
+#define OPTIONS_DEFAULT_CLONE_TIMEOUT_MS (10 * 60 * 1000)
+#define OPTIONS_DEFAULT_REGISTRATION_TIMEOUT_MS (15 * 60 * 1000)
+#define OPTIONS_DEFAULT_TASK_TIMEOUT_MS (2 * 60 * 1000)
 
 struct options {
         bool launch;       /* --launch / LAUNCH (default true): false stops after NodeClaims are created */
@@ -26,6 +29,9 @@ struct options {
         int64_t node_repair_after_ms;    /* --node-repair-after / NODE_REPAIR_AFTER (15m): NotReady this long */
         int64_t replacement_timeout_ms;  /* --replacement-timeout / REPLACEMENT_TIMEOUT (10m): replacements not
                                           * Initialized by then drop their decision */
+        int64_t clone_timeout_ms;        /* --clone-timeout / CLONE_TIMEOUT (10m): a longer clone fails the launch */
+        int64_t registration_timeout_ms; /* --registration-timeout / REGISTRATION_TIMEOUT (15m): VM start to Node */
+        int64_t task_timeout_ms;         /* --task-timeout / TASK_TIMEOUT (2m): other Proxmox tasks (start, stop...) */
 };
 
 void options_init(struct options *o);

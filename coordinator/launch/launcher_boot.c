@@ -26,7 +26,7 @@ static json_t *nc_spec(const struct launcher__ctx *c) {
 
 struct launchstep_result launcher__task_wait(struct launcher__ctx *c, const char *what, const char *upid,
                                              long first_ms) {
-        int r = launcher__pve_task_wait(c->pve, upid, first_ms);
+        int r = launcher__pve_task_wait(c->pve, upid, first_ms, c->l->o.task_timeout_ms);
         return r < 0 ? launchstep_error(r, "%s: %s", what, pve_client_error(c->pve)) : launchstep_done();
 }
 
@@ -517,7 +517,7 @@ static struct launchstep_result upload_iso(struct launcher__ctx *c, const char *
         log_info("launcher: NodeClaim %s: upload of %s failed (%s); deleting an older copy and trying again", c->name,
                  file, res.message);
         snprintf(volume, sizeof volume, "%s:iso/%s", storage, file);
-        int r = launcher__delete_iso(c->pve, c->host, volume, err, sizeof err);
+        int r = launcher__delete_iso(c->pve, c->host, volume, c->l->o.task_timeout_ms, err, sizeof err);
         return r < 0 ? launchstep_error(r, "%s", err) : upload_once(c, storage, file, img, len);
 }
 

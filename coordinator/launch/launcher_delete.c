@@ -12,27 +12,28 @@
 #include "tokens.h"
 
 /* A task first polled later than LAUNCHER__TASK_POLL_MS is polled that rarely after, too. */
-int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms) {
+int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms, int64_t timeout_ms) {
         long poll = first_ms > LAUNCHER__TASK_POLL_MS ? first_ms : LAUNCHER__TASK_POLL_MS;
-        struct pve_wait w = { .poll_ms = poll, .timeout_ms = LAUNCHER__TASK_TIMEOUT_MS, .first_ms = first_ms };
+        struct pve_wait w = { .poll_ms = poll, .timeout_ms = (long)timeout_ms, .first_ms = first_ms };
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 
-int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen) {
+int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms, char *err,
+                        size_t errlen) {
         bool running = false;
         char *upid = NULL;
         int r = pve_vm_running(pve, host, vmid, &running);
         if (r == 0 && running) {
                 r = pve_vm_action(pve, host, vmid, "stop", &upid);
                 if (r == 0)
-                        r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+                        r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
                 free(upid);
                 upid = NULL;
         }
         if (r == 0)
                 r = pve_vm_delete(pve, host, vmid, true, true, &upid);
         if (r == 0)
-                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
         free(upid);
         if (r == -ENOENT || (r < 0 && strstr(pve_client_error(pve), "does not exist")))
                 return 0;
@@ -46,7 +47,8 @@ int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid,
 /* One that is gone already is no error (Proxmox fails the delete task, or the call, with "does not exist"), so no
  * listing first. Proxmox waits for its delete task (delay) and answers null when it went well, so the task is
  * polled only when it failed or took longer. */
-int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen) {
+int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, int64_t task_timeout_ms,
+                         char *err, size_t errlen) {
         char storage[64], *upid = NULL;
         const char *colon = strchr(volume, ':');
         if (!colon || (size_t)(colon - volume) >= sizeof storage)
@@ -54,7 +56,7 @@ int launcher__delete_iso(struct pve_client *pve, const char *host, const char *v
         snprintf(storage, sizeof storage, "%.*s", (int)(colon - volume), volume);
         int r = pve_storage_content_delete(pve, host, storage, volume, LAUNCHER__ISO_DELETE_DELAY_S, &upid);
         if (r == 0)
-                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS);
+                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
         free(upid);
         if (r < 0 && (r == -ENOENT || strstr(pve_client_error(pve), "does not exist") ||
                       strstr(pve_client_error(pve), "No such file")))

@@ -193,7 +193,7 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
                 return;
         log_info("launcher: GC: VM %lld on %s/%s is tagged pvescale, owned by no NodeClaim and %lld s old; deleting",
                  (long long)vmid, region, node, (long long)(age / 1000));
-        int r = launcher__delete_vm(pve, node, (uint32_t)vmid, err, sizeof err);
+        int r = launcher__delete_vm(pve, node, (uint32_t)vmid, g->l->o.task_timeout_ms, err, sizeof err);
         if (r == 0)
                 stats_vm_deleted(g->l->env.stats, STATS_VM_DELETED_GARBAGE_COLLECTED);
         if (r < 0 && r != -ECANCELED) /* a stop's cancel is no failure to log */
@@ -250,7 +250,7 @@ static void gc_isos(struct gc *g, struct pve_client *pve, const char *node, cons
                     g->now - ctime < g->l->o.orphan_vm_age_ms)
                         continue;
                 log_info("launcher: GC: deleting %s on %s: its NodeClaim is gone", volid, node);
-                gc_error(g, launcher__delete_iso(pve, node, volid, err, sizeof err));
+                gc_error(g, launcher__delete_iso(pve, node, volid, g->l->o.task_timeout_ms, err, sizeof err));
         }
         json_decref(list);
 }

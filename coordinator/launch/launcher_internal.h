@@ -29,7 +29,7 @@
 #include "shapes.h"
 #include "tokens.h"
 
-#define LAUNCHER__TASK_TIMEOUT_MS (2L * 60 * 1000) /* config, resize, upload, start, stop, delete tasks */
+#define LAUNCHER__TASK_TIMEOUT_MS (2L * 60 * 1000) /* default: config, resize, upload, start, stop, delete tasks */
 #define LAUNCHER__POLL_SOON_MS 10   /* first poll of a task the VM's start waits for (resize, upload) */
 #define LAUNCHER__CLONE_INLINE_MS 400 /* how long a reconcile that began a clone polls it before recording Cloning */
 #define LAUNCHER__POLL_LATER_MS 100 /* first poll of other tasks (eject, deletes): nothing hurries */
@@ -156,13 +156,16 @@ bool launcher__wrote(struct launcher *l, const char *name, const char *rv, json_
 bool launcher__wrote_any(struct launcher *l, const char *name);
 
 /* ---- launcher_delete.c ---- */
-/* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most
- * LAUNCHER__TASK_TIMEOUT_MS; the error text is pve_client_error's. */
-int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms);
-/* Stop (if running) and delete a VM, waiting for both tasks. 0 also when it is already gone. */
-int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, char *err, size_t errlen);
+/* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most timeout_ms; the
+ * error text is pve_client_error's. */
+int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms, int64_t timeout_ms);
+/* Stop (if running) and delete a VM, waiting at most task_timeout_ms for each task. 0 also when it is already
+ * gone. */
+int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms, char *err,
+                        size_t errlen);
 /* Delete an ISO volume ("storage:iso/file"); gone counts as done. */
-int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, char *err, size_t errlen);
+int launcher__delete_iso(struct pve_client *pve, const char *host, const char *volume, int64_t task_timeout_ms,
+                         char *err, size_t errlen);
 /* Delete the join token Secret; -ENOENT counts as done. */
 int launcher__delete_token(struct kube_client *kube, const char *token_id);
 

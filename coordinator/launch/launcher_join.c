@@ -99,7 +99,7 @@ static struct launchstep_result remove_iso(struct launcher__ctx *c, uint32_t vmi
         pve_params_done(&p);
         if (r < 0)
                 return launchstep_error(r, "eject ISO of VM %u: %s", vmid, pve_client_error(c->pve));
-        r = launcher__delete_iso(c->pve, c->host, volume, err, sizeof err);
+        r = launcher__delete_iso(c->pve, c->host, volume, c->l->o.task_timeout_ms, err, sizeof err);
         return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
 }
 

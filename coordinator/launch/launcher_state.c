@@ -38,6 +38,7 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         struct launcher_options o = opts ? *opts : (struct launcher_options){ 0 };
         o.clone_timeout_ms = or_default(o.clone_timeout_ms, DEFAULT_CLONE_TIMEOUT_MS);
         o.registration_timeout_ms = or_default(o.registration_timeout_ms, DEFAULT_REGISTRATION_TIMEOUT_MS);
+        o.task_timeout_ms = or_default(o.task_timeout_ms, LAUNCHER__TASK_TIMEOUT_MS);
         o.reservation_ttl_s = or_default(o.reservation_ttl_s, DEFAULT_RESERVATION_TTL_S);
         o.orphan_vm_age_ms = or_default(o.orphan_vm_age_ms, DEFAULT_ORPHAN_AGE_MS);
         o.backoff_base_ms = or_default(o.backoff_base_ms, DEFAULT_BACKOFF_BASE_MS);

@@ -35,7 +35,7 @@ static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
         case LAUNCHSTEP_TEARDOWN_WAIT:
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         default:
-                r = launcher__delete_vm(c->pve, c->host, vmid, err, sizeof err);
+                r = launcher__delete_vm(c->pve, c->host, vmid, c->l->o.task_timeout_ms, err, sizeof err);
                 if (r == 0)
                         stats_vm_deleted(c->l->env.stats, c->st->launch_step == NODECLAIM_STEP_FAILED
                                                                   ? STATS_VM_DELETED_LAUNCH_FAILED
@@ -47,7 +47,7 @@ static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
 static struct launchstep_result teardown_iso(struct launcher__ctx *c) {
         const char *iso = c->st->iso_volume;
         char err[NODECLAIM_MESSAGE_MAX];
-        int r = iso[0] && c->pve ? launcher__delete_iso(c->pve, c->host, iso, err, sizeof err) : 0;
+        int r = iso[0] && c->pve ? launcher__delete_iso(c->pve, c->host, iso, c->l->o.task_timeout_ms, err, sizeof err) : 0;
         return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
 }
 

@@ -238,6 +238,32 @@ class LaunchTest(cl.CoordinatorTest):
         time.sleep(3)  # a round or two more: the pod stays on its claim
         self.assertEqual(len(c.claims()), 1)
 
+    def test_launch_timeouts_are_flags(self):
+        """--clone-timeout and --registration-timeout reach the launcher: a clone slower than the one and a VM that
+        never joins within the other fail their launches, with the Events that name the timeouts, and nothing is
+        left behind."""
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"clone_seconds": 4}).status, 200)
+        c.create(PODS, cl.pod("slow", cpu="500m", memory="512Mi"))
+        self.co = cl.Coordinator(c, ["--clone-timeout=1s", "--registration-timeout=2s", "--task-timeout=30s"])
+
+        def reasons():
+            evs = c.items("/api/v1/namespaces/default/events")
+            return {e["reason"] for e in evs if e.get("involvedObject", {}).get("kind") == "NodeClaim"}
+        cl.wait_for(lambda: "CloneTimeout" in reasons(), 60, interval=0.5, what="a CloneTimeout Event")
+        # Clones are quick again, but no VM ever joins: the registration timeout fails the next launches.
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"clone_seconds": 0, "join_delay_seconds": 3600}).status, 200)
+        cl.wait_for(lambda: "RegistrationTimeout" in reasons(), 90, interval=0.5, what="a RegistrationTimeout Event")
+        self.assertIn("within 1 s", [e["message"] for e in c.items("/api/v1/namespaces/default/events")
+                                     if e["reason"] == "CloneTimeout"][0])
+        self.co.stop()
+        self.co = None
+        cl.wait_for(lambda: all(v["vmid"] in [(x.get("status") or {}).get("vmid") for x in c.claims()]
+                                for v in c.vms()), 30, what="no VM but those of live claims")
+
     def test_sigterm_mid_launch_is_no_error_and_the_launch_resumes(self):
         """SIGTERM while launches wait on Proxmox: the stop cancels the calls in flight, which is not an error (no
         error line, no attempt counted), and a restarted coordinator takes the claims on from their status to

@@ -122,6 +122,16 @@ static void test_duration_flags(void **state) {
         assert_int_equal(o.gc_interval_ms, 90000); /* the flag wins over GC_INTERVAL */
         assert_int_equal(o.node_repair_after_ms, 20000);
         assert_int_equal(o.replacement_timeout_ms, 500);
+        assert_int_equal(o.clone_timeout_ms, 10 * 60 * 1000);
+        assert_int_equal(o.registration_timeout_ms, 15 * 60 * 1000);
+        assert_int_equal(o.task_timeout_ms, 2 * 60 * 1000);
+        char *timeouts[5] = { "pvescale-coordinator", "--clone-timeout=20m", "--registration-timeout", "5m", NULL };
+        const char *task_env[] = { "TASK_TIMEOUT=45s", NULL };
+        argc = 4;
+        assert_int_equal(options_parse(&o, &argc, timeouts, task_env, err, sizeof err), 0);
+        assert_int_equal(o.clone_timeout_ms, 20 * 60 * 1000);
+        assert_int_equal(o.registration_timeout_ms, 5 * 60 * 1000);
+        assert_int_equal(o.task_timeout_ms, 45000);
         static const char *const bad[][2] = { { "--gc-interval=10", "--gc-interval: expected a duration" },
                                               { "--disruption-interval=50ms", "--disruption-interval: expected" },
                                               { "--replacement-timeout=25h", "--replacement-timeout: expected" },
