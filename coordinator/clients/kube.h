@@ -219,6 +219,8 @@ enum kube_watch_event {
 /* obj is borrowed (valid during the call). A negative return stops the informer with that error. */
 typedef int (*kube_informer_fn)(enum kube_watch_event ev, const json_t *obj, void *userdata);
 
+struct kube_informer_stats;
+
 struct kube_informer_options {
         const char *label_selector, *field_selector;
         long watch_timeout_s;  /* timeoutSeconds of each watch, plus up to the same again of jitter; 0 = 300 */
@@ -226,6 +228,9 @@ struct kube_informer_options {
         long backoff_base_ms;  /* 0 = 200 ms */
         long backoff_max_ms;   /* 0 = 30 s */
         unsigned page_size;    /* list page size; 0 = 500 */
+        /* Called (with the informer's userdata) each time a counter of its stats changes, before the list or
+         * watch it counts runs, so that an open watch is counted while it is open; may be NULL. */
+        void (*stats_changed)(const struct kube_informer_stats *s, void *userdata);
 };
 
 struct kube_informer_stats {

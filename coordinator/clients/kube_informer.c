@@ -32,6 +32,7 @@ struct kube_informer {
         long retry_after_ms;
         struct backoff backoff;
         struct kube_informer_stats stats;
+        void (*stats_changed)(const struct kube_informer_stats *s, void *userdata);
 };
 
 static char *dup_opt(const char *s) {
@@ -50,7 +51,8 @@ int kube_informer_new(struct kube_client *c, const struct kube_resource *rt, con
         *inf = (struct kube_informer){ .c = c, .rt = rt, .fn = fn, .userdata = userdata, .page_size = o->page_size,
                                        .watch_timeout_s = o->watch_timeout_s > 0 ? o->watch_timeout_s
                                                                                  : INFORMER_DEFAULT_WATCH_TIMEOUT_S,
-                                       .idle_timeout_ms = o->idle_timeout_ms, .retry_after_ms = -1 };
+                                       .idle_timeout_ms = o->idle_timeout_ms, .retry_after_ms = -1,
+                                       .stats_changed = o->stats_changed };
         inf->ns = dup_opt(ns);
         inf->label_selector = dup_opt(o->label_selector);
         inf->field_selector = dup_opt(o->field_selector);
@@ -87,6 +89,13 @@ const char *kube_informer_resource_version(const struct kube_informer *inf) {
 
 const struct kube_informer_stats *kube_informer_stats(const struct kube_informer *inf) {
         return &inf->stats;
+}
+
+/* Count one more in *counter (a field of inf->stats) and tell the owner. */
+static void count(struct kube_informer *inf, unsigned *counter) {
+        (*counter)++;
+        if (inf->stats_changed)
+                inf->stats_changed(&inf->stats, inf->userdata);
 }
 
 /* ---- helpers ---- */
@@ -177,7 +186,7 @@ static int emit_all(struct kube_informer *inf, const json_t *events) {
 static int relist(struct kube_informer *inf) {
         struct kube_list_options o = { inf->label_selector, inf->field_selector, inf->page_size };
         _cleanup_(json_decrefp) json_t *list = NULL, *events = NULL;
-        inf->stats.lists++;
+        count(inf, &inf->stats.lists);
         int r = kube_list(inf->c, inf->rt, inf->ns, &o, &list);
         if (r == -ECANCELED)
                 return r;
@@ -284,7 +293,7 @@ static int watch_path(struct kube_informer *inf, long timeout_s, char **ret) {
 static int expired(struct kube_informer *inf) {
         log_info("watch %s: resource version %s expired (410 Gone); listing again", inf->rt->plural, inf->rv);
         inf->rv[0] = '\0';
-        inf->stats.relists_410++;
+        count(inf, &inf->stats.relists_410);
         return 0;
 }
 
@@ -296,7 +305,7 @@ static int session_end(struct kube_informer *inf, const struct session *s, int64
                 log_error("watch %s: %s", inf->rt->plural, kube_client_error(inf->c));
                 return INFORMER_FAILED;
         }
-        inf->stats.resumes++;
+        count(inf, &inf->stats.resumes);
         if (s->lines > 0) {
                 backoff_reset(&inf->backoff);
                 return 0;
@@ -316,7 +325,7 @@ static int watch_session(struct kube_informer *inf) {
         struct session s = { .inf = inf };
         struct http_client_response resp = { 0 };
         int64_t started = monotime_ms();
-        inf->stats.watches++;
+        count(inf, &inf->stats.watches);
         r = kube__client_stream(inf->c, path, idle, on_line, &s, &resp);
         bool answered = r == 0 && resp.status >= 200 && resp.status < 300;
         if (s.callback_err)
@@ -350,7 +359,7 @@ int kube_informer_step(struct kube_informer *inf) {
         int r = inf->rv[0] ? watch_session(inf) : relist(inf);
         if (r != INFORMER_FAILED)
                 return r;
-        inf->stats.failures++;
+        count(inf, &inf->stats.failures);
         long delay = backoff_honour_retry_after(backoff_next_ms(&inf->backoff), inf->retry_after_ms);
         return kube__client_sleep(inf->c, delay);
 }

@@ -165,8 +165,9 @@ static int on_event(enum kube_watch_event ev, const json_t *obj, void *userdata)
 
 /* ---- informer threads ---- */
 
-static void copy_watch_stats(struct ctl_watcher *w) {
-        const struct kube_informer_stats *s = kube_informer_stats(w->inf);
+/* The informer's counters into the metrics, as they change (an open watch is counted while it is open). */
+static void copy_watch_stats(const struct kube_informer_stats *s, void *userdata) {
+        struct ctl_watcher *w = userdata;
         atomic_store(&w->sw->lists, s->lists);
         atomic_store(&w->sw->relists_410, s->relists_410);
         atomic_store(&w->sw->watches, s->watches);
@@ -178,7 +179,6 @@ static void *watcher_main(void *arg) {
         struct ctl_watcher *w = arg;
         while (!atomic_load(&w->ctl->stop)) {
                 int r = kube_informer_step(w->inf);
-                copy_watch_stats(w);
                 if (r == -ECANCELED)
                         break;
                 if (r < 0)
@@ -195,7 +195,8 @@ static int watcher_new(struct controller *c, enum ctl_kind kind) {
         if (r < 0)
                 return log_error_errno(r, "kubernetes client");
         kube_client_set_cancel(w->kube, &c->stop);
-        r = kube_informer_new(w->kube, KIND_RT[kind], NULL, NULL, on_event, w, &w->inf);
+        struct kube_informer_options o = { .stats_changed = copy_watch_stats };
+        r = kube_informer_new(w->kube, KIND_RT[kind], NULL, &o, on_event, w, &w->inf);
         return r < 0 ? log_error_errno(r, "informer") : 0;
 }
 

@@ -59,12 +59,18 @@ class WatchTest(cl.CoordinatorTest):
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass())
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         self.co = cl.Coordinator(c, ["--launch=false", "--batch-idle-duration=300ms", "--batch-max-duration=2s"])
+        # The first watches are open (for 5 to 10 minutes) and already counted.
+        for res in ("pods", "nodes", "nodeclaims", "nodepools"):
+            cl.wait_for(lambda: self.co.metric('watch_requests_total{resource="%s"}' % res) == 1, 5,
+                        what="the open watch of %s counted" % res)
         # Phase 1: the history is long, so every cut watch resumes from its resource version.
         self.churn("a", 4)
         self.settled()
         self.assertEqual(self.co.metric('watch_relists_410_total{resource="pods"}'), 0)
         self.assertGreater(self.co.metric('watch_resumes_total{resource="pods"}'), 0)
         self.assertEqual(self.co.metric('watch_lists_total{resource="pods"}'), 1)
+        self.assertGreaterEqual(self.co.metric('watch_requests_total{resource="pods"}'),
+                                1 + self.co.metric('watch_resumes_total{resource="pods"}'))
         # Phase 2: 3 events of history for all kinds together: reconnecting watches find their resource version
         # expired (410 Gone) and list again; deletions in between come out of the difference.
         c.sim.knobs(watch_history_size=3)
