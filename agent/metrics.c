@@ -182,14 +182,16 @@ static void render_vms(struct prom *p, const struct inventory *inv, uint64_t rea
 }
 
 static void render_pinning(struct prom *p, const struct agent *a) {
-        unsigned pinned = 0, drift = 0;
+        struct pin_totals t = { 0 };
         if (a->ledger && a->inventory)
-                pin_service_totals(a, &pinned, &drift);
+                pin_service_totals(a, &t);
+        prom_gauge_u64(p, "pvescale_agent_vms_to_pin", "Running VMs bound to a placed reservation: VMs the agent pins.",
+                       t.wanted);
         prom_gauge_u64(p, "pvescale_agent_pinned_vms",
-                       "Running VMs bound to a placed reservation that the agent pins.", pinned);
+                       "Of those, VMs whose QEMU the agent pinned and whose every thread is on its CPUs now.", t.pinned);
         prom_gauge_u64(p, "pvescale_agent_affinity_drift_threads",
-                       "QEMU threads of pinned VMs whose real CPU affinity differs from the wanted one (or is missing).",
-                       drift);
+                       "QEMU threads of VMs to pin whose real CPU affinity differs from the wanted one (or is missing).",
+                       t.drift);
         prom_family(p, "pvescale_agent_pins_total", "counter", "Pinning runs that pinned every thread of a VM.");
         prom_sample_u64(p, "pvescale_agent_pins_total", NULL, a->pins.pins_ok);
         prom_family(p, "pvescale_agent_pin_failures_total", "counter", "Pinning runs with failed threads or errors.");

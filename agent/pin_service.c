@@ -152,7 +152,7 @@ static struct pin_record *find_record(const struct agent *a, int vmid) {
         return NULL;
 }
 
-static bool already_pinned(struct agent *a, int vmid) {
+static bool already_pinned(const struct agent *a, int vmid) {
         const struct vm *vm = inventory_find(a->inventory, vmid);
         const struct pin_record *rec = find_record(a, vmid);
         return vm && rec && rec->pid == vm->pid;
@@ -244,17 +244,18 @@ json_t *pin_service_vm_status(const struct agent *a, int vmid) {
         return status;
 }
 
-void pin_service_totals(const struct agent *a, unsigned *ret_pinned_vms, unsigned *ret_drift) {
-        unsigned pinned = 0, drift = 0;
+void pin_service_totals(const struct agent *a, struct pin_totals *ret) {
+        struct pin_totals t = { 0 };
         for (size_t i = 0; i < a->ledger->n; i++) {
                 int vmid = a->ledger->items[i]->vmid;
                 if (!vmid || !wants_pin(a, vmid))
                         continue;
-                pinned++;
-                drift += vm_drift(a, vmid);
+                unsigned drift = vm_drift(a, vmid);
+                t.wanted++;
+                t.pinned += already_pinned(a, vmid) && drift == 0;
+                t.drift += drift;
         }
-        *ret_pinned_vms = pinned;
-        *ret_drift = drift;
+        *ret = t;
 }
 
 /* ---- the QMP worker ---- */

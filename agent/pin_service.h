@@ -56,7 +56,14 @@ int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report);
 /* {"wanted", "real", "drift"} for a bound, running VM; NULL otherwise. */
 json_t *pin_service_vm_status(const struct agent *a, int vmid);
 
-/* Total drift (threads whose real affinity differs) over all bound running VMs, and how many are pinned. */
-void pin_service_totals(const struct agent *a, unsigned *ret_pinned_vms, unsigned *ret_drift);
+struct pin_totals {
+        unsigned wanted; /* running VMs bound to a placed reservation: the agent wants them pinned */
+        unsigned pinned; /* of those, the ones whose current QEMU a pin run pinned completely and whose every thread
+                          * is on its CPUs now */
+        unsigned drift;  /* threads of the wanted VMs whose real affinity differs from the wanted one (or is missing) */
+};
+
+/* The totals over all bound running VMs, read now from /proc. */
+void pin_service_totals(const struct agent *a, struct pin_totals *ret);
 
 void pin_state_done(struct pin_state *s);

@@ -1,6 +1,7 @@
 """Integration test: a real agent pins a real QEMU after reserve + bind, and pins it again by itself when QEMU
 restarts (inotify on the run dir), with no API call."""
 # SPDX-License-Identifier: Apache-2.0
+import http.client
 import json
 import os
 import shutil
@@ -112,6 +113,16 @@ class PinningEndToEndTest(unittest.TestCase):
             time.sleep(0.05)
         self.fail("not pinned within %.1f s: %s" % (within, json.dumps(thread_affinity(pid))))
 
+    def pin_metrics(self):
+        """(vms_to_pin, pinned_vms, affinity_drift_threads) from the agent's /metrics."""
+        conn = http.client.HTTPSConnection("localhost", self.agent.port, context=self.client.ctx, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("pvescale_agent_"))
+        return tuple(int(float(values["pvescale_agent_" + k])) for k in ("vms_to_pin", "pinned_vms",
+                                                                          "affinity_drift_threads"))
+
     def test_reserve_bind_pins_and_restart_repins(self):
         status, r = self.client.request("POST", "/v1/reservations", {
             "vcpus": 2, "memory_bytes": 64 << 20, "ttl_seconds": 300, "owner": "nodeclaim/e2e"})
@@ -130,6 +141,7 @@ class PinningEndToEndTest(unittest.TestCase):
         self.assertTrue(vm["running"])
         self.assertEqual(vm["pinning"]["drift"], 0, vm["pinning"])
         self.assertEqual(vm["reservation"]["id"], r["id"])
+        self.assertEqual(self.pin_metrics(), (1, 1, 0))
         # Restart QEMU behind the agent's back: it must pin the new process by itself within 2 s.
         self.kill_qemu()
         new_pid = self.start_qemu()
@@ -149,9 +161,11 @@ class PinningEndToEndTest(unittest.TestCase):
         time.sleep(0.6)
         status, vm = self.client.request("GET", "/v1/vms/%d" % VMID)
         self.assertEqual(vm["pinning"]["drift"], 1)
+        self.assertEqual(self.pin_metrics(), (1, 0, 1))  # wanted, not pinned now: a thread is off its CPU
         status, report = self.client.request("POST", "/v1/vms/%d/pin" % VMID)
         self.assertEqual(status, 200, report)
         self.wait_pinned(new_pid, vcpu_map, within=1)
+        self.assertEqual(self.pin_metrics(), (1, 1, 0))
         # kill -9 the agent, un-pin everything, start it again: it reloads the binding and pins at start.
         self.agent.stop(signal.SIGKILL)
         for t in os.listdir("/proc/%d/task" % new_pid):

@@ -247,6 +247,7 @@ static void test_render_agent_state(void **state) {
         assert_true(sample(text, "pvescale_agent_vms{state=\"running\"}") == 0);
         assert_true(sample(text, "pvescale_agent_vm_config_problems") == 1);
         assert_true(sample(text, "pvescale_agent_pinned_vms") == 0); /* VM 102 is bound but not running */
+        assert_true(sample(text, "pvescale_agent_vms_to_pin") == 0);
         assert_true(sample(text, "pvescale_agent_pins_total") == 0);
         assert_true(sample(text, "pvescale_agent_pin_failures_total") == 0);
         assert_true(sample(text, REQ "{route=\"/metrics\",method=\"GET\",status=\"200\"}") == 1);
