@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "procself.h"
 #include "prom.h"
 
 /* Upper bounds (seconds) of the latency buckets: reads of cached documents take microseconds, placements
@@ -242,5 +243,6 @@ char *metrics_render(const struct metrics *m, const struct agent *a) {
         render_pinning(&p, a);
         render_requests(&p, m);
         render_latency(&p, m);
+        procself_render(&p, NULL);
         return prom_close(&p);
 }

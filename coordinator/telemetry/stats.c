@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "procself.h"
 #include "prom.h"
 
 #define PREFIX "pvescale_coordinator_"
@@ -340,5 +341,6 @@ char *stats_render(const struct stats *s, const struct stats_cluster *cluster) {
         render_watches(&p, s);
         render_scale_down(&p, s);
         render_cluster(&p, cluster ? cluster : &none);
+        procself_render(&p, NULL);
         return prom_close(&p);
 }

@@ -189,6 +189,7 @@ class Coordinator:
                "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)] + list(args)
         full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "LAUNCH", "LEADER_ELECT")}
         full_env.update(env or {})
+        self.started = time.time()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
         if wait_ready:
             try:

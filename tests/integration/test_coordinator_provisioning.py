@@ -159,6 +159,10 @@ class ProvisioningTest(cl.CoordinatorTest):
         if os.access("/usr/bin/promtool", os.X_OK):
             p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        m = self.co.metrics()
+        self.assertGreater(m.get("process_resident_memory_bytes", 0), 0)
+        self.assertGreaterEqual(m.get("process_open_fds", 0), 3)
+        self.assertLess(abs(m.get("process_start_time_seconds", 0) - self.co.started), 5)
 
     def test_sigterm_gives_the_lease_up(self):
         """A leader stopped with SIGTERM gives its Lease up once its work has stopped (no holder, 1 s), as

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
 import agentlib  # noqa: E402
@@ -110,6 +111,12 @@ def compare(s, capacity, topology):
     dur = "pvescale_agent_http_request_duration_seconds"
     check(s.get(dur + '_count{route="/v1/capacity"}') == 2, "latency histogram counts the /v1/capacity calls (2)")
     check(s.get(dur + '_bucket{route="/v1/capacity",le="+Inf"}') == 2, "+Inf bucket = count")
+    check(s.get("process_resident_memory_bytes", 0) > 0, "process_resident_memory_bytes")
+    check(s.get("process_open_fds", 0) >= 3 and s.get("process_max_fds", 0) >= s.get("process_open_fds", 0),
+          "process_open_fds and process_max_fds")
+    check(time.time() - 600 < s.get("process_start_time_seconds", 0) <= time.time() + 1,
+          "process_start_time_seconds: the agent started minutes ago at most")
+    check("process_cpu_seconds_total" in s, "process_cpu_seconds_total")
 
 
 if __name__ == "__main__":
