@@ -33,6 +33,7 @@ const struct agent_config_key agent_config_keys[] = {
         { "rescan_interval", "PVESCALE_AGENT_RESCAN_INTERVAL", "seconds between safety rescans of configs" },
         { "pin_interval", "PVESCALE_AGENT_PIN_INTERVAL", "seconds between pinning checks of running VMs" },
         { "log_level", "PVESCALE_AGENT_LOG_LEVEL", "debug, info, warning or error" },
+        { "log_format", "PVESCALE_AGENT_LOG_FORMAT", "stderr lines as text, logfmt or json (not under systemd)" },
         { NULL, NULL, NULL },
 };
 
@@ -67,6 +68,7 @@ static const struct key_slot slots[] = {
         SLOT("rescan_interval", KIND_UINT, rescan_interval_s, 86400),
         SLOT("pin_interval", KIND_UINT, pin_interval_s, 86400),
         SLOT("log_level", KIND_STRING, log_level, 0),
+        SLOT("log_format", KIND_STRING, log_format, 0),
 };
 #define N_SLOTS (sizeof slots / sizeof slots[0])
 
@@ -103,6 +105,7 @@ int agent_config_defaults(struct agent_config *c) {
                 { "fsroot", "" },
                 { "topology_xml", "" },
                 { "log_level", "info" },
+                { "log_format", "text" },
         };
         for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
                 char **field = (char **)((char *)c + find_slot(defaults[i][0])->offset);

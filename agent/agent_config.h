@@ -28,6 +28,7 @@ struct agent_config {
         unsigned rescan_interval_s; /* safety rescan of the config dir (pmxcfs has no inotify for remote edits) */
         unsigned pin_interval_s;    /* how often running VMs' pinning is checked and repaired */
         char *log_level;
+        char *log_format; /* text, logfmt or json: stderr lines (the journal gets fields) */
 };
 
 /* One key of the file/env/flag vocabulary: its YAML key, env variable and flag names. */

@@ -1,6 +1,7 @@
 /* api: the agent's HTTP routes (auth, JSON errors, dispatch to the agent state). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "api.h"
+#include "log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -199,10 +200,25 @@ static double seconds_since(const struct timespec *start) {
         return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
+/* A refused request, with the client's address, as pveproxy logs them so that fail2ban can act on the journal:
+ * "authentication failure; rhost=<address> ..." for a 401, the status and path for any other 4xx. */
+static void log_refused(const struct http_request *req, const struct http_response *resp) {
+        char rhost[64], field[80];
+        http_request_client_address(req, rhost, sizeof rhost);
+        snprintf(field, sizeof field, "CLIENT=%s", rhost);
+        if (resp->status == 401)
+                log_warning_field(field, "authentication failure; rhost=%s method=%s path=%s", rhost, req->method,
+                                  req->path);
+        else
+                log_info_field(field, "refused %s %s from %s: %u", req->method, req->path, rhost, resp->status);
+}
+
 void api_handle(void *userdata, const struct http_request *req, struct http_response *resp) {
         struct agent *a = userdata;
         struct timespec start;
         clock_gettime(CLOCK_MONOTONIC, &start);
         const char *route = dispatch(a, req, resp);
         metrics_observe_request(&a->metrics, route, req->method, resp->status, seconds_since(&start));
+        if (resp->status >= 400 && resp->status < 500)
+                log_refused(req, resp);
 }

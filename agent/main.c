@@ -209,9 +209,14 @@ int main(int argc, char **argv) {
                 return EXIT_FAILURE;
         int r = parse_args(argc, argv, &a.cfg, &cmd);
         enum log_level level = LOG_LEVEL_INFO;
+        enum log_format format = LOG_FORMAT_TEXT;
         if (r == 0 && log_level_from_string(a.cfg.log_level, &level) < 0) {
                 fprintf(stderr, "pvescale-agent: log_level: expected debug, info, warning or error, got '%s'\n",
                         a.cfg.log_level);
+                r = -EINVAL;
+        }
+        if (r == 0 && log_format_from_string(a.cfg.log_format, &format) < 0) {
+                fprintf(stderr, "pvescale-agent: log_format: expected text, logfmt or json, got '%s'\n", a.cfg.log_format);
                 r = -EINVAL;
         }
         if (r == 0 && agent_config_resolve_identity(&a.cfg) < 0)
@@ -219,6 +224,7 @@ int main(int argc, char **argv) {
         int status = r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
         if (r == 0) {
                 log_setup("pvescale-agent", level, 0);
+                log_set_format(format);
                 status = cmd == CMD_SERVE ? run_serve(&a) : run_one_shot(&a, cmd);
         }
         agent_done(&a);

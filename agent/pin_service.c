@@ -57,18 +57,37 @@ static struct pin_record *record_for(struct pin_state *s, int vmid) {
         return &s->records[s->n++];
 }
 
-static void log_report(int vmid, int r, const struct pin_report *rep) {
-        char field[32];
-        snprintf(field, sizeof field, "VMID=%d", vmid);
+/* A run's failure (the level chosen by the caller), or its success. */
+static void log_run(enum log_level level, const char *field, int vmid, int r, const struct pin_report *rep,
+                    const char *note) {
         if (r == 0)
-                log_info_field(field, "pinned VM %d: %u vCPU threads (%s), %u other threads, memory %s", vmid,
-                               rep->vcpus_pinned, rep->vcpus_from_qmp ? "QMP" : "/proc", rep->others_pinned,
-                               pinning_memory_result_to_string(rep->memory));
+                log_full(level, __FILE__, __LINE__, __func__, field,
+                         "pinned VM %d: %u vCPU threads (%s), %u other threads, memory %s%s", vmid, rep->vcpus_pinned,
+                         rep->vcpus_from_qmp ? "QMP" : "/proc", rep->others_pinned,
+                         pinning_memory_result_to_string(rep->memory), note);
         else if (r > 0)
-                log_error_field(field, "pinning VM %d: %u threads failed (first: tid %d, %s)", vmid, rep->n_failures,
-                                rep->failures[0].tid, strerror(-rep->failures[0].error));
+                log_full(level, __FILE__, __LINE__, __func__, field, "pinning VM %d: %u threads failed (first: tid %d, %s)%s",
+                         vmid, rep->n_failures, rep->failures[0].tid, strerror(-rep->failures[0].error), note);
         else
-                log_error_field(field, "cannot pin VM %d: %s", vmid, strerror(-r));
+                log_full(level, __FILE__, __LINE__, __func__, field, "cannot pin VM %d: %s%s", vmid, strerror(-r), note);
+}
+
+/* A failure that repeats is logged when it starts, when its cause changes and when it ends (docs/agent.md); the
+ * runs in between go to debug. rec NULL (no memory for it): every run is logged. */
+static void log_report(struct pin_record *rec, int vmid, int r, const struct pin_report *rep) {
+        char field[32], note[96] = "";
+        snprintf(field, sizeof field, "VMID=%d", vmid);
+        int cause = r > 0 ? (rep->failures[0].error ? rep->failures[0].error : -EIO) : r;
+        unsigned failed = 0;
+        enum repeat_event ev = rec ? repeat_note(&rec->failures, cause, &failed) : cause ? REPEAT_STARTED : REPEAT_OK;
+        if (ev == REPEAT_ENDED)
+                snprintf(note, sizeof note, "; it works again after %u failed runs", failed);
+        else if (ev == REPEAT_CHANGED)
+                snprintf(note, sizeof note, " (failing %u runs in a row; the cause changed)", failed);
+        else if (ev == REPEAT_SAME)
+                snprintf(note, sizeof note, " (failing %u runs in a row; logged again when that changes)", failed);
+        enum log_level level = ev == REPEAT_SAME ? LOG_LEVEL_DEBUG : r == 0 ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR;
+        log_run(level, field, vmid, r, rep, note);
 }
 
 /* Count and log a pinning run; record the pid when everything was pinned. */
@@ -92,7 +111,7 @@ static void note_run(struct agent *a, const struct pin_plan *plan, int r, const 
                 a->pins.pin_failures++;
         if (rec)
                 rec->failed_pid = complete ? 0 : plan->pid;
-        log_report(plan->vmid, r, rep);
+        log_report(rec, plan->vmid, r, rep);
 }
 
 /* Pin one VM with the vCPU threads QMP named (qmp_error 0), else with those /proc names. Returns

@@ -2,6 +2,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
+#include "repeat.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 
@@ -16,6 +18,7 @@ struct pin_record {
         int asking_pid; /* a QMP question about this QEMU is with the worker: its answer pins it */
         unsigned rechecks; /* timer ticks left in which a freshly pinned QEMU is checked again: threads created as
                             * it starts running (KVM's NX huge page recovery worker) inherit their creator's mask */
+        struct repeat failures; /* failed runs in a row and their cause: logged when they start, change, end */
 };
 
 struct pin_state {

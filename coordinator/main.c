@@ -120,6 +120,7 @@ static int configure(struct app *a, int argc, char **argv, char **envp) {
         if (r < 0)
                 return usage_error(err);
         log_set_level(a->cfg.log_level);
+        log_set_format(a->cfg.log_format);
         if (load_kube(a, err, sizeof err) < 0)
                 return usage_error(err);
         if (a->opts.launch && !main_launcher_ops())

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,16 @@ struct request_ctx {
 
 const char *http_request_header(const struct http_request *req, const char *name) {
         return MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, name);
+}
+
+const char *http_request_client_address(const struct http_request *req, char *buf, size_t len) {
+        const union MHD_ConnectionInfo *info =
+                req->connection ? MHD_get_connection_info(req->connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS) : NULL;
+        const struct sockaddr *sa = info ? info->client_addr : NULL;
+        socklen_t salen = sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+        if (!sa || getnameinfo(sa, salen, buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) != 0)
+                snprintf(buf, len, "unknown");
+        return buf;
 }
 
 const char *http_request_query(const struct http_request *req, const char *key) {

@@ -1,4 +1,5 @@
-/* log: leveled logging to journald (with CODE_FILE/CODE_LINE and extra fields) or to stderr. */
+/* log: leveled logging to journald (with CODE_FILE/CODE_LINE and extra fields) or to stderr, one line per event as
+ * text, logfmt (key=value) or JSON, each with an RFC 3339 timestamp. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
@@ -12,6 +13,19 @@ enum log_level { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARNING = 2,
  * force_journal is set, stderr otherwise. ident is kept by pointer (use a string literal). */
 void log_setup(const char *ident, enum log_level level, int force_journal);
 void log_set_level(enum log_level level);
+
+/* The stderr line (the journal has its own fields):
+ *   text:   2026-11-27T10:00:00.250Z pvescale-agent: error: cannot pin VM 105: No such process [VMID=105]
+ *   logfmt: time=2026-11-27T10:00:00.250Z level=error logger=pvescale-agent msg="cannot pin VM 105: No such process"
+ *           vmid=105 errno=3 source=pin_service.c:70
+ *   json:   {"time": "...", "level": "error", "logger": "pvescale-agent", "msg": "...", "vmid": "105", "errno": 3,
+ *            "source": "pin_service.c:70"} (compact, one line)
+ * The extra field's key is lowercased; logfmt quotes a value with a space, '=', '"' or a control character and
+ * escapes '"', '\' and newlines. */
+enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_LOGFMT = 1, LOG_FORMAT_JSON = 2 };
+void log_set_format(enum log_format format);
+/* "text", "logfmt" or "json" -> format; -EINVAL for anything else (*ret unchanged). */
+int log_format_from_string(const char *s, enum log_format *ret);
 enum log_level log_get_level(void);
 /* "debug", "info", "warning" or "error" -> level; returns -EINVAL for anything else. */
 int log_level_from_string(const char *s, enum log_level *ret_level);

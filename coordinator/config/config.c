@@ -166,6 +166,7 @@ enum setting_id {
         SET_BATCH_IDLE,
         SET_BATCH_MAX,
         SET_LOG_LEVEL,
+        SET_LOG_FORMAT,
         SET_METRICS_PORT,
         SET_HEALTH_PORT,
 };
@@ -182,6 +183,7 @@ static const struct setting settings[] = {
         { SET_BATCH_IDLE, "batch-idle-duration", "BATCH_IDLE_DURATION" },
         { SET_BATCH_MAX, "batch-max-duration", "BATCH_MAX_DURATION" },
         { SET_LOG_LEVEL, "log-level", "LOG_LEVEL" },
+        { SET_LOG_FORMAT, "log-format", "LOG_FORMAT" },
         { SET_METRICS_PORT, "metrics-port", "METRICS_PORT" },
         { SET_HEALTH_PORT, "health-port", "HEALTH_PORT" },
 };
@@ -216,6 +218,8 @@ static const char *setting_hint(enum setting_id id) {
                 return "expected a positive duration such as 1s, 500ms or 10m";
         case SET_LOG_LEVEL:
                 return "expected debug, info, warning or error";
+        case SET_LOG_FORMAT:
+                return "expected text, logfmt or json";
         case SET_METRICS_PORT:
         case SET_HEALTH_PORT:
                 return "expected a port from 1 to 65535";
@@ -238,6 +242,8 @@ static int apply_setting(struct config *cfg, enum setting_id id, const char *val
                 return apply_duration(&cfg->batch_max_ms, value);
         case SET_LOG_LEVEL:
                 return log_level_from_string(value, &cfg->log_level);
+        case SET_LOG_FORMAT:
+                return log_format_from_string(value, &cfg->log_format);
         case SET_METRICS_PORT:
                 return parse_port(value, &cfg->metrics_port);
         case SET_HEALTH_PORT:
@@ -633,6 +639,8 @@ const char *config_usage(void) {
                "  --batch-idle-duration DUR   [BATCH_IDLE_DURATION] batch closes this long after the last new pod (1s)\n"
                "  --batch-max-duration DUR    [BATCH_MAX_DURATION] and at most this long after the first (10s)\n"
                "  --log-level LEVEL           [LOG_LEVEL] debug, info, warning or error (info)\n"
+               "  --log-format FORMAT         [LOG_FORMAT] stderr lines as text, logfmt or json (text); under systemd\n"
+               "                              the journal gets fields instead\n"
                "  --metrics-port PORT         [METRICS_PORT] Prometheus metrics (8080)\n"
                "  --health-port PORT          [HEALTH_PORT] /healthz and /readyz (8081)\n"
                "  --help, --version\n"

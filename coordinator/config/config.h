@@ -61,6 +61,7 @@ struct config {
         enum config_node_policy node_policy;
         uint64_t batch_idle_ms, batch_max_ms;
         enum log_level log_level;
+        enum log_format log_format;   /* --log-format: text (default), logfmt or json */
         unsigned metrics_port, health_port;
 };
 
@@ -77,7 +78,7 @@ int config_parse_duration(const char *s, uint64_t *ret_ms);
 const char *config_env_value(const char *const *envp, const char *name);
 
 /* Apply the environment (envp: "KEY=value" strings, NULL-terminated): PVESCALE_CONFIG, KUBECONFIG,
- * NODE_POLICY, BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL, METRICS_PORT, HEALTH_PORT. Empty values
+ * NODE_POLICY, BATCH_IDLE_DURATION, BATCH_MAX_DURATION, LOG_LEVEL, LOG_FORMAT, METRICS_PORT, HEALTH_PORT. Empty values
  * are ignored. On a bad value -EINVAL with "NAME: reason" in err. Pure. */
 int config_parse_env(struct config *cfg, const char *const *envp, char *err, size_t errlen);
 

@@ -99,7 +99,7 @@ class Agent:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout:
+        if self.proc.stdout and not self.proc.stdout.closed:
             self.lines.append(self.proc.stdout.read() or "")
             self.proc.stdout.close()
         return self.proc.returncode

@@ -122,6 +122,35 @@ class AgentApiTest(unittest.TestCase):
         self.assertFalse(any("101" in l for l in lines))
         self.assertIn("pvescale_agent_build_info", text)
 
+    def test_refused_requests_are_logged_with_the_client_address(self):
+        """Every 401 is logged as pveproxy logs an authentication failure (rhost=, for fail2ban), other 4xx with the
+        status, each with the client's address; --log-format logfmt gives one key=value line per event, with an RFC
+        3339 time; the token is never in the log."""
+        agent = agentlib.Agent(self.args + ["--log-format", "logfmt"])
+        base = "https://localhost:%d" % agent.port
+        try:
+            self.assertEqual(agentlib.curl(base + "/v1/capacity", ca=self.ca)[0], 401)
+            self.assertEqual(agentlib.curl(base + "/v1/capacity", ca=self.ca, token="wrong-" + self.token)[0], 401)
+            self.assertEqual(agentlib.curl(base + "/v1/nothing", ca=self.ca, token=self.token)[0], 404)
+            self.assertEqual(agentlib.curl(base + "/v1/capacity", ca=self.ca, token=self.token)[0], 200)
+        finally:
+            agent.stop()
+        lines = "".join(agent.lines).splitlines()
+        for line in lines:
+            self.assertRegex(line, r'^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(debug|info|warning|error) '
+                                   r'logger=pvescale-agent msg=')
+        failures = [l for l in lines if "authentication failure; rhost=" in l]
+        self.assertEqual(len(failures), 2, lines)
+        for l in failures:
+            self.assertIn("level=warning", l)
+            self.assertRegex(l, r'rhost=(127\.0\.0\.1|::1|::ffff:127\.0\.0\.1) method=GET path=/v1/capacity')
+            self.assertRegex(l, r' client=(127\.0\.0\.1|::1|::ffff:127\.0\.0\.1) ')
+        refused = [l for l in lines if "refused GET /v1/nothing from " in l]
+        self.assertEqual(len(refused), 1, lines)
+        self.assertIn(": 404", refused[0])
+        self.assertFalse(any("/v1/capacity" in l and "refused" in l for l in lines), "a 200 was logged as refused")
+        self.assertFalse(any(self.token in l for l in lines), "the token was logged")
+
     def test_ui_page_is_a_shell_without_secrets(self):
         status, html = self.get("/ui", token=False)
         self.assertEqual(status, 200)

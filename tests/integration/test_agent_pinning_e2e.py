@@ -173,6 +173,36 @@ class PinningEndToEndTest(unittest.TestCase):
         self.agent = agentlib.Agent(self.agent_args)
         self.wait_pinned(new_pid, vcpu_map, within=2)
 
+    def test_a_pin_that_keeps_failing_is_logged_once(self):
+        """On a host described as 32 CPUs (a topology file) the placement takes CPUs this 2-CPU machine lacks, so every
+        pinning run of the real QEMU fails the same way. With a repair every second, the failure is logged once at
+        error level, and the runs after it only at debug (with how many failed in a row)."""
+        self.agent.stop()
+        args = list(self.agent_args)
+        args[args.index("--pin-interval") + 1] = "1"
+        args += ["--log-level", "debug"]
+        self.agent = agentlib.Agent(agentlib.topology_args("32intel64-2p8co2t+8ve") + args)
+        self.client = Client(self.agent.port, self.ca, self.client.token)
+        status, r = self.client.request("POST", "/v1/reservations", {
+            "vcpus": 2, "memory_bytes": 64 << 20, "ttl_seconds": 300, "owner": "nodeclaim/e2e"})
+        self.assertEqual(status, 201, r)
+        self.assertTrue(any(c >= os.cpu_count() for c in r["vcpu_map"]), r["vcpu_map"])
+        with open(os.path.join(self.conf_dir, "%d.conf" % VMID), "w") as f:
+            f.write("name: vm%d\ncores: 2\nsockets: 1\nmemory: 64\n" % VMID)
+        self.start_qemu()
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": VMID})
+        self.assertEqual(status, 200, body)
+        time.sleep(4.5)  # four or more repair runs, each failing for the same cause
+        self.agent.stop()
+        text = "".join(self.agent.lines)
+        failures = [line for line in text.splitlines() if "VM %d" % VMID in line and
+                    ("cannot pin" in line or "threads failed" in line)]
+        errors = [line for line in failures if ": error: " in line]
+        self.assertEqual(len(errors), 1, text[-3000:])
+        self.assertNotIn("runs in a row", errors[0])
+        repeats = [line for line in failures if ": debug: " in line and "runs in a row; logged again" in line]
+        self.assertGreaterEqual(len(repeats), 3, text[-3000:])
+
 
 def _read(path):
     with open(path) as f:

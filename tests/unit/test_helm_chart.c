@@ -155,6 +155,7 @@ static void test_flags_parse(void **state) {
         assert_int_equal(cfg.batch_max_ms, 10000);
         assert_int_equal(cfg.metrics_port, 9100);
         assert_int_equal(cfg.log_level, LOG_LEVEL_DEBUG);
+        assert_int_equal(cfg.log_format, LOG_FORMAT_LOGFMT);
         assert_string_equal(cfg.config_file, "/etc/pvescale/config.yaml");
         assert_null(cfg.kubeconfig); /* in-cluster */
         config_done(&cfg);
