@@ -16,6 +16,7 @@
 #define NS_PER_MS 1000000ULL
 #define DURATION_MAX_MS (366ULL * 24 * 3600 * 1000)
 #define TOKEN_FILE_MAX 4096
+#define JOIN_CA_MAX (1 << 20)
 #define API_SUFFIX "/api2/json"
 
 /* ---- lifecycle ---- */
@@ -47,6 +48,13 @@ static void clusters_free(struct config_cluster *clusters, size_t n) {
         free(clusters);
 }
 
+static void join_done(struct config_join *j) {
+        free(j->api_server);
+        free(j->ca_file);
+        free(j->ca);
+        *j = (struct config_join){ 0 };
+}
+
 static void agents_done(struct config_agents *a) {
         for (size_t i = 0; i < a->n_hosts; i++) {
                 free(a->hosts[i].node);
@@ -63,6 +71,7 @@ void config_done(struct config *cfg) {
                 return;
         clusters_free(cfg->clusters, cfg->n_clusters);
         agents_done(&cfg->agents);
+        join_done(&cfg->join);
         free(cfg->config_file);
         free(cfg->kubeconfig);
         *cfg = (struct config){ 0 };
@@ -517,29 +526,51 @@ static int parse_agents(const json_t *o, struct config_agents *a, char *err, siz
         return r;
 }
 
+static int parse_join(const json_t *o, struct config_join *j, char *err, size_t errlen) {
+        static const char *const allowed[] = { "api_server", "ca_file", NULL };
+        if (!o || json_is_null(o))
+                return 0;
+        if (!json_is_object(o))
+                return errmsg_invalid(err, errlen, "join: expected a mapping with api_server and ca_file");
+        int r = check_keys(o, "join", allowed, err, errlen);
+        if (r == 0)
+                r = get_string(o, "api_server", "join", true, &j->api_server, err, errlen);
+        if (r == 0 && strncmp(j->api_server, "https://", 8) != 0)
+                r = errmsg_invalid(err, errlen, "join.api_server: expected an https:// URL (got \"%s\")", j->api_server);
+        if (r == 0)
+                r = get_string(o, "ca_file", "join", true, &j->ca_file, err, errlen);
+        return r;
+}
+
 int config_parse_document(struct config *cfg, const json_t *doc, char *err, size_t errlen) {
-        static const char *const allowed[] = { "clusters", "agents", NULL };
+        static const char *const allowed[] = { "clusters", "agents", "join", NULL };
         if (!json_is_object(doc))
-                return errmsg_invalid(err, errlen, "the config file must be a mapping with clusters and agents");
+                return errmsg_invalid(err, errlen, "the config file must be a mapping with clusters, agents and join");
         int r = check_keys(doc, "", allowed, err, errlen);
         if (r < 0)
                 return r;
         struct config_cluster *clusters = NULL;
         size_t n = 0;
         struct config_agents agents = { 0 };
+        struct config_join join = { 0 };
         r = parse_clusters(json_object_get(doc, "clusters"), &clusters, &n, err, errlen);
         if (r == 0)
                 r = parse_agents(json_object_get(doc, "agents"), &agents, err, errlen);
+        if (r == 0)
+                r = parse_join(json_object_get(doc, "join"), &join, err, errlen);
         if (r < 0) {
                 clusters_free(clusters, n);
                 agents_done(&agents);
+                join_done(&join);
                 return r;
         }
         clusters_free(cfg->clusters, cfg->n_clusters);
         agents_done(&cfg->agents);
+        join_done(&cfg->join);
         cfg->clusters = clusters;
         cfg->n_clusters = n;
         cfg->agents = agents;
+        cfg->join = join;
         return 0;
 }
 
@@ -576,6 +607,19 @@ static int read_secret(const char *path, const char *key, char **ret, char *err,
         return *ret ? 0 : -ENOMEM;
 }
 
+/* The join CA: a PEM certificate, read whole. */
+static int read_join_ca(struct config_join *j, char *err, size_t errlen) {
+        size_t len;
+        int r = fileio_read(j->ca_file, JOIN_CA_MAX, &j->ca, &len);
+        if (r < 0) {
+                snprintf(err, errlen, "join.ca_file: cannot read %s: %s", j->ca_file, strerror(-r));
+                return r;
+        }
+        if (!strstr(j->ca, "-----BEGIN CERTIFICATE-----"))
+                return errmsg_invalid(err, errlen, "join.ca_file: %s holds no PEM certificate", j->ca_file);
+        return 0;
+}
+
 static int read_secrets(struct config *cfg, char *err, size_t errlen) {
         char key[64];
         for (size_t i = 0; i < cfg->n_clusters; i++) {
@@ -587,9 +631,12 @@ static int read_secrets(struct config *cfg, char *err, size_t errlen) {
                 if (r < 0)
                         return r;
         }
-        if (cfg->agents.enabled)
-                return read_secret(cfg->agents.token_file, "agents.token_file", &cfg->agents.token, err, errlen);
-        return 0;
+        if (cfg->agents.enabled) {
+                int r = read_secret(cfg->agents.token_file, "agents.token_file", &cfg->agents.token, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        return cfg->join.api_server ? read_join_ca(&cfg->join, err, errlen) : 0;
 }
 
 static int load_document(struct config *cfg, char *err, size_t errlen) {

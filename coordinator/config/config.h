@@ -52,11 +52,20 @@ struct config_agents {
         size_t n_hosts;
 };
 
+/* What new nodes join with when kube-public/cluster-info is not there to say (k3s, Talos) or should not be used:
+ * the config's `join: {api_server, ca_file}`. Absent: cluster-info. */
+struct config_join {
+        char *api_server; /* https://host:port the nodes reach the API server at */
+        char *ca_file;    /* PEM of the CA that signed the API server's certificate */
+        char *ca;         /* its content, read by config_load */
+};
+
 struct config {
         char *config_file;                     /* --config / PVESCALE_CONFIG */
         struct config_cluster *clusters;
         size_t n_clusters;
         struct config_agents agents;
+        struct config_join join;               /* api_server NULL: none given */
         char *kubeconfig;                      /* NULL = in-cluster service account */
         enum config_node_policy node_policy;
         uint64_t batch_idle_ms, batch_max_ms;

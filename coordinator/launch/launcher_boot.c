@@ -130,12 +130,28 @@ static char *b64_decode(const char *b64, size_t *ret_len) {
         return s;
 }
 
-/* The API server and CA nodes join with, from kube-public/cluster-info (what kubeadm discovery reads). */
+/* The API server and CA nodes join with, from the config's join section when it has one. */
+static bool configured_join(const struct launcher__ctx *c, char **ret_server, char **ret_ca) {
+        const struct config_join *j = c->l->env.cfg ? &c->l->env.cfg->join : NULL;
+        if (!j || !j->api_server || !j->ca)
+                return false;
+        *ret_server = strdup(j->api_server);
+        *ret_ca = strdup(j->ca);
+        return true;
+}
+
+/* The API server and CA nodes join with: the config's join section, else kube-public/cluster-info (what kubeadm
+ * discovery reads). */
 static struct launchstep_result cluster_info(struct launcher__ctx *c, char **ret_server, char **ret_ca) {
         json_t *cm = NULL, *doc = NULL;
         char err[256];
         size_t len;
+        if (configured_join(c, ret_server, ret_ca))
+                return *ret_server && *ret_ca ? launchstep_done() : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
         int r = kube_get(c->kube, &kube_configmaps, "kube-public", "cluster-info", &cm);
+        if (r == -ENOENT)
+                return launchstep_error(r, "ConfigMap kube-public/cluster-info is not there (k3s and Talos do not create "
+                                           "it): set join.api_server and join.ca_file in the coordinator's config");
         if (r < 0)
                 return launchstep_error(r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
                                         kube_client_error(c->kube));

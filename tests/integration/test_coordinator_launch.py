@@ -238,6 +238,32 @@ class LaunchTest(cl.CoordinatorTest):
         time.sleep(3)  # a round or two more: the pod stays on its claim
         self.assertEqual(len(c.claims()), 1)
 
+    def test_join_without_cluster_info(self):
+        """k3s and Talos create no kube-public/cluster-info. Without it, and with no join section in the config, the
+        claim says what to set; with join.api_server and join.ca_file the VMs get them (the simulated kubelet checks the
+        discovery's server and CA as kubeadm would) and the pods run."""
+        c = self.c
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        c.create(PODS, cl.pod("k3s-pod", cpu="500m", memory="512Mi"))
+        self.co = cl.Coordinator(c)
+
+        def last_error():
+            claims = c.claims()
+            return claims and (claims[0].get("status") or {}).get("lastError", "")
+        err = cl.wait_for(lambda: "join.api_server" in (last_error() or "") and last_error(), 60, interval=0.5,
+                          what="the claim naming the join settings")
+        self.assertIn("cluster-info is not there", err)
+        self.assertEqual(c.items("/api/v1/nodes"), [])
+        self.assertEqual([v.get("status") for v in c.vms()], ["stopped"])  # cloned, not started without join data
+        self.co.stop()
+        c.config = c.write_config(["join:", "  api_server: %s" % c.sim.ep["kube"]["url"],
+                                   "  ca_file: %s" % c.sim.ep["ca_file"]])
+        self.co = cl.Coordinator(c)
+        cl.wait_for(lambda: all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS)), 90,
+                    interval=0.5, what="the pod Running on a node that joined through the config's join section")
+        self.assertEqual(len(c.vms()), 1)
+
     def test_launch_timeouts_are_flags(self):
         """--clone-timeout and --registration-timeout reach the launcher: a clone slower than the one and a VM that
         never joins within the other fail their launches, with the Events that name the timeouts, and nothing is

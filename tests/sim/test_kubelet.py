@@ -122,6 +122,35 @@ class KubeletTest(unittest.TestCase):
                 self.assertIn(text, got[name])
                 self.assertIsNone(self.node(name))
 
+    def test_discovery_must_name_this_cluster(self):
+        """A kubeconfig in the user-data (kubeadm's discovery file) that names another API server, or a CA that is
+        not the cluster's, keeps the node from joining, as kubeadm would fail; the right ones join."""
+        self.secret("dsc123", "dddddddddddddddd")
+        url = self.sim.ep["kube"]["url"]
+        with open(self.sim.ep["ca_file"]) as f:
+            ca = b64(f.read())
+        disc = ("#cloud-config\nwrite_files:\n  - path: /etc/pvescale/discovery.conf\n    content: |\n"
+                "      clusters: [{{name: k, cluster: {{server: {server}, certificate-authority-data: {ca}}}}}]\n"
+                "runcmd:\n  - [kubeadm, join, --discovery-file, /etc/pvescale/discovery.conf, --tls-bootstrap-token,"
+                " dsc123.dddddddddddddddd]\n")
+        cases = [(311, "wrong-server", disc.format(server="https://10.0.0.1:6443", ca=ca), "cannot reach the API server"),
+                 (312, "wrong-ca", disc.format(server=url, ca=b64("-----BEGIN CERTIFICATE-----\nnope\n")),
+                  "certificate signed by unknown authority")]
+        for vmid, name, ud, _ in cases:
+            self.boot_vm(vmid, name, ud, node="pve2", cores=1, memory=1024)
+        self.boot_vm(313, "right-discovery", disc.format(server=url, ca=ca), node="pve2", cores=1, memory=1024)
+        simtest.wait_for(lambda: self.ready("right-discovery") == "True", what="the node with the right discovery")
+
+        def reasons():
+            st = self.sim.admin("GET", "/state").json["kubelets"]
+            got = {v["vm_name"]: v["reason"] for v in st.values()}
+            return got if all(name in got and "waiting" not in got[name] for _, name, _, _ in cases) else None
+        got = simtest.wait_for(reasons, what="kubelet verdicts")
+        for _, name, _, text in cases:
+            with self.subTest(name=name):
+                self.assertIn(text, got[name])
+                self.assertIsNone(self.node(name))
+
     def test_never_join_fault(self):
         self.secret("nvr123", "cccccccccccccccc")
         self.sim.knobs(never_join=["sulky"])

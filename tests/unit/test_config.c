@@ -116,6 +116,8 @@ static void test_seed_clusters(void **state) {
         config_done(&cfg);
 }
 
+#define GOOD "url: 'https://pve:8006', token_id: 'a@pve!b', token_secret: s"
+
 static void test_agents(void **state) {
         (void)state;
         struct config cfg;
@@ -148,10 +150,18 @@ static void test_agents(void **state) {
                          0);
         assert_int_equal(cfg.agents.port, 8207);
         assert_int_equal(cfg.agents.n_hosts, 0);
+        assert_null(cfg.join.api_server); /* no join section: cluster-info */
+        config_done(&cfg);
+
+        assert_int_equal(parse_doc("clusters: [{" GOOD ", region: r1}]\n"
+                                   "join: {api_server: 'https://10.0.0.10:6443', ca_file: /etc/pvescale/k8s-ca.crt}\n",
+                                   &cfg, err, sizeof err),
+                         0);
+        assert_string_equal(cfg.join.api_server, "https://10.0.0.10:6443");
+        assert_string_equal(cfg.join.ca_file, "/etc/pvescale/k8s-ca.crt");
+        assert_null(cfg.join.ca); /* read by config_load */
         config_done(&cfg);
 }
-
-#define GOOD "url: 'https://pve:8006', token_id: 'a@pve!b', token_secret: s"
 
 static void test_document_errors(void **state) {
         (void)state;
@@ -187,7 +197,15 @@ static void test_document_errors(void **state) {
                          "agents.hosts: expected a mapping of node name to address");
         assert_doc_error("clusters: [{" GOOD ", region: r1}]\nagents: {token_file: /t, tls: 1}",
                          "agents.tls: unknown key");
-        assert_doc_error("- a\n- b\n", "the config file must be a mapping with clusters and agents");
+        assert_doc_error("- a\n- b\n", "the config file must be a mapping with clusters, agents and join");
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\njoin: {ca_file: /ca.pem}", "join.api_server: required");
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\njoin: {api_server: 'https://k:6443'}",
+                         "join.ca_file: required");
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\njoin: {api_server: 'k:6443', ca_file: /c}",
+                         "join.api_server: expected an https:// URL (got \"k:6443\")");
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\njoin: {api_server: 'https://k', ca_file: /c, token: x}",
+                         "join.token: unknown key");
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\njoin: [x]", "join: expected a mapping with api_server and ca_file");
         assert_doc_error("clusters: [5]",
                          "clusters[0]: expected a mapping with url, token_id, token_secret and region");
 }

@@ -237,13 +237,31 @@ class Controllers:
         if not m:
             ks["reason"] = "no bootstrap token in user-data"
             return
-        err = self._check_token(m.group(1), m.group(2))
+        err = self._check_token(m.group(1), m.group(2)) or self._check_discovery(ud)
         if err:
             ks["reason"] = err
             return
         ks["flags"] = parse_kubelet_flags(ud)
         ks["token_id"] = m.group(1)
         self._register_node(vm, ks)
+
+    def _check_discovery(self, ud):
+        """What kubeadm's discovery would hit: an API server named in the user-data (a kubeconfig's `server:`) that is
+        not this cluster's cannot be reached, and a CA (`certificate-authority-data:`) that is not this cluster's fails
+        the TLS handshake. User-data that names neither is left to the image (its own discovery)."""
+        ca = getattr(self.w, "ca_file", None)
+        for url in re.findall(r"server:\s*[\"']?(https?://[^\s\"',}]+)", ud):
+            m = re.match(r"^https://(127\.0\.0\.1|localhost):(\d+)/?$", url)
+            if not m or int(m.group(2)) != self.w.kube_port:
+                return "kubeadm join: cannot reach the API server at %s" % url
+        for data in re.findall(r"certificate-authority-data:\s*[\"']?([A-Za-z0-9+/=]+)", ud):
+            try:
+                got = base64.b64decode(data)
+            except ValueError:
+                got = b""
+            if ca and got.strip() != open(ca, "rb").read().strip():
+                return "kubeadm join: x509: certificate signed by unknown authority (the CA in the user-data is not the cluster's)"
+        return None
 
     def _check_token(self, tid, tsecret):
         sec = self.s.find("secrets", "kube-system", "bootstrap-token-" + tid)

@@ -611,6 +611,7 @@ def build(args):
         servers.append(region.server)
     w.kube_port = 0
     w.kube_app = None
+    w.ca_file = ca
     ksrv = httpserv.Server(None, "kube", ctx)
     w.kube_port = ksrv.port
     w.kube_app = kube.KubeApp(w)
