@@ -1,5 +1,5 @@
 /* gotmpl_funcs: the template functions: Go's built-ins (and, or, not, eq.., len, index, print*) and the Sprig/Helm
- * string and encoding functions (default, quote, indent, nindent, b64enc, toJson, toYaml, join, upper, ...). */
+ * string and encoding functions (default, quote, indent, nindent, b64enc, sha256sum, toJson, toYaml, join, upper, ...). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <ctype.h>
 #include <errno.h>
@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <wctype.h>
+
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
 
 #include "gotmpl_internal.h"
 
@@ -122,6 +125,19 @@ static int fn_b64enc(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret
         (void)argc;
         int r = gotmpl__base64(&b, (const unsigned char *)str(argv[0]), slen(argv[0]));
         return ret_buf(x, &b, r, ret);
+}
+
+/* Sprig's sha256sum: the lowercase hex SHA-256 of the string (Helm charts' checksum/config annotations). */
+static int fn_sha256sum(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
+        unsigned char digest[32];
+        char hex[2 * sizeof digest + 1];
+        (void)x;
+        (void)argc;
+        if (gnutls_hash_fast(GNUTLS_DIG_SHA256, str(argv[0]), slen(argv[0]), digest) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < sizeof digest; i++)
+                snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+        return ret_str(ret, hex, 2 * sizeof digest);
 }
 
 static int fn_to_json(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
@@ -686,6 +702,7 @@ static const struct gt_func funcs[] = {
         { "indent", fn_indent, 2, 2, { I, S }, A, false },
         { "nindent", fn_nindent, 2, 2, { I, S }, A, false },
         { "b64enc", fn_b64enc, 1, 1, { S }, A, false },
+        { "sha256sum", fn_sha256sum, 1, 1, { S }, A, false },
         { "toJson", fn_to_json, 1, 1, { A }, A, false },
         { "toYaml", fn_to_yaml, 1, 1, { A }, A, false },
         { "join", fn_join, 2, 2, { S, A }, A, false },

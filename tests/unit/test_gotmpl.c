@@ -280,6 +280,9 @@ static const struct tcase GO_CASES[] = {
           "x" },
         { "{{ b64enc \"hello\" }} {{ b64enc \"\" }} {{ b64enc \"a\" }} {{ b64enc \"ab\" }} {{ b64enc .Unicode }}",
           "aGVsbG8=  YQ== YWI= aMOpbGxvIHfDtnJsZCDinJM=" },
+        { "{{ sha256sum \"hello\" }} {{ \"\" | sha256sum }}",
+          "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824 "
+          "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" },
         { "{{ .List | join \",\" }}",
           "a,b,c" },
         { "{{ join \", \" .Mixed }}",

@@ -415,6 +415,136 @@ static void test_rbac_covers_the_calls_exactly(void **state) {
         json_decref(docs);
 }
 
+/* The Deployment's pod template (borrowed from deps[0]). */
+static const json_t *pod_template(const json_t *deps) {
+        return json_object_get(json_object_get(json_array_get(deps, 0), "spec"), "template");
+}
+
+static char *config_checksum(const char *overrides) {
+        json_t *docs = render(overrides), *deps = of_kind(docs, "Deployment");
+        const char *sum = json_string_value(
+                json_object_get(json_object_get(json_object_get(pod_template(deps), "metadata"), "annotations"),
+                                "checksum/config"));
+        assert_non_null(sum);
+        assert_int_equal(strlen(sum), 64);
+        assert_int_equal(strspn(sum, "0123456789abcdef"), 64);
+        char *copy = strdup(sum);
+        json_decref(deps);
+        json_decref(docs);
+        return copy;
+}
+
+/* A helm upgrade that changes config.yaml changes the pod template (checksum/config), so the pods roll; the
+ * same values give the same checksum. */
+static void test_config_checksum_rolls_the_pods(void **state) {
+        (void)state;
+        char *a = config_checksum(NULL), *a2 = config_checksum(NULL);
+        char *b = config_checksum("{\"config\": {\"clusters\": [{\"url\": \"https://pve1:8006\", \"region\": \"r1\"}]}}");
+        char *c = config_checksum("{\"existingConfigSecret\": \"other\"}");
+        assert_string_equal(a, a2);
+        assert_string_not_equal(a, b);
+        assert_string_not_equal(a, c);
+        free(a);
+        free(a2);
+        free(b);
+        free(c);
+}
+
+/* By default the coordinator never runs on a node it launched (it would drain itself). */
+static void test_default_affinity_avoids_own_nodes(void **state) {
+        (void)state;
+        json_t *docs = render(NULL), *deps = of_kind(docs, "Deployment");
+        const json_t *terms = json_object_get(
+                json_object_get(json_object_get(json_object_get(json_object_get(pod_template(deps), "spec"), "affinity"),
+                                                "nodeAffinity"),
+                                "requiredDuringSchedulingIgnoredDuringExecution"),
+                "nodeSelectorTerms");
+        assert_int_equal(json_array_size(terms), 1);
+        const json_t *e = json_array_get(json_object_get(json_array_get(terms, 0), "matchExpressions"), 0);
+        assert_string_equal(json_string_value(json_object_get(e, "key")), "pvescale.io/nodepool");
+        assert_string_equal(json_string_value(json_object_get(e, "operator")), "DoesNotExist");
+        json_decref(deps);
+        json_decref(docs);
+}
+
+/* serviceMonitor.enabled: a ServiceMonitor whose selector matches the metrics Service (created for it even with
+ * metrics.enabled false, without the scrape annotations) and whose port is the Service's. */
+static void test_service_monitor(void **state) {
+        (void)state;
+        json_t *docs = render(NULL);
+        assert_int_equal(count_kind(docs, "ServiceMonitor"), 0);
+        json_decref(docs);
+        docs = render("{\"serviceMonitor\": {\"enabled\": true, \"additionalLabels\": {\"release\": \"prom\"}}}");
+        json_t *sms = of_kind(docs, "ServiceMonitor"), *svcs = of_kind(docs, "Service");
+        assert_int_equal(json_array_size(sms), 1);
+        assert_int_equal(json_array_size(svcs), 1);
+        const json_t *sm = json_array_get(sms, 0), *svc = json_array_get(svcs, 0);
+        assert_string_equal(json_string_value(json_object_get(sm, "apiVersion")), "monitoring.coreos.com/v1");
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(sm, "metadata"), "labels"),
+                                                              "release")),
+                            "prom");
+        const json_t *want = json_object_get(json_object_get(json_object_get(sm, "spec"), "selector"), "matchLabels");
+        const json_t *have = json_object_get(json_object_get(svc, "metadata"), "labels");
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)want, k, v) assert_true(json_equal(v, json_object_get(have, k)));
+        assert_null(json_object_get(json_object_get(svc, "metadata"), "annotations"));
+        const char *port = json_string_value(
+                json_object_get(json_array_get(json_object_get(json_object_get(sm, "spec"), "endpoints"), 0), "port"));
+        assert_string_equal(port, json_string_value(json_object_get(
+                                          json_array_get(json_object_get(json_object_get(svc, "spec"), "ports"), 0), "name")));
+        json_decref(sms);
+        json_decref(svcs);
+        json_decref(docs);
+}
+
+/* values.schema.json names every key of values.yaml (and nothing else) at the levels it closes, and its enums hold
+ * the defaults: a value added without its schema, or a schema key left behind, fails here. */
+static void check_keys_against(const json_t *values, const json_t *schema, const char *path) {
+        const json_t *props = json_object_get(schema, "properties");
+        if (!json_is_object(values) || !props || json_is_true(json_object_get(schema, "additionalProperties")) ||
+            !json_is_false(json_object_get(schema, "additionalProperties")))
+                return;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)values, k, v) {
+                const json_t *sub = json_object_get(props, k);
+                if (!sub)
+                        fail_msg("values.yaml %s.%s is not in values.schema.json", path, k);
+                const json_t *en = json_object_get(sub, "enum");
+                size_t i;
+                json_t *e;
+                bool found = !en;
+                json_array_foreach((json_t *)en, i, e) found = found || json_equal(e, v);
+                if (!found)
+                        fail_msg("values.yaml %s.%s: its default is not in the schema's enum", path, k);
+                char deeper[512];
+                snprintf(deeper, sizeof deeper, "%s.%s", path, k);
+                check_keys_against(v, sub, deeper);
+        }
+        json_object_foreach((json_t *)props, k, v) {
+                if (strcmp(path, "") == 0 && !json_object_get(values, k))
+                        fail_msg("values.schema.json names %s, which values.yaml does not have", k);
+        }
+}
+
+static void test_values_schema_matches_values(void **state) {
+        (void)state;
+        char path[2200], err[256];
+        snprintf(path, sizeof path, "%s/values.schema.json", chart);
+        json_error_t je;
+        json_t *schema = json_load_file(path, 0, &je);
+        if (!schema)
+                fail_msg("%s: %s", path, je.text);
+        snprintf(path, sizeof path, "%s/values.yaml", chart);
+        json_t *values;
+        assert_int_equal(yamlconf_load(path, &values, err, sizeof err), 0);
+        assert_true(json_is_false(json_object_get(schema, "additionalProperties")));
+        check_keys_against(values, schema, "");
+        json_decref(values);
+        json_decref(schema);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_chart_metadata),
@@ -424,6 +554,10 @@ int main(void) {
                 cmocka_unit_test(test_config_secret_round_trip),
                 cmocka_unit_test(test_crds_are_copies),
                 cmocka_unit_test(test_rbac_covers_the_calls_exactly),
+                cmocka_unit_test(test_config_checksum_rolls_the_pods),
+                cmocka_unit_test(test_default_affinity_avoids_own_nodes),
+                cmocka_unit_test(test_service_monitor),
+                cmocka_unit_test(test_values_schema_matches_values),
         };
         return cmocka_run_group_tests(tests, setup, NULL);
 }
