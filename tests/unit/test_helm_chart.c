@@ -92,7 +92,7 @@ static void test_default_render(void **state) {
                 const char *kind;
                 size_t n;
         } want[] = { { "Deployment", 1 }, { "ServiceAccount", 1 }, { "Secret", 1 }, { "ClusterRole", 1 },
-                     { "ClusterRoleBinding", 1 }, { "Role", 2 }, { "RoleBinding", 2 }, { "Service", 0 },
+                     { "ClusterRoleBinding", 1 }, { "Role", 3 }, { "RoleBinding", 3 }, { "Service", 0 },
                      { "PodDisruptionBudget", 0 }, { "NodePool", 0 }, { "ProxmoxNodeClass", 0 } };
         size_t total = 0;
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -108,7 +108,7 @@ static void test_default_render(void **state) {
                 json_t *m = json_object_get(json_object_get(d, "object"), "metadata");
                 assert_non_null(json_string_value(json_object_get(m, "name")));
                 const char *ns = json_string_value(json_object_get(m, "namespace"));
-                assert_true(!ns || strcmp(ns, NS) == 0 || strcmp(ns, "kube-system") == 0);
+                assert_true(!ns || strcmp(ns, NS) == 0 || strcmp(ns, "kube-system") == 0 || strcmp(ns, "kube-public") == 0);
         }
         json_t *c = container(docs);
         assert_string_equal(json_string_value(json_object_get(c, "image")), "ghcr.io/pvescale/pvescale-coordinator:0.1.0");
@@ -281,9 +281,10 @@ static void test_crds_are_copies(void **state) {
 /* ---- RBAC ---- */
 
 /* Every API call the coordinator makes, by where it is allowed: "" = cluster-wide (ClusterRole), else the
- * namespace of a Role ("@release" = the release namespace). */
+ * namespace of a Role ("@release" = the release namespace); names: the one object it is made on, when known
+ * in advance (then the rule must say so with resourceNames), else NULL. */
 static const struct api_call {
-        const char *group, *resource, *verbs, *where, *who;
+        const char *group, *resource, *verbs, *where, *who, *names;
 } CALLS[] = {
         { "", "pods", "list watch", "", "controller informer" },
         { "", "nodes", "list watch", "", "controller informer; launcher (registration)" },
@@ -294,8 +295,8 @@ static const struct api_call {
         { "", "pods/eviction", "create", "", "launcher: termination, evictions" },
         { "", "events", "create", "", "provisioner: Nominated/Warning on pods; launcher: on NodeClaims" },
         { "", "events", "list", "", "provisioner: Nominated events read back after a restart" },
-        { "", "secrets", "get", "", "launcher: NodeClass templatesRef/valuesRef" },
-        { "", "configmaps", "get", "", "launcher: kube-public/cluster-info" },
+        { "", "secrets", "get", "kube-system", "launcher: NodeClass templatesRef/valuesRef (their default namespace)" },
+        { "", "configmaps", "get", "kube-public", "launcher: kube-public/cluster-info", "cluster-info" },
         { "apps", "daemonsets", "list watch", "", "controller informer" },
         { "policy", "poddisruptionbudgets", "list watch", "", "controller informer (the scale-down pass)" },
         { "pvescale.io", "nodeclaims", "list watch", "", "controller informer" },
@@ -306,7 +307,8 @@ static const struct api_call {
         { "pvescale.io", "nodepools", "list watch get", "", "controller informer; launcher" },
         { "pvescale.io", "nodepools/status", "patch", "", "provisioner: resources in use" },
         { "pvescale.io", "proxmoxnodeclasses", "list watch get", "", "controller informer; launcher" },
-        { "coordination.k8s.io", "leases", "get create update", "@release", "leader election" },
+        { "coordination.k8s.io", "leases", "create", "@release", "leader election: the Lease's creation" },
+        { "coordination.k8s.io", "leases", "get update", "@release", "leader election", "pvescale-coordinator" },
         { "", "secrets", "get list create delete", "kube-system", "launcher: bootstrap tokens" },
 };
 
@@ -350,15 +352,23 @@ static json_t *rules_for(const json_t *docs, const char *where) {
         return rules;
 }
 
-static bool allowed(const json_t *rules, const char *group, const char *resource, const char *verb) {
+/* 1: a rule allows the call on names (resourceNames naming it, or any name when names is NULL); 0: none does;
+ * -1: only a rule for every name does, where resourceNames would do. */
+static int allowed(const json_t *rules, const char *group, const char *resource, const char *verb, const char *names) {
         size_t i;
         json_t *r;
+        int found = 0;
         json_array_foreach(rules, i, r) {
-                if (has(json_object_get(r, "apiGroups"), group) && has(json_object_get(r, "resources"), resource) &&
-                    has(json_object_get(r, "verbs"), verb))
-                        return true;
+                if (!has(json_object_get(r, "apiGroups"), group) || !has(json_object_get(r, "resources"), resource) ||
+                    !has(json_object_get(r, "verbs"), verb))
+                        continue;
+                const json_t *rn = json_object_get(r, "resourceNames");
+                if (names && !rn)
+                        return -1;
+                if (!rn || has(rn, names))
+                        found = 1;
         }
-        return false;
+        return found;
 }
 
 static bool in_calls(const char *group, const char *resource, const char *verb, const char *where) {
@@ -395,8 +405,8 @@ static void check_no_extra(const json_t *rules, const char *where) {
 static void test_rbac_covers_the_calls_exactly(void **state) {
         (void)state;
         json_t *docs = render(NULL);
-        static const char *const places[] = { "", "@release", "kube-system" };
-        for (size_t p = 0; p < 3; p++) {
+        static const char *const places[] = { "", "@release", "kube-system", "kube-public" };
+        for (size_t p = 0; p < 4; p++) {
                 json_t *rules = rules_for(docs, places[p]);
                 for (size_t i = 0; i < sizeof CALLS / sizeof CALLS[0]; i++) {
                         const struct api_call *c = &CALLS[i];
@@ -404,14 +414,31 @@ static void test_rbac_covers_the_calls_exactly(void **state) {
                                 continue;
                         char verbs[128], *save = NULL;
                         snprintf(verbs, sizeof verbs, "%s", c->verbs);
-                        for (char *v = strtok_r(verbs, " ", &save); v; v = strtok_r(NULL, " ", &save))
-                                if (!allowed(rules, c->group, c->resource, v))
+                        for (char *v = strtok_r(verbs, " ", &save); v; v = strtok_r(NULL, " ", &save)) {
+                                int a = allowed(rules, c->group, c->resource, v, c->names);
+                                if (a == 0)
                                         fail_msg("RBAC lacks %s %s/%s (%s) for %s", v, c->group, c->resource,
                                                  *c->where ? c->where : "cluster", c->who);
+                                if (a < 0)
+                                        fail_msg("RBAC grants %s %s/%s (%s) on every name where resourceNames [%s] "
+                                                 "would do", v, c->group, c->resource, *c->where ? c->where : "cluster",
+                                                 c->names);
+                        }
                 }
                 check_no_extra(rules, places[p]);
                 json_decref(rules);
         }
+        json_decref(docs);
+        /* Secrets outside kube-system only where rbac.secretNamespaces says, and only get. */
+        docs = render("{\"rbac\": {\"secretNamespaces\": [\"apps\"]}}");
+        json_t *rules = rules_for(docs, "apps");
+        assert_int_equal(allowed(rules, "", "secrets", "get", NULL), 1);
+        assert_int_equal(allowed(rules, "", "secrets", "list", NULL), 0);
+        json_decref(rules);
+        rules = rules_for(docs, "");
+        assert_int_equal(allowed(rules, "", "secrets", "get", NULL), 0);
+        assert_int_equal(allowed(rules, "", "configmaps", "get", NULL), 0);
+        json_decref(rules);
         json_decref(docs);
 }
 
