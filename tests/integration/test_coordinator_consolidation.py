@@ -121,9 +121,11 @@ class ConsolidationTest(cl.CoordinatorTest):
         fill = ["fill-%d" % i for i in range(3)]
         for n in fill:  # 1300m each: one per node, and room for one of web's 500m pods beside it
             c.create(PODS, cl.pod(n, cpu="1300m", memory="512Mi"))
-        c.create(DEPLOYS, deployment("web", 3))
-        cl.wait_for(lambda: self.running(6) and self.claims_initialized(3), 120, interval=0.5,
-                    what="3 fillers and web's 3 pods Running on 3 Initialized claims")
+        cl.wait_for(lambda: self.running(3) and self.claims_initialized(3), 90, interval=0.5,
+                    what="3 fillers Running on 3 Initialized claims")
+        c.create(DEPLOYS, deployment("web", 3))  # then web, so that no two of its pods share a node
+        cl.wait_for(lambda: self.running(6), 30, interval=0.5, what="web's 3 pods Running beside them")
+        self.assertEqual(len(c.claims()), 3)
         self.delete_pods(fill)
         cl.wait_for(lambda: self.running(3), 30, interval=0.5, what="the fillers gone")
         self.assertEqual(len({p["spec"]["nodeName"] for p in self.live()}), 3, "one web pod a node")
