@@ -225,13 +225,18 @@ static json_t *entry_new(enum stats_disruption_method m, const char *message, in
 
 /* ---- after a restart: the replaces under way, from the claims' annotations ---- */
 
-static enum stats_disruption_method method_of(const char *message) {
+/* The decision's method from its message and its old claims: both consolidations say "Consolidation", and only
+ * the multi-node one replaces two claims or more. */
+static enum stats_disruption_method method_of(const char *message, const char *old) {
         for (int m = 0; m < DISRUPT_METHOD_COUNT; m++) {
                 const char *name = disrupt_method_name((enum disrupt_method)m);
-                if (strncmp(message, name, strlen(name)) == 0)
-                        return stats_method((enum disrupt_method)m);
+                if (strncmp(message, name, strlen(name)) != 0)
+                        continue;
+                if (m == DISRUPT_METHOD_MULTI_NODE || m == DISRUPT_METHOD_SINGLE_NODE)
+                        break;
+                return stats_method((enum disrupt_method)m);
         }
-        return STATS_DISRUPTION_CONSOLIDATION;
+        return strchr(old, ',') ? STATS_DISRUPTION_MULTI_NODE_CONSOLIDATION : STATS_DISRUPTION_CONSOLIDATION;
 }
 
 /* A replacement claim into the replace of the claims it names, unless those are all gone or being deleted (that
@@ -244,7 +249,8 @@ static void rebuild_one(struct disruption *d, const json_t *claims, const json_t
                 return;
         rfc3339_parse(meta_str(c, "creationTimestamp") ?: "", &created);
         json_t *e = json_object_get(d->replacing, old);
-        if (!e && json_object_set_new(d->replacing, old, entry_new(method_of(msg ?: ""), msg ?: "Replace", created)))
+        if (!e && json_object_set_new(d->replacing, old,
+                                      entry_new(method_of(msg ?: "", old), msg ?: "Replace", created)))
                 return;
         e = json_object_get(d->replacing, old);
         json_array_append_new(json_object_get(e, "claims"), json_string(name));
@@ -283,10 +289,11 @@ static int replacement_state(const json_t *claim, const char *name, char *why, s
         const json_t *st = json_object_get(claim, "status");
         const char *step = json_string_value(json_object_get(st, "launchStep"));
         const char *reason = json_string_value(json_object_get(st, "failureReason"));
-        if (!claim || deleting(claim))
-                snprintf(why, len, "its replacement nodeclaim/%s is gone", name);
-        else if (step && strcmp(step, nodeclaim_step_name(NODECLAIM_STEP_FAILED)) == 0)
+        /* Failed before gone: the launcher deletes a failed claim, and while it is there it says why. */
+        if (step && strcmp(step, nodeclaim_step_name(NODECLAIM_STEP_FAILED)) == 0)
                 snprintf(why, len, "its replacement nodeclaim/%s failed to launch (%s)", name, reason ?: "Failed");
+        else if (!claim || deleting(claim))
+                snprintf(why, len, "its replacement nodeclaim/%s is gone", name);
         else
                 return kube_condition_true(st, "Initialized") ? 1 : 0;
         return -1;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "disrupt.h"
+#include "nodeclaim.h"
 #include "provisioner.h"
 
 #define DISRUPTION_TAINT "pvescale.io/disrupted"
@@ -16,7 +17,7 @@
 #define DISRUPTION_PERIOD_MS 10000                           /* a pass every 10 s (--disruption-interval) */
 /* On a claim launched to replace others: their names, comma-separated, and the decision's message. The decision
  * is carried out (those claims deleted) once every claim with the same value is Initialized. */
-#define DISRUPTION_ANNOTATION_REPLACES "pvescale.io/replaces"
+#define DISRUPTION_ANNOTATION_REPLACES NODECLAIM_ANNOTATION_REPLACES /* the launcher reads it too */
 #define DISRUPTION_ANNOTATION_DECISION "pvescale.io/disruption"
 #define DISRUPTION_REPLACE_TIMEOUT_MS (10 * 60 * 1000) /* replacements not Initialized by then: the decision drops
                                                          * (--replacement-timeout) */

@@ -398,9 +398,9 @@ static json_t *requirement(const char *key, const char *value) {
         return json_pack("{s:s, s:s, s:[s]}", "key", key, "operator", "In", "values", value);
 }
 
-/* Copy the template's taints, startupTaints and expireAfter into spec. */
+/* Copy the template's taints, startupTaints, expireAfter and terminationGracePeriod into spec (as Karpenter does). */
 static void copy_template(json_t *spec, const json_t *pool) {
-        static const char *const keys[] = { "taints", "startupTaints", "expireAfter" };
+        static const char *const keys[] = { "taints", "startupTaints", "expireAfter", "terminationGracePeriod" };
         const json_t *ts = json_object_get(json_object_get(json_object_get(pool, "spec"), "template"), "spec");
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
                 json_t *v = json_object_get(ts, keys[i]);

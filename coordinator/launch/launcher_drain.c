@@ -63,10 +63,12 @@ struct drain_count {
         unsigned evicted, going, blocked, deleted;
 };
 
-/* The grace period of the claim or its NodePool (-1: none; a pool that is gone has none). */
+/* The grace period of the claim, else of its NodePool (-1: none; a pool that is gone has none). The pool is read
+ * only when the claim has none of its own. */
 static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *ret_ms) {
         char err[NODECLAIM_MESSAGE_MAX];
-        struct launchstep_result res = c->nodepool[0] ? launcher__need_pool(c) : launchstep_done();
+        bool own = json_object_get(json_object_get(c->claim, "spec"), "terminationGracePeriod") != NULL;
+        struct launchstep_result res = c->nodepool[0] && !own ? launcher__need_pool(c) : launchstep_done();
         if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
                 return res;
         int r = launchstep_grace_period(c->claim, c->pool, ret_ms, err, sizeof err);

@@ -439,7 +439,8 @@ static struct launchstep_result issue_clone(struct launcher__ctx *c, uint32_t vm
                 return launchstep_error(r, "clone %u to %u on %s: %s", tmpl, vmid, c->host, pve_client_error(c->pve));
         }
         log_info("launcher: NodeClaim %s: cloning template %u to VM %u on %s", c->name, tmpl, vmid, c->host);
-        stats_vm_created(c->l->env.stats, STATS_VM_CREATED_PROVISIONING);
+        stats_vm_created(c->l->env.stats, nodeclaim_is_replacement(c->claim) ? STATS_VM_CREATED_REPLACEMENT
+                                                                             : STATS_VM_CREATED_PROVISIONING);
         snprintf(c->image_id, sizeof c->image_id, "%s/%u", c->host, tmpl);
         res = follow_clone(c, vmid, upid);
         free(upid);

@@ -611,3 +611,9 @@ const char *nodeclaim_host(const json_t *claim) {
 const char *nodeclaim_region(const json_t *claim) {
         return claim_place(claim, KEY_REGION, SIM_LABEL_REGION);
 }
+
+bool nodeclaim_is_replacement(const json_t *claim) {
+        const json_t *ann = json_object_get(json_object_get(claim, "metadata"), "annotations");
+        const char *old = json_string_value(json_object_get(ann, NODECLAIM_ANNOTATION_REPLACES));
+        return old && old[0];
+}

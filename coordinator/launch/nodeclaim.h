@@ -55,6 +55,10 @@ enum nodeclaim_reservation {
         NODECLAIM_RESERVATION_PVE,   /* "pve": PVE accounting, without an agent */
 };
 
+/* On a claim launched to replace others (a disruption's replace, coordinator/control/disruption.c): their names,
+ * comma-separated. Here, below control/, so that the launcher can tell such a claim's VM from a provisioning one. */
+#define NODECLAIM_ANNOTATION_REPLACES "pvescale.io/replaces"
+
 #define NODECLAIM_MAX_CONDITIONS 16
 #define NODECLAIM_MESSAGE_MAX 512
 
@@ -140,6 +144,8 @@ enum nodeclaim_step nodeclaim_claim_step(const json_t *claim);
 const char *nodeclaim_host(const json_t *claim);
 /* Its PVE cluster: status.region, else its region requirement; NULL when neither. */
 const char *nodeclaim_region(const json_t *claim);
+/* Is the claim a replacement (a non-empty NODECLAIM_ANNOTATION_REPLACES)? */
+bool nodeclaim_is_replacement(const json_t *claim);
 /* The placement status from its parts (region may be NULL): host, region, capacity and allocatable of the shape;
  * what the launcher records with its first status write. New reference. */
 json_t *nodeclaim_placement_status(const char *host, const char *region, const struct shape *shape);

@@ -57,7 +57,10 @@ static const struct metric_doc GAUGES[STATS_N_GAUGES] = {
 };
 
 /* Label values, by enum: a new reason is a new line here. */
-static const char *const VM_CREATED[STATS_N_VM_CREATED] = { [STATS_VM_CREATED_PROVISIONING] = "provisioning" };
+static const char *const VM_CREATED[STATS_N_VM_CREATED] = {
+        [STATS_VM_CREATED_PROVISIONING] = "provisioning",
+        [STATS_VM_CREATED_REPLACEMENT] = "replacement",
+};
 static const char *const VM_DELETED[STATS_N_VM_DELETED] = {
         [STATS_VM_DELETED_LAUNCH_FAILED] = "launch_failed",
         [STATS_VM_DELETED_GARBAGE_COLLECTED] = "garbage_collected",

@@ -45,6 +45,7 @@ enum stats_histogram_kind {
 /* Why a VM was created; a new reason is one more value here and its label in stats.c. */
 enum stats_vm_created_reason {
         STATS_VM_CREATED_PROVISIONING, /* for pending pods (a provisioning round's claim) */
+        STATS_VM_CREATED_REPLACEMENT,  /* for a disruption's replacement claim (it replaces others) */
         STATS_N_VM_CREATED,
 };
 

@@ -313,11 +313,14 @@ static const struct manifest MANIFESTS[] = {
           "apiVersion: pvescale.io/v1alpha1\nkind: NodeClaim\nmetadata: {name: default-x7k2p, labels: {pvescale.io/nodepool: default}}\n"
           "spec:\n  nodePool: default\n  nodeClassRef: {group: pvescale.io, kind: ProxmoxNodeClass, name: default}\n"
           "  instanceType: t1.2VCPU-6GB\n  requirements: [{key: topology.kubernetes.io/zone, operator: In, values: [pve2]}]\n"
-          "  resources: {requests: {cpu: 1500m, memory: 3Gi, pods: 4}}\n"
+          "  resources: {requests: {cpu: 1500m, memory: 3Gi, pods: 4}}\n  terminationGracePeriod: 1h30m\n"
           "status:\n  providerID: proxmox://cluster-1/20001\n  vmid: 20001\n  region: cluster-1\n  host: pve2\n"
           "  reservationID: r-8f2c\n  nodeName: default-x7k2p\n  capacity: {cpu: \"2\", memory: 5683Mi}\n"
           "  conditions: [{type: Launched, status: \"True\", lastTransitionTime: \"2026-07-01T10:00:00Z\"}]\n", NULL },
         { "pvescale.io_nodeclaims.yaml", "spec:\n  nodePool: p\n  nodeClassRef: {name: d}\n", ".spec.instanceType" },
+        { "pvescale.io_nodeclaims.yaml",
+          "spec:\n  nodePool: p\n  nodeClassRef: {name: d}\n  instanceType: t\n  terminationGracePeriod: 1d\n",
+          ".spec.terminationGracePeriod" },
 };
 
 static void test_manifests(void **state) {

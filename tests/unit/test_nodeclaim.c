@@ -373,6 +373,11 @@ static void test_placement(void **state) {
                                         " \"status\": {\"region\": \"r3\"}}");
         assert_string_equal(nodeclaim_host(claim), "pve3");
         assert_string_equal(nodeclaim_region(claim), "r3");
+        assert_false(nodeclaim_is_replacement(claim));
+        json_object_set_new(claim, "metadata", test_json_parse("{\"annotations\": {\"pvescale.io/replaces\": \"\"}}"));
+        assert_false(nodeclaim_is_replacement(claim));
+        json_object_set_new(claim, "metadata", test_json_parse("{\"annotations\": {\"pvescale.io/replaces\": \"a,b\"}}"));
+        assert_true(nodeclaim_is_replacement(claim));
         free(st);
         json_decref(claim);
         json_decref(want);

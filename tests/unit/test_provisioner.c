@@ -139,7 +139,8 @@ static void test_host_charge(void **state) {
 #define CLASS "{\"metadata\": {\"name\": \"default\"}, \"spec\": {\"instanceTemplateRef\": {\"name\": \"t\"}}}"
 #define POOL(name, extra) "{\"metadata\": {\"name\": \"" name "\"}, \"spec\": {" extra "\"template\": {\"spec\": {" \
         "\"nodeClassRef\": {\"name\": \"default\"}, \"taints\": [{\"key\": \"dedicated\", \"value\": \"x\", \"effect\": \"NoSchedule\"}]," \
-        " \"startupTaints\": [{\"key\": \"boot\", \"effect\": \"NoSchedule\"}], \"expireAfter\": \"24h\"}}}}"
+        " \"startupTaints\": [{\"key\": \"boot\", \"effect\": \"NoSchedule\"}], \"expireAfter\": \"24h\"," \
+        " \"terminationGracePeriod\": \"90s\"}}}}"
 #define POD(name, uid, cpu) "{\"metadata\": {\"name\": \"" name "\", \"namespace\": \"default\", \"uid\": \"" uid "\"}," \
         " \"spec\": {\"tolerations\": [{\"key\": \"dedicated\", \"operator\": \"Exists\"}], \"containers\": [{\"name\": \"c\"," \
         " \"resources\": {\"requests\": {\"cpu\": \"" cpu "\", \"memory\": \"1Gi\"}}}]}}"
@@ -240,6 +241,7 @@ static void test_round_claim_object(void **state) {
         assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(spec, "startupTaints"), 0), "key")),
                             "boot");
         assert_string_equal(json_string_value(json_object_get(spec, "expireAfter")), "24h");
+        assert_string_equal(json_string_value(json_object_get(spec, "terminationGracePeriod")), "90s");
         json_t *st = provisioner_claim_status(r, res, 0);
         assert_string_equal(json_string_value(json_object_get(st, "host")), "pve7");
         assert_string_equal(json_string_value(json_object_get(st, "region")), "r1");

@@ -113,6 +113,8 @@ static void test_scale_down_counters(void **state) {
         static struct stats s;
         stats_init(&s);
         stats_vm_created(&s, STATS_VM_CREATED_PROVISIONING);
+        stats_vm_created(&s, STATS_VM_CREATED_REPLACEMENT);
+        stats_vm_created(&s, STATS_VM_CREATED_REPLACEMENT);
         stats_vm_deleted(&s, STATS_VM_DELETED_GARBAGE_COLLECTED);
         stats_vm_deleted(&s, STATS_VM_DELETED_GARBAGE_COLLECTED);
         stats_vm_deleted(&s, STATS_N_VM_DELETED);
@@ -127,6 +129,7 @@ static void test_scale_down_counters(void **state) {
         char *t = stats_render(&s, NULL);
         assert_non_null(t);
         assert_line(t, "vms_created_total{reason=\"provisioning\"} 1");
+        assert_line(t, "vms_created_total{reason=\"replacement\"} 2");
         assert_line(t, "vms_deleted_total{reason=\"garbage_collected\"} 2");
         assert_line(t, "vms_deleted_total{reason=\"launch_failed\"} 0");
         assert_line(t, "vms_deleted_total{reason=\"terminated\"} 0");
