@@ -245,8 +245,10 @@ static struct launchstep_result configure(struct launcher__ctx *c, uint32_t vmid
 static struct launchstep_result configured(struct launcher__ctx *c, const char *volume, const char *token_id) {
         struct nodeclaim_status *st = c->st;
         st->clone_task[0] = '\0';
-        if (c->image_id[0])
+        if (c->image_id[0]) {
                 snprintf(st->image_id, sizeof st->image_id, "%s", c->image_id);
+                snprintf(st->image_digest, sizeof st->image_digest, "%s", c->image_digest);
+        }
         if (volume[0])
                 snprintf(st->iso_volume, sizeof st->iso_volume, "%s", volume);
         if (token_id[0])
@@ -407,6 +409,7 @@ static struct launchstep_result follow_clone(struct launcher__ctx *c, uint32_t v
                 return launchstep_error(-E2BIG, "clone task %s: too long to record", upid);
         snprintf(c->st->clone_task, sizeof c->st->clone_task, "%s", upid);
         snprintf(c->st->image_id, sizeof c->st->image_id, "%s", c->image_id);
+        snprintf(c->st->image_digest, sizeof c->st->image_digest, "%s", c->image_digest);
         struct launchstep_result res = launcher__record(c, NODECLAIM_STEP_CLONING);
         if (!launchstep_ok(&res))
                 return res;
@@ -422,12 +425,30 @@ static int send_clone(struct launcher__ctx *c, uint32_t tmpl, uint32_t vmid, cha
         return r;
 }
 
+/* The template's config digest (PVE's: the SHA-1 of its config file), read just before the clone and recorded with
+ * imageID: the scale-down pass compares it with the template's digest of the day (TemplateDrifted). A template gone
+ * meanwhile is forgotten, so that the next attempt looks it up again. */
+static struct launchstep_result template_digest(struct launcher__ctx *c, uint32_t tmpl) {
+        json_t *config = NULL;
+        int r = pve_vm_config_get(c->pve, c->host, tmpl, &config);
+        if (r < 0) {
+                forget_template(c);
+                return launchstep_error(r, "config of template %u on %s: %s", tmpl, c->host, pve_client_error(c->pve));
+        }
+        const char *digest = json_string_value(json_object_get(config, "digest"));
+        snprintf(c->image_digest, sizeof c->image_digest, "%s", digest ? digest : "");
+        json_decref(config);
+        return launchstep_done();
+}
+
 static struct launchstep_result issue_clone(struct launcher__ctx *c, uint32_t vmid) {
         uint32_t tmpl;
         char *upid = NULL;
         struct launchstep_result res = launcher__need_nodeclass(c);
         if (launchstep_ok(&res))
                 res = find_template(c, &tmpl);
+        if (launchstep_ok(&res))
+                res = template_digest(c, tmpl);
         if (!launchstep_ok(&res))
                 return res;
         int r = send_clone(c, tmpl, vmid, &upid);
