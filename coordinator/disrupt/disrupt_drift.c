@@ -127,8 +127,8 @@ static bool template_drifted(const struct disrupt_candidate *c, char *what, size
         if (!was->vmid || !now->vmid)
                 return false;
         if (was->vmid != now->vmid) {
-                disrupt__say(what, len, "the Proxmox template on %s is VM %" PRIu32 " now, it was cloned from VM %" PRIu32,
-                             was->host ? was->host : "its host", now->vmid, was->vmid);
+                disrupt__say(what, len, "the Proxmox template on %s is VM %" PRIu32 " now, it was cloned from VM "
+                             "%" PRIu32, was->host ? was->host : "its host", now->vmid, was->vmid);
                 return true;
         }
         if (!was->digest || !now->digest || strcmp(was->digest, now->digest) == 0)

@@ -288,21 +288,17 @@ static struct launchstep_result finish_clone(struct launcher__ctx *c, uint32_t v
 }
 
 static struct launchstep_result find_template_ask(struct launcher__ctx *c, const json_t *ref, uint32_t *ret_vmid) {
-        json_t *list = NULL, *t;
-        const char *tags[11] = { 0 };
-        size_t i;
-        json_array_foreach(json_object_get(ref, "tags"), i, t)
-                if (i < 10)
-                        tags[i] = json_string_value(t);
+        json_t *list = NULL;
         const char *name = json_string_value(json_object_get(ref, "name"));
+        const char *tag = json_string_value(json_array_get(json_object_get(ref, "tags"), 0));
         int r = pve_vm_list(c->pve, c->host, &list);
         if (r < 0)
                 return launchstep_error(r, "VMs of %s: %s", c->host, pve_client_error(c->pve));
-        r = pve_find_template(list, name, tags[0] ? tags : NULL, ret_vmid);
+        r = pve_find_template_ref(list, ref, ret_vmid);
         json_decref(list);
         if (r < 0)
                 return launchstep_fail("TemplateNotFound", "no template %s%s%s on host %s", name ? name : "",
-                                       name ? "" : "with tags ", name ? "" : (tags[0] ? tags[0] : ""), c->host);
+                                       name ? "" : "with tags ", name ? "" : (tag ? tag : ""), c->host);
         return launchstep_done();
 }
 
