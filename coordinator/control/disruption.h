@@ -61,12 +61,13 @@ void disruption_input_templates_found(struct disruption_input *di);
 /* ---- drift: the templates of today and the Drifted conditions (disruption_drift.c, I/O) ---- */
 
 /* Complete di->templates from Proxmox (the VM list of each host once, then the config of the template the ref
- * names on it, for its digest) and fill the candidates' template_now. What cannot be looked up stays unknown (no
- * drift by the template); failed calls are logged. */
+ * names on it, for its digest) and fill the candidates' template_now. What cannot be looked up (a failed call,
+ * logged, or no template that matches) stays unknown: no drift by the template, and the entry gets "unknown". */
 void disruption_drift_templates(struct provisioner *p, struct disruption_input *di);
 /* Each candidate's Drifted condition as disrupt_drift_of finds it: True with the drift's reason and message, or
- * removed once the claim no longer drifts. Only a change is written (a status write with the claim's
- * resourceVersion, read again on a conflict); claims being deleted are left alone. */
+ * removed once the claim no longer drifts, unless its template is unknown this pass (the condition then stays).
+ * Only a change is written (a status write with the claim's resourceVersion, read again on a conflict); claims
+ * being deleted are left alone. */
 void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms);
 
 /* ---- the pass (disruption.c) ---- */

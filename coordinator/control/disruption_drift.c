@@ -33,7 +33,9 @@ static const json_t *vm_list(struct pve_client *pve, json_t *lists, const char *
         return list;
 }
 
-/* The template the entry's ref names on its host now, and its config's digest, into the entry. */
+/* The template the entry's ref names on its host now, and its config's digest, into the entry; "unknown": true when
+ * the lookup failed or no template matches (any more): nothing to compare then, and a Drifted condition stays as it
+ * is, as Karpenter leaves it when the cloud provider cannot tell. */
 static void look_up(struct provisioner *p, json_t *lists, json_t *e) {
         const char *region = json_string_value(json_object_get(e, "region"));
         const char *host = json_string_value(json_object_get(e, "host"));
@@ -41,8 +43,9 @@ static void look_up(struct provisioner *p, json_t *lists, json_t *e) {
         const json_t *list = pve ? vm_list(pve, lists, region, host) : NULL;
         json_t *config = NULL;
         uint32_t vmid;
+        json_object_set_new(e, "unknown", json_true());
         if (!json_is_array(list) || pve_find_template_ref(list, json_object_get(e, "ref"), &vmid) < 0)
-                return; /* no such template (any more): nothing to compare, no drift */
+                return;
         if (pve_vm_config_get(pve, host, vmid, &config) < 0) {
                 log_warning("disruption: the config of template %u on %s (for template drift): %s", vmid, host,
                             pve_client_error(pve));
@@ -52,6 +55,7 @@ static void look_up(struct provisioner *p, json_t *lists, json_t *e) {
         json_object_set_new(e, "vmid", json_integer(vmid));
         if (digest)
                 json_object_set_new(e, "digest", json_string(digest));
+        json_object_del(e, "unknown");
         json_decref(config);
 }
 
@@ -126,6 +130,12 @@ static void sync_one(struct kube_client *kube, const json_t *claim, struct drift
                 log_info("disruption: NodeClaim %s: no longer drifted", name);
 }
 
+/* Was candidate i's template to be looked up, and could it not be? */
+static bool template_unknown(const struct disruption_input *di, size_t i) {
+        const char *key = json_string_value(json_array_get(di->template_keys, i));
+        return key && json_is_true(json_object_get(json_object_get(di->templates, key), "unknown"));
+}
+
 void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms) {
         char what[DISRUPT_MESSAGE_MAX];
         for (size_t i = 0; i < di->n_candidates; i++) {
@@ -133,6 +143,8 @@ void disruption_drift_conditions(struct kube_client *kube, const struct disrupti
                 if (json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp"))
                         continue;
                 enum disrupt_drift d = disrupt_drift_of(&di->in, i, what, sizeof what);
+                if (d == DISRUPT_DRIFT_NONE && template_unknown(di, i))
+                        continue; /* it may have drifted by its template: the condition stays as it is */
                 struct drift_want w = { .reason = disrupt_drift_reason(d), .message = what, .now_ms = now_ms };
                 sync_one(kube, claim, &w);
         }
