@@ -163,6 +163,8 @@ const char *pve_cluster_node_ip(const json_t *cluster_status, const char *node);
 /* Find a template VM in a /nodes/{n}/qemu list: name matches when given, and every tag in tags (NULL-
  * terminated; may be NULL) is among the VM's tags. Lowest vmid wins. 0, or -ENOENT. */
 int pve_find_template(const json_t *vm_list, const char *name, const char *const *tags, uint32_t *ret_vmid);
+/* pve_find_template by a ProxmoxNodeClass's instanceTemplateRef ({name, tags}; the first 10 tags count). */
+int pve_find_template_ref(const json_t *vm_list, const json_t *ref, uint32_t *ret_vmid);
 
 /* ---- the client ---- */
 

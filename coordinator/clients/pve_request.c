@@ -574,3 +574,15 @@ int pve_find_template(const json_t *vm_list, const char *name, const char *const
         *ret_vmid = (uint32_t)best;
         return 0;
 }
+
+int pve_find_template_ref(const json_t *vm_list, const json_t *ref, uint32_t *ret_vmid) {
+        const char *tags[11] = { 0 };
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(ref, "tags"), i, t) {
+                if (i < 10)
+                        tags[i] = json_string_value(t);
+        }
+        return pve_find_template(vm_list, json_string_value(json_object_get(ref, "name")), tags[0] ? tags : NULL,
+                                 ret_vmid);
+}

@@ -547,6 +547,10 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
                 di->in.pass_period_ms = d->env.period_ms;
                 log_problems(d, di->problems);
         }
+        if (r == 0)
+                r = disruption_input_templates(di, snap->classes);
+        if (r == 0)
+                disruption_drift_templates(d->env.provisioner, di);
         if (r == 0 && d->env.provisioner && di->n_candidates > 0)
                 r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
         if (r < 0) {
@@ -573,6 +577,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
                 disruption_input_free(di);
                 return r;
         }
+        disruption_drift_conditions(d->env.kube, di, now_ms);
         out.candidates = di->n_candidates;
         out.decided = res->n_decisions;
         out.blocked = res->n_skips;

@@ -38,6 +38,9 @@ struct disruption_input {
         size_t n_candidates;
         json_t *problems; /* ["NodePool x: spec...: ..."]: NodePools left out */
         json_t *pdb_names; /* "ns/name" of each PDB of the snapshot: what the pods' blocking_pdb point to */
+        /* The Proxmox templates to look up (disruption_input_templates): "<region>/<host>/<instanceTemplateRef>" ->
+         * {"region", "host", "ref"}, with "vmid" and "digest" once found; per candidate its key (or null). */
+        json_t *templates, *template_keys;
 };
 
 /* The DISRUPT_POD_* flags of a pod: owned by a DaemonSet, a mirror pod, do-not-disrupt, safe-to-evict "false". */
@@ -46,6 +49,28 @@ unsigned disruption_pod_flags(const json_t *pod);
 int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms, bool repair,
                          struct disruption_input **ret);
 void disruption_input_free(struct disruption_input *di);
+
+/* ---- the Proxmox templates of the candidates (TemplateDrifted) ---- */
+
+/* Each candidate's template_launched from its claim (status.imageID "<host>/<VMID>", status.imageDigest), and in
+ * di->templates what the pass must look up: one entry per region, host and instanceTemplateRef (of the candidate's
+ * node class, from classes) of the candidates that recorded their template. 0 or -ENOMEM. Pure. */
+int disruption_input_templates(struct disruption_input *di, const json_t *classes);
+/* Each candidate's template_now from the entries of di->templates that the lookup completed with "vmid" and
+ * "digest" (borrowed from them); the others stay unknown. Pure. */
+void disruption_input_templates_found(struct disruption_input *di);
+
+/* ---- drift: the templates of today and the Drifted conditions (disruption_drift.c, I/O) ---- */
+
+/* Complete di->templates from Proxmox (the VM list of each host once, then the config of the template the ref
+ * names on it, for its digest) and fill the candidates' template_now. What cannot be looked up (a failed call,
+ * logged, or no template that matches) stays unknown: no drift by the template, and the entry gets "unknown". */
+void disruption_drift_templates(struct provisioner *p, struct disruption_input *di);
+/* Each candidate's Drifted condition as disrupt_drift_of finds it: True with the drift's reason and message, or
+ * removed once the claim no longer drifts, unless its template is unknown this pass (the condition then stays).
+ * Only a change is written (a status write with the claim's resourceVersion, read again on a conflict); claims
+ * being deleted are left alone. */
+void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms);
 
 /* ---- the pass (disruption.c) ---- */
 

@@ -1,6 +1,7 @@
 /* disruption_input: the disruption decisions' input (coordinator/disrupt) from a snapshot of the informers' cache
  * and its provisioning round: the NodePools' settings, the node classes' hashes, and one candidate per
- * Initialized node of ours with its pods and the PodDisruptionBudgets that block them. Pure. */
+ * Initialized node of ours with its pods and the PodDisruptionBudgets that block them, and the Proxmox templates its
+ * claims were cloned from. Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "disruption.h"
 
@@ -356,6 +357,85 @@ void disruption_input_free(struct disruption_input *di) {
         free(di->classes);
         json_decref(di->problems);
         json_decref(di->pdb_names);
+        json_decref(di->templates);
+        json_decref(di->template_keys);
         provisioner_round_free(di->round);
         free(di);
+}
+
+/* ---- the Proxmox templates of the candidates ---- */
+
+static const json_t *class_named(const json_t *classes, const char *name) {
+        size_t i;
+        json_t *nc;
+        json_array_foreach(classes, i, nc) {
+                const char *n = str_at(json_object_get(nc, "metadata"), "name");
+                if (n && name && strcmp(n, name) == 0)
+                        return nc;
+        }
+        return NULL;
+}
+
+/* The template a claim was cloned from: status.imageID "<host>/<VMID>" on its recorded host, and imageDigest. */
+static bool launched_from(const json_t *claim, struct disrupt_template *ret) {
+        const json_t *st = json_object_get(claim, "status");
+        const char *host = str_at(st, "host"), *image = str_at(st, "imageID"), *digest = str_at(st, "imageDigest");
+        size_t n = host ? strlen(host) : 0;
+        char *end = NULL;
+        if (!n || !image || strncmp(image, host, n) != 0 || image[n] != '/')
+                return false;
+        unsigned long vmid = strtoul(image + n + 1, &end, 10);
+        if (!end || *end || vmid == 0 || vmid > UINT32_MAX)
+                return false;
+        *ret = (struct disrupt_template){ .host = host, .vmid = (uint32_t)vmid,
+                                          .digest = digest && *digest ? digest : NULL };
+        return true;
+}
+
+/* The lookup's entry for candidate i (its key into template_keys), made when new. */
+static int want_template(struct disruption_input *di, size_t i, const json_t *claim, const json_t *ref) {
+        const char *region = str_at(json_object_get(claim, "status"), "region");
+        const char *host = di->candidates[i].template_launched.host;
+        char *text = json_dumps(ref, JSON_COMPACT | JSON_SORT_KEYS);
+        json_t *key = text && region ? json_sprintf("%s/%s/%s", region, host, text) : NULL;
+        free(text);
+        if (!key)
+                return region ? -ENOMEM : 0;
+        int r = json_array_set(di->template_keys, i, key);
+        if (r == 0 && !json_object_get(di->templates, json_string_value(key)))
+                r = json_object_set_new(di->templates, json_string_value(key),
+                                        json_pack("{s:s, s:s, s:O}", "region", region, "host", host, "ref", ref));
+        json_decref(key);
+        return r < 0 ? -ENOMEM : 0;
+}
+
+int disruption_input_templates(struct disruption_input *di, const json_t *classes) {
+        di->templates = json_object();
+        di->template_keys = json_array();
+        if (!di->templates || !di->template_keys)
+                return -ENOMEM;
+        for (size_t i = 0; i < di->n_candidates; i++) {
+                struct disrupt_candidate *c = &di->candidates[i];
+                const json_t *ref = json_object_get(json_object_get(class_named(classes, c->nodeclass), "spec"),
+                                                    "instanceTemplateRef");
+                if (json_array_append_new(di->template_keys, json_null()) < 0)
+                        return -ENOMEM;
+                if (!launched_from(di->claims[i], &c->template_launched) || !json_is_object(ref))
+                        continue;
+                int r = want_template(di, i, di->claims[i], ref);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+void disruption_input_templates_found(struct disruption_input *di) {
+        for (size_t i = 0; i < di->n_candidates; i++) {
+                const char *key = json_string_value(json_array_get(di->template_keys, i));
+                const json_t *e = key ? json_object_get(di->templates, key) : NULL;
+                json_int_t vmid = json_integer_value(json_object_get(e, "vmid"));
+                if (vmid > 0 && vmid <= UINT32_MAX)
+                        di->candidates[i].template_now = (struct disrupt_template){
+                                .host = str_at(e, "host"), .vmid = (uint32_t)vmid, .digest = str_at(e, "digest") };
+        }
 }

@@ -110,6 +110,13 @@ static struct pve_client *pve_for(struct provisioner *p, size_t i) {
         return p->pve[i];
 }
 
+struct pve_client *provisioner_pve(struct provisioner *p, const char *region) {
+        for (size_t i = 0; region && i < p->env.cfg->n_clusters; i++)
+                if (p->env.cfg->clusters[i].region && strcmp(p->env.cfg->clusters[i].region, region) == 0)
+                        return pve_for(p, i);
+        return NULL;
+}
+
 static const char *agent_address(const struct config *cfg, const char *host, const char *ip) {
         for (size_t i = 0; i < cfg->agents.n_hosts; i++)
                 if (strcmp(cfg->agents.hosts[i].node, host) == 0)

@@ -195,6 +195,10 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
  * -ENOMEM. */
 int provisioner_add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap);
 
+/* The Proxmox client of a region (a config cluster's), made when first asked for; NULL when the region is not
+ * configured or the client cannot be made. It belongs to the calling thread, as the provisioner does. */
+struct pve_client *provisioner_pve(struct provisioner *p, const char *region);
+
 /* Create res's planned claims (r with host room) as a round does (finalizer, launched through claim_created), each
  * with these annotations too (an object of strings; may be NULL). names[i]: the claim's name (free it), or NULL
  * when it could not be created (logged). Returns how many were created. */

@@ -132,6 +132,14 @@ struct disrupt_pod {
 
 enum disrupt_ready { DISRUPT_READY_TRUE, DISRUPT_READY_FALSE, DISRUPT_READY_UNKNOWN };
 
+/* A Proxmox template as drift sees it: the template VM a node class names on one host, and its config's digest
+ * (PVE's `digest`, the SHA-1 of the config file). vmid 0: unknown; digest NULL: unknown. Strings are borrowed. */
+struct disrupt_template {
+        const char *host;
+        uint32_t vmid;
+        const char *digest;
+};
+
 /* One of our nodes: its NodeClaim and its Node. Strings are borrowed. */
 struct disrupt_candidate {
         const char *claim, *pool, *nodeclass;
@@ -141,6 +149,9 @@ struct disrupt_candidate {
         int64_t initialized_ms;      /* Initialized since; 0 = not initialized (never a candidate) */
         int64_t last_pod_event_ms;   /* the last time a pod was bound to or left the node (0: none) */
         const char *nodepool_hash, *nodeclass_hash; /* the claim's annotations; NULL: unknown, never drifted */
+        /* The template the claim's VM was cloned from (status.imageID, imageDigest), and the one its node class
+         * names on that host now (looked up by the pass). Either unknown: never drifted by the template. */
+        struct disrupt_template template_launched, template_now;
         enum disrupt_ready ready;
         int64_t ready_since_ms;      /* the Ready condition's lastTransitionTime */
         bool do_not_disrupt;         /* the Node or claim carries a do-not-disrupt annotation "true" */
@@ -209,6 +220,26 @@ void disrupt_result_free(struct disrupt_result *r);
  * cordoned and their pods (but DaemonSet and mirror pods) pending. The result's claims are the replacements, each
  * with its pool, shape, host and labels. 0 and *ret (simulate_result_free), or a negative errno. */
 int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n, struct sim_result **ret);
+
+/* ---- drift (disrupt_drift.c) ---- */
+
+/* What a claim drifted from, in the order Karpenter checks it; disrupt_drift_reason names each as the reason of the
+ * claim's Drifted condition. */
+enum disrupt_drift {
+        DISRUPT_DRIFT_NONE,
+        DISRUPT_DRIFT_NODEPOOL,     /* "NodePoolDrifted": the NodePool's template hash differs from the claim's */
+        DISRUPT_DRIFT_REQUIREMENTS, /* "RequirementsDrifted": the node's labels fail the NodePool's requirements */
+        DISRUPT_DRIFT_NODECLASS,    /* "NodeClassDrifted": the node class's hash differs from the claim's */
+        DISRUPT_DRIFT_TEMPLATE,     /* "TemplateDrifted": the Proxmox template is another VM, or its config changed */
+};
+
+/* "NodePoolDrifted", "RequirementsDrifted", "NodeClassDrifted", "TemplateDrifted"; NULL for none. */
+const char *disrupt_drift_reason(enum disrupt_drift d);
+/* Has candidate i drifted, and from what? what gets a sentence for people ("NodePool default requires
+ * topology.kubernetes.io/zone In [pve2], not topology.kubernetes.io/zone=pve1"), "" when not. A requirement of the
+ * pool on a label the node lacks is met when the label is well known (zone, region, instance type, family, arch,
+ * os, capacity type, node pool and class) or the operator is NotIn or DoesNotExist, as in Karpenter. */
+enum disrupt_drift disrupt_drift_of(const struct disrupt_input *in, size_t i, char *what, size_t len);
 
 /* The relative price of a shape: vCPUs plus GiB of VM memory / 4 (one vCPU costs as much as 4 GiB). */
 double disrupt_price(const struct shape *s);

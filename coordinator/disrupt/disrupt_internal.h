@@ -1,6 +1,7 @@
 /* disrupt_internal: what the files of the disrupt module share (docs/architecture.md, "Private names"). Order,
  * lower first: disrupt_parse, disrupt_cron; disrupt_state (one pass's context, budgets, guards, the result);
- * disrupt_trial (the scheduling simulation of removing nodes); disrupt_methods; disrupt (the pass). */
+ * disrupt_trial (the scheduling simulation of removing nodes); disrupt_drift (has a claim drifted); disrupt_methods;
+ * disrupt (the pass). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 

@@ -64,25 +64,9 @@ int disrupt__emptiness(struct disrupt__ctx *ctx, size_t pool) {
 
 /* ---- drift ---- */
 
-static const char *class_hash(const struct disrupt__ctx *ctx, const char *name) {
-        for (size_t k = 0; name && k < ctx->in->n_classes; k++)
-                if (strcmp(ctx->in->classes[k].name, name) == 0)
-                        return ctx->in->classes[k].hash;
-        return NULL;
-}
-
-/* Has the claim drifted? The message says from what. */
+/* Has the claim drifted (disrupt_drift.c)? The message says from what. */
 static bool drifted(const struct disrupt__ctx *ctx, size_t i, char *what, size_t len) {
-        const struct disrupt_candidate *c = cand(ctx, i);
-        const struct disrupt_pool *p = &ctx->in->pools[ctx->pool_of[i]];
-        const char *h = class_hash(ctx, c->nodeclass);
-        if (c->nodepool_hash && strcmp(c->nodepool_hash, p->hash) != 0)
-                disrupt__say(what, len, "NodePool %s changed since launch", p->name);
-        else if (c->nodeclass_hash && h && strcmp(c->nodeclass_hash, h) != 0)
-                disrupt__say(what, len, "ProxmoxNodeClass %s changed since launch", c->nodeclass);
-        else
-                return false;
-        return true;
+        return disrupt_drift_of(ctx->in, i, what, len) != DISRUPT_DRIFT_NONE;
 }
 
 static int drift_one(struct disrupt__ctx *ctx, size_t pool, size_t i, const char *what) {

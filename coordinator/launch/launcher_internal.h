@@ -125,6 +125,7 @@ struct launcher__ctx {
         bool vm_fresh;                /* this reconcile configured the VM, which was never configured: stopped */
         uint32_t bound_vmid;          /* this reconcile bound the claim's reservation to this VM */
         char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
+        char image_digest[72];        /* and the template's config digest when it was cloned */
         bool timed;                   /* start latencies are being accounted (and not yet reported by this run) */
         struct latency_waits waits0;  /* the thread's waits when this reconcile began (when timed) */
 };

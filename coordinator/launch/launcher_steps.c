@@ -245,8 +245,10 @@ static struct launchstep_result configure(struct launcher__ctx *c, uint32_t vmid
 static struct launchstep_result configured(struct launcher__ctx *c, const char *volume, const char *token_id) {
         struct nodeclaim_status *st = c->st;
         st->clone_task[0] = '\0';
-        if (c->image_id[0])
+        if (c->image_id[0]) {
                 snprintf(st->image_id, sizeof st->image_id, "%s", c->image_id);
+                snprintf(st->image_digest, sizeof st->image_digest, "%s", c->image_digest);
+        }
         if (volume[0])
                 snprintf(st->iso_volume, sizeof st->iso_volume, "%s", volume);
         if (token_id[0])
@@ -286,21 +288,17 @@ static struct launchstep_result finish_clone(struct launcher__ctx *c, uint32_t v
 }
 
 static struct launchstep_result find_template_ask(struct launcher__ctx *c, const json_t *ref, uint32_t *ret_vmid) {
-        json_t *list = NULL, *t;
-        const char *tags[11] = { 0 };
-        size_t i;
-        json_array_foreach(json_object_get(ref, "tags"), i, t)
-                if (i < 10)
-                        tags[i] = json_string_value(t);
+        json_t *list = NULL;
         const char *name = json_string_value(json_object_get(ref, "name"));
+        const char *tag = json_string_value(json_array_get(json_object_get(ref, "tags"), 0));
         int r = pve_vm_list(c->pve, c->host, &list);
         if (r < 0)
                 return launchstep_error(r, "VMs of %s: %s", c->host, pve_client_error(c->pve));
-        r = pve_find_template(list, name, tags[0] ? tags : NULL, ret_vmid);
+        r = pve_find_template_ref(list, ref, ret_vmid);
         json_decref(list);
         if (r < 0)
                 return launchstep_fail("TemplateNotFound", "no template %s%s%s on host %s", name ? name : "",
-                                       name ? "" : "with tags ", name ? "" : (tags[0] ? tags[0] : ""), c->host);
+                                       name ? "" : "with tags ", name ? "" : (tag ? tag : ""), c->host);
         return launchstep_done();
 }
 
@@ -407,6 +405,7 @@ static struct launchstep_result follow_clone(struct launcher__ctx *c, uint32_t v
                 return launchstep_error(-E2BIG, "clone task %s: too long to record", upid);
         snprintf(c->st->clone_task, sizeof c->st->clone_task, "%s", upid);
         snprintf(c->st->image_id, sizeof c->st->image_id, "%s", c->image_id);
+        snprintf(c->st->image_digest, sizeof c->st->image_digest, "%s", c->image_digest);
         struct launchstep_result res = launcher__record(c, NODECLAIM_STEP_CLONING);
         if (!launchstep_ok(&res))
                 return res;
@@ -422,12 +421,30 @@ static int send_clone(struct launcher__ctx *c, uint32_t tmpl, uint32_t vmid, cha
         return r;
 }
 
+/* The template's config digest (PVE's: the SHA-1 of its config file), read just before the clone and recorded with
+ * imageID: the scale-down pass compares it with the template's digest of the day (TemplateDrifted). A template gone
+ * meanwhile is forgotten, so that the next attempt looks it up again. */
+static struct launchstep_result template_digest(struct launcher__ctx *c, uint32_t tmpl) {
+        json_t *config = NULL;
+        int r = pve_vm_config_get(c->pve, c->host, tmpl, &config);
+        if (r < 0) {
+                forget_template(c);
+                return launchstep_error(r, "config of template %u on %s: %s", tmpl, c->host, pve_client_error(c->pve));
+        }
+        const char *digest = json_string_value(json_object_get(config, "digest"));
+        snprintf(c->image_digest, sizeof c->image_digest, "%s", digest ? digest : "");
+        json_decref(config);
+        return launchstep_done();
+}
+
 static struct launchstep_result issue_clone(struct launcher__ctx *c, uint32_t vmid) {
         uint32_t tmpl;
         char *upid = NULL;
         struct launchstep_result res = launcher__need_nodeclass(c);
         if (launchstep_ok(&res))
                 res = find_template(c, &tmpl);
+        if (launchstep_ok(&res))
+                res = template_digest(c, tmpl);
         if (!launchstep_ok(&res))
                 return res;
         int r = send_clone(c, tmpl, vmid, &upid);

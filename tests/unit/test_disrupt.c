@@ -1,5 +1,6 @@
 /* Tests for coordinator/disrupt: NodePool disruption settings, cron schedules and budgets, drift hashes, and each
- * method and safety rule of a disruption pass (emptiness, drift, expiry, repair, single- and multi-node
+ * method and safety rule of a disruption pass (emptiness, drift of the pool, its requirements, the node class and
+ * the Proxmox template, expiry, repair, single- and multi-node
  * consolidation; do-not-disrupt, safe-to-evict, PDBs, budgets with schedules, pending pods, anti-flap). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
@@ -388,6 +389,143 @@ static void test_drift(void **state) {
         teardown(&f);
 }
 
+/* The node's labels (after the hostname and pool ones) and the pool's requirements, for requirements drift. */
+static void set_labels(struct fixture *f, size_t i, const struct sim_label *labels, size_t n) {
+        struct sim_node *sn = f->cands[i].sim;
+        struct sim_label *all = simulate_alloc(f->sim, (sn->n_labels + n) * sizeof *all);
+        memcpy(all, sn->labels, sn->n_labels * sizeof *all);
+        memcpy(all + sn->n_labels, labels, n * sizeof *all);
+        sn->labels = all;
+        sn->n_labels += n;
+}
+
+static void require(struct fixture *f, const char *key, enum sim_op op, const char *v1, const char *v2) {
+        struct sim_nodepool *sp = f->sim->pools[0];
+        struct sim_requirement *r = simulate_alloc(f->sim, sizeof *r);
+        const char **values = simulate_alloc(f->sim, 2 * sizeof *values);
+        values[0] = v1;
+        values[1] = v2;
+        *r = (struct sim_requirement){ .key = key, .op = op, .values = values, .n_values = v2 ? 2 : v1 ? 1 : 0 };
+        sp->reqs = r;
+        sp->n_reqs = 1;
+}
+
+static enum disrupt_drift drift_of(const struct fixture *f, size_t i, char *what) {
+        return disrupt_drift_of(&f->in, i, what, DISRUPT_MESSAGE_MAX);
+}
+
+static void test_drift_requirements(void **state) {
+        (void)state;
+        struct fixture f;
+        char what[DISRUPT_MESSAGE_MAX];
+        setup(&f, "{\"consolidationPolicy\": \"WhenEmpty\"}");
+        struct sim_host *h2 = simulate_add_host(f.sim);
+        *h2 = (struct sim_host){ .name = "pve2", .region = "r1", .free_cpus = 256, .free_memory_bytes = 1024 * GIB };
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        add_pod(&f, a, "web", 500, 0);
+        const struct sim_label labels[] = { { SIM_LABEL_ZONE, "pve1" }, { "team", "web" }, { "gen", "8" } };
+        set_labels(&f, a, labels, 3);
+        /* Met: no drift. */
+        require(&f, SIM_LABEL_ZONE, SIM_OP_IN, "pve1", "pve2");
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        assert_string_equal(what, "");
+        require(&f, SIM_LABEL_ZONE, SIM_OP_NOT_IN, "pve3", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        require(&f, "gen", SIM_OP_GT, "7", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        require(&f, "team", SIM_OP_EXISTS, NULL, NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        /* A well-known label the node lacks is no drift; nor is a custom one the pool wants absent or not some value. */
+        require(&f, SIM_LABEL_FAMILY, SIM_OP_IN, "t1", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        require(&f, "example.com/gpu", SIM_OP_DOES_NOT_EXIST, NULL, NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        require(&f, "example.com/gpu", SIM_OP_NOT_IN, "a100", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        /* Not met. */
+        require(&f, "example.com/gpu", SIM_OP_IN, "a100", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_REQUIREMENTS);
+        assert_string_equal(what, "NodePool default requires example.com/gpu In [a100], and its node has no label "
+                                  "example.com/gpu");
+        require(&f, "gen", SIM_OP_GT, "8", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_REQUIREMENTS);
+        require(&f, "team", SIM_OP_DOES_NOT_EXIST, NULL, NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_REQUIREMENTS);
+        require(&f, SIM_LABEL_ZONE, SIM_OP_IN, "pve2", NULL);
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_REQUIREMENTS);
+        assert_string_equal(disrupt_drift_reason(DISRUPT_DRIFT_REQUIREMENTS), "RequirementsDrifted");
+        /* Replaced first, by a node the simulation plans where the requirements hold. */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_DRIFT);
+        assert_int_equal(d->n_replacements, 1);
+        assert_contains(d->message, "Drift: NodePool default requires topology.kubernetes.io/zone In [pve2], not "
+                                    "topology.kubernetes.io/zone=pve1; replace, its 1 pods fit on a new");
+        struct sim_result *sr = NULL;
+        assert_int_equal(disrupt_replay(&f.in, &a, 1, &sr), 0);
+        assert_int_equal(sr->n_claims, 1);
+        assert_string_equal(f.sim->hosts[sr->claims[0].host]->name, "pve2");
+        simulate_result_free(sr);
+        /* The NodePool's own hash is checked first. */
+        f.cands[a].nodepool_hash = "0ld";
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NODEPOOL);
+        teardown(&f);
+}
+
+static void test_drift_template(void **state) {
+        (void)state;
+        struct fixture f;
+        char what[DISRUPT_MESSAGE_MAX];
+        const char *d1 = "3f786850e387550fdab836ed7e6dc881de23001b", *d2 = "89e6c98d92887913cadf06b2adb97f26cde4849b";
+        setup(&f, "{\"consolidationPolicy\": \"WhenEmpty\"}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        add_pod(&f, a, "web", 500, 0);
+        struct disrupt_candidate *c = &f.cands[a];
+        c->template_launched = (struct disrupt_template){ "pve1", 9000, d1 };
+        c->template_now = (struct disrupt_template){ "pve1", 9000, d1 };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        /* Unknown on either side: no drift (a claim from before imageDigest compares the VMID only). */
+        c->template_now = (struct disrupt_template){ "pve1", 0, NULL };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        c->template_launched = (struct disrupt_template){ "pve1", 9000, NULL };
+        c->template_now = (struct disrupt_template){ "pve1", 9000, d2 };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        c->template_launched = (struct disrupt_template){ "pve1", 0, NULL };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NONE);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        /* The template's config changed. */
+        c->template_launched = (struct disrupt_template){ "pve1", 9000, d1 };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_TEMPLATE);
+        assert_string_equal(what, "the Proxmox template VM 9000 on pve1 changed since launch (config digest "
+                                  "89e6c98d9288, was 3f786850e387)");
+        assert_string_equal(disrupt_drift_reason(DISRUPT_DRIFT_TEMPLATE), "TemplateDrifted");
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_DRIFT);
+        assert_int_equal(f.res->decisions[0].n_replacements, 1);
+        assert_contains(f.res->decisions[0].message, "Drift: the Proxmox template VM 9000 on pve1 changed since launch");
+        /* Another template VM now (a new one of that name, the old one gone). */
+        c->template_now = (struct disrupt_template){ "pve1", 9100, d1 };
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_TEMPLATE);
+        assert_string_equal(what, "the Proxmox template on pve1 is VM 9100 now, it was cloned from VM 9000");
+        /* Held by a rule: drifted, not disrupted, and the skip says both. */
+        c->do_not_disrupt = true;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "not disrupted: drifted (the Proxmox template on pve1 is VM 9100 now");
+        /* The node class's hash is checked before the template. */
+        c->nodeclass_hash = "0ld";
+        assert_int_equal(drift_of(&f, a, what), DISRUPT_DRIFT_NODECLASS);
+        assert_string_equal(disrupt_drift_reason(DISRUPT_DRIFT_NODECLASS), "NodeClassDrifted");
+        assert_string_equal(disrupt_drift_reason(DISRUPT_DRIFT_NODEPOOL), "NodePoolDrifted");
+        assert_null(disrupt_drift_reason(DISRUPT_DRIFT_NONE));
+        teardown(&f);
+}
+
 static void test_expiry_is_forceful(void **state) {
         (void)state;
         struct fixture f;
@@ -480,6 +618,8 @@ int main(void) {
                 cmocka_unit_test(test_blocking_pods_and_nodes),
                 cmocka_unit_test(test_budgets),
                 cmocka_unit_test(test_drift),
+                cmocka_unit_test(test_drift_requirements),
+                cmocka_unit_test(test_drift_template),
                 cmocka_unit_test(test_expiry_is_forceful),
                 cmocka_unit_test(test_repair),
                 cmocka_unit_test(test_young_and_pending),

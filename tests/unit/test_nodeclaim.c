@@ -25,6 +25,7 @@ static const char *FULL =
         " \"placement\": {\"numa\": [{\"hostNode\": 1, \"guestCPUs\": \"0-1\", \"memoryMiB\": 4096}], \"cpus\": \"4-5\"},"
         " \"vmid\": 105, \"providerID\": \"proxmox://r1/105\", \"cloneStartedAt\": \"2026-07-01T11:59:58.250Z\","
         " \"cloneTask\": \"UPID:pve1:00001:qmclone:105:root@pam:\", \"imageID\": \"pve1/9000\","
+        " \"imageDigest\": \"3f786850e387550fdab836ed7e6dc881de23001b\","
         " \"isoVolume\": \"local:iso/pvescale-a-12345678.iso\", \"tokenID\": \"abc123\","
         " \"startedAt\": \"2026-07-01T11:59:59.500Z\", \"nodeName\": \"node-a\", \"attempts\": 2,"
         " \"lastError\": \"start VM 105: timeout\", \"failureReason\": \"LaunchFailed\","
@@ -78,6 +79,7 @@ static void test_decode_every_field(void **state) {
         assert_int_equal(st->clone_started_ms, t0() - 1750);
         assert_string_equal(st->clone_task, "UPID:pve1:00001:qmclone:105:root@pam:");
         assert_string_equal(st->image_id, "pve1/9000");
+        assert_string_equal(st->image_digest, "3f786850e387550fdab836ed7e6dc881de23001b");
         assert_string_equal(st->iso_volume, "local:iso/pvescale-a-12345678.iso");
         assert_string_equal(st->token_id, "abc123");
         assert_int_equal(st->started_ms, t0() - 500);

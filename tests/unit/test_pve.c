@@ -403,6 +403,18 @@ static void test_find_template(void **state) {
         assert_int_equal(pve_find_template(vms, NULL, none, &id), -ENOENT);
         assert_int_equal(pve_find_template(vms, "nope", NULL, &id), -ENOENT);
         assert_int_equal(id, 7);
+        /* By a node class's instanceTemplateRef. */
+        json_t *by_tags = test_json_parse("{\"tags\": [\"talos\", \"k8s\"]}");
+        json_t *by_name = test_json_parse("{\"name\": \"k8s-template\", \"tags\": [\"ubuntu\"]}");
+        json_t *missing = test_json_parse("{\"name\": \"talos\", \"tags\": [\"ubuntu\"]}");
+        assert_int_equal(pve_find_template_ref(vms, by_tags, &id), 0);
+        assert_int_equal(id, 9100);
+        assert_int_equal(pve_find_template_ref(vms, by_name, &id), 0);
+        assert_int_equal(id, 9001);
+        assert_int_equal(pve_find_template_ref(vms, missing, &id), -ENOENT);
+        json_decref(by_tags);
+        json_decref(by_name);
+        json_decref(missing);
         json_decref(vms);
 }
 
