@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kube.h"
+#include "launchstep.h"
 #include "log.h"
 #include "nodeclaim.h"
 #include "rfc3339.h"
@@ -123,13 +124,33 @@ static void tell(struct disruption *d, const json_t *claim, const json_t *node, 
                 log_warning("disruption: cannot record the event \"%s\": %s", message, kube_client_error(d->env.kube));
 }
 
-/* Delete a NodeClaim (its finalizer drains and terminates it) with its Events. */
-static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message) {
+/* Node repair, as Karpenter's: the claim's termination grace period ends now, so that its Node's pods are deleted
+ * rather than evicted and waited for (no kubelet may be there to stop them). */
+static int end_grace_now(struct disruption *d, const char *name) {
+        char now[32];
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP,
+                                  rfc3339_format(rfc3339_now_ms(), now, sizeof now));
+        int r = patch ? kube_patch(d->env.kube, &kube_nodeclaims, NULL, name, NULL, KUBE_PATCH_MERGE, patch, NULL)
+                      : -ENOMEM;
+        json_decref(patch);
+        if (r < 0 && r != -ENOENT)
+                return log_error_errno(r, "disruption: NodeClaim %s: cannot set its termination timestamp: %s", name,
+                                       kube_client_error(d->env.kube));
+        return 0;
+}
+
+/* Delete a NodeClaim (its finalizer drains and terminates it) with its Events; forceful (repair): its termination
+ * grace period over at once. */
+static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message,
+                        bool forceful) {
         const char *name = meta_str(claim, "name");
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = meta_str(claim, "uid");
+        int r = forceful ? end_grace_now(d, name) : 0;
+        if (r < 0)
+                return r;
         tell(d, claim, node, "Normal", "DisruptionTerminating", message);
-        int r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
+        r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
         if (r < 0 && r != -ENOENT)
                 return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
                                        kube_client_error(d->env.kube));
@@ -141,7 +162,8 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
 static int carry_out(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec) {
         for (size_t k = 0; k < dec->n_candidates; k++) {
                 size_t i = dec->candidates[k];
-                int r = delete_claim(d, di->claims[i], di->nodes[i], dec->message);
+                int r = delete_claim(d, di->claims[i], di->nodes[i], dec->message,
+                                     dec->method == DISRUPT_METHOD_REPAIR);
                 if (r < 0)
                         return r;
         }
@@ -323,13 +345,14 @@ static int replace_state(const json_t *entry, const json_t *claims, int64_t now_
 static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims, const char *old,
                     const json_t *entry) {
         const char *msg = json_string_value(json_object_get(entry, "message"));
+        bool repair = json_integer_value(json_object_get(entry, "method")) == STATS_DISRUPTION_REPAIR;
         json_t *names = names_of(old), *n;
         size_t i;
         int r = names ? 0 : -ENOMEM;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
                 if (r == 0 && claim && !deleting(claim))
-                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), msg);
+                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), msg, repair);
         }
         json_decref(names);
         if (r == 0)

@@ -144,32 +144,48 @@ int disrupt__expiry(struct disrupt__ctx *ctx, size_t pool) {
         return rc;
 }
 
-static bool unhealthy(const struct disrupt__ctx *ctx, size_t i) {
-        const struct disrupt_candidate *c = cand(ctx, i);
-        int64_t after = ctx->in->repair_after_ms > 0 ? ctx->in->repair_after_ms : DISRUPT_REPAIR_AFTER_MS;
-        return c->ready != DISRUPT_READY_TRUE && ctx->in->now_ms - c->ready_since_ms >= after;
+static int64_t repair_after(const struct disrupt__ctx *ctx) {
+        return ctx->in->repair_after_ms > 0 ? ctx->in->repair_after_ms : DISRUPT_REPAIR_AFTER_MS;
 }
 
-int disrupt__repair(struct disrupt__ctx *ctx, size_t pool) {
-        size_t nodes = 0, deleting = 0, pick = SIZE_MAX;
-        char msg[MSG], a[32];
-        for (size_t i = 0; ctx->in->repair && i < ctx->in->n_candidates; i++) {
+/* Not Ready for the repair period: to be repaired. */
+static bool unhealthy(const struct disrupt__ctx *ctx, size_t i) {
+        const struct disrupt_candidate *c = cand(ctx, i);
+        return c->ready != DISRUPT_READY_TRUE && ctx->in->now_ms - c->ready_since_ms >= repair_after(ctx);
+}
+
+/* As Karpenter's node health controller: a pool with more nodes not Ready (for however long) than 20 % of its nodes,
+ * rounded up, is left alone, lest a cluster-wide fault (the network, the API server) have its nodes replaced one by
+ * one; each node due for repair is told why. */
+static bool pool_too_unhealthy(struct disrupt__ctx *ctx, size_t pool) {
+        size_t nodes = 0, not_ready = 0;
+        for (size_t i = 0; i < ctx->in->n_candidates; i++) {
                 if (ctx->pool_of[i] != pool)
                         continue;
                 nodes++;
-                deleting += cand(ctx, i)->deleting;
-                if (pick == SIZE_MAX && disrupt__open(ctx, pool, i) && !cand(ctx, i)->deleting && unhealthy(ctx, i))
+                not_ready += cand(ctx, i)->ready != DISRUPT_READY_TRUE;
+        }
+        if (not_ready <= (nodes * DISRUPT_REPAIR_MAX_PERCENT + 99) / 100)
+                return false;
+        for (size_t i = 0; i < ctx->in->n_candidates; i++)
+                if (disrupt__open(ctx, pool, i) && !cand(ctx, i)->deleting && unhealthy(ctx, i))
+                        disrupt__note(ctx, i, "not repaired: %zu of the %zu nodes of pool %s are not Ready, repair "
+                                      "acts only while at most %d%% are", not_ready, nodes,
+                                      ctx->in->pools[pool].name, DISRUPT_REPAIR_MAX_PERCENT);
+        return true;
+}
+
+int disrupt__repair(struct disrupt__ctx *ctx, size_t pool) {
+        size_t pick = SIZE_MAX;
+        char msg[MSG], a[32], b[32];
+        for (size_t i = 0; ctx->in->repair && i < ctx->in->n_candidates && pick == SIZE_MAX; i++)
+                if (disrupt__open(ctx, pool, i) && !cand(ctx, i)->deleting && unhealthy(ctx, i))
                         pick = i;
-        }
-        if (pick == SIZE_MAX)
+        if (pick == SIZE_MAX || pool_too_unhealthy(ctx, pool))
                 return 0;
-        if ((deleting + 1) * 100 > ((nodes * DISRUPT_REPAIR_MAX_PERCENT + 99) / 100) * 100) {
-                disrupt__note(ctx, pick, "not repaired: %zu of the %zu nodes of pool %s are being disrupted, repair "
-                              "takes at most 20%% at once", deleting, nodes, ctx->in->pools[pool].name);
-                return 0;
-        }
-        disrupt__say(msg, sizeof msg, "Repair: Ready is %s for %s (15m or more)",
+        disrupt__say(msg, sizeof msg, "Repair: Ready is %s for %s (%s or more)",
                  cand(ctx, pick)->ready == DISRUPT_READY_FALSE ? "False" : "Unknown",
-                 disrupt__human(ctx->in->now_ms - cand(ctx, pick)->ready_since_ms, a, sizeof a));
+                 disrupt__human(ctx->in->now_ms - cand(ctx, pick)->ready_since_ms, a, sizeof a),
+                 disrupt__human(repair_after(ctx), b, sizeof b));
         return forceful(ctx, pool, DISRUPT_METHOD_REPAIR, DISRUPT_REASON_UNHEALTHY, &pick, 1, msg);
 }

@@ -75,9 +75,12 @@ static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *r
         return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
 }
 
-/* Past the grace period: the pod is deleted, this incarnation only. */
+/* Past the grace period: the pod is deleted at once (grace 0: as Karpenter, which gives a pod what is left of the
+ * node's grace period, nothing once it is over; a pod whose kubelet is gone could wait for ever), this incarnation
+ * only. */
 static int delete_pod(struct launcher__ctx *c, const char *ns, const char *name, const json_t *pod) {
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
+        o.grace_period_seconds = 0;
         o.precondition_uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
         int r = kube_delete(c->kube, &kube_pods, ns, name, &o, NULL);
         if (r == 0)
@@ -161,7 +164,9 @@ struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
         res = grace_period(c, &grace);
         if (!launchstep_ok(&res))
                 return res;
-        int r = drain_pods(c, node, launchstep_grace_over(c->st->term_started_ms, grace, c->now), &n);
+        bool over = launchstep_grace_over(c->st->term_started_ms, grace, c->now) ||
+                    launchstep_termination_due(c->claim, c->now);
+        int r = drain_pods(c, node, over, &n);
         if (r < 0)
                 return launchstep_error(r, "drain Node %s: %s", node, kube_client_error(c->kube));
         if (!n.evicted && !n.going && !n.blocked && !n.deleted)

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "errmsg.h"
 #include "pve.h"
+#include "rfc3339.h"
 
 /* ---- results ---- */
 
@@ -385,6 +386,13 @@ int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *re
 
 bool launchstep_grace_over(int64_t started_ms, int64_t grace_ms, int64_t now_ms) {
         return grace_ms >= 0 && started_ms > 0 && now_ms - started_ms >= grace_ms;
+}
+
+bool launchstep_termination_due(const json_t *claim, int64_t now_ms) {
+        const char *s = str_at(json_object_get(claim, "metadata"), "annotations",
+                               LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP);
+        int64_t at;
+        return s && rfc3339_parse(s, &at) == 0 && now_ms >= at;
 }
 
 int64_t launchstep_drain_requeue(int64_t started_ms, int64_t now_ms) {

@@ -209,6 +209,14 @@ int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *re
  * are deleted (Karpenter's rule). */
 bool launchstep_grace_over(int64_t started_ms, int64_t grace_ms, int64_t now_ms);
 
+/* A deleted claim's termination ends its grace period at this time (RFC 3339), whatever its spec or NodePool says:
+ * Karpenter's karpenter.sh/nodeclaim-termination-timestamp, which node repair sets to the time it deletes the
+ * claim, so that the pods of a node that no kubelet tends are deleted at once instead of evicted and waited for. */
+#define LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP "pvescale.io/nodeclaim-termination-timestamp"
+
+/* Has the claim's termination timestamp (the annotation; a malformed one is ignored) come by now_ms? */
+bool launchstep_termination_due(const json_t *claim, int64_t now_ms);
+
 /* The pause before the drain looks again: a tenth of the time it has run, from LAUNCHSTEP_DRAIN_MIN_MS to
  * LAUNCHSTEP_DRAIN_MAX_MS (backing off without writing a count anywhere). */
 int64_t launchstep_drain_requeue(int64_t started_ms, int64_t now_ms);

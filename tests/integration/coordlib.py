@@ -30,6 +30,9 @@ CHART = os.path.join(SRC, "deploy", "helm", "pvescale-coordinator")
 CRDS = [os.path.join(SRC, "deploy", "crds", f) for f in
         ("pvescale.io_nodepools.yaml", "pvescale.io_proxmoxnodeclasses.yaml", "pvescale.io_nodeclaims.yaml")]
 GROUP = "/apis/pvescale.io/v1alpha1"
+# Coordinator flags for tests of scale-down: a pass every second (a decision is carried out a pass after it is
+# made) instead of every 10 s.
+FAST_SCALE_DOWN = ["--disruption-interval=1s"]
 
 
 def yaml_docs(*paths):

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 # pvescale-coordinator never flaps: a Deployment whose replicas (one per node, by hostname anti-affinity) follow a
-# sine over a few periods, with consolidation on, then none; a watch records every NodeClaim's creation, Initialized
-# and deletion; no more VMs than periods × peak need, no node deleted within consolidateAfter of being Initialized,
-# none deleted in the period it was launched in, and all gone once the load stays at 0.
+# sine over 20 periods, each a trough at 0 longer than consolidateAfter and then one bump of the sine up to the peak
+# and back, with consolidation on; a watch records every NodeClaim's creation, Initialized and deletion. Nodes are
+# deleted in the troughs (scale down happens, in most troughs), but no more VMs are created than periods x peak
+# need, no node is deleted within consolidateAfter of being Initialized, none is deleted in the period it was
+# launched in (the bump that needed it), and all are gone once the load stays at 0.
 # SPDX-License-Identifier: Apache-2.0
+import calendar
 import json
 import math
 import os
@@ -17,20 +20,35 @@ import coordlib as cl  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
-PERIODS, PERIOD_S, PEAK, STEP_S = 4, 40.0, 3, 2.0
-CONSOLIDATE_AFTER_S = 20
+# A period: a trough at 0 for TROUGH_S, then one bump of the sine (BUMP_S) up to PEAK pods and back to 0. The load is
+# sampled every STEP_S.
+PERIODS, TROUGH_S, BUMP_S, PEAK, STEP_S = 20, 8.0, 5.5, 3, 0.2
+PERIOD_S = TROUGH_S + BUMP_S
+CONSOLIDATE_AFTER_S = 5
+# A scale-down pass every second, and launches of about 1.5 s. A node goes 1-2 passes after it has been empty and
+# Initialized for consolidateAfter (the API's whole seconds make that up to 1 s early): after its period's end (its
+# bump's first pod is pending 0.7 s into the bump, and its node Initialized 1.2 s later at the earliest) and within
+# the next trough (at 0 for about 9.5 s: it ends 0.7 s into the next bump).
+FLAGS = cl.FAST_SCALE_DOWN + ["--batch-idle-duration=300ms"]
 # Budgets at 100 % so that only the anti-flap rules (consolidateAfter, pending pods) hold nodes back.
 DISRUPTION = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "%ds" % CONSOLIDATE_AFTER_S,
               "budgets": [{"nodes": "100%"}]}
-KNOBS = ("clone_seconds=0.5", "start_seconds=0.2", "join_delay_seconds=1", "ready_delay_seconds=0.5",
-         "pod_start_seconds=0.3")
+KNOBS = ("clone_seconds=0.3", "start_seconds=0.1", "join_delay_seconds=0.3", "ready_delay_seconds=0.2",
+         "pod_start_seconds=0.1")
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "wave"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
 
 def replicas_at(t):
-    """The load: 0 at each period's start and end, PEAK at its middle."""
-    return round(PEAK * (1 - math.cos(2 * math.pi * t / PERIOD_S)) / 2)
+    """The load: 0 through each period's trough, then a bump of the sine, 0 to PEAK and back; 0 after the last."""
+    u = t % PERIOD_S - TROUGH_S
+    if t >= PERIODS * PERIOD_S or u < 0:
+        return 0
+    return round(PEAK * (1 - math.cos(2 * math.pi * u / BUMP_S)) / 2)
+
+
+def period_of(t):
+    return int(t // PERIOD_S)
 
 
 def deployment(replicas):
@@ -43,18 +61,26 @@ def deployment(replicas):
 
 
 def initialized(claim):
-    return any(x["type"] == "Initialized" and x["status"] == "True"
-               for x in (claim.get("status") or {}).get("conditions", []))
+    """The Initialized condition's lastTransitionTime when it is True, else None."""
+    return next((x.get("lastTransitionTime") for x in (claim.get("status") or {}).get("conditions", [])
+                 if x["type"] == "Initialized" and x["status"] == "True"), None)
+
+
+def api_time(s):
+    """Whole seconds since the epoch of an RFC 3339 UTC time, as the API writes them."""
+    return calendar.timegm(time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S"))
 
 
 class ClaimWatch(threading.Thread):
     """Watches NodeClaims from a resourceVersion and keeps, per claim, when (monotonic) it was first seen, first
-    seen Initialized and first seen being deleted (deletionTimestamp) or gone."""
+    seen Initialized and first seen being deleted (deletionTimestamp) or gone; and, as the API recorded them, when it
+    became Initialized (the condition's lastTransitionTime) and its deletionTimestamp."""
 
     def __init__(self, sim, rv):
         super().__init__(daemon=True)
         self.sim, self.rv = sim, rv
         self.seen = {}
+        self.api = {}
         self.halt = threading.Event()
 
     def note(self, name, what):
@@ -69,8 +95,11 @@ class ClaimWatch(threading.Thread):
         self.note(name, "created")
         if initialized(obj):
             self.note(name, "initialized")
+            self.api.setdefault(name, {}).setdefault("initialized", initialized(obj))
         if obj["metadata"].get("deletionTimestamp") or ev["type"] == "DELETED":
             self.note(name, "deleted")
+        if obj["metadata"].get("deletionTimestamp"):
+            self.api.setdefault(name, {}).setdefault("deleted", obj["metadata"]["deletionTimestamp"])
 
     def run(self):
         while not self.halt.is_set():
@@ -121,10 +150,8 @@ class AntiFlapTest(cl.CoordinatorTest):
         rv = self.c.sim.kube("GET", cl.GROUP + "/nodeclaims").json["metadata"]["resourceVersion"]
         self.watch = ClaimWatch(self.c.sim, rv)
         self.watch.start()
-        self.co = cl.Coordinator(self.c)
+        self.co = cl.Coordinator(self.c, args=FLAGS)
         start = self.run_load()
-        # the load's troughs (about 16 s at 0) are shorter than consolidateAfter, so its nodes are kept through
-        # them; once it stays at 0 they go
         cl.wait_for(lambda: not self.c.claims(), 60, interval=1, what="every claim gone after the load ends")
         time.sleep(2)  # the watch catches up
         self.watch.halt.set()
@@ -135,14 +162,23 @@ class AntiFlapTest(cl.CoordinatorTest):
         self.assertLessEqual(created, PERIODS * PEAK, "more claims than periods x peak need\n" + story)
         self.assertLessEqual(self.c.sim.admin("GET", "/calls").json["pve"].get(
             "POST /nodes/{node}/qemu/{vmid}/clone", 0), PERIODS * PEAK, "VMs cloned")
+        troughs = set()  # the periods in whose trough (before their bump's first pod) a node was deleted
         for name, s in self.watch.seen.items():
             self.assertIn("deleted", s, "%s never deleted\n%s" % (name, story))
             self.assertIn("initialized", s, "%s deleted before it was Initialized\n%s" % (name, story))
-            age = s["deleted"] - s["initialized"]
-            self.assertGreaterEqual(age, CONSOLIDATE_AFTER_S, "%s deleted %.1f s after Initialized\n%s"
-                                    % (name, age, story))
-            launched, gone = [int((s[k] - start) // PERIOD_S) for k in ("created", "deleted")]
+            # as the API recorded them (whole seconds, the times the coordinator decides on)
+            api = self.watch.api[name]
+            age = api_time(api["deleted"]) - api_time(api["initialized"])
+            self.assertGreaterEqual(age, CONSOLIDATE_AFTER_S, "%s deleted %d s after Initialized (%s)\n%s"
+                                    % (name, age, api, story))
+            launched, gone = [period_of(s[k] - start) for k in ("created", "deleted")]
             self.assertNotEqual(launched, gone, "%s launched and deleted in period %d\n%s" % (name, gone, story))
+            if replicas_at(s["deleted"] - start) == 0 and s["deleted"] - start < PERIODS * PERIOD_S:
+                troughs.add(gone)
+        # Scale down happens between the bumps, not only once the load is over: in most of the 19 troughs after one.
+        sys.stderr.write("nodes deleted in the troughs of periods %s\n" % sorted(troughs))
+        self.assertGreaterEqual(len(troughs & set(range(1, PERIODS))), (PERIODS - 1) * 3 // 4,
+                                "scale down in the troughs of periods %s only\n%s" % (sorted(troughs), story))
 
 
 if __name__ == "__main__":

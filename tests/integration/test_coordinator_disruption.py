@@ -23,6 +23,9 @@ CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAf
                "budgets": [{"nodes": "100%"}]}
 # One shape only: two 700m pods fill a node, so where the pods go is known.
 ONE_SHAPE = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c1.2VCPU-4GB"]}]
+# A scale-down pass runs every second (cl.FAST_SCALE_DOWN): this long is three passes or more, time for a decision
+# to be made and carried out.
+PASSES_S = 3.5
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
@@ -53,7 +56,7 @@ class DisruptionTest(cl.CoordinatorTest):
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", pool)
-        self.co = cl.Coordinator(c)
+        self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN)
 
     def live(self):
         """The pods not being deleted."""
@@ -171,7 +174,7 @@ class DisruptionTest(cl.CoordinatorTest):
         cl.wait_for(lambda: len([e for e in self.events("DisruptionBlocked")
                                  if "pdb default/web allows 0 evictions" in e["message"]]) >= 2, 30, interval=1,
                     what="both claims blocked by the PDB")
-        time.sleep(12)  # more passes: still nothing
+        time.sleep(PASSES_S)  # more passes: still nothing
         self.assertEqual(len(self.c.claims()), 2)
         self.assertEqual(self.events("DisruptionTerminating"), [])
         r = self.c.sim.kube("PATCH", PDBS + "/web", {"spec": {"minAvailable": 1}}, ctype="application/merge-patch+json")
@@ -191,7 +194,7 @@ class DisruptionTest(cl.CoordinatorTest):
         cl.wait_for(lambda: len([e for e in self.events("DisruptionBlocked")
                                  if "is annotated do-not-disrupt" in e["message"]]) >= 2, 30, interval=1,
                     what="both claims kept by their do-not-disrupt pods")
-        time.sleep(12)
+        time.sleep(PASSES_S)  # more passes: still nothing
         self.assertEqual(len(self.c.claims()), 2)
         self.assertEqual(self.events("DisruptionTerminating"), [])
 
@@ -226,20 +229,21 @@ class DisruptionTest(cl.CoordinatorTest):
         cl.wait_for(lambda: any("budgets of pool default allow no more Empty disruptions" in e["message"]
                                 for e in self.events("DisruptionBlocked")), 30, interval=1,
                     what="an Event naming the budget")
-        time.sleep(12)
+        time.sleep(PASSES_S)  # more passes: still nothing
         self.assertEqual(len(self.c.claims()), 1)
         self.assertEqual(self.events("DisruptionTerminating"), [])
 
     def test_an_expired_node_goes(self):
         pool = cl.nodepool()
-        pool["spec"]["template"]["spec"]["expireAfter"] = "30s"
+        # long enough for the node to be launched and its pod deleted first (about 3 s; 6 s in the ASan build)
+        pool["spec"]["template"]["spec"]["expireAfter"] = "15s"
         claims = self.scale_up(["a"], pool=pool)
         self.delete_pods(["a"])  # its pods fit elsewhere (it has none left): a delete; consolidation is Never
         cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 60, interval=1, what="the expired node gone")
         told = [e["message"] for e in self.events("DisruptionTerminating") if e["involvedObject"]["kind"] == "NodeClaim"]
         self.assertEqual(len(told), 1, told)
         self.assertTrue(told[0].startswith("Expiry: created"), told)
-        self.assertIn("expireAfter is 30s", told[0])
+        self.assertIn("expireAfter is 15s", told[0])
         self.assertEqual(list(claims), [e["involvedObject"]["name"] for e in self.events("DisruptionTerminating")
                                         if e["involvedObject"]["kind"] == "NodeClaim"])
 

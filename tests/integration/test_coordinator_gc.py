@@ -13,6 +13,7 @@ from test_coordinator_launch import cluster_info  # noqa: E402
 from test_coordinator_termination import reservations  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
+GC_S = 2  # the collection's period (1m by default)
 ORPHAN = 4242
 ORPHAN_DESC = "pvescale-nodeclaim: long-gone\nuid: 00000000-dead-beef-0000-000000000000\ncreated: 2020-01-01T00:00:00Z\n"
 
@@ -45,18 +46,18 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         c.create(PODS, cl.pod("a"))
-        self.co = cl.Coordinator(c)
+        self.co = cl.Coordinator(c, args=["--gc-interval=%ds" % GC_S])
         cl.wait_for(lambda: len(c.claims()) == 1 and initialized(c.claims()[0]), 120, interval=0.5,
                     what="an Initialized claim")
-        cl.wait_for(lambda: ORPHAN not in [vm["vmid"] for vm in c.vms()], 90, interval=1,
-                    what="the orphan VM collected (the collection runs every minute)")
+        cl.wait_for(lambda: ORPHAN not in [vm["vmid"] for vm in c.vms()], 30, interval=0.5,
+                    what="the orphan VM collected (the collection runs every %d s)" % GC_S)
         claim = c.claims()[0]
         name, st = claim["metadata"]["name"], claim["status"]
         self.assertEqual(len(c.sim.kube("GET", "/api/v1/nodes").json["items"]), 1)
         self.assertTrue(st.get("reservationID"), st)
         self.delete_vm(st["vmid"])
-        # the next collection (every minute) finds it; its termination takes the Node and the reservation
-        cl.wait_for(lambda: not [x for x in c.claims() if x["metadata"]["name"] == name], 90, interval=1,
+        # the next collection finds it; its termination takes the Node and the reservation
+        cl.wait_for(lambda: not [x for x in c.claims() if x["metadata"]["name"] == name], 30, interval=0.5,
                     what="the claim whose VM is gone deleted")
         self.assertEqual(c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).status, 404, "its Node is gone")
         self.assertNotIn(st["reservationID"], [r["id"] for r in reservations(c, "pve1")], "its reservation released")

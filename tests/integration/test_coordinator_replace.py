@@ -64,7 +64,7 @@ class ReplaceTest(cl.CoordinatorTest):
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         c.create(DEPLOYMENTS, deployment("web", 2))
-        self.co = cl.Coordinator(c)
+        self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN)
 
         def ready():
             nodes, n = self.running_on("web")

@@ -22,6 +22,7 @@ PODS = "/api/v1/namespaces/default/pods"
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 EVICT = "POST /api/v1/namespaces/{namespace}/pods/{name}/eviction"
 DISRUPTED = "pvescale.io/disrupted"
+POD_GRACE_S = 3
 
 
 def reservations(c, host):
@@ -83,7 +84,9 @@ class TerminationTest(cl.CoordinatorTest):
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         c.create("/apis/apps/v1/namespaces/kube-system/daemonsets", cl.DAEMONSET)
         for i in range(2):
-            c.create(PODS, cl.pod("web-%d" % i, cpu="500m", memory="512Mi", labels={"app": "web"}))
+            # Killed 3 s after their eviction (30 s by default): the drain waits for them to be gone.
+            c.create(PODS, cl.pod("web-%d" % i, cpu="500m", memory="512Mi", labels={"app": "web"},
+                                  terminationGracePeriodSeconds=POD_GRACE_S))
         self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)  # the coordinator's calls from here
         self.co = cl.Coordinator(c)
         cl.wait_for(lambda: all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# Tests of the simulated kubelets: join with a bootstrap token from the cloud-init ISO, labels, taints, capacity.
+# Tests of the simulated kubelets: join with a bootstrap token from the cloud-init ISO, labels, taints, capacity; a
+# kubelet that posts NotReady, and one that stops posting (its Node marked Unknown by the node lifecycle controller).
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import os
@@ -159,6 +160,67 @@ class KubeletTest(unittest.TestCase):
         self.assertIsNone(self.node("sulky"))
         self.sim.knobs(never_join=[])
         simtest.wait_for(lambda: self.ready("sulky") == "True", what="sulky joins after the fault is lifted")
+
+    def condition(self, name, ctype="Ready"):
+        return next((c for c in self.node(name)["status"]["conditions"] if c["type"] == ctype), None)
+
+    def renewed(self, name):
+        r = self.sim.kube("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + name)
+        return r.json["spec"]["renewTime"] if r.status == 200 else None
+
+    def test_kubelet_not_ready_and_stopped_faults(self):
+        self.secret("flk123", "dddddddddddddddd")
+        self.sim.knobs(lease_interval_seconds=0.2, node_monitor_grace_seconds=1.5)
+        self.addCleanup(self.sim.knobs, lease_interval_seconds=10.0, node_monitor_grace_seconds=50.0,
+                        kubelet_not_ready=[], kubelet_stopped=[])
+        self.boot_vm(308, "flaky", USER_DATA.format(token="flk123.dddddddddddddddd"), cores=2, memory=2048)
+        simtest.wait_for(lambda: self.ready("flaky") == "True", what="flaky Ready")
+        p = pod("on-flaky", nodeName="flaky", terminationGracePeriodSeconds=30)
+        p["metadata"]["annotations"] = {"sim.pvescale.io/exit-on-term": "true"}
+        self.assertEqual(self.sim.kube("POST", "/api/v1/namespaces/default/pods", p).status, 201)
+        path = "/api/v1/namespaces/default/pods/on-flaky"
+        simtest.wait_for(lambda: self.sim.kube("GET", path).json["status"].get("phase") == "Running",
+                         what="the pod Running")
+
+        # NotReady: the kubelet posts Ready=False and keeps renewing its Lease; the node gets the not-ready taint.
+        self.sim.knobs(kubelet_not_ready=["flaky"])
+        simtest.wait_for(lambda: self.ready("flaky") == "False", what="flaky NotReady")
+        c = self.condition("flaky")
+        self.assertEqual((c["reason"], c["message"]), ("KubeletNotReady", "container runtime is down"))
+        simtest.wait_for(lambda: "node.kubernetes.io/not-ready" in {t["key"] for t in
+                                                                   self.node("flaky")["spec"].get("taints", [])},
+                         what="the not-ready taint")
+        lease = self.renewed("flaky")
+        simtest.wait_for(lambda: self.renewed("flaky") != lease, what="the Lease renewed while NotReady")
+        time.sleep(2.0)  # longer than the grace period: a kubelet that posts is never marked Unknown
+        self.assertEqual(self.ready("flaky"), "False")
+        self.sim.knobs(kubelet_not_ready=[])
+        simtest.wait_for(lambda: self.ready("flaky") == "True", what="flaky Ready again")
+
+        # Stopped: no status, no Lease; the node lifecycle controller marks the Node Unknown after the grace period.
+        self.sim.knobs(kubelet_stopped=["flaky"])
+        stopped = time.monotonic()
+        simtest.wait_for(lambda: self.ready("flaky") == "Unknown", timeout=10, what="flaky Unknown")
+        self.assertGreaterEqual(time.monotonic() - stopped, 1.0, "marked Unknown before the grace period")
+        for t in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"):
+            c = self.condition("flaky", t)
+            self.assertEqual((c["status"], c["reason"], c["message"]),
+                             ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."), t)
+        lease = self.renewed("flaky")
+        simtest.wait_for(lambda: {t["key"] for t in self.node("flaky")["spec"].get("taints", [])} >=
+                         {"node.kubernetes.io/unreachable"}, what="the unreachable taints")
+        simtest.wait_for(lambda: not any(c["type"] == "Ready" and c["status"] == "True"
+                                         for c in self.sim.kube("GET", path).json["status"]["conditions"]),
+                         what="the pod marked not Ready")
+        # nobody stops a pod being deleted there
+        self.assertEqual(self.sim.kube("DELETE", path).status, 200)
+        time.sleep(1.0)
+        self.assertEqual(self.sim.kube("GET", path).json["status"]["phase"], "Running")
+        self.assertEqual(self.renewed("flaky"), lease, "a stopped kubelet renews no Lease")
+        # The kubelet comes back: Ready again, and it stops the pod.
+        self.sim.knobs(kubelet_stopped=[])
+        simtest.wait_for(lambda: self.ready("flaky") == "True", what="flaky Ready after the kubelet is back")
+        simtest.wait_for(lambda: self.sim.kube("GET", path).status == 404, what="the deleted pod gone")
 
 
 if __name__ == "__main__":

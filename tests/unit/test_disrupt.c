@@ -561,6 +561,39 @@ static void test_repair(void **state) {
         teardown(&f);
 }
 
+/* As Karpenter's health controller: no repair while more than 20 % of the pool (rounded up) is not Ready, for however
+ * long; the nodes due for repair say why. The message names the repair period in force. */
+static void test_repair_holds_off_when_much_of_the_pool_is_unhealthy(void **state) {
+        (void)state;
+        struct fixture f;
+        char name[5][8];
+        size_t n[5];
+        setup(&f, "{\"consolidationPolicy\": \"WhenEmpty\"}");
+        f.in.repair = true;
+        f.in.repair_after_ms = 5000;
+        for (int k = 0; k < 5; k++) {
+                snprintf(name[k], sizeof name[k], "node-%c", 'a' + k);
+                n[k] = add_node(&f, name[k], "t1.2VCPU-6GB");
+                add_pod(&f, n[k], name[k], 500, 0);
+        }
+        f.cands[n[1]].ready = DISRUPT_READY_FALSE;
+        f.cands[n[1]].ready_since_ms = NOW_MS - 6000;
+        f.cands[n[3]].ready = DISRUPT_READY_UNKNOWN;
+        f.cands[n[3]].ready_since_ms = NOW_MS - 1000; /* not due yet, but it counts */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_string_equal(skip_of(&f, n[1]), "not repaired: 2 of the 5 nodes of pool default are not Ready, repair "
+                                                "acts only while at most 20% are");
+        f.cands[n[3]].ready = DISRUPT_READY_TRUE; /* 1 of 5 is not more than 20 % */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_REPAIR);
+        assert_int_equal(f.res->decisions[0].n_candidates, 1);
+        assert_int_equal(f.res->decisions[0].candidates[0], n[1]);
+        assert_string_equal(f.res->decisions[0].message, "Repair: Ready is False for 6s (5s or more)");
+        teardown(&f);
+}
+
 static void test_young_and_pending(void **state) {
         (void)state;
         struct fixture f;
@@ -622,6 +655,7 @@ int main(void) {
                 cmocka_unit_test(test_drift_template),
                 cmocka_unit_test(test_expiry_is_forceful),
                 cmocka_unit_test(test_repair),
+                cmocka_unit_test(test_repair_holds_off_when_much_of_the_pool_is_unhealthy),
                 cmocka_unit_test(test_young_and_pending),
                 cmocka_unit_test(test_bad_candidate),
                 cmocka_unit_test(test_no_nodes),

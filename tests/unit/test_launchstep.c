@@ -462,6 +462,21 @@ static void test_grace_period(void **state) {
         assert_false(launchstep_grace_over(0, 10000, NOW));
 }
 
+/* The termination timestamp annotation (node repair's) ends the grace period when it comes; a bad one is ignored. */
+static void test_termination_due(void **state) {
+        (void)state;
+        json_t *claim = test_json_parse("{\"metadata\": {\"name\": \"c\"}}");
+        assert_false(launchstep_termination_due(claim, NOW));
+        json_t *ann = json_object();
+        json_object_set_new(json_object_get(claim, "metadata"), "annotations", ann);
+        json_object_set_new(ann, LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP, json_string("2026-07-01T12:00:00Z"));
+        assert_false(launchstep_termination_due(claim, NOW - 1));
+        assert_true(launchstep_termination_due(claim, NOW));
+        json_object_set_new(ann, LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP, json_string("now"));
+        assert_false(launchstep_termination_due(claim, NOW));
+        json_decref(claim);
+}
+
 static void test_drain_requeue(void **state) {
         (void)state;
         assert_int_equal(launchstep_drain_requeue(NOW, NOW), LAUNCHSTEP_DRAIN_MIN_MS);
@@ -503,6 +518,7 @@ int main(void) {
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted),
                 cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_grace_period),
+                cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
                 cmocka_unit_test(test_gc_claim),
         };

@@ -21,6 +21,8 @@ from .kube import _copy
 from .kubehooks import pod_requests, pod_ready, set_condition
 
 EXIT_ON_TERM = "sim.pvescale.io/exit-on-term"
+RUNTIME_DOWN = "container runtime is down"
+UNKNOWN_TYPES = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 TOKEN_RE = re.compile(r"(?<![a-z0-9])([a-z0-9]{6})\.([a-z0-9]{16})(?![a-z0-9])")
 DS_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -108,6 +110,7 @@ class Controllers:
         self.pod_bound_at = {}
         self.pod_running_at = {}
         self.node_gone_at = {}
+        self.node_health = {}  # node name -> ((uid, Ready heartbeat, Lease renewTime), when it last changed)
         self.term_started = {}
         self.workloads = workloads.Workloads(self)
         # scheduler: per pending pod uid {attempts, last, gen, rv, memo: {node: (key, reasons)}}
@@ -137,6 +140,7 @@ class Controllers:
         self.kubelet_vms()
         with self.w.lock:
             self.namespaces()
+            self.node_monitor()
             self.node_lifecycle()
             self.pod_gc()
             self.workloads.tick()
@@ -219,8 +223,12 @@ class Controllers:
         return None
 
     def _never_joins(self, vm):
-        nj = self.w.knob("never_join") or []
-        return str(vm.vmid) in [str(x) for x in nj] or vm.conf.get("name") in nj
+        return self._listed(vm, "never_join")
+
+    def _listed(self, vm, knob):
+        """Is the VM (by vmid or name, which is its Node's name) in the list knob?"""
+        names = self.w.knob(knob) or []
+        return str(vm.vmid) in [str(x) for x in names] or vm.conf.get("name") in names
 
     def _try_register(self, vm, ks, iso, ud):
         ks["state"] = "waiting"
@@ -332,7 +340,7 @@ class Controllers:
                                         "kubeletVersion": "v1.35.0", "kubeProxyVersion": "v1.35.0",
                                         "operatingSystem": "linux", "architecture": "amd64"}}}
 
-    def _node_conditions(self, ready, unknown=False):
+    def _node_conditions(self, ready, unknown=False, message=None):
         conds = []
         for t, r in (("MemoryPressure", "KubeletHasSufficientMemory"), ("DiskPressure", "KubeletHasNoDiskPressure"),
                      ("PIDPressure", "KubeletHasSufficientPID")):
@@ -343,7 +351,7 @@ class Controllers:
         elif ready:
             set_condition(conds, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
         else:
-            set_condition(conds, "Ready", "False", "KubeletNotReady",
+            set_condition(conds, "Ready", "False", "KubeletNotReady", message or
                           "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady")
         for c in conds:
             c.pop("lastProbeTime", None)
@@ -364,22 +372,42 @@ class Controllers:
         ks.update(state="registered", node=name, registered_at=time.time(), reason="registered", last_lease=0)
 
     def _kubelet_running(self, vm, ks, now):
+        if self._listed(vm, "kubelet_stopped"):
+            # A hung kubelet (or a cut network): no status, no Lease, no pod started or stopped; the node lifecycle
+            # controller notices (node_monitor).
+            ks.update(stopped=True, reason="fault injection: kubelet_stopped")
+            return
+        if ks.pop("stopped", None):
+            ks["reason"] = "registered"
         node = self.s.find("nodes", None, ks["node"])
         if node is None:
             if self.w.knob("kubelet_reregister"):
                 self._register_node(vm, ks)
             return
         ready = _node_ready(node)
-        if ready != "True" and now - ks["registered_at"] >= float(self.w.knob("ready_delay_seconds")):
+        if self._listed(vm, "kubelet_not_ready"):
+            self._kubelet_not_ready(vm, ks, node, ready)
+        elif ready != "True" and now - ks["registered_at"] >= float(self.w.knob("ready_delay_seconds")):
             new = _copy(node)
             new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(True))
             self.commit("nodes", node, new)
             if ks["state"] != "ready":
                 self.w.report.node_event(ks["node"], "ready", vm)
-            ks["state"] = "ready"
+            ks.update(state="ready", reason="registered")
         if now - ks.get("last_lease", 0) >= float(self.w.knob("lease_interval_seconds")):
             ks["last_lease"] = now
             self._renew_lease(ks["node"])
+
+    def _kubelet_not_ready(self, vm, ks, node, ready):
+        """The kubelet runs and renews its Lease, but posts Ready=False (its container runtime is down)."""
+        ks["reason"] = "fault injection: kubelet_not_ready"
+        if ready == "False":
+            return
+        new = _copy(node)
+        new["status"]["conditions"] = self._merge_conds(node, self._node_conditions(False, message=RUNTIME_DOWN))
+        self.commit("nodes", node, new)
+        self.w.report.node_event(ks["node"], "notready", vm)
+        ks["state"] = "registered"
 
     def _merge_conds(self, node, fresh):
         old = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
@@ -391,7 +419,8 @@ class Controllers:
 
     def _renew_lease(self, name):
         lrt = self.rt("leases", "coordination.k8s.io")
-        now = util.rfc3339()[:-1] + ".000000Z"
+        t = time.time()
+        now = util.rfc3339(t)[:-1] + ".%06dZ" % int((t % 1) * 1e6)
         cur = self.s.find("leases", "kube-node-lease", name, "coordination.k8s.io")
         if cur is None:
             try:
@@ -425,6 +454,47 @@ class Controllers:
         self.commit("nodes", node, new)
         self.w.report.node_event(ks["node"], "notready", vm)
 
+    # ---- node lifecycle: health (kube-controller-manager's tryUpdateNodeHealth) ---------------------
+    def node_monitor(self):
+        """A Node whose kubelet neither renewed its Lease nor posted a new Ready heartbeat for
+        node_monitor_grace_seconds gets Ready, MemoryPressure, DiskPressure and PIDPressure Unknown (NodeStatusUnknown,
+        "Kubelet stopped posting node status."), as the node lifecycle controller does. Only Nodes with a Lease in
+        kube-node-lease are watched: Nodes created through the API have no kubelet here and are left alone."""
+        now = time.time()
+        grace = float(self.w.knob("node_monitor_grace_seconds"))
+        health = {}
+        for node in self.s.items("nodes"):
+            name = node["metadata"]["name"]
+            lease = self.s.find("leases", "kube-node-lease", name, "coordination.k8s.io")
+            if lease is None:
+                continue
+            ready = _condition(node, "Ready") or {}
+            seen = (node["metadata"]["uid"], ready.get("lastHeartbeatTime"), (lease.get("spec") or {}).get("renewTime"))
+            prev = self.node_health.get(name)
+            probe = prev[1] if prev is not None and prev[0] == seen else now
+            health[name] = (seen, probe)
+            if now - probe > grace and ready.get("status") != "Unknown":
+                self._mark_unknown(node)
+        self.node_health = health
+
+    def _mark_unknown(self, node):
+        new = _copy(node)
+        conds = new.setdefault("status", {}).setdefault("conditions", [])
+        stamp = util.rfc3339()
+        for t in UNKNOWN_TYPES:
+            c = next((c for c in conds if c.get("type") == t), None)
+            if c is None:
+                c = {"type": t, "lastHeartbeatTime": node["metadata"].get("creationTimestamp")}
+                conds.append(c)
+            elif c.get("status") == "Unknown":
+                continue
+            c.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
+                     lastTransitionTime=stamp)
+        self.commit("nodes", node, new)
+        vm = next((ks["vm"] for ks in self.kubelets.values() if ks.get("node") == node["metadata"]["name"]), None)
+        if vm is not None:
+            self.w.report.node_event(node["metadata"]["name"], "notready", vm)
+
     # ---- node lifecycle: taints from the Ready condition -------------------------------------
     def node_lifecycle(self):
         for node in self.s.items("nodes"):
@@ -455,6 +525,7 @@ class Controllers:
     def pod_lifecycle(self):
         now = time.time()
         nodes = {n["metadata"]["name"]: n for n in self.s.items("nodes")}
+        stopped = {ks.get("node") for ks in self.kubelets.values() if ks.get("stopped")}
         prt = self.rt("pods")
         for pod in self.s.items("pods"):
             md = pod["metadata"]
@@ -464,6 +535,9 @@ class Controllers:
                 continue
             self.pod_bound_at.setdefault(uid, now)
             node = nodes.get(node_name)
+            if node_name in stopped:
+                self._unattended(pod, node)
+                continue
             if md.get("deletionTimestamp"):
                 self._terminate(pod, node, now)
                 continue
@@ -483,6 +557,13 @@ class Controllers:
                     for t in ("Ready", "ContainersReady"):
                         set_condition(new["status"]["conditions"], t, "False", "PodCompleted")
                     self.commit("pods", pod, new)
+
+    def _unattended(self, pod, node):
+        """A pod whose kubelet is stopped is neither started nor stopped; once its Node is not Ready the node
+        lifecycle controller marks it not Ready (MarkPodsNotReady)."""
+        if node is not None and (pod.get("status") or {}).get("phase") == "Running" and pod_ready(pod) \
+                and _node_ready(node) != "True":
+            self._set_ready(pod, False)
 
     def _terminate(self, pod, node, now):
         """The kubelet kills a pod being deleted: it is not Ready at once; its container exits on SIGTERM
@@ -1003,6 +1084,13 @@ def _ready_for(node):
         if since is not None:
             return time.time() - since
     return 0.0
+
+
+def _condition(node, ctype):
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
 
 
 def _node_ready(node):
