@@ -118,7 +118,7 @@ class DriftTest(cl.CoordinatorTest):
         for pool, zone in (("tmpl", "pve1"), ("reqs", "pve2"), ("keep", "pve2")):
             c.create(cl.GROUP + "/nodepools", cl.nodepool(pool, requirements=in_zone(zone)))
             c.create(DEPLOYMENTS, deployment(pool))
-        self.co = cl.Coordinator(c)
+        self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN)
 
         def ready():
             claims = self.by_pool()
