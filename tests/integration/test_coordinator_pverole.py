@@ -177,7 +177,8 @@ class PveRoleTest(cl.CoordinatorTest):
             return {"claims": [x["metadata"]["name"] for x in c.claims()],
                     "vms": [v for v, deleted in self.vms() if not deleted],
                     "isos": [f for f in os.listdir(host["iso_dir"]) if f.startswith("pvescale-")],
-                    "reservations": [x["owner"] for x in reservations(c, "pve1") if x["owner"].startswith("nodeclaim/")],
+                    "reservations": [x["owner"] for x in reservations(c, "pve1")
+                                     if x["owner"].startswith("nodeclaim/")],
                     "tokens": [s["metadata"]["name"] for s in c.items("/api/v1/namespaces/kube-system/secrets")
                                if s.get("type") == "bootstrap.kubernetes.io/token"]}
         try:

@@ -7,7 +7,6 @@
 # VMs, and a privilege-separated token has its own privileges intersected with its user's.
 # SPDX-License-Identifier: Apache-2.0
 import re
-import shlex
 import threading
 import time
 
@@ -985,14 +984,3 @@ def _token(acc, userid, tokenid):
     if tokenid not in u["tokens"]:
         raise CliError("no such token '%s' for user '%s'\n" % (tokenid, userid))
     return u["tokens"][tokenid]
-
-
-def script_commands(text):
-    """The argv of every `pveum` command line of a shell text (for scenario files): comments and blank lines
-    skipped, no variables."""
-    out = []
-    for line in text.splitlines():
-        words = shlex.split(line, comments=True)
-        if words[:1] == ["pveum"]:
-            out.append(words[1:])
-    return out
