@@ -57,8 +57,9 @@ static struct launchstep_result step_error(struct launcher__ctx *c, const struct
         snprintf(message, sizeof message, "%s", res->message[0] ? res->message : strerror(-res->err));
         log_error("launcher: NodeClaim %s after %s (attempt %lld): %s", c->name, at[0] ? at : "start",
                   (long long)retry.attempts, message);
-        if (retry.give_up) {
-                struct launchstep_result why = launchstep_fail("LaunchFailed", "%s", message);
+        if (retry.give_up || launchstep_refused(message)) {
+                struct launchstep_result why =
+                        launchstep_fail(retry.give_up ? "LaunchFailed" : LAUNCHSTEP_REFUSED_REASON, "%s", message);
                 return launcher__fail(c, &why);
         }
         launchstep_attempt_failed(c->st, retry.attempts, message);

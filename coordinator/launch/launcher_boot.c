@@ -524,7 +524,7 @@ static struct launchstep_result upload_once(struct launcher__ctx *c, const char 
  * old file and upload once more. A failed upload also forgets the cached storage. */
 static struct launchstep_result upload_iso(struct launcher__ctx *c, const char *storage, const char *file,
                                            const unsigned char *img, size_t len) {
-        char volume[192], key[300], err[NODECLAIM_MESSAGE_MAX];
+        char volume[LAUNCHER__VOLUME_MAX], key[300], err[NODECLAIM_MESSAGE_MAX];
         struct launchstep_result res = upload_once(c, storage, file, img, len);
         if (launchstep_ok(&res))
                 return res;
@@ -537,6 +537,20 @@ static struct launchstep_result upload_iso(struct launcher__ctx *c, const char *
         return r < 0 ? launchstep_error(r, "%s", err) : upload_once(c, storage, file, img, len);
 }
 
+/* The file name of the claim's cloud-init ISO. */
+static void iso_file(const struct launcher__ctx *c, char file[128]) {
+        snprintf(file, 128, "pvescale-%.80s-%.8s.iso", c->name, c->uid);
+}
+
+struct launchstep_result launcher__iso_volume(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX]) {
+        char storage[64], file[128];
+        struct launchstep_result res = iso_storage(c, storage);
+        iso_file(c, file);
+        if (launchstep_ok(&res))
+                snprintf(volume, LAUNCHER__VOLUME_MAX, "%.63s:iso/%.127s", storage, file);
+        return res;
+}
+
 /* The cloud-init ISO of the claim, uploaded: its volume ("storage:iso/file") in volume. */
 static struct launchstep_result deliver_iso(struct launcher__ctx *c, const char *token,
                                             char volume[LAUNCHER__VOLUME_MAX]) {
@@ -547,7 +561,7 @@ static struct launchstep_result deliver_iso(struct launcher__ctx *c, const char 
         if (launchstep_ok(&res))
                 res = iso_storage(c, storage);
         if (launchstep_ok(&res)) {
-                snprintf(file, sizeof file, "pvescale-%.80s-%.8s.iso", c->name, c->uid);
+                iso_file(c, file);
                 res = upload_iso(c, storage, file, img, len);
                 if (launchstep_ok(&res))
                         snprintf(volume, LAUNCHER__VOLUME_MAX, "%s:iso/%s", storage, file);

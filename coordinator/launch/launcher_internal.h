@@ -212,6 +212,8 @@ struct launchstep_result launcher__cloudinit_deliver(struct launcher__ctx *c, ch
                                                      char token_id[TOKENS_ID_LEN + 1]);
 /* Does the NodeClass deliver cloud-init on a CD-ROM (metadataOptions.type "cdrom"), with a join token? */
 bool launcher__joins_by_cdrom(const struct launcher__ctx *c);
+/* The volume of the claim's cloud-init ISO, uploaded or not: "<ISO storage>:iso/pvescale-<claim>-<uid8>.iso". */
+struct launchstep_result launcher__iso_volume(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX]);
 /* The NodeClass security groups on the VM (firewall enabled, one group rule per interface). */
 struct launchstep_result launcher__firewall_apply(struct launcher__ctx *c, uint32_t vmid);
 /* Is the VM running (GET status/current)? */

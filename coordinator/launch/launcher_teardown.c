@@ -44,10 +44,25 @@ static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
         }
 }
 
+/* The ISO to delete: the recorded one; for a launch that may have uploaded one without recording it (it failed
+ * between the upload and the write that records it), the one it would have uploaded; else none. */
+static void claim_iso(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX]) {
+        snprintf(volume, LAUNCHER__VOLUME_MAX, "%s", c->st->iso_volume);
+        if (volume[0] || !launchstep_iso_unrecorded(c->st))
+                return;
+        struct launchstep_result res = launcher__need_nodeclass(c);
+        if (launchstep_ok(&res) && launcher__joins_by_cdrom(c))
+                res = launcher__iso_volume(c, volume);
+        if (!launchstep_ok(&res))
+                volume[0] = '\0'; /* garbage collection finds it */
+}
+
 static struct launchstep_result teardown_iso(struct launcher__ctx *c) {
-        const char *iso = c->st->iso_volume;
-        char err[NODECLAIM_MESSAGE_MAX];
-        int r = iso[0] && c->pve ? launcher__delete_iso(c->pve, c->host, iso, c->l->o.task_timeout_ms, err, sizeof err) : 0;
+        char iso[LAUNCHER__VOLUME_MAX], err[NODECLAIM_MESSAGE_MAX];
+        if (c->pve)
+                claim_iso(c, iso);
+        int r = c->pve && iso[0] ? launcher__delete_iso(c->pve, c->host, iso, c->l->o.task_timeout_ms, err, sizeof err)
+                                 : 0;
         return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
 }
 

@@ -92,6 +92,14 @@ struct launchstep_retry launchstep_retry(int64_t attempts) {
         return r;
 }
 
+bool launchstep_iso_unrecorded(const struct nodeclaim_status *st) {
+        return st->vmid && !st->iso_volume[0] && !nodeclaim_condition_true(st, "Launched");
+}
+
+bool launchstep_refused(const char *message) {
+        return message && strstr(message, "Permission check failed") != NULL;
+}
+
 struct launchstep_result launchstep_clone_wait(int64_t started_ms, int64_t now_ms, int64_t timeout_ms, uint32_t vmid) {
         int64_t left = started_ms ? started_ms + timeout_ms - now_ms : timeout_ms;
         if (left <= 0)

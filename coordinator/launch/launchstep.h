@@ -74,6 +74,11 @@ struct launchstep_retry {
 };
 /* A step failed again after attempts earlier failures. */
 struct launchstep_retry launchstep_retry(int64_t attempts);
+/* Did Proxmox refuse the step's call for a missing privilege (its 403 "Permission check failed", or a task that
+ * ended with it)? That does not pass by waiting: the launch fails at once, with reason
+ * LAUNCHSTEP_REFUSED_REASON, instead of after LAUNCHSTEP_MAX_ATTEMPTS. */
+#define LAUNCHSTEP_REFUSED_REASON "PermissionDenied"
+bool launchstep_refused(const char *message);
 
 /* The clone of vmid runs (or its VM's owner cannot be told yet): poll soon after it began (a linked clone on fast
  * storage takes well under a second), then every LAUNCHSTEP_POLL_MS; FAIL CloneTimeout once it has run for
@@ -91,6 +96,11 @@ enum launchstep_clone_end launchstep_clone_end(const char *exitstatus);
 /* Whose is the VM with this config, by the claim UID in its description: 1 the claim's, 0 cannot tell yet (a clone
  * in progress: locked, no description), -1 someone else's. */
 int launchstep_vm_owner(const char *uid, const json_t *config);
+
+/* Can the claim have an uploaded cloud-init ISO that its status does not name? A VM, no ISO recorded, not
+ * Launched: the ISO is recorded with the write after the config (Launched, or an error's); a failure in between
+ * leaves it unrecorded. */
+bool launchstep_iso_unrecorded(const struct nodeclaim_status *st);
 
 /* The ISO volume a configured VM has on its CD-ROM (ide2 "local:iso/x.iso,media=cdrom"), or "" when none. */
 void launchstep_cdrom_volume(const char *ide2, char *volume, size_t len);

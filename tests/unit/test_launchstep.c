@@ -115,6 +115,33 @@ static void test_retry(void **state) {
         assert_int_equal(r.attempts, LAUNCHSTEP_MAX_ATTEMPTS);
 }
 
+static void test_iso_unrecorded(void **state) {
+        (void)state;
+        struct nodeclaim_status *st = empty_status();
+        assert_false(launchstep_iso_unrecorded(st)); /* no VM yet: nothing uploaded */
+        st->vmid = 101;
+        assert_int_equal(launchstep_reserved_by_pve(st), 0);
+        assert_true(launchstep_iso_unrecorded(st)); /* cloned, the ISO maybe uploaded, its write never made */
+        snprintf(st->iso_volume, sizeof st->iso_volume, "local:iso/pvescale-a-12345678.iso");
+        assert_false(launchstep_iso_unrecorded(st));
+        st->iso_volume[0] = '\0';
+        assert_int_equal(launchstep_launched(st), 0);
+        assert_false(launchstep_iso_unrecorded(st)); /* launched: the ISO went with that write, or was deleted */
+        free(st);
+}
+
+static void test_refused(void **state) {
+        (void)state;
+        assert_true(launchstep_refused("configure VM 100: PUT /nodes/{node}/qemu/{vmid}/config: HTTP 403 Permission "
+                                       "check failed (/vms/100, VM.Config.CPU)"));
+        assert_true(launchstep_refused("resize VM 100: task UPID:pve1:...: Permission check failed "
+                                       "(/storage/local-lvm, Datastore.AllocateSpace)"));
+        assert_false(launchstep_refused("configure VM 100: PUT /nodes/{node}/qemu/{vmid}/config: HTTP 500 VM is "
+                                        "locked (clone)"));
+        assert_false(launchstep_refused("create Secret: HTTP 403 secrets is forbidden: exceeded quota"));
+        assert_false(launchstep_refused(NULL));
+}
+
 static void test_clone_wait(void **state) {
         (void)state;
         const int64_t timeout = 600000;
@@ -510,7 +537,7 @@ static void test_term_records(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_results),         cmocka_unit_test(test_todo),
-                cmocka_unit_test(test_same_launch),     cmocka_unit_test(test_retry),
+                cmocka_unit_test(test_same_launch),     cmocka_unit_test(test_retry), cmocka_unit_test(test_refused), cmocka_unit_test(test_iso_unrecorded),
                 cmocka_unit_test(test_clone_wait),      cmocka_unit_test(test_clone_end_and_owner),
                 cmocka_unit_test(test_cdrom_volume),    cmocka_unit_test(test_bind_check),
                 cmocka_unit_test(test_registration_wait), cmocka_unit_test(test_node),

@@ -12,6 +12,7 @@ import urllib.parse
 import uuid
 
 from . import hosts as hostsmod
+from . import pveacl
 from . import pveschema
 from . import util
 
@@ -99,6 +100,8 @@ class Region:
         self.token_secret = str(uuid.uuid4())
         self.ro_token_id = "pvescale@pve!readonly"
         self.ro_token_secret = str(uuid.uuid4())
+        self.access = pveacl.Access(self.pools)  # user.cfg: users, tokens, roles, ACLs (see pveacl.py)
+        self.access.install_defaults(self.token_id, self.token_secret, self.ro_token_id, self.ro_token_secret)
         self.server = None
 
     # ---- tasks -------------------------------------------------------------
@@ -119,6 +122,9 @@ class Region:
                 status = str(e)
             except ApiError as e:
                 status = e.msg
+            except pveacl.Error as e:  # a check of the worker, as in update_vm_api's or resize's
+                status = e.msg.strip()
+                self.access.note_denial(user, "task %s %s" % (ttype, t.id), status)
             except Exception as e:  # simulator bug: still end the task
                 util.log("task %s crashed: %r" % (t.upid, e))
                 status = "simulator error: %s" % e
@@ -201,17 +207,17 @@ class PveApp:
         self._tls.upload = None
         try:
             params = self._params(req, pathp)
+            self.r.access.check_api2(info.get("permissions"), user, params)
         except ApiError as e:
             return self._error(req, e)
+        except pveacl.Error as e:
+            return self._acl_error(req, user, e)
         node = pathp.get("node")
         if node and node in self.w.hosts and self.w.hosts[node].down and self.r.hosts.get(node):
             return self._error(req, ApiError(595, "No route to host\n"))
         errors = self.v.validate(info, params)
         if errors:
             return self._error(req, ApiError(400, "Parameter verification failed.\n", errors))
-        if user == self.r.ro_token_id and req.method != "GET":
-            return self._error(req, ApiError(403, "Permission check failed (%s, %s)\n" % (
-                sub, "VM.Allocate")))
         fn = getattr(self, "h_%s_%s" % (req.method, _fn_name(tpl)), None)
         if fn is None:
             return self._error(req, ApiError(501, "Method '%s %s' not implemented (by the simulator)\n" % (
@@ -223,6 +229,8 @@ class PveApp:
                 data = data()
         except ApiError as e:
             return self._error(req, e)
+        except pveacl.Error as e:
+            return self._acl_error(req, user, e)
         req.reply_json(200, {"data": data})
 
     def _not_impl(self, req, method, path):
@@ -235,6 +243,11 @@ class PveApp:
             body["errors"] = e.errors
         req.reply_json(e.code, body, reason=e.msg.strip().split("\n")[0])
 
+    def _acl_error(self, req, user, e):
+        if e.code == 403:
+            self.r.access.note_denial(user, "%s %s" % (req.method, req.path), e.msg)
+        return self._error(req, ApiError(e.code, e.msg))
+
     def _auth(self, req):
         h = req.headers.get("Authorization") or ""
         m = re.match(r"^PVEAPIToken[= ]([^;]*)", h.strip())
@@ -244,12 +257,7 @@ class PveApp:
         if "=" not in val:
             return None
         tok, secret = val.rsplit("=", 1)
-        import hmac
-        for tid, sec in ((self.r.token_id, self.r.token_secret),
-                         (self.r.ro_token_id, self.r.ro_token_secret)):
-            if tok == tid and hmac.compare_digest(secret.encode(), sec.encode()):
-                return tid
-        return None
+        return self.r.access.authenticate(tok, secret)
 
     def _params(self, req, pathp):
         params = {}
@@ -353,7 +361,7 @@ class PveApp:
         if t in (None, "pool"):
             for pid in sorted(self.r.pools):
                 out.append({"id": "/pool/" + pid, "type": "pool", "pool": pid})
-        return out
+        return pveacl.filter_resources(self.r.access, u, out)
 
     def _node_res(self, h):
         used = sum(v.memory_mib() * 2**20 for v in self.r.vms.values()
@@ -408,17 +416,7 @@ class PveApp:
         return [{"id": "quorum", "type": "quorum", "status": "OK", "quorate": 1, "node": next(iter(self.r.hosts))}]
 
     def h_GET_access_permissions(self, p, u):
-        privs = ["VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
-                 "VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory",
-                 "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "VM.Console",
-                 "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit",
-                 "Datastore.Allocate", "Sys.Audit", "SDN.Use", "Pool.Allocate", "Pool.Audit"]
-        if u == self.r.ro_token_id:
-            privs = [x for x in privs if x.endswith("Audit")]
-        tree = {"/": {k: 1 for k in privs}}
-        if p.get("path"):
-            return {p["path"]: tree["/"]}
-        return tree
+        return pveacl.access_permissions(self.r.access, u, p)
 
     # ---- nodes -------------------------------------------------------------
     def h_GET_nodes(self, p, u):
@@ -429,7 +427,7 @@ class PveApp:
                         "mem": r["mem"], "maxmem": r["maxmem"], "uptime": r["uptime"], "id": r["id"],
                         "type": "node", "level": "", "ssl_fingerprint": self.w.ssl_fingerprint,
                         "disk": r["disk"], "maxdisk": r["maxdisk"]})
-        return out
+        return [pveacl.node_entry(self.r.access, u, o) for o in out]
 
     def h_GET_nodes_node(self, p, u):
         self.host(p["node"])
@@ -467,7 +465,7 @@ class PveApp:
             if vm.is_template():
                 o["template"] = 1
             out.append(o)
-        return out
+        return pveacl.filter_vms(self.r.access, u, out)
 
     def h_GET_nodes_node_qemu_vmid(self, p, u):
         self.vm(p["node"], p["vmid"])
@@ -517,10 +515,12 @@ class PveApp:
     def h_POST_nodes_node_qemu_vmid_config(self, p, u):
         vm = self.vm(p["node"], p["vmid"])
         self._check_root_only(p, u)
+        pveacl.check_update_pre(self.r.access, u, vm.vmid, p)
         self._prepare_update(vm, p)
 
         def work(t):
             with self.w.lock:
+                pveacl.check_update_worker(self.r.access, u, vm.vmid, vm.conf, p)
                 self._apply_update(vm, p)
             t.log.append("update VM %d: %s" % (vm.vmid, _describe(p)))
         return self.r.start_task(vm.host.name, "qmconfig", vm.vmid, u, work)
@@ -528,7 +528,9 @@ class PveApp:
     def h_PUT_nodes_node_qemu_vmid_config(self, p, u):
         vm = self.vm(p["node"], p["vmid"])
         self._check_root_only(p, u)
+        pveacl.check_update_pre(self.r.access, u, vm.vmid, p)
         self._prepare_update(vm, p)
+        pveacl.check_update_worker(self.r.access, u, vm.vmid, vm.conf, p)
         self._apply_update(vm, p)
         return None
 
@@ -603,6 +605,10 @@ class PveApp:
         disk = p["disk"]
         if disk not in vm.conf:
             raise ApiError(500, "disk '%s' does not exist\n" % disk)
+        try:
+            pveacl.check_resize(self.r.access, u, vm.conf[disk])
+        except pveacl.Error as e:
+            return self.r.start_task(vm.host.name, "resize", vm.vmid, u, lambda t, e=e: _raise(e))
         m = re.match(r"^(\+?)(\d+(?:\.\d+)?)([KMGT]?)$", p["size"])
         if not m:
             raise param_error("size", "value does not match the regex pattern")
@@ -626,6 +632,7 @@ class PveApp:
         h = self.host(p["node"])
         vmid = int(p["vmid"])
         self._check_root_only(p, u)
+        pveacl.check_create(self.r.access, u, vmid, p)
         if vmid in self.r.vms:
             raise ApiError(500, "unable to create VM %d: config file already exists\n" % vmid)
         self.r.reserved.pop(vmid, None)
@@ -665,8 +672,7 @@ class PveApp:
             raise param_error("full", "Linked clone feature is not supported for a VM that is no template")
         if "storage" in p and not full:
             raise param_error("storage", "parameter 'storage' not allowed for linked clones")
-        if p.get("pool") and p["pool"] not in self.r.pools:
-            raise ApiError(500, "pool '%s' does not exist\n" % p["pool"])
+        pveacl.check_clone(self.r.access, u, src.conf, p)
         if src.conf.get("lock"):
             raise ApiError(500, "VM is locked (%s)\n" % src.conf["lock"])
         self.r.reserved.pop(newid, None)
@@ -921,12 +927,14 @@ class PveApp:
 
     def h_GET_nodes_node_tasks_upid_status(self, p, u):
         t = self._task(p)
+        pveacl.check_task(self.r.access, u, t.node, t.user)
         with self.w.lock:
             t.polls += 1
             return t.status_obj()
 
     def h_GET_nodes_node_tasks_upid_log(self, p, u):
         t = self._task(p)
+        pveacl.check_task(self.r.access, u, t.node, t.user)
         start = int(p.get("start", 0))
         limit = int(p.get("limit", 50))
         lines = t.log[start:start + limit]
@@ -949,7 +957,7 @@ class PveApp:
                     o["status"] = t.exitstatus
                     o["endtime"] = int(t.endtime)
                 out.append(o)
-        return out[-int(p.get("limit", 50)):]
+        return pveacl.filter_tasks(self.r.access, u, p["node"], out)[-int(p.get("limit", 50)):]
 
     # ---- storage -----------------------------------------------------------
     @staticmethod
@@ -973,10 +981,11 @@ class PveApp:
                  "used_fraction": 0.0}]
 
     def h_GET_storage(self, p, u):
-        return [{"storage": ISO_STORAGE, "type": "dir", "content": "backup,iso,vztmpl,snippets",
-                 "path": "/var/lib/vz", "digest": "0" * 40},
-                {"storage": DISK_STORAGE, "type": "lvmthin", "content": "images,rootdir",
-                 "thinpool": "data", "vgname": "pve", "digest": "0" * 40}]
+        return pveacl.filter_storages(self.r.access, u, [
+            {"storage": ISO_STORAGE, "type": "dir", "content": "backup,iso,vztmpl,snippets",
+             "path": "/var/lib/vz", "digest": "0" * 40},
+            {"storage": DISK_STORAGE, "type": "lvmthin", "content": "images,rootdir",
+             "thinpool": "data", "vgname": "pve", "digest": "0" * 40}])
 
     def h_GET_nodes_node_storage(self, p, u):
         h = self.host(p["node"])
@@ -985,7 +994,7 @@ class PveApp:
             out = [s for s in out if p["content"] in s["content"].split(",")]
         if p.get("storage"):
             out = [s for s in out if s["storage"] == p["storage"]]
-        return out
+        return pveacl.filter_storages(self.r.access, u, out)
 
     def _storage(self, h, name):
         for s in self._storages(h):
@@ -1066,6 +1075,7 @@ class PveApp:
         if st is None:
             raise param_error("storage", "property is missing and it is not optional")
         self._storage(h, st)
+        pveacl.check_content_delete(self.r.access, u, st)
         path = os.path.join(h.iso_dir, vol[4:]) if st == ISO_STORAGE and vol.startswith("iso/") else None
 
         def work(t):
@@ -1185,7 +1195,8 @@ class PveApp:
         if p.get("poolid"):
             pool = self._pool(p["poolid"])
             return [{"poolid": p["poolid"], "comment": pool["comment"], "members": self._members(pool)}]
-        return [{"poolid": k, "comment": v["comment"]} for k, v in sorted(self.r.pools.items())]
+        return pveacl.filter_pools(self.r.access, u, [{"poolid": k, "comment": v["comment"]}
+                                                      for k, v in sorted(self.r.pools.items())])
 
     def h_POST_pools(self, p, u):
         pid = p["poolid"]
@@ -1241,6 +1252,10 @@ class PveApp:
 # ---- module helpers --------------------------------------------------------
 def _fn_name(tpl):
     return re.sub(r"[^a-zA-Z0-9]+", "_", tpl.replace("{", "").replace("}", "")).strip("_")
+
+
+def _raise(e):
+    raise e
 
 
 def _split(s):

@@ -22,6 +22,7 @@ from . import k8sschema
 from . import kube
 from . import kubehooks
 from . import pve
+from . import pveacl
 from . import pveschema
 from . import report as reportmod
 from . import tls
@@ -276,6 +277,42 @@ def create_pods(world, body):
     return {"created": created}
 
 
+def pve_access_admin(world, m, p, body):
+    """`pveum` on a region's user.cfg, its reset to a fresh install's, and a dump of every region's."""
+    if m == "GET" and p == "/pve-access":
+        return {rn: r.access.dump() for rn, r in world.regions.items()}
+    if m != "POST" or not isinstance(body, dict):
+        return None
+    region = world.regions.get(body.get("region", "r1"))
+    if region is None:
+        raise UsageError("unknown region %r" % body.get("region"))
+    if p == "/actions/pve-access-reset":
+        region.access.reset()
+        return {"ok": True}
+    args = body.get("args")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise UsageError("\"args\" must be a list of strings (pveum's arguments)")
+    with world.lock:
+        rc, out, err = pveacl.pveum(region.access, args)
+    return {"rc": rc, "stdout": out, "stderr": err}
+
+
+def apply_pve_access(world, scenario):
+    """Scenario key pve_access: {"<region>": {"reset": bool, "pveum": ["role add X -privs ...", [argv], ...]}}."""
+    import shlex
+    for rn, spec in (scenario.get("pve_access") or {}).items():
+        region = world.regions.get(rn)
+        if region is None or not isinstance(spec, dict):
+            raise UsageError("pve_access: unknown region %r or not an object" % rn)
+        if spec.get("reset"):
+            region.access.reset()
+        for cmd in spec.get("pveum") or []:
+            argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+            rc, _, err = pveacl.pveum(region.access, argv[1:] if argv[:1] == ["pveum"] else argv)
+            if rc:
+                raise UsageError("pve_access %s: pveum %s: %s" % (rn, " ".join(argv), err.strip()))
+
+
 class _nolock:
     def __enter__(self):
         return self
@@ -353,6 +390,8 @@ class AdminApp:
             with w.lock:
                 w.crash_vm(body.get("region", "r1"), body.get("vmid"))
             return {"ok": True}
+        if p in ("/actions/pveum", "/actions/pve-access-reset", "/pve-access"):
+            return pve_access_admin(w, m, p, body)
         if m == "POST" and p == "/actions/stop":
             w.stop_event.set()
             return {"ok": True}
@@ -599,6 +638,7 @@ def build(args):
                 d = os.path.join(host.root, *rel)
                 os.makedirs(d, exist_ok=True)
                 util.atomic_write(os.path.join(d, "corosync.conf"), text)
+    apply_pve_access(w, scenario)
     w.kube = kube.Store(w)
     w.kube_hooks = kubehooks.KubeHooks(w)
     w.kube_token = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
