@@ -2,11 +2,14 @@
 """demo: pending pods become pinned VMs, then half of them go and the nodes consolidate. A simulated Proxmox
 cluster of 3 hosts (real topologies from ../shared/topologies) and a simulated Kubernetes API, a real pvescale-agent
 per host, and the real pvescale-coordinator. Prints a live progress view and a summary, then stops everything it
-started."""
+started, or, with --keep, leaves them running and prints where to look (kubectl, the agents' topology pages,
+the coordinator's metrics) until Ctrl-C."""
 # SPDX-License-Identifier: Apache-2.0
+import argparse
 import json
 import os
 import random
+import signal
 import ssl
 import sys
 import time
@@ -104,11 +107,12 @@ def initialized(claim):
 
 def snapshot(c, agents, names):
     pods = demo_pods_by_name(c)
-    running = sum(1 for n in names if (pods.get(n, {}).get("status") or {}).get("phase") == "Running")
+    phases = [(pods[n].get("status") or {}).get("phase") for n in names if n in pods]
+    running, pending = phases.count("Running"), phases.count("Pending")
     claims = c.claims()
     joined = sum(1 for x in claims if initialized(x))
     pinned = {h: sum(cpu_count(r["cpus"]) for r in agents.bound(h)) for h in sorted(c.agents)}
-    return {"pending": len(names) - running, "claims": len(claims), "joined": joined, "vms": len(c.vms()),
+    return {"pending": pending, "claims": len(claims), "joined": joined, "vms": len(c.vms()),
             "pinned": pinned, "running": running}
 
 
@@ -220,7 +224,36 @@ def scale_down(c, co, agents, names):
     return True
 
 
-def run():
+def keep_running(c, co):
+    """Prints where to look at the running demo, then waits for Ctrl-C (or SIGTERM)."""
+    kubeconfig = c.sim.ep["kube"]["kubeconfig"]
+    print("\nLeft running; Ctrl-C stops everything.\n")
+    print("  kubectl (the simulated API server):")
+    print("    export KUBECONFIG=%s" % kubeconfig)
+    print("    kubectl get nodepools,nodeclaims,proxmoxnodeclasses")
+    print("    kubectl get nodes -L node.kubernetes.io/instance-type,topology.kubernetes.io/zone")
+    print("    kubectl describe nodeclaims; kubectl get events")
+    print("  The agents' topology pages (certificates from the CA %s; paste the token when asked):" % c.ca)
+    for host, a in sorted(c.agents.items()):
+        print("    %-5s https://%s:%d/ui" % (host, a["ip"], c.agent_port))
+    print("    token: %s" % c.token)
+    print("    curl --cacert %s -H 'Authorization: Bearer %s' https://%s:%d/v1/topology"
+          % (c.ca, c.token, c.agents[sorted(c.agents)[0]]["ip"], c.agent_port))
+    print("  The coordinator: http://127.0.0.1:%d/metrics, its log %s" % (co.metrics_port, co.log_path))
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        while not stop:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def run(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the simulator, the agents and the coordinator running and print where to look")
+    args = ap.parse_args(argv)
     print("Starting the simulated Proxmox cluster (%s), Kubernetes API and one pvescale-agent per host ..." % HOSTS)
     c = cl.Cluster(HOSTS, knobs=KNOBS)
     co = None
@@ -229,7 +262,10 @@ def run():
         co = cl.Coordinator(c)
         agents = Agents(c)
         names = [p["metadata"]["name"] for p in demo_pods()]
-        return 0 if scale_up(c, agents, names) and scale_down(c, co, agents, names) else 1
+        ok = scale_up(c, agents, names) and scale_down(c, co, agents, names)
+        if args.keep:
+            keep_running(c, co)
+        return 0 if ok else 1
     finally:
         if co:
             co.stop()
