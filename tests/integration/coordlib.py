@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -357,3 +358,29 @@ def unschedulable(p):
         if c.get("type") == "PodScheduled":
             return c.get("status") == "False" and c.get("reason") == "Unschedulable"
     return False
+
+
+class FirstSeen(threading.Thread):
+    """A thread that calls poll() every interval seconds until halt is set, and keeps in first when each thing
+    note()d was first seen (time.monotonic()). A failed poll is tried again."""
+
+    def __init__(self, interval):
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.first = {}
+        self.halt = threading.Event()
+
+    def note(self, what, seen):
+        if seen and what not in self.first:
+            self.first[what] = time.monotonic()
+
+    def poll(self):
+        raise NotImplementedError
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - a failed poll is tried again
+                pass
+            time.sleep(self.interval)

@@ -10,7 +10,6 @@
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
-import threading
 import time
 import unittest
 
@@ -46,20 +45,14 @@ def deployment(pool):
                      "template": {"metadata": {"labels": {"app": pool}, "annotations": EXIT}, "spec": tmpl["spec"]}}}
 
 
-class Watcher(threading.Thread):
+class Watcher(cl.FirstSeen):
     """Polls the claims and Nodes every 200 ms and keeps when each thing was first seen: an old claim's Drifted
     reason, its replacement Initialized, its Node tainted."""
 
     def __init__(self, c, old):
-        super().__init__(daemon=True)
+        super().__init__(0.2)
         self.c, self.old = c, old  # {claim name: node name}
-        self.first = {}
         self.drifted = {}  # claim -> the reasons of its Drifted condition seen
-        self.halt = threading.Event()
-
-    def note(self, what, seen):
-        if seen and what not in self.first:
-            self.first[what] = time.monotonic()
 
     def poll(self):
         claims = self.c.claims()
@@ -74,13 +67,6 @@ class Watcher(threading.Thread):
             taints = (nodes.get(node, {}).get("spec") or {}).get("taints") or []
             self.note("tainted " + name, any(t["key"] == "pvescale.io/disrupted" for t in taints))
 
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 - a failed poll is tried again
-                pass
-            time.sleep(0.2)
 
 
 class DriftTest(cl.CoordinatorTest):

@@ -10,7 +10,6 @@ import os
 import signal
 import ssl
 import sys
-import threading
 import time
 import unittest
 
@@ -38,18 +37,12 @@ def reservations(c, host):
         conn.close()
 
 
-class Watcher(threading.Thread):
+class Watcher(cl.FirstSeen):
     """Polls the Node, the pods and the VM every 50 ms and keeps when each thing was first seen."""
 
     def __init__(self, c, node, vmid):
-        super().__init__(daemon=True)
+        super().__init__(0.05)
         self.c, self.node, self.vmid = c, node, vmid
-        self.first = {}
-        self.halt = threading.Event()
-
-    def note(self, what, seen):
-        if seen and what not in self.first:
-            self.first[what] = time.monotonic()
 
     def poll(self):
         r = self.c.sim.kube("GET", "/api/v1/nodes/" + self.node)
@@ -63,13 +56,6 @@ class Watcher(threading.Thread):
         self.note("vm stopped", not vm or vm[0]["status"] != "running")
         self.note("vm gone", not vm)
 
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 - a failed poll is tried again
-                pass
-            time.sleep(0.05)
 
 
 class TerminationTest(cl.CoordinatorTest):
