@@ -95,6 +95,14 @@ class AgentCliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("reservedmemory", p.stderr)
 
+    def test_bad_log_format_exits_2_with_one_line(self):
+        p = subprocess.run([agentlib.AGENT, "capacity", "--log-format", "xml"] + self.topo + self.common,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(p.stderr.strip().splitlines(),
+                         ["pvescale-agent: log_format: expected text, logfmt or json, got 'xml'"])
+
     def test_insecure_http_still_needs_the_token(self):
         token_file, token = agentlib.write_token(self.tmp)
         with agentlib.Agent(self.topo + self.common + ["--token-file", token_file, "--insecure-http",

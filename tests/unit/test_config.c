@@ -282,6 +282,8 @@ static void test_flag_errors(void **state) {
         assert_args_error(2, a7, "extra: unexpected argument (see --help)");
         char *a8[] = { "p", "--log-level", "verbose" };
         assert_args_error(3, a8, "--log-level: expected debug, info, warning or error (got \"verbose\")");
+        char *a9[] = { "p", "--log-format=xml" };
+        assert_args_error(2, a9, "--log-format: expected text, logfmt or json (got \"xml\")");
 
         struct config cfg;
         char err[256];
