@@ -2,6 +2,7 @@
  * with the nodes cordoned and their pods pending, and the input put back as it was. Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,15 +78,54 @@ static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, 
         return rc;
 }
 
+/* The price of the cheapest shape of any node class whose allocatable holds the pod; HUGE_VAL when none. */
+static double cheapest_holding(const struct sim_input *s, const struct sim_pod *p) {
+        static const struct resources none;
+        double best = HUGE_VAL;
+        for (size_t k = 0; k < s->n_classes; k++) {
+                const struct shape_catalog *cat = s->classes[k]->shapes;
+                for (size_t i = 0; cat && i < cat->n; i++)
+                        if (disrupt_price(&cat->items[i]) < best && resources_fit(&p->requests, &none, &cat->items[i].allocatable))
+                                best = disrupt_price(&cat->items[i]);
+        }
+        return best;
+}
+
+/* Without host room: what a new node could change (see struct disrupt__trial). The trial's input pods were
+ * ctx->bound. */
+static void host_facts(const struct disrupt__ctx *ctx, const size_t *cands, size_t n, const struct sim_result *r,
+                       struct disrupt__trial *t) {
+        const struct sim_input *s = ctx->in->sim;
+        for (size_t k = 0; k < n && !t->zone_domains; k++) {
+                const struct disrupt_candidate *c = &ctx->in->candidates[cands[k]];
+                for (size_t p = 0; p < c->n_pods && !t->zone_domains; p++)
+                        t->zone_domains = moves(&c->pods[p]) && disrupt__zone_bound(c->pods[p].sim);
+        }
+        for (size_t i = 0; i < r->n_placements; i++) {
+                double floor = r->placements[i].target == SIM_TARGET_UNPLACED ? cheapest_holding(s, ctx->bound[i]) : HUGE_VAL;
+                if (floor < t->floor_price)
+                        t->floor_price = floor;
+        }
+}
+
 int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
         struct sim_result *r = NULL;
-        *ret = (struct disrupt__trial){ 0 };
+        *ret = (struct disrupt__trial){ .floor_price = HUGE_VAL };
         int rc = run_cordoned(ctx->in, ctx->bound, ctx->n_bound, cands, n, &r);
         ctx->res->simulations++;
         if (rc == 0)
                 read_result(ctx->in->sim, r, ret);
+        if (rc == 0 && ctx->in->hosts_unknown)
+                host_facts(ctx, cands, n, r, ret);
         simulate_result_free(r);
         return rc;
+}
+
+/* Without hosts no new node is planned: a trial that left pods unplaced might place them on a replacement cheaper
+ * than price, and one that moved zone-bound pods might place them elsewhere, once hosts add their zones. */
+void disrupt__need_hosts(struct disrupt__ctx *ctx, const struct disrupt__trial *t, double price) {
+        if (ctx->in->hosts_unknown && (t->zone_domains || (!t->all_placed && t->floor_price < price)))
+                ctx->res->needs_hosts = true;
 }
 
 int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n, struct sim_result **ret) {
