@@ -528,25 +528,39 @@ static void replan(struct disruption *d, const struct disruption_input *di, cons
         d->n_plan = n;
 }
 
-/* The input with host room (for replacements), after the replaces under way are followed; their nodes held. */
+/* The input without host room yet (decide() fetches it only when it could change the decisions), after the
+ * replaces under way are followed; their nodes held. */
 static int prepare(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                    struct disruption_input **ret) {
         struct disruption_input *di = NULL;
         int r = disruption_input_new(snap, now_ms, d->env.repair, &di);
-        if (r == 0)
-                log_problems(d, di->problems);
-        if (r == 0 && d->env.provisioner && di->n_candidates > 0)
-                r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
-        if (r < 0) {
-                disruption_input_free(di);
+        if (r < 0)
                 return r;
-        }
+        log_problems(d, di->problems);
+        di->in.hosts_unknown = d->env.provisioner != NULL;
         if (!d->rebuilt)
                 rebuild(d, snap->claims);
         follow(d, di, snap->claims, now_ms);
         hold(di, snap->claims);
         *ret = di;
         return 0;
+}
+
+/* The decisions, first without host room: asking every host's agent (or Proxmox) for it is what a pass costs most,
+ * and only a decision that might launch a replacement (or move pods bound to zones) needs it. When the decisions
+ * say so, the room is fetched and they are made again. */
+static int decide(struct disruption *d, const struct provisioner_snapshot *snap, struct disruption_input *di,
+                  struct disrupt_result **ret) {
+        int r = disrupt_decide(&di->in, ret);
+        if (r < 0 || !(*ret)->needs_hosts)
+                return r;
+        disrupt_result_free(*ret);
+        *ret = NULL;
+        di->in.hosts_unknown = false;
+        r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
+        if (r == 0)
+                stats_add(d->env.stats, STATS_DISRUPTION_HOST_ROOM, 1);
+        return r < 0 ? r : disrupt_decide(&di->in, ret);
 }
 
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
@@ -556,7 +570,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         struct disruption_outcome out = { 0 };
         int r = prepare(d, snap, now_ms, &di);
         if (r == 0)
-                r = disrupt_decide(&di->in, &res);
+                r = decide(d, snap, di, &res);
         if (r < 0) {
                 disruption_input_free(di);
                 return r;
