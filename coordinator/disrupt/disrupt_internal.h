@@ -39,9 +39,10 @@ struct disrupt__trial {
         size_t n_claims;
         double claims_price;
         /* Without host room (input hosts_unknown) only: */
-        double floor_price;  /* the cheapest shape that holds some unplaced pod (HUGE_VAL: none, or all placed) */
-        bool zone_domains;   /* a moved pod has a hard zone spread or a zone pod affinity: where it goes on the
-                              * existing nodes depends on the zones hosts with room add as domains */
+        double floor_price;  /* the cheapest shape that holds the unplaced pods together (HUGE_VAL: none, or all
+                              * placed): no replacement can cost less */
+        bool zone_domains;   /* a moved pod has a spread, affinity or anti-affinity over zones: where it goes on the
+                              * existing nodes may depend on where a new node would be */
 };
 
 /* disrupt_state.c */
@@ -52,8 +53,6 @@ int64_t disrupt__allowed(const struct disrupt__ctx *ctx, size_t pool, enum disru
 /* The first rule that keeps a graceful method off candidate i, written into why ("" when none). consolidation:
  * also the consolidateAfter wait since the last pod event. */
 bool disrupt__blocked(const struct disrupt__ctx *ctx, size_t i, bool consolidation, char *why, size_t len);
-/* Does the pod's placement depend on which zones are spread domains (a hard zone spread, a zone pod affinity)? */
-bool disrupt__zone_bound(const struct sim_pod *p);
 /* Note why candidate i is not disrupted (the first note stays; later calls do nothing). */
 void disrupt__note(struct disrupt__ctx *ctx, size_t i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The skips: every candidate in no decision, with its note or "no method applies". */

@@ -118,13 +118,12 @@ static int pending_fit(struct disrupt__ctx *ctx) {
         return ctx->pending_fit ? r : -ENOMEM;
 }
 
-bool disrupt__zone_bound(const struct sim_pod *p) {
+/* A topology spread over zones that is DoNotSchedule: whether the pod fits a node depends on every zone that is a
+ * domain, and hosts with room add theirs. */
+static bool hard_zone_spread(const struct sim_pod *p) {
         for (size_t k = 0; k < p->n_spread; k++)
                 if (p->spread[k].do_not_schedule && p->spread[k].topology_key &&
                     strcmp(p->spread[k].topology_key, SIM_LABEL_ZONE) == 0)
-                        return true;
-        for (size_t k = 0; k < p->n_pod_affinity; k++)
-                if (p->pod_affinity[k].topology_key && strcmp(p->pod_affinity[k].topology_key, SIM_LABEL_ZONE) == 0)
                         return true;
         return false;
 }
@@ -133,7 +132,7 @@ bool disrupt__zone_bound(const struct sim_pod *p) {
  * add as domains: the guard then needs the hosts. */
 static void guard_hosts(struct disrupt__ctx *ctx) {
         for (size_t k = 0; ctx->in->hosts_unknown && k < ctx->n_pending; k++)
-                if (!ctx->pending[k]->unschedulable_reason && disrupt__zone_bound(ctx->pending[k]))
+                if (!ctx->pending[k]->unschedulable_reason && hard_zone_spread(ctx->pending[k]))
                         ctx->res->needs_hosts = true;
 }
 

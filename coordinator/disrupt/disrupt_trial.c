@@ -78,34 +78,56 @@ static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, 
         return rc;
 }
 
-/* The price of the cheapest shape of any node class whose allocatable holds the pod; HUGE_VAL when none. */
-static double cheapest_holding(const struct sim_input *s, const struct sim_pod *p) {
+static bool zone_key(const char *key) {
+        return key && strcmp(key, SIM_LABEL_ZONE) == 0;
+}
+
+/* Does any rule of the pod count pods per zone (a spread, hard or soft, an affinity or anti-affinity term)? */
+static bool zone_keyed(const struct sim_pod *p) {
+        for (size_t k = 0; k < p->n_spread; k++)
+                if (zone_key(p->spread[k].topology_key))
+                        return true;
+        for (size_t k = 0; k < p->n_pod_affinity; k++)
+                if (zone_key(p->pod_affinity[k].topology_key))
+                        return true;
+        for (size_t k = 0; k < p->n_pod_anti_affinity; k++)
+                if (zone_key(p->pod_anti_affinity[k].topology_key))
+                        return true;
+        return false;
+}
+
+/* The price of the cheapest shape of any node class whose allocatable holds these requests; HUGE_VAL when none. */
+static double cheapest_holding(const struct sim_input *s, const struct resources *req) {
         static const struct resources none;
         double best = HUGE_VAL;
         for (size_t k = 0; k < s->n_classes; k++) {
                 const struct shape_catalog *cat = s->classes[k]->shapes;
                 for (size_t i = 0; cat && i < cat->n; i++)
-                        if (disrupt_price(&cat->items[i]) < best && resources_fit(&p->requests, &none, &cat->items[i].allocatable))
+                        if (disrupt_price(&cat->items[i]) < best && resources_fit(req, &none, &cat->items[i].allocatable))
                                 best = disrupt_price(&cat->items[i]);
         }
         return best;
 }
 
-/* Without host room: what a new node could change (see struct disrupt__trial). The trial's input pods were
- * ctx->bound. */
+/* Without host room: what a new node could change (struct disrupt__trial). Without zone rules the pods tried on the
+ * existing nodes meet the same nodes in the same state with room as without (pods that go to a new node change no
+ * existing node), so the unplaced pods are the ones a new node would have to take, all of them for a decision. The
+ * trial's input pods were ctx->bound. */
 static void host_facts(const struct disrupt__ctx *ctx, const size_t *cands, size_t n, const struct sim_result *r,
                        struct disrupt__trial *t) {
-        const struct sim_input *s = ctx->in->sim;
+        struct resources unplaced = { 0 };
+        bool any = false;
         for (size_t k = 0; k < n && !t->zone_domains; k++) {
                 const struct disrupt_candidate *c = &ctx->in->candidates[cands[k]];
                 for (size_t p = 0; p < c->n_pods && !t->zone_domains; p++)
-                        t->zone_domains = moves(&c->pods[p]) && disrupt__zone_bound(c->pods[p].sim);
+                        t->zone_domains = moves(&c->pods[p]) && zone_keyed(c->pods[p].sim);
         }
-        for (size_t i = 0; i < r->n_placements; i++) {
-                double floor = r->placements[i].target == SIM_TARGET_UNPLACED ? cheapest_holding(s, ctx->bound[i]) : HUGE_VAL;
-                if (floor < t->floor_price)
-                        t->floor_price = floor;
-        }
+        for (size_t i = 0; i < r->n_placements; i++)
+                if (r->placements[i].target == SIM_TARGET_UNPLACED) {
+                        resources_add(&unplaced, &ctx->bound[i]->requests);
+                        any = true;
+                }
+        t->floor_price = any ? cheapest_holding(ctx->in->sim, &unplaced) : HUGE_VAL;
 }
 
 int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
@@ -122,7 +144,7 @@ int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, stru
 }
 
 /* Without hosts no new node is planned: a trial that left pods unplaced might place them on a replacement cheaper
- * than price, and one that moved zone-bound pods might place them elsewhere, once hosts add their zones. */
+ * than price, and one that moved pods with zone rules might place them otherwise, once hosts are known. */
 void disrupt__need_hosts(struct disrupt__ctx *ctx, const struct disrupt__trial *t, double price) {
         if (ctx->in->hosts_unknown && (t->zone_domains || (!t->all_placed && t->floor_price < price)))
                 ctx->res->needs_hosts = true;

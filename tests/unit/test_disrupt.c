@@ -703,6 +703,45 @@ static void test_without_host_room(void **state) {
         teardown(&f);
 }
 
+/* node-a is of the cheapest shape that holds its two pods, which the other nodes have room for only together:
+ * without room the trial leaves both unplaced, and as no new node for both could cost less than node-a, no room is
+ * needed to know that node-a stays (with room it stays too). */
+static void test_without_host_room_well_sized(void **state) {
+        (void)state;
+        struct fixture f;
+        size_t hosts = 0;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "c1.4VCPU-8GB");
+        add_pod(&f, a, "web-1", 1200, 0);
+        add_pod(&f, a, "web-2", 1200, 0);
+        const char *others[] = { "node-b", "node-c", "node-d" };
+        for (size_t k = 0; k < 3; k++) {
+                size_t o = add_node(&f, others[k], "c1.2VCPU-4GB");
+                add_pod(&f, o, "db", 1030, 0);
+                f.cands[o].do_not_disrupt = true;
+        }
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_int_equal(f.res->simulations, 1);
+        assert_false(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "fit neither on the other nodes nor on one cheaper shape");
+        /* Smaller pods: a cheaper node could hold both, so room is needed to know. */
+        for (size_t k = 0; k < 2; k++)
+                f.cands[a].pods[k].sim->requests.v[RESOURCE_CPU] = 950;
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_true(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].n_replacements, 1);
+        teardown(&f);
+}
+
 static void test_bad_candidate(void **state) {
         (void)state;
         struct fixture f;
@@ -748,6 +787,7 @@ int main(void) {
                 cmocka_unit_test(test_multi_node_pools),
                 cmocka_unit_test(test_multi_node_pools_replace),
                 cmocka_unit_test(test_without_host_room),
+                cmocka_unit_test(test_without_host_room_well_sized),
                 cmocka_unit_test(test_bad_candidate),
                 cmocka_unit_test(test_no_nodes),
         };
