@@ -18,7 +18,7 @@
 
 #define COMPONENT "pvescale-coordinator"
 #define PLAN_MAX 64    /* decisions kept for the next pass */
-#define KEY_MAX 2048   /* "pool|method|claim,claim,..." */
+#define KEY_MAX 2048   /* "pool|method|claim,claim,..." (pool: the first claim's) */
 
 struct disruption {
         struct disruption_env env;
@@ -86,7 +86,7 @@ static void claims_list(const struct disruption_input *di, const struct disrupt_
                 n += snprintf(buf + n, len - (size_t)n, "%s%s", k ? "," : "", di->candidates[dec->candidates[k]].claim);
 }
 
-/* A decision's identity: its pool, method and NodeClaims. */
+/* A decision's identity: its (first candidate's) pool, method and NodeClaims, which may be of several pools. */
 static void decision_key(const struct disruption_input *di, const struct disrupt_decision *dec, char *buf,
                          size_t len) {
         int n = snprintf(buf, len, "%s|%s|", di->pools[dec->pool].name, disrupt_method_name(dec->method));
