@@ -32,7 +32,8 @@ struct disrupt__ctx {
 struct disrupt__trial {
         bool all_placed;
         size_t n_moved;
-        const char *unplaced_reason;          /* the first unplaced pod's reason */
+        char unplaced_reason[DISRUPT_MESSAGE_MAX / 2]; /* the first unplaced pod's reason (a copy: the
+                                                        * simulation's result is gone), "" when none */
         const char *target;                   /* the first existing node that takes a pod */
         size_t n_targets;                     /* distinct existing nodes that take pods */
         const struct shape *claims[DISRUPT__MAX_REPLACEMENTS];

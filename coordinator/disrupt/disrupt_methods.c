@@ -95,7 +95,7 @@ static int drift_one(struct disrupt__ctx *ctx, size_t pool, size_t i, const char
         disrupt__need_hosts(ctx, &t, HUGE_VAL);
         if (!t.all_placed) {
                 disrupt__note(ctx, i, "not disrupted: drifted (%s), but its pods fit nowhere: %s", what,
-                              t.unplaced_reason ? t.unplaced_reason : "too many new nodes");
+                              t.unplaced_reason[0] ? t.unplaced_reason : "too many new nodes");
                 return 0;
         }
         struct disrupt_decision *d = disrupt__decide(ctx, pool, DISRUPT_METHOD_DRIFT, DISRUPT_REASON_DRIFTED, &i, 1);

@@ -3,6 +3,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,7 @@ static void read_result(const struct sim_input *s, const struct sim_result *r, s
                         note_target(t, s->nodes[pl->index]);
                 else if (pl->target == SIM_TARGET_UNPLACED && t->all_placed) {
                         t->all_placed = false;
-                        t->unplaced_reason = pl->reason;
+                        snprintf(t->unplaced_reason, sizeof t->unplaced_reason, "%s", pl->reason ? pl->reason : "");
                 }
         }
         for (size_t k = 0; k < r->n_claims; k++) {

@@ -439,6 +439,18 @@ static void test_drift(void **state) {
         assert_int_equal(d->reason, DISRUPT_REASON_DRIFTED);
         assert_int_equal(d->n_replacements, 1); /* replace first */
         assert_contains(d->message, "Drift: ProxmoxNodeClass default changed since launch; replace");
+        /* Without host room no replacement can be planned: the skip names the simulation's reason (kept after its
+         * result is gone), and the result asks for room. */
+        size_t hosts = f.sim->n_hosts;
+        f.sim->n_hosts = 0;
+        f.in.hosts_unknown = true;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_true(f.res->needs_hosts);
+        assert_contains(skip_of(&f, a), "drifted (ProxmoxNodeClass default changed since launch), but its pods fit "
+                                        "nowhere: NodePool default: no host");
+        f.sim->n_hosts = hosts;
+        f.in.hosts_unknown = false;
         f.cands[a].nodeclass_hash = NULL; /* a claim from before the annotations: never drifted */
         f.cands[a].nodepool_hash = "0ld";
         decide(&f);
