@@ -19,7 +19,7 @@
 
 #define COMPONENT "pvescale-coordinator"
 #define PLAN_MAX 64    /* decisions kept for the next pass */
-#define KEY_MAX 2048   /* "pool|method|claim,claim,..." */
+#define KEY_MAX 2048   /* "pool|method|claim,claim,..." (pool: the first claim's) */
 
 struct disruption {
         struct disruption_env env;
@@ -89,7 +89,7 @@ static void claims_list(const struct disruption_input *di, const struct disrupt_
                 n += snprintf(buf + n, len - (size_t)n, "%s%s", k ? "," : "", di->candidates[dec->candidates[k]].claim);
 }
 
-/* A decision's identity: its pool, method and NodeClaims. */
+/* A decision's identity: its (first candidate's) pool, method and NodeClaims, which may be of several pools. */
 static void decision_key(const struct disruption_input *di, const struct disrupt_decision *dec, char *buf,
                          size_t len) {
         int n = snprintf(buf, len, "%s|%s|", di->pools[dec->pool].name, disrupt_method_name(dec->method));
@@ -560,7 +560,8 @@ static void replan(struct disruption *d, const struct disruption_input *di, cons
         d->n_plan = n;
 }
 
-/* The input with host room (for replacements), after the replaces under way are followed; their nodes held. */
+/* The input without host room yet (decide() fetches it only when it could change the decisions), after the
+ * replaces under way are followed; their nodes held. */
 static int prepare(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                    struct disruption_input **ret) {
         struct disruption_input *di = NULL;
@@ -568,14 +569,13 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
         if (r == 0) {
                 di->in.repair_after_ms = d->env.repair_after_ms;
                 di->in.pass_period_ms = d->env.period_ms;
+                di->in.hosts_unknown = d->env.provisioner != NULL;
                 log_problems(d, di->problems);
         }
         if (r == 0)
                 r = disruption_input_templates(di, snap->classes);
         if (r == 0)
                 disruption_drift_templates(d->env.provisioner, di);
-        if (r == 0 && d->env.provisioner && di->n_candidates > 0)
-                r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
         if (r < 0) {
                 disruption_input_free(di);
                 return r;
@@ -588,6 +588,23 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
         return 0;
 }
 
+/* The decisions, first without host room: asking every host's agent (or Proxmox) for it is what a pass costs most,
+ * and only a decision that might launch a replacement (or move pods bound to zones) needs it. When the decisions
+ * say so, the room is fetched and they are made again. */
+static int decide(struct disruption *d, const struct provisioner_snapshot *snap, struct disruption_input *di,
+                  struct disrupt_result **ret) {
+        int r = disrupt_decide(&di->in, ret);
+        if (r < 0 || !(*ret)->needs_hosts)
+                return r;
+        disrupt_result_free(*ret);
+        *ret = NULL;
+        di->in.hosts_unknown = false;
+        r = provisioner_add_hosts(d->env.provisioner, di->round, snap);
+        if (r == 0)
+                stats_add(d->env.stats, STATS_DISRUPTION_HOST_ROOM, 1);
+        return r < 0 ? r : disrupt_decide(&di->in, ret);
+}
+
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                     struct disruption_outcome *ret) {
         struct disruption_input *di = NULL;
@@ -595,7 +612,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         struct disruption_outcome out = { 0 };
         int r = prepare(d, snap, now_ms, &di);
         if (r == 0)
-                r = disrupt_decide(&di->in, &res);
+                r = decide(d, snap, di, &res);
         if (r < 0) {
                 disruption_input_free(di);
                 return r;

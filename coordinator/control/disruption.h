@@ -81,8 +81,9 @@ struct provisioner;
 struct disruption_env {
         struct kube_client *kube; /* the control loop's */
         struct stats *stats;      /* may be NULL */
-        /* The control loop's provisioner: host room for the decisions and the replacement claims. NULL: no host
-         * room, so no decision replaces a node. */
+        /* The control loop's provisioner: host room for the decisions (asked for only when they say it could change
+         * them: disrupt_result.needs_hosts) and the replacement claims. NULL: no host room, so no decision replaces
+         * a node. */
         struct provisioner *provisioner;
         bool repair;              /* node repair (off by default) */
         int64_t period_ms;        /* the pass's period; 0 = DISRUPTION_PERIOD_MS */

@@ -108,16 +108,24 @@ static const struct disrupt_pool *pool_named(const struct disruption_input *di, 
 
 /* ---- candidates ---- */
 
-static const json_t *claim_of_node(const json_t *claims, const json_t *node) {
-        const char *pid = str_at(json_object_get(node, "spec"), "providerID");
+/* The claims by status.providerID, built once a pass (borrowed references: the snapshot outlives it). A Node's claim
+ * is then found without a scan of every claim. */
+static json_t *claims_by_provider_id(const json_t *claims) {
+        json_t *index = json_object(), *c;
         size_t i;
-        json_t *c;
         json_array_foreach(claims, i, c) {
-                const char *cp = str_at(json_object_get(c, "status"), "providerID");
-                if (pid && cp && strcmp(pid, cp) == 0)
-                        return c;
+                const char *pid = str_at(json_object_get(c, "status"), "providerID");
+                if (index && pid && *pid && !json_object_get(index, pid) && json_object_set(index, pid, c) < 0) {
+                        json_decref(index);
+                        return NULL;
+                }
         }
-        return NULL;
+        return index;
+}
+
+static const json_t *claim_of_node(const json_t *by_provider_id, const json_t *node) {
+        const char *pid = str_at(json_object_get(node, "spec"), "providerID");
+        return pid && *pid ? json_object_get(by_provider_id, pid) : NULL;
 }
 
 static bool has_taint(const json_t *node, const char *key) {
@@ -250,18 +258,59 @@ static int add_pdb_names(struct disruption_input *di, const json_t *pdbs) {
 
 /* ---- a candidate's pods ---- */
 
+/* The round's bound pods (indices) sorted by node name, then input order: each node's pods are one run, found by a
+ * binary search instead of a scan of every pod per node. */
+struct pods_by_node {
+        size_t *idx;
+        size_t n;
+};
+
+static int by_node_name(const void *a, const void *b, void *arg) {
+        const struct sim_input *in = arg;
+        size_t i = *(const size_t *)a, j = *(const size_t *)b;
+        int c = strcmp(in->pods[i]->node_name, in->pods[j]->node_name);
+        return c ? c : (i > j) - (i < j);
+}
+
+static int pods_by_node_new(const struct sim_input *in, struct pods_by_node *ret) {
+        ret->n = 0;
+        ret->idx = calloc(in->n_pods + 1, sizeof *ret->idx);
+        if (!ret->idx)
+                return -ENOMEM;
+        for (size_t j = 0; j < in->n_pods; j++)
+                if (in->pods[j]->node_name)
+                        ret->idx[ret->n++] = j;
+        qsort_r(ret->idx, ret->n, sizeof *ret->idx, by_node_name, (void *)in);
+        return 0;
+}
+
+/* The first position of node's run (ret->n when it has no pod). */
+static size_t run_of(const struct sim_input *in, const struct pods_by_node *pb, const char *node) {
+        size_t lo = 0, hi = pb->n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (strcmp(in->pods[pb->idx[mid]]->node_name, node) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
 /* The pods the round bound to node (its sim_node), with their flags and blocking PDB; the last time one of them
  * started. */
-static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r, const json_t *pdbs,
-                    const json_t *pdb_names) {
+static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r, const struct pods_by_node *pb,
+                    const json_t *pdbs, const json_t *pdb_names) {
         const struct sim_input *in = r->in;
-        c->pods = calloc(in->n_pods + 1, sizeof *c->pods);
+        size_t first = run_of(in, pb, c->sim->name), end = first;
+        while (end < pb->n && strcmp(in->pods[pb->idx[end]]->node_name, c->sim->name) == 0)
+                end++;
+        c->pods = calloc(end - first + 1, sizeof *c->pods);
         if (!c->pods)
                 return -ENOMEM;
-        for (size_t j = 0; j < in->n_pods; j++) {
+        for (size_t k = first; k < end; k++) {
+                size_t j = pb->idx[k];
                 struct sim_pod *p = in->pods[j];
-                if (!p->node_name || strcmp(p->node_name, c->sim->name) != 0)
-                        continue;
                 int64_t started = time_at(json_object_get(r->pods[j], "status"), "startTime");
                 if (started > c->last_pod_event_ms)
                         c->last_pod_event_ms = started;
@@ -274,13 +323,12 @@ static int add_pods(struct disrupt_candidate *c, const struct provisioner_round 
 }
 
 static bool candidate_of(struct disruption_input *di, const struct provisioner_round *r, size_t i,
-                         const json_t *claims, struct disrupt_candidate *c) {
+                         const json_t *claim, struct disrupt_candidate *c) {
         struct sim_node *sn = r->in->nodes[i];
         const json_t *node = r->nodes[i];
         const char *kind = str_at(node, "kind");
         if (sn->in_flight || !sn->nodepool || (kind && strcmp(kind, "Node") != 0))
                 return false;
-        const json_t *claim = claim_of_node(claims, node);
         const struct disrupt_pool *pool = pool_named(di, sn->nodepool);
         const char *type = claim ? str_at(json_object_get(claim, "spec"), "instanceType") : NULL;
         const struct shape_catalog *cat = pool ? provisioner_round_catalog(r, pool->nodeclass) : NULL;
@@ -295,24 +343,27 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
 
 static int add_candidates(struct disruption_input *di, const struct provisioner_round *r,
                           const struct provisioner_snapshot *snap) {
-        const json_t *claims = snap->claims;
+        json_t *by_pid = claims_by_provider_id(snap->claims);
+        struct pods_by_node pb = { 0 };
+        int err = pods_by_node_new(r->in, &pb);
         di->candidates = calloc(r->in->n_nodes + 1, sizeof *di->candidates);
         di->claims = calloc(r->in->n_nodes + 1, sizeof *di->claims);
         di->nodes = calloc(r->in->n_nodes + 1, sizeof *di->nodes);
-        if (!di->candidates || !di->claims || !di->nodes)
-                return -ENOMEM;
-        for (size_t i = 0; i < r->in->n_nodes; i++) {
+        if (!by_pid || !di->candidates || !di->claims || !di->nodes)
+                err = -ENOMEM;
+        for (size_t i = 0; err == 0 && i < r->in->n_nodes; i++) {
                 struct disrupt_candidate *c = &di->candidates[di->n_candidates];
-                if (!candidate_of(di, r, i, claims, c))
+                const json_t *claim = claim_of_node(by_pid, r->nodes[i]);
+                if (!candidate_of(di, r, i, claim, c))
                         continue;
-                di->claims[di->n_candidates] = claim_of_node(claims, r->nodes[i]);
+                di->claims[di->n_candidates] = claim;
                 di->nodes[di->n_candidates] = r->nodes[i];
-                int err = add_pods(c, r, snap->pdbs, di->pdb_names);
-                if (err < 0)
-                        return err;
-                di->n_candidates++;
+                err = add_pods(c, r, &pb, snap->pdbs, di->pdb_names);
+                di->n_candidates += err == 0;
         }
-        return 0;
+        json_decref(by_pid);
+        free(pb.idx);
+        return err;
 }
 
 int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms, bool repair,

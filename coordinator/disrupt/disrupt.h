@@ -181,13 +181,18 @@ struct disrupt_input {
         bool repair;                 /* node repair is off unless asked for */
         int64_t repair_after_ms;     /* NotReady or Unknown this long is repaired; 0 = DISRUPT_REPAIR_AFTER_MS */
         int64_t pass_period_ms;      /* the caller's pass period; 0 = DISRUPT_PASS_PERIOD_MS */
+        /* The simulation has no host room yet (sim has no hosts; fetching it costs a request to every agent): no
+         * trial plans a new node, and the result says needs_hosts when room could change it. */
+        bool hosts_unknown;
 };
 
-/* A decision: the candidates to disrupt (indices into input candidates) and what replaces them. */
+/* A decision: the candidates to disrupt (indices into input candidates) and what replaces them. A multi-node
+ * consolidation's candidates may come from several pools (each candidate names its own); its replacement (one node
+ * at most) goes to the pool the simulation picks. */
 struct disrupt_decision {
         enum disrupt_method method;
         enum disrupt_reason reason;
-        size_t pool;                 /* index into input pools */
+        size_t pool;                 /* index into input pools: its first candidate's */
         size_t *candidates;
         size_t n_candidates;
         const struct shape **replacements; /* new claims to launch first (replace), none for a delete */
@@ -202,17 +207,22 @@ struct disrupt_skip {
 };
 
 struct disrupt_result {
-        struct disrupt_decision *decisions; /* at most one per pool */
+        struct disrupt_decision *decisions; /* no pool has candidates in two of them */
         size_t n_decisions;
         struct disrupt_skip *skips;         /* at most one per candidate that is not in a decision */
         size_t n_skips;
         size_t simulations;                 /* scheduling simulations run this pass */
+        /* Only with hosts_unknown: host room might change the result (a trial left pods unplaced that a cheaper
+         * new node might hold, or moved, or a pending pod has, a spread or affinity over zones). Decide again with
+         * hosts; without this flag the result is the one host room would give. */
+        bool needs_hosts;
 };
 
-/* One pass over every pool: the methods in Karpenter's order (emptiness, drift, expiry, repair, multi-node
- * consolidation, single-node consolidation), under the safety rules (docs/coordinator.md, section 12), at most
- * one decision per pool. 0 and *ret, -ENOMEM, or -EINVAL when a candidate names no pool or has no shape or
- * node. */
+/* One pass: for every pool the methods in Karpenter's order (emptiness, drift, expiry, repair) until one decides;
+ * then multi-node consolidation over the candidates of every pool still without a decision (cheapest to disrupt
+ * first, each pool's budget charged by its own candidates); then single-node consolidation of each pool still
+ * without one. Under the safety rules (docs/coordinator.md, section 12); a pool's candidates are in one decision at
+ * most. 0 and *ret, -ENOMEM, or -EINVAL when a candidate names no pool or has no shape or node. */
 int disrupt_decide(const struct disrupt_input *in, struct disrupt_result **ret);
 void disrupt_result_free(struct disrupt_result *r);
 

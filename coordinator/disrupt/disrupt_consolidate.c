@@ -1,5 +1,6 @@
-/* disrupt_consolidate: consolidation of one pool: multi-node (a binary search over a prefix of the candidates,
- * cheapest to disrupt first, as Karpenter's), then single-node (delete, or replace by one cheaper shape). Pure. */
+/* disrupt_consolidate: consolidation: multi-node over the candidates of every pool (a binary search over a prefix
+ * of them, cheapest to disrupt first, each pool's budget applied to its own, as Karpenter's), then single-node of
+ * each pool (delete, or replace by one cheaper shape). Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <stdio.h>
@@ -22,8 +23,10 @@ static int by_cost(const void *a, const void *b, void *arg) {
         return strcmp(ci->claim, cj->claim);
 }
 
-/* The candidates consolidation may take, in order; the others get their reason. */
-static size_t eligible(struct disrupt__ctx *ctx, size_t pool, size_t *list) {
+/* The pool's candidates consolidation may take, appended to list; the others get their reason. None when the pool
+ * has a decision, its policy is WhenEmpty, or its budgets allow no Underutilized disruption now. */
+static size_t pool_eligible(struct disrupt__ctx *ctx, size_t pool, size_t *list) {
+        const struct disrupt_pool *p = &ctx->in->pools[pool];
         size_t n = 0;
         char why[MSG];
         for (size_t i = 0; i < ctx->in->n_candidates; i++) {
@@ -34,8 +37,16 @@ static size_t eligible(struct disrupt__ctx *ctx, size_t pool, size_t *list) {
                 else
                         list[n++] = i;
         }
-        qsort_r(list, n, sizeof *list, by_cost, ctx);
-        return n;
+        if (n && p->policy == DISRUPT_WHEN_EMPTY)
+                disrupt__say(why, sizeof why, "not disrupted: consolidationPolicy of pool %s is WhenEmpty", p->name);
+        else if (n && disrupt__allowed(ctx, pool, DISRUPT_REASON_UNDERUTILIZED) <= 0)
+                disrupt__say(why, sizeof why, "not disrupted: the budgets of pool %s allow no more Underutilized "
+                             "disruptions now", p->name);
+        else
+                return n;
+        for (size_t k = 0; k < n; k++)
+                disrupt__note(ctx, list[k], "%s", why);
+        return 0;
 }
 
 static double price_of(const struct disrupt__ctx *ctx, const size_t *list, size_t n) {
@@ -50,19 +61,41 @@ static bool saves(const struct disrupt__trial *t, double price) {
         return t->all_placed && t->n_claims <= 1 && (t->n_claims == 0 || t->claims_price < price);
 }
 
+static bool has_pool(const struct disrupt__ctx *ctx, const struct disrupt_decision *d, size_t pool) {
+        for (size_t k = 0; k < d->n_candidates; k++)
+                if (ctx->pool_of[d->candidates[k]] == pool)
+                        return true;
+        return false;
+}
+
+/* " of pools a, b" when the decision's candidates come from several pools, else "". */
+static void pools_of(const struct disrupt__ctx *ctx, const struct disrupt_decision *d, char *buf, size_t len) {
+        size_t n = 0, at = 0;
+        buf[0] = '\0';
+        for (size_t p = 0; p < ctx->in->n_pools && at < len; p++) {
+                if (!has_pool(ctx, d, p))
+                        continue;
+                int w = snprintf(buf + at, len - at, "%s%s", n++ ? ", " : " of pools ", ctx->in->pools[p].name);
+                at += w > 0 ? (size_t)w : 0;
+        }
+        if (n < 2)
+                buf[0] = '\0';
+}
+
 static void consolidation_message(const struct disrupt__ctx *ctx, struct disrupt_decision *d,
                                   const struct disrupt__trial *t) {
         const char *name = ctx->in->candidates[d->candidates[0]].claim;
-        char to[MSG - 64];
+        char to[MSG - 64], pools[MSG / 2];
         if (t->n_claims)
                 disrupt__say(to, sizeof to, "fit on one cheaper %s", t->claims[0]->name);
         else if (t->n_targets > 1)
                 disrupt__say(to, sizeof to, "fit on %s and %zu other nodes", t->target, t->n_targets - 1);
         else
                 disrupt__say(to, sizeof to, "fit on %s", t->target ? t->target : "the other nodes");
+        pools_of(ctx, d, pools, sizeof pools);
         if (d->n_candidates > 1)
-                disrupt__say(d->message, MSG, "Consolidation: %zu nodes into %zu, their %zu pods %s", d->n_candidates,
-                         t->n_claims, t->n_moved, to);
+                disrupt__say(d->message, MSG, "Consolidation: %zu nodes%s into %zu, their %zu pods %s", d->n_candidates,
+                             pools, t->n_claims, t->n_moved, to);
         else
                 disrupt__say(d->message, MSG, "Consolidation: %s %s, its %zu pods %s", t->n_claims ? "replace" : "delete",
                          name, t->n_moved, to);
@@ -91,21 +124,48 @@ static bool no_better_than_a_delete(const struct disrupt__ctx *ctx, const size_t
         return false;
 }
 
-static int multi_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
+/* Karpenter's firstNConsolidationOption: the longest prefix (2 to DISRUPT_MULTI_MAX_CANDIDATES) whose nodes go
+ * together, found by a binary search. */
+static int first_n(struct disrupt__ctx *ctx, const size_t *list, size_t n) {
         size_t lo = 2, hi = n < DISRUPT_MULTI_MAX_CANDIDATES ? n : DISRUPT_MULTI_MAX_CANDIDATES, best = 0;
         struct disrupt__trial t, kept = { 0 };
         while (lo <= hi) {
                 size_t mid = (lo + hi) / 2;
+                double price = price_of(ctx, list, mid);
                 int rc = disrupt__trial(ctx, list, mid, &t);
                 if (rc < 0)
                         return rc;
-                if (saves(&t, price_of(ctx, list, mid)) && !no_better_than_a_delete(ctx, list, mid, &t)) {
+                disrupt__need_hosts(ctx, &t, price);
+                if (saves(&t, price) && !no_better_than_a_delete(ctx, list, mid, &t)) {
                         best = mid, kept = t, lo = mid + 1;
                 } else {
                         hi = mid - 1;
                 }
         }
-        return best ? take(ctx, pool, DISRUPT_METHOD_MULTI_NODE, list, best, &kept) : 0;
+        return best ? take(ctx, ctx->pool_of[list[0]], DISRUPT_METHOD_MULTI_NODE, list, best, &kept) : 0;
+}
+
+/* Karpenter's multi-node consolidation: the candidates of every pool, cheapest to disrupt first; in that order each
+ * pool's budget is charged by its own candidates and those over it stay out; then first_n. */
+int disrupt__multi_node(struct disrupt__ctx *ctx) {
+        size_t *list = malloc((ctx->in->n_candidates + 1) * sizeof *list), n = 0, m = 0;
+        int64_t *left = calloc(ctx->in->n_pools + 1, sizeof *left);
+        int rc = 0;
+        for (size_t p = 0; list && left && p < ctx->in->n_pools; p++) {
+                left[p] = disrupt__allowed(ctx, p, DISRUPT_REASON_UNDERUTILIZED);
+                n += pool_eligible(ctx, p, list + n);
+        }
+        if (list && left) {
+                qsort_r(list, n, sizeof *list, by_cost, ctx);
+                for (size_t k = 0; k < n; k++)
+                        if (left[ctx->pool_of[list[k]]]-- > 0)
+                                list[m++] = list[k];
+                rc = m >= 2 ? first_n(ctx, list, m) : 0;
+        }
+        rc = list && left ? rc : -ENOMEM;
+        free(list);
+        free(left);
+        return rc;
 }
 
 /* A quick necessary condition: the pods fit the free room of the other nodes together, or the pool's node
@@ -148,6 +208,8 @@ static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list
                 if (rc < 0)
                         return rc;
                 tried += may;
+                if (may)
+                        disrupt__need_hosts(ctx, &t, ctx->in->candidates[i].price);
                 if (may && saves(&t, ctx->in->candidates[i].price))
                         return take(ctx, pool, DISRUPT_METHOD_SINGLE_NODE, &i, 1, &t);
                 if (tried >= DISRUPT_SINGLE_MAX_TRIALS && !may)
@@ -159,25 +221,13 @@ static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list
         return 0;
 }
 
-int disrupt__consolidation(struct disrupt__ctx *ctx, size_t pool) {
-        const struct disrupt_pool *p = &ctx->in->pools[pool];
-        int64_t allowed = disrupt__allowed(ctx, pool, DISRUPT_REASON_UNDERUTILIZED);
+int disrupt__single_node(struct disrupt__ctx *ctx, size_t pool) {
         size_t *list = malloc((ctx->in->n_candidates + 1) * sizeof *list), n;
-        int rc = 0;
         if (!list)
                 return -ENOMEM;
-        n = eligible(ctx, pool, list);
-        for (size_t k = 0; p->policy == DISRUPT_WHEN_EMPTY && k < n; k++)
-                disrupt__note(ctx, list[k], "not disrupted: consolidationPolicy of pool %s is WhenEmpty", p->name);
-        if (p->policy == DISRUPT_WHEN_EMPTY)
-                n = 0;
-        for (size_t k = 0; allowed <= 0 && k < n; k++)
-                disrupt__note(ctx, list[k], "not disrupted: the budgets of pool %s allow no more Underutilized "
-                              "disruptions now", p->name);
-        if (allowed > 0 && n >= 2)
-                rc = multi_node(ctx, pool, list, (size_t)allowed < n ? (size_t)allowed : n);
-        if (allowed > 0 && rc == 0)
-                rc = single_node(ctx, pool, list, n);
+        n = pool_eligible(ctx, pool, list);
+        qsort_r(list, n, sizeof *list, by_cost, ctx);
+        int rc = single_node(ctx, pool, list, n);
         free(list);
         return rc;
 }

@@ -1,7 +1,7 @@
 /* disrupt_internal: what the files of the disrupt module share (docs/architecture.md, "Private names"). Order,
  * lower first: disrupt_parse, disrupt_cron; disrupt_state (one pass's context, budgets, guards, the result);
- * disrupt_trial (the scheduling simulation of removing nodes); disrupt_drift (has a claim drifted); disrupt_methods;
- * disrupt (the pass). */
+ * disrupt_trial (the scheduling simulation of removing nodes); disrupt_drift (has a claim drifted); disrupt_methods,
+ * disrupt_consolidate; disrupt (the pass). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
@@ -23,6 +23,9 @@ struct disrupt__ctx {
         struct sim_pod **pending;    /* the input's pending pods */
         size_t n_pending;
         size_t n_bound;
+        size_t *pending_fit;         /* per candidate: the first pending pod (input pod) it could take, SIZE_MAX
+                                      * none; NULL when no pod is pending */
+        bool *pool_decided;          /* per pool: some decision of this pass takes candidates of it */
 };
 
 /* What a trial found: could the candidates' pods go elsewhere, and onto what. */
@@ -36,6 +39,11 @@ struct disrupt__trial {
         const struct shape *claims[DISRUPT__MAX_REPLACEMENTS];
         size_t n_claims;
         double claims_price;
+        /* Without host room (input hosts_unknown) only: */
+        double floor_price;  /* the cheapest shape that holds the unplaced pods together (HUGE_VAL: none, or all
+                              * placed): no replacement can cost less */
+        bool zone_domains;   /* a moved pod has a spread, affinity or anti-affinity over zones: where it goes on the
+                              * existing nodes may depend on where a new node would be */
 };
 
 /* disrupt_state.c */
@@ -50,9 +58,10 @@ bool disrupt__blocked(const struct disrupt__ctx *ctx, size_t i, bool consolidati
 void disrupt__note(struct disrupt__ctx *ctx, size_t i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The skips: every candidate in no decision, with its note or "no method applies". */
 void disrupt__finish(struct disrupt__ctx *ctx);
-/* Is candidate i of pool and in no decision yet? */
+/* Is candidate i of pool, and that pool in no decision yet? */
 bool disrupt__open(const struct disrupt__ctx *ctx, size_t pool, size_t i);
-/* Start the pool's decision; NULL on ENOMEM. The candidates are marked taken. */
+/* Start a decision (pool: its first candidate's); NULL on ENOMEM. The candidates are marked taken and their pools
+ * decided. */
 struct disrupt_decision *disrupt__decide(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m,
                                          enum disrupt_reason r, const size_t *cands, size_t n);
 int disrupt__replacements(struct disrupt_decision *d, const struct disrupt__trial *t);
@@ -65,10 +74,16 @@ void disrupt__say(char *buf, size_t len, const char *fmt, ...) __attribute__((fo
 
 /* disrupt_trial.c: the candidates' pods pending, their nodes cordoned, the rest as it is. 0 or -ENOMEM/-EINVAL. */
 int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret);
+/* Without host room: could host room change what this trial says, for a decision whose replacement must cost less
+ * than price (HUGE_VAL: any replacement)? Then the result says needs_hosts. */
+void disrupt__need_hosts(struct disrupt__ctx *ctx, const struct disrupt__trial *t, double price);
 
 /* disrupt_methods.c: each returns 1 when it decided for the pool, 0 when not, or a negative errno. */
 int disrupt__emptiness(struct disrupt__ctx *ctx, size_t pool);
 int disrupt__drift(struct disrupt__ctx *ctx, size_t pool);
 int disrupt__expiry(struct disrupt__ctx *ctx, size_t pool);
 int disrupt__repair(struct disrupt__ctx *ctx, size_t pool);
-int disrupt__consolidation(struct disrupt__ctx *ctx, size_t pool);
+/* disrupt_consolidate.c: multi-node consolidation over the candidates of every pool without a decision (each pool's
+ * budget charged by its own); single-node consolidation of one pool. */
+int disrupt__multi_node(struct disrupt__ctx *ctx);
+int disrupt__single_node(struct disrupt__ctx *ctx, size_t pool);

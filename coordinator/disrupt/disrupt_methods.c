@@ -3,6 +3,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ static int drift_one(struct disrupt__ctx *ctx, size_t pool, size_t i, const char
         int rc = disrupt__trial(ctx, &i, 1, &t);
         if (rc < 0)
                 return rc;
+        disrupt__need_hosts(ctx, &t, HUGE_VAL);
         if (!t.all_placed) {
                 disrupt__note(ctx, i, "not disrupted: drifted (%s), but its pods fit nowhere: %s", what,
                               t.unplaced_reason[0] ? t.unplaced_reason : "too many new nodes");
@@ -117,6 +119,7 @@ static int forceful(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m
         int rc = disrupt__trial(ctx, list, n, &t);
         if (rc < 0)
                 return rc;
+        disrupt__need_hosts(ctx, &t, HUGE_VAL);
         struct disrupt_decision *d = disrupt__decide(ctx, pool, m, r, list, n);
         if (!d || disrupt__replacements(d, &t) < 0)
                 return -ENOMEM;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,58 @@ static int split_pods(struct disrupt__ctx *ctx) {
         return 0;
 }
 
+struct node_at {
+        const struct sim_node *node;
+        size_t index;
+};
+
+static int by_address(const void *a, const void *b) {
+        uintptr_t x = (uintptr_t)((const struct node_at *)a)->node, y = (uintptr_t)((const struct node_at *)b)->node;
+        return x < y ? -1 : x > y;
+}
+
+/* The guard's facts, once a pass: per candidate, the first pending pod that could schedule on it now, by the
+ * scheduling simulation's predicates (simulate_pending_fit). Only when pods are pending. */
+static int pending_fit(struct disrupt__ctx *ctx) {
+        const struct sim_input *s = ctx->in->sim;
+        size_t *per_node = calloc(s->n_nodes + 1, sizeof *per_node);
+        struct node_at *at = calloc(s->n_nodes + 1, sizeof *at);
+        int r = per_node && at ? 0 : -ENOMEM;
+        ctx->pending_fit = calloc(ctx->in->n_candidates + 1, sizeof *ctx->pending_fit);
+        if (r == 0 && ctx->pending_fit)
+                r = simulate_pending_fit(s, per_node);
+        for (size_t n = 0; r == 0 && n < s->n_nodes; n++)
+                at[n] = (struct node_at){ s->nodes[n], n };
+        if (r == 0 && s->n_nodes)
+                qsort(at, s->n_nodes, sizeof *at, by_address);
+        for (size_t i = 0; r == 0 && ctx->pending_fit && i < ctx->in->n_candidates; i++) {
+                struct node_at key = { ctx->in->candidates[i].sim, 0 };
+                const struct node_at *hit = s->n_nodes ? bsearch(&key, at, s->n_nodes, sizeof *at, by_address) : NULL;
+                ctx->pending_fit[i] = hit ? per_node[hit->index] : SIZE_MAX;
+        }
+        free(per_node);
+        free(at);
+        return ctx->pending_fit ? r : -ENOMEM;
+}
+
+/* A topology spread over zones that is DoNotSchedule: whether the pod fits a node depends on every zone that is a
+ * domain, and hosts with room add theirs. */
+static bool hard_zone_spread(const struct sim_pod *p) {
+        for (size_t k = 0; k < p->n_spread; k++)
+                if (p->spread[k].do_not_schedule && p->spread[k].topology_key &&
+                    strcmp(p->spread[k].topology_key, SIM_LABEL_ZONE) == 0)
+                        return true;
+        return false;
+}
+
+/* Without host room, a pending pod whose spread counts zones may fit a node or not depending on the zones the hosts
+ * add as domains: the guard then needs the hosts. */
+static void guard_hosts(struct disrupt__ctx *ctx) {
+        for (size_t k = 0; ctx->in->hosts_unknown && k < ctx->n_pending; k++)
+                if (!ctx->pending[k]->unschedulable_reason && hard_zone_spread(ctx->pending[k]))
+                        ctx->res->needs_hosts = true;
+}
+
 int disrupt__ctx_init(struct disrupt__ctx *ctx, const struct disrupt_input *in) {
         size_t n = in->n_candidates + 1;
         *ctx = (struct disrupt__ctx){ .in = in };
@@ -92,7 +145,9 @@ int disrupt__ctx_init(struct disrupt__ctx *ctx, const struct disrupt_input *in) 
         ctx->free_room = calloc(n, sizeof *ctx->free_room);
         ctx->reschedulable = calloc(n, sizeof *ctx->reschedulable);
         ctx->notes = calloc(n, sizeof *ctx->notes);
-        if (!ctx->res || !ctx->notes || !ctx->pool_of || !ctx->taken || !ctx->free_room || !ctx->reschedulable)
+        ctx->pool_decided = calloc(in->n_pools + 1, sizeof *ctx->pool_decided);
+        if (!ctx->res || !ctx->notes || !ctx->pool_of || !ctx->taken || !ctx->free_room || !ctx->reschedulable ||
+            !ctx->pool_decided)
                 return -ENOMEM;
         ctx->res->decisions = calloc(in->n_pools + 1, sizeof *ctx->res->decisions);
         ctx->res->skips = calloc(n, sizeof *ctx->res->skips);
@@ -101,7 +156,10 @@ int disrupt__ctx_init(struct disrupt__ctx *ctx, const struct disrupt_input *in) 
         for (size_t i = 0; i < in->n_candidates; i++)
                 if (candidate_facts(ctx, i) < 0)
                         return -EINVAL;
-        return free_total(ctx);
+        int r = ctx->n_pending && in->n_candidates ? pending_fit(ctx) : 0;
+        if (in->n_candidates)
+                guard_hosts(ctx);
+        return r < 0 ? r : free_total(ctx);
 }
 
 void disrupt__ctx_done(struct disrupt__ctx *ctx) {
@@ -112,6 +170,8 @@ void disrupt__ctx_done(struct disrupt__ctx *ctx) {
         free(ctx->notes);
         free(ctx->bound);
         free(ctx->pending);
+        free(ctx->pending_fit);
+        free(ctx->pool_decided);
         disrupt_result_free(ctx->res);
         *ctx = (struct disrupt__ctx){ 0 };
 }
@@ -166,28 +226,6 @@ static bool pod_blocks(const struct disrupt_pod *p, char *why, size_t len) {
         return *why != '\0';
 }
 
-static bool tolerated(const struct sim_pod *p, const struct sim_node *n) {
-        for (size_t t = 0; t < n->n_taints; t++)
-                if (n->taints[t].effect != SIM_EFFECT_PREFER_NO_SCHEDULE &&
-                    !simulate_tolerates(p->tolerations, p->n_tolerations, &n->taints[t]))
-                        return false;
-        return true;
-}
-
-/* Could this pending pod schedule on the candidate as it is? (resources, nodeSelector and taints) */
-static bool could_take(const struct disrupt__ctx *ctx, size_t i, const struct sim_pod *p) {
-        const struct sim_node *n = ctx->in->candidates[i].sim;
-        static const struct resources none;
-        if (p->unschedulable_reason || n->unschedulable || !resources_fit(&p->requests, &none, &ctx->free_room[i]))
-                return false;
-        for (size_t k = 0; k < p->n_node_selector; k++) {
-                const char *v = simulate_label_get(n->labels, n->n_labels, p->node_selector[k].key);
-                if (!v || strcmp(v, p->node_selector[k].value) != 0)
-                        return false;
-        }
-        return tolerated(p, n);
-}
-
 static bool too_young(const struct disrupt__ctx *ctx, size_t i, bool consolidation, char *why, size_t len) {
         const struct disrupt_candidate *c = &ctx->in->candidates[i];
         int64_t after = ctx->in->pools[ctx->pool_of[i]].consolidate_after_ms, now = ctx->in->now_ms;
@@ -216,10 +254,10 @@ bool disrupt__blocked(const struct disrupt__ctx *ctx, size_t i, bool consolidati
                 pod_blocks(&c->pods[k], why, len);
         if (!*why && too_young(ctx, i, consolidation, why, len))
                 return true;
-        for (size_t k = 0; !*why && k < ctx->n_pending; k++)
-                if (could_take(ctx, i, ctx->pending[k]))
-                        snprintf(why, len, "pending pod %s/%s could schedule on it", ctx->pending[k]->namespace,
-                                 ctx->pending[k]->name);
+        if (!*why && ctx->pending_fit && ctx->pending_fit[i] != SIZE_MAX) {
+                const struct sim_pod *p = ctx->in->sim->pods[ctx->pending_fit[i]];
+                snprintf(why, len, "pending pod %s/%s could schedule on it", p->namespace, p->name);
+        }
         return *why != '\0';
 }
 
@@ -242,7 +280,7 @@ void disrupt__note(struct disrupt__ctx *ctx, size_t i, const char *fmt, ...) {
 }
 
 bool disrupt__open(const struct disrupt__ctx *ctx, size_t pool, size_t i) {
-        return ctx->pool_of[i] == pool && !ctx->taken[i];
+        return ctx->pool_of[i] == pool && !ctx->taken[i] && !ctx->pool_decided[pool];
 }
 
 void disrupt__finish(struct disrupt__ctx *ctx) {
@@ -268,8 +306,10 @@ struct disrupt_decision *disrupt__decide(struct disrupt__ctx *ctx, size_t pool, 
                 return NULL;
         memcpy(d->candidates, cands, n * sizeof *cands);
         d->n_candidates = n;
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; k < n; k++) {
                 ctx->taken[cands[k]] = true;
+                ctx->pool_decided[ctx->pool_of[cands[k]]] = true;
+        }
         ctx->res->n_decisions++;
         return d;
 }

@@ -2,6 +2,7 @@
  * with the nodes cordoned and their pods pending, and the input put back as it was. Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,15 +79,76 @@ static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, 
         return rc;
 }
 
+static bool zone_key(const char *key) {
+        return key && strcmp(key, SIM_LABEL_ZONE) == 0;
+}
+
+/* Does any rule of the pod count pods per zone (a spread, hard or soft, an affinity or anti-affinity term)? */
+static bool zone_keyed(const struct sim_pod *p) {
+        for (size_t k = 0; k < p->n_spread; k++)
+                if (zone_key(p->spread[k].topology_key))
+                        return true;
+        for (size_t k = 0; k < p->n_pod_affinity; k++)
+                if (zone_key(p->pod_affinity[k].topology_key))
+                        return true;
+        for (size_t k = 0; k < p->n_pod_anti_affinity; k++)
+                if (zone_key(p->pod_anti_affinity[k].topology_key))
+                        return true;
+        return false;
+}
+
+/* The price of the cheapest shape of any node class whose allocatable holds these requests; HUGE_VAL when none. */
+static double cheapest_holding(const struct sim_input *s, const struct resources *req) {
+        static const struct resources none;
+        double best = HUGE_VAL;
+        for (size_t k = 0; k < s->n_classes; k++) {
+                const struct shape_catalog *cat = s->classes[k]->shapes;
+                for (size_t i = 0; cat && i < cat->n; i++)
+                        if (disrupt_price(&cat->items[i]) < best && resources_fit(req, &none, &cat->items[i].allocatable))
+                                best = disrupt_price(&cat->items[i]);
+        }
+        return best;
+}
+
+/* Without host room: what a new node could change (struct disrupt__trial). Without zone rules the pods tried on the
+ * existing nodes meet the same nodes in the same state with room as without (pods that go to a new node change no
+ * existing node), so the unplaced pods are the ones a new node would have to take, all of them for a decision. The
+ * trial's input pods were ctx->bound. */
+static void host_facts(const struct disrupt__ctx *ctx, const size_t *cands, size_t n, const struct sim_result *r,
+                       struct disrupt__trial *t) {
+        struct resources unplaced = { 0 };
+        bool any = false;
+        for (size_t k = 0; k < n && !t->zone_domains; k++) {
+                const struct disrupt_candidate *c = &ctx->in->candidates[cands[k]];
+                for (size_t p = 0; p < c->n_pods && !t->zone_domains; p++)
+                        t->zone_domains = moves(&c->pods[p]) && zone_keyed(c->pods[p].sim);
+        }
+        for (size_t i = 0; i < r->n_placements; i++)
+                if (r->placements[i].target == SIM_TARGET_UNPLACED) {
+                        resources_add(&unplaced, &ctx->bound[i]->requests);
+                        any = true;
+                }
+        t->floor_price = any ? cheapest_holding(ctx->in->sim, &unplaced) : HUGE_VAL;
+}
+
 int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
         struct sim_result *r = NULL;
-        *ret = (struct disrupt__trial){ 0 };
+        *ret = (struct disrupt__trial){ .floor_price = HUGE_VAL };
         int rc = run_cordoned(ctx->in, ctx->bound, ctx->n_bound, cands, n, &r);
         ctx->res->simulations++;
         if (rc == 0)
                 read_result(ctx->in->sim, r, ret);
+        if (rc == 0 && ctx->in->hosts_unknown)
+                host_facts(ctx, cands, n, r, ret);
         simulate_result_free(r);
         return rc;
+}
+
+/* Without hosts no new node is planned: a trial that left pods unplaced might place them on a replacement cheaper
+ * than price, and one that moved pods with zone rules might place them otherwise, once hosts are known. */
+void disrupt__need_hosts(struct disrupt__ctx *ctx, const struct disrupt__trial *t, double price) {
+        if (ctx->in->hosts_unknown && (t->zone_domains || (!t->all_placed && t->floor_price < price)))
+                ctx->res->needs_hosts = true;
 }
 
 int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n, struct sim_result **ret) {

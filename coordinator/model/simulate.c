@@ -1,5 +1,6 @@
 /* simulate: the coordinator's pure scheduling simulation. Pods are placed largest first onto existing
- * nodes, then in-flight claims, then claims planned this round, then a new claim (simulate_claims.c). */
+ * nodes, then in-flight claims, then claims planned this round, then a new claim (simulate_claims.c). Also
+ * scale-down's guard: which pending pod each node could take now, by the same predicates. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "simulate.h"
 
@@ -180,7 +181,8 @@ static int place(struct ctx *c, size_t i, struct sim_placement *pl, struct sim_a
 
 /* ---- bound pods and ordering ---- */
 
-static int place_bound(struct ctx *c, struct sim_result *res) {
+/* The bound pods onto their nodes' slots (counted for resources, ports and topology); placements may be NULL. */
+static int place_bound(struct ctx *c, struct sim_placement *placements) {
         uint32_t *slot_of = NULL;
         size_t cap = 0;
         for (size_t s = 0; s < c->n_slots; s++) {
@@ -193,7 +195,8 @@ static int place_bound(struct ctx *c, struct sim_result *res) {
                 const struct sim_pod *pod = c->in->pods[i];
                 if (!pod->node_name)
                         continue;
-                res->placements[i] = (struct sim_placement){ .target = SIM_TARGET_BOUND };
+                if (placements)
+                        placements[i] = (struct sim_placement){ .target = SIM_TARGET_BOUND };
                 uint32_t id = simulate__intern(c, pod->node_name);
                 if (id < cap && slot_of[id] && land(c, i, slot_of[id] - 1) < 0)
                         goto oom;
@@ -294,7 +297,7 @@ int simulate_run(const struct sim_input *in, struct sim_result **ret_result) {
                 goto out;
         r = simulate__compile(&c);
         if (r >= 0)
-                r = place_bound(&c, res);
+                r = place_bound(&c, res->placements);
         if (r >= 0)
                 r = place_pending(&c, res);
         if (r >= 0)
@@ -316,4 +319,41 @@ void simulate_result_free(struct sim_result *r) {
                 return;
         simulate__arena_free(r->arena);
         free(r);
+}
+
+/* ---- scale-down's guard ---- */
+
+/* Pending pod i into ret[node] of every node that takes it as it is and has no earlier pod there yet. */
+static void fit_pending(struct ctx *c, size_t i, size_t *ret) {
+        const struct sim_pod *pod = c->in->pods[i];
+        struct pclass *pc = &c->classes[c->class_of_pod[i]];
+        int32_t mins[pc->n_spread + 1];
+        if (pod->node_name || pc->unsupported)
+                return;
+        simulate__spread_mins(c, pc, false, mins);
+        for (size_t s = 0; s < c->n_slots; s++) {
+                size_t node = c->slots[s].index;
+                if (ret[node] != SIZE_MAX || pc->slot_fail[s])
+                        continue;
+                enum fit f = slot_fits(c, pc, pod, s, mins, false);
+                if (f == FIT_OK)
+                        ret[node] = i;
+                else if (permanent(f))
+                        pc->slot_fail[s] = 1;
+        }
+}
+
+int simulate_pending_fit(const struct sim_input *in, size_t *ret) {
+        struct ctx c = { .in = in, .arena = simulate__arena_new(), .only_zone = -1 };
+        int r = c.arena ? simulate__compile(&c) : -ENOMEM;
+        for (size_t n = 0; n < in->n_nodes; n++)
+                ret[n] = SIZE_MAX;
+        if (r >= 0)
+                r = place_bound(&c, NULL);
+        for (size_t i = 0; r >= 0 && i < in->n_pods; i++)
+                fit_pending(&c, i, ret);
+        if (r >= 0 && c.error)
+                r = c.error;
+        ctx_done(&c);
+        return r < 0 ? r : 0;
 }

@@ -237,6 +237,14 @@ struct sim_result {
 int simulate_run(const struct sim_input *in, struct sim_result **ret_result);
 void simulate_result_free(struct sim_result *r);
 
+/* Scale-down's guard: for each input node, the first pending pod (an index into input pods) that could be bound to
+ * it now, by the predicates of simulate_run: taints, nodeSelector and required node affinity, resources, host ports,
+ * required pod affinity and anti-affinity (an incoming pod's and the bound pods' own), and topology spread that is
+ * DoNotSchedule, with every bound pod counted; SIZE_MAX when none. Preferences (ScheduleAnyway, preferred terms) and
+ * pods the run cannot simulate (unschedulable_reason, an unsupported topology key) never count. ret holds
+ * in->n_nodes entries. 0, -ENOMEM or -EINVAL. */
+int simulate_pending_fit(const struct sim_input *in, size_t *ret);
+
 /* Helpers also used by the controller. */
 bool simulate_selector_matches(const struct sim_selector *sel, const struct sim_label *labels, size_t n);
 bool simulate_tolerates(const struct sim_toleration *tols, size_t n_tols, const struct sim_taint *taint);

@@ -46,6 +46,9 @@ static const struct metric_doc COUNTERS[STATS_N_COUNTERS] = {
         [STATS_AGENT_FALLBACKS] = { "agent_fallbacks_total",
                                     "Hosts accounted from Proxmox data because their agent did not answer.", NULL },
         [STATS_GC_RUNS] = { "garbage_collections_total", "launcher_collect_garbage calls.", NULL },
+        [STATS_DISRUPTION_HOST_ROOM] = { "disruption_host_room_fetches_total",
+                                         "Scale-down passes that asked the hosts for room (a decision might launch "
+                                         "a replacement).", NULL },
 };
 
 static const struct metric_doc GAUGES[STATS_N_GAUGES] = {

@@ -20,6 +20,7 @@ enum stats_counter {
         STATS_AGENT_ERRORS,       /* failed agent calls */
         STATS_AGENT_FALLBACKS,    /* hosts accounted from Proxmox data because the agent did not answer */
         STATS_GC_RUNS,            /* launcher_collect_garbage calls */
+        STATS_DISRUPTION_HOST_ROOM, /* scale-down passes that fetched host room (for a possible replacement) */
         STATS_N_COUNTERS,
 };
 

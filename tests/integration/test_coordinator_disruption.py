@@ -6,10 +6,12 @@
 # parallel disruption and block in their schedule; an expired node goes.
 # SPDX-License-Identifier: Apache-2.0
 import os
+import ssl
 import sys
 import threading
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
@@ -110,12 +112,30 @@ class DisruptionTest(cl.CoordinatorTest):
     def events(self, reason):
         return [e for e in self.c.items("/api/v1/namespaces/default/events") if e.get("reason") == reason]
 
+    def room_asked(self):
+        """GET /v1/capacity requests every agent has answered (its pvescale_agent_http_requests_total)."""
+        ctx = ssl.create_default_context(cafile=self.c.ca)
+        total = 0.0
+        for a in self.c.agents.values():
+            url = "https://%s:%d/metrics" % (a["ip"], self.c.agent_port)
+            with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("pvescale_agent_http_requests_total{") and 'route="/v1/capacity"' in line \
+                            and 'method="GET"' in line:
+                        total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def test_empty_nodes_are_deleted_with_their_vms(self):
         claims = self.scale_up(["a", "b"])
         self.assertEqual(len(self.c.vms()), 2)
+        asked = self.room_asked()
+        self.assertGreater(asked, 0, "the scale-up asked the agents for room")
         self.delete_pods(["a", "b"])
         cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 90, interval=1,
                     what="both empty nodes' claims and VMs gone")
+        # Deciding on empty nodes (two passes at least: the decision and its re-check) needs no host room.
+        self.assertEqual(self.room_asked(), asked, "no pass asked the agents for room")
+        self.assertEqual(self.co.metric("disruption_host_room_fetches_total"), 0.0)
         self.assertEqual(self.c.items("/api/v1/nodes"), [], "the Nodes are gone with their claims")
         told = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]): e["message"]
                 for e in self.events("DisruptionTerminating")}

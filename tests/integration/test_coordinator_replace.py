@@ -114,6 +114,8 @@ class ReplaceTest(cl.CoordinatorTest):
         m = self.co.metrics()
         self.assertEqual(m.get('pvescale_coordinator_disruption_actions_total{method="drift",reason="replace"}'), 1.0)
         self.assertEqual(m.get('pvescale_coordinator_vms_deleted_total{reason="terminated"}'), 1.0)
+        # The replacement needed host room: the passes that decided it asked for it.
+        self.assertGreaterEqual(m.get("pvescale_coordinator_disruption_host_room_fetches_total"), 1.0)
 
 
 if __name__ == "__main__":

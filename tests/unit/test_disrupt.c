@@ -29,6 +29,7 @@ struct fixture {
         struct shape_catalog *cat;
         struct sim_input *sim;
         struct disrupt_pool pool;
+        struct disrupt_pool pools[2]; /* two_pools(): "a" and "b" */
         struct disrupt_nodeclass cls;
         struct disrupt_candidate cands[MAX_NODES];
         struct disrupt_pod pods[MAX_NODES][MAX_PODS];
@@ -36,14 +37,18 @@ struct fixture {
         struct disrupt_result *res;
 };
 
-static void parse_pool(struct disrupt_pool *p, const char *disruption) {
+static void parse_named_pool(struct disrupt_pool *p, const char *name, const char *disruption) {
         char text[1024];
-        snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"default\"}, \"spec\": {\"disruption\": %s, \"template\": "
-                 "{\"spec\": {\"nodeClassRef\": {\"name\": \"default\"}}}}}", disruption);
+        snprintf(text, sizeof text, "{\"metadata\": {\"name\": \"%s\"}, \"spec\": {\"disruption\": %s, \"template\": "
+                 "{\"spec\": {\"nodeClassRef\": {\"name\": \"default\"}}}}}", name, disruption);
         json_t *o = test_json_parse(text);
         char err[256] = "";
         assert_int_equal(disrupt_pool_parse(o, p, err, sizeof err), 0);
         json_decref(o);
+}
+
+static void parse_pool(struct disrupt_pool *p, const char *disruption) {
+        parse_named_pool(p, "default", disruption);
 }
 
 static void setup(struct fixture *f, const char *disruption) {
@@ -73,28 +78,78 @@ static void teardown(struct fixture *f) {
         shapes_catalog_free(f->cat);
 }
 
-/* A node of the pool, initialized and Ready for an hour, launched from today's pool and class. */
-static size_t add_node(struct fixture *f, const char *name, const char *shape) {
+static const char *pool_hash(const struct fixture *f, const char *pool) {
+        for (size_t k = 0; k < f->in.n_pools; k++)
+                if (strcmp(f->in.pools[k].name, pool) == 0)
+                        return f->in.pools[k].hash;
+        return NULL;
+}
+
+/* A node of pool, initialized and Ready for an hour, launched from today's pool and class. */
+static size_t add_node_in(struct fixture *f, const char *name, const char *shape, const char *pool) {
         size_t i = f->in.n_candidates++;
         const struct shape *s = shapes_catalog_find(f->cat, shape);
         struct sim_node *n = simulate_add_node(f->sim);
         assert_non_null(s);
         n->name = name;
-        n->nodepool = "default";
+        n->nodepool = pool;
         n->capacity = s->capacity;
         n->allocatable = s->allocatable;
-        n->labels = simulate_alloc(f->sim, 2 * sizeof *n->labels);
+        n->labels = simulate_alloc(f->sim, 3 * sizeof *n->labels);
         n->labels[0] = (struct sim_label){ SIM_LABEL_HOSTNAME, name };
-        n->labels[1] = (struct sim_label){ SIM_LABEL_NODEPOOL, "default" };
+        n->labels[1] = (struct sim_label){ SIM_LABEL_NODEPOOL, pool };
         n->n_labels = 2;
-        f->cands[i] = (struct disrupt_candidate){ .claim = name, .pool = "default", .nodeclass = "default", .shape = s,
+        f->cands[i] = (struct disrupt_candidate){ .claim = name, .pool = pool, .nodeclass = "default", .shape = s,
                                                   .price = disrupt_price(s), .created_ms = NOW_MS - HOUR_MS,
                                                   .initialized_ms = NOW_MS - HOUR_MS,
                                                   .last_pod_event_ms = NOW_MS - HOUR_MS,
-                                                  .nodepool_hash = f->pool.hash, .nodeclass_hash = "c0ffee",
+                                                  .nodepool_hash = pool_hash(f, pool), .nodeclass_hash = "c0ffee",
                                                   .ready = DISRUPT_READY_TRUE, .ready_since_ms = NOW_MS - HOUR_MS,
                                                   .pods = f->pods[i], .sim = n };
         return i;
+}
+
+static size_t add_node(struct fixture *f, const char *name, const char *shape) {
+        return add_node_in(f, name, shape, "default");
+}
+
+/* The node's zone label (add_node leaves room for it). */
+static void set_zone(struct fixture *f, size_t node, const char *zone) {
+        struct sim_node *n = f->cands[node].sim;
+        n->labels[n->n_labels++] = (struct sim_label){ SIM_LABEL_ZONE, zone };
+}
+
+/* Pools "a" and "b" (of the default class) instead of "default", with these disruption settings. */
+static void two_pools(struct fixture *f, const char *disruption_a, const char *disruption_b) {
+        const char *names[] = { "a", "b" }, *settings[] = { disruption_a, disruption_b };
+        for (size_t k = 0; k < 2; k++) {
+                struct sim_nodepool *sp = k ? simulate_add_nodepool(f->sim) : f->sim->pools[0];
+                sp->name = names[k];
+                sp->nodeclass = "default";
+                parse_named_pool(&f->pools[k], names[k], settings[k]);
+        }
+        f->in.pools = f->pools;
+        f->in.n_pools = 2;
+}
+
+/* A pending pod of the default namespace, app=<app>. */
+static struct sim_pod *add_pending(struct fixture *f, const char *name, const char *app, int64_t cpu_milli) {
+        struct sim_pod *p = simulate_add_pod(f->sim);
+        p->namespace = "default";
+        p->name = name;
+        p->labels = simulate_alloc(f->sim, sizeof *p->labels);
+        p->labels[0] = (struct sim_label){ "app", app };
+        p->n_labels = 1;
+        p->requests.v[RESOURCE_CPU] = cpu_milli;
+        p->requests.v[RESOURCE_MEMORY] = 256 * MIB;
+        p->requests.v[RESOURCE_PODS] = 1;
+        return p;
+}
+
+static struct sim_selector app_selector(struct fixture *f, const char *app) {
+        struct sim_label *l = simulate_alloc(f->sim, sizeof *l);
+        *l = (struct sim_label){ "app", app };
+        return (struct sim_selector){ .match_labels = l, .n_match_labels = 1 };
 }
 
 static struct disrupt_pod *add_pod(struct fixture *f, size_t node, const char *name, int64_t cpu_milli, unsigned flags) {
@@ -106,6 +161,9 @@ static struct disrupt_pod *add_pod(struct fixture *f, size_t node, const char *n
         p->requests.v[RESOURCE_CPU] = cpu_milli;
         p->requests.v[RESOURCE_MEMORY] = 256 * MIB;
         p->requests.v[RESOURCE_PODS] = 1;
+        p->labels = simulate_alloc(f->sim, sizeof *p->labels);
+        p->labels[0] = (struct sim_label){ "app", name };
+        p->n_labels = 1;
         c->pods[c->n_pods] = (struct disrupt_pod){ "default", name, flags, NULL, p };
         return &c->pods[c->n_pods++];
 }
@@ -383,14 +441,17 @@ static void test_drift(void **state) {
         assert_int_equal(d->n_replacements, 1); /* replace first */
         assert_contains(d->message, "Drift: ProxmoxNodeClass default changed since launch; replace");
         /* Without host room no replacement can be planned: the skip names the simulation's reason (kept after its
-         * result is gone). */
+         * result is gone), and the result asks for room. */
         size_t hosts = f.sim->n_hosts;
         f.sim->n_hosts = 0;
+        f.in.hosts_unknown = true;
         decide(&f);
         assert_int_equal(f.res->n_decisions, 0);
+        assert_true(f.res->needs_hosts);
         assert_contains(skip_of(&f, a), "drifted (ProxmoxNodeClass default changed since launch), but its pods fit "
                                         "nowhere: NodePool default: no host");
         f.sim->n_hosts = hosts;
+        f.in.hosts_unknown = false;
         f.cands[a].nodeclass_hash = NULL; /* a claim from before the annotations: never drifted */
         f.cands[a].nodepool_hash = "0ld";
         decide(&f);
@@ -623,6 +684,247 @@ static void test_young_and_pending(void **state) {
         teardown(&f);
 }
 
+/* ---- the pending-pods guard: the scheduling simulation's predicates ---- */
+
+static struct sim_pod_term *hostname_term(struct fixture *f, const char *app) {
+        struct sim_pod_term *t = simulate_alloc(f->sim, sizeof *t);
+        *t = (struct sim_pod_term){ .selector = app_selector(f, app), .topology_key = SIM_LABEL_HOSTNAME };
+        return t;
+}
+
+/* A pending pod whose node affinity or pod anti-affinity (its own, or a bound pod's) rules the node out does not
+ * keep it; without those rules it does. */
+static void test_pending_affinity(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB");
+        set_zone(&f, a, "z1");
+        struct sim_pod *agent = add_pod(&f, a, "agent", 100, DISRUPT_POD_DAEMONSET)->sim;
+        struct sim_pod *p = add_pending(&f, "zonal", "zonal", 100);
+        struct sim_requirement *req = simulate_alloc(f.sim, sizeof *req);
+        const char **z2 = simulate_alloc(f.sim, sizeof *z2);
+        *z2 = "z2";
+        *req = (struct sim_requirement){ .key = SIM_LABEL_ZONE, .op = SIM_OP_IN, .values = z2, .n_values = 1 };
+        p->affinity = simulate_alloc(f.sim, sizeof *p->affinity);
+        *p->affinity = (struct sim_node_term){ .reqs = req, .n_reqs = 1 };
+        p->n_affinity = 1;
+        decide(&f); /* it needs zone z2 */
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_EMPTINESS);
+        p->n_affinity = 0;
+        p->pod_anti_affinity = hostname_term(&f, "agent");
+        p->n_pod_anti_affinity = 1;
+        decide(&f); /* it keeps off nodes with an app=agent pod */
+        assert_int_equal(f.res->n_decisions, 1);
+        p->n_pod_anti_affinity = 0;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_string_equal(skip_of(&f, a), "not disrupted: empty, but pending pod default/zonal could schedule on it");
+        agent->pod_anti_affinity = hostname_term(&f, "zonal");
+        agent->n_pod_anti_affinity = 1;
+        decide(&f); /* the bound pod keeps app=zonal off its node */
+        assert_int_equal(f.res->n_decisions, 1);
+        teardown(&f);
+}
+
+/* A pending pod spread over zones (maxSkew 1) could go to the zone without its pods (node-a, which it keeps), not to
+ * node-b's, whose consolidation it does not hold up. */
+static void test_pending_spread(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.2VCPU-6GB"), b = add_node(&f, "node-b", "t1.2VCPU-6GB");
+        set_zone(&f, a, "z1");
+        set_zone(&f, b, "z2");
+        add_pod(&f, b, "web-1", 500, 0)->sim->labels[0].value = "web";
+        struct sim_pod *p = add_pending(&f, "web-2", "web", 500);
+        p->spread = simulate_alloc(f.sim, sizeof *p->spread);
+        *p->spread = (struct sim_spread){ .topology_key = SIM_LABEL_ZONE, .max_skew = 1, .do_not_schedule = true,
+                                          .selector = app_selector(&f, "web") };
+        p->n_spread = 1;
+        decide(&f);
+        assert_string_equal(skip_of(&f, a), "not disrupted: empty, but pending pod default/web-2 could schedule on it");
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_SINGLE_NODE);
+        assert_int_equal(f.res->decisions[0].candidates[0], b);
+        /* As a preference (ScheduleAnyway) the spread rules nothing out: node-b is kept too. */
+        p->spread->do_not_schedule = false;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, b), "pending pod default/web-2 could schedule on it");
+        teardown(&f);
+}
+
+/* ---- multi-node consolidation across pools ---- */
+
+static void test_multi_node_pools(void **state) {
+        (void)state;
+        struct fixture f;
+        const char *all = "{\"budgets\": [{\"nodes\": \"100%\"}]}";
+        setup(&f, "{}");
+        two_pools(&f, all, all);
+        /* Cheapest to disrupt first: one pod each, the same price, so by name: node-1 (a), node-2 (b), ... */
+        const char *names[] = { "node-1", "node-2", "node-3", "node-4" }, *pods[] = { "p-1", "p-2", "p-3", "p-4" };
+        for (size_t i = 0; i < 4; i++)
+                add_pod(&f, add_node_in(&f, names[i], "c1.2VCPU-4GB", i % 2 ? "b" : "a"), pods[i], 300, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_MULTI_NODE);
+        assert_int_equal(d->n_candidates, 3);
+        assert_string_equal(f.cands[d->candidates[0]].pool, "a");
+        assert_string_equal(f.cands[d->candidates[1]].pool, "b");
+        assert_int_equal(d->n_replacements, 0);
+        assert_string_equal(d->message, "Consolidation: 3 nodes of pools a, b into 0, their 3 pods fit on node-4");
+        /* Both pools have a decision: their other node waits. */
+        assert_contains(skip_of(&f, 3), "pool b has a decision this pass");
+        /* Pool b's budget allows none now: its nodes stay out, pool a's two go. */
+        parse_named_pool(&f.pools[1], "b", "{\"budgets\": [{\"nodes\": \"0\"}]}");
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_MULTI_NODE);
+        assert_int_equal(d->n_candidates, 2);
+        for (size_t k = 0; k < d->n_candidates; k++)
+                assert_string_equal(f.cands[d->candidates[k]].pool, "a");
+        assert_string_equal(d->message, "Consolidation: 2 nodes into 0, their 2 pods fit on node-2");
+        assert_string_equal(skip_of(&f, 1), "not disrupted: the budgets of pool b allow no more Underutilized "
+                                            "disruptions now");
+        teardown(&f);
+}
+
+/* Four nodes of two pools, each with a pod too big for the room left on the others: one new node for all four is
+ * cheaper than the four together; the replacement is in a pool, the candidates are of both. */
+static void test_multi_node_pools_replace(void **state) {
+        (void)state;
+        struct fixture f;
+        const char *all = "{\"budgets\": [{\"nodes\": \"100%\"}]}";
+        setup(&f, "{}");
+        two_pools(&f, all, all);
+        const char *names[] = { "node-1", "node-2", "node-3", "node-4" }, *pods[] = { "p-1", "p-2", "p-3", "p-4" };
+        for (size_t i = 0; i < 4; i++)
+                add_pod(&f, add_node_in(&f, names[i], "t1.2VCPU-6GB", i % 2 ? "b" : "a"), pods[i], 1200, 0);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_MULTI_NODE);
+        assert_true(d->n_candidates >= 3);
+        assert_int_equal(d->n_replacements, 1);
+        double sum = 0;
+        for (size_t k = 0; k < d->n_candidates; k++)
+                sum += f.cands[d->candidates[k]].price;
+        assert_true(disrupt_price(d->replacements[0]) < sum);
+        assert_contains(d->message, " of pools a, b into 1, ");
+        teardown(&f);
+}
+
+/* ---- without host room ---- */
+
+static void no_hosts(struct fixture *f, bool unknown, size_t *saved) {
+        if (unknown)
+                *saved = f->sim->n_hosts, f->sim->n_hosts = 0;
+        else
+                f->sim->n_hosts = *saved;
+        f->in.hosts_unknown = unknown;
+}
+
+/* Decisions that need no new node come out the same without hosts; one that would replace a node says it needs
+ * them. */
+static void test_without_host_room(void **state) {
+        (void)state;
+        struct fixture f;
+        size_t hosts = 0;
+        setup(&f, "{\"consolidateAfter\": \"10m\"}");
+        size_t a = add_node(&f, "node-a", "t1.16VCPU-48GB"), b = add_node(&f, "node-b", "t1.2VCPU-6GB");
+        add_pod(&f, a, "web-1", 500, 0);
+        add_pod(&f, a, "web-2", 500, 0);
+        /* node-b is empty (but for 2 minutes): nothing to decide, nothing that room could change. */
+        f.cands[b].last_pod_event_ms = NOW_MS - 2 * MIN_MS;
+        f.cands[a].last_pod_event_ms = NOW_MS - 2 * MIN_MS;
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_false(f.res->needs_hosts);
+        assert_int_equal(f.res->simulations, 0);
+        /* Empty for long enough: deleted, still without hosts. */
+        f.cands[b].last_pod_event_ms = NOW_MS - HOUR_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_EMPTINESS);
+        assert_false(f.res->needs_hosts);
+        /* node-a's pods fit on node-b (the only other node): a delete, no room needed. */
+        f.cands[a].last_pod_event_ms = NOW_MS - HOUR_MS;
+        f.cands[b].last_pod_event_ms = NOW_MS - 2 * MIN_MS;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_string_equal(f.res->decisions[0].message, "Consolidation: delete node-a, its 2 pods fit on node-b");
+        assert_false(f.res->needs_hosts);
+        /* Too big for node-b: only a cheaper new node could take them, which needs host room. */
+        f.cands[a].pods[0].sim->requests.v[RESOURCE_CPU] = 1500;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_true(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        decide(&f);
+        assert_false(f.res->needs_hosts);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].n_replacements, 1);
+        assert_contains(f.res->decisions[0].message, "Consolidation: replace node-a, its 2 pods fit on one cheaper ");
+        /* A moved pod spread over zones: the zones of hosts with room are domains too, so room may change where it
+         * goes. */
+        f.cands[a].pods[0].sim->requests.v[RESOURCE_CPU] = 500;
+        struct sim_pod *p = f.cands[a].pods[1].sim;
+        p->spread = simulate_alloc(f.sim, sizeof *p->spread);
+        *p->spread = (struct sim_spread){ .topology_key = SIM_LABEL_ZONE, .max_skew = 1, .do_not_schedule = true,
+                                          .selector = app_selector(&f, "web-2") };
+        p->n_spread = 1;
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_true(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        teardown(&f);
+}
+
+/* node-a is of the cheapest shape that holds its two pods, which the other nodes have room for only together:
+ * without room the trial leaves both unplaced, and as no new node for both could cost less than node-a, no room is
+ * needed to know that node-a stays (with room it stays too). */
+static void test_without_host_room_well_sized(void **state) {
+        (void)state;
+        struct fixture f;
+        size_t hosts = 0;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "c1.4VCPU-8GB");
+        add_pod(&f, a, "web-1", 1200, 0);
+        add_pod(&f, a, "web-2", 1200, 0);
+        const char *others[] = { "node-b", "node-c", "node-d" };
+        for (size_t k = 0; k < 3; k++) {
+                size_t o = add_node(&f, others[k], "c1.2VCPU-4GB");
+                add_pod(&f, o, "db", 1030, 0);
+                f.cands[o].do_not_disrupt = true;
+        }
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_int_equal(f.res->simulations, 1);
+        assert_false(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "fit neither on the other nodes nor on one cheaper shape");
+        /* Smaller pods: a cheaper node could hold both, so room is needed to know. */
+        for (size_t k = 0; k < 2; k++)
+                f.cands[a].pods[k].sim->requests.v[RESOURCE_CPU] = 950;
+        no_hosts(&f, true, &hosts);
+        decide(&f);
+        assert_true(f.res->needs_hosts);
+        no_hosts(&f, false, &hosts);
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].n_replacements, 1);
+        teardown(&f);
+}
+
 static void test_bad_candidate(void **state) {
         (void)state;
         struct fixture f;
@@ -666,6 +968,12 @@ int main(void) {
                 cmocka_unit_test(test_repair),
                 cmocka_unit_test(test_repair_holds_off_when_much_of_the_pool_is_unhealthy),
                 cmocka_unit_test(test_young_and_pending),
+                cmocka_unit_test(test_pending_affinity),
+                cmocka_unit_test(test_pending_spread),
+                cmocka_unit_test(test_multi_node_pools),
+                cmocka_unit_test(test_multi_node_pools_replace),
+                cmocka_unit_test(test_without_host_room),
+                cmocka_unit_test(test_without_host_room_well_sized),
                 cmocka_unit_test(test_bad_candidate),
                 cmocka_unit_test(test_no_nodes),
         };
