@@ -1,0 +1,162 @@
+"""System test: the Helm chart with the real helm v4 (and kubectl v1.35 from .ci/deps, in .ci/tools/bin).
+
+`helm lint --strict` with the default values and with ci/full-values.yaml (every option set); a value the
+chart's values.schema.json refuses fails lint and template; `helm template` of both values files, every object
+validated against ../shared/data/k8s-openapi (unknown fields refused; rbac.authorization.k8s.io from swagger.json,
+which the v3 files do not cover) or, for our custom resources, the CRDs' openAPIV3Schema; the ServiceMonitor
+(monitoring.coreos.com, in neither) checked for the shape prometheus-operator needs; and the in-house renderer
+(tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders."""
+# SPDX-License-Identifier: Apache-2.0
+import copy
+import glob
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sim"))
+from checks import check, summary  # noqa: E402
+from simlib import k8sschema  # noqa: E402
+
+SRC = os.environ.get("PVESCALE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("PVESCALE_BUILD_DIR", os.path.join(SRC, "build"))
+SHARED = os.environ.get("PVESCALE_SHARED", os.path.join(SRC, "..", "shared"))
+TOOLS = os.environ.get("PVESCALE_TOOLS", os.path.join(SRC, ".ci", "tools", "bin"))
+CHART = os.path.join(SRC, "deploy", "helm", "pvescale-coordinator")
+FULL = os.path.join(CHART, "ci", "full-values.yaml")
+HELM = os.path.join(TOOLS, "helm")
+RENDER = os.path.join(BUILD, "tests", "unit", "helm_render")
+RELEASE, NS = "pvescale", "kube-system"
+
+
+def run(*args, stdin=None):
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def yaml_docs(text):
+    """The objects of a multi-document YAML stream, parsed by the project's libyaml reader."""
+    p = run(RENDER, "--yaml-to-json", stdin=text)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr)
+    return json.loads(p.stdout)
+
+
+def helm_template(values=None, *extra):
+    args = [HELM, "template", RELEASE, CHART, "--namespace", NS] + (["-f", values] if values else []) + list(extra)
+    return run(*args)
+
+
+def schemas():
+    sch = k8sschema.Schemas(os.path.join(SHARED, "data", "k8s-openapi", "v3"))
+    sch.preload()
+    with open(os.path.join(SHARED, "data", "k8s-openapi", "swagger.json")) as f:
+        defs = json.load(f)["definitions"]
+    for name, s in defs.items():
+        for g in s.get("x-kubernetes-group-version-kind", []):
+            if g.get("group") == "rbac.authorization.k8s.io":
+                sch.comps.setdefault(name, s)
+                sch.gvk.setdefault((g["group"], g["version"], g["kind"]), name)
+    crds = {}
+    for path in sorted(glob.glob(os.path.join(SRC, "deploy", "crds", "*.yaml"))):
+        with open(path) as f:
+            for crd in yaml_docs(f.read()):
+                for v in crd["spec"]["versions"]:
+                    crds[(crd["spec"]["group"], v["name"], crd["spec"]["names"]["kind"])] = v["schema"]["openAPIV3Schema"]
+    return sch, crds
+
+
+def problems(pr):
+    return ([pr.decode] if pr.decode else []) + ["%s: %s" % (f, m) for f, _, m in pr.invalid] + \
+        ["unknown field %s" % u for u in pr.unknown]
+
+
+def check_service_monitor(sm, objs):
+    """prometheus-operator's ServiceMonitor is in no schema here: check it selects our metrics Service by its
+    labels, in our namespace, through a port that Service names."""
+    spec = sm.get("spec", {})
+    svcs = [o for o in objs if o["kind"] == "Service"
+            and all(o["metadata"].get("labels", {}).get(k) == v
+                    for k, v in spec.get("selector", {}).get("matchLabels", {}).items())]
+    check(len(svcs) == 1, "ServiceMonitor selects exactly one Service (%d)" % len(svcs))
+    ports = {p.get("name") for s in svcs for p in s["spec"].get("ports", [])}
+    check(all(e.get("port") in ports for e in spec.get("endpoints", [])) and spec.get("endpoints"),
+          "ServiceMonitor endpoints name ports of that Service (%s)" % sorted(p for p in ports if p))
+    check(spec.get("namespaceSelector", {}).get("matchNames") == [NS], "ServiceMonitor namespaceSelector is the release's")
+
+
+def validate(objs, sch, crds, label):
+    for o in objs:
+        group, _, version = o["apiVersion"].rpartition("/")
+        what = "%s %s/%s (%s)" % (label, o["kind"], o["metadata"]["name"], o["apiVersion"])
+        if group == "monitoring.coreos.com":
+            check_service_monitor(o, objs)
+            continue
+        name = sch.schema_for(group, version, o["kind"])
+        if name:
+            errs = problems(sch.validate_builtin(copy.deepcopy(o), name))
+        elif (group, version, o["kind"]) in crds:
+            # As kube-apiserver does: metadata is ObjectMeta, the rest is the CRD's structural schema.
+            body = copy.deepcopy(o)
+            meta = body.pop("metadata")
+            errs = problems(sch.validate_crd(body, crds[(group, version, o["kind"])])) + problems(
+                sch.validate_builtin(meta, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"))
+        else:
+            errs = ["no schema"]
+        check(not errs, "%s is valid%s" % (what, "" if not errs else ": " + "; ".join(errs)))
+
+
+def compare_inhouse(objs, values, label):
+    overrides = "{}"
+    if values:
+        with open(values) as f:
+            overrides = json.dumps(yaml_docs(f.read())[0])
+    p = run(RENDER, CHART, NS, overrides)
+    check(p.returncode == 0, "%s: in-house renderer runs (%s)" % (label, p.stderr.strip()[:200]))
+    if p.returncode != 0:
+        return
+    mine = [d["object"] for d in json.loads(p.stdout)]
+    key = lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+    a, b = sorted(objs, key=key), sorted(mine, key=key)
+    diff = [key(x) for x, y in zip(a, b) if x != y]
+    check(len(a) == len(b) and not diff, "%s: in-house renderer output equals helm template's (%d vs %d objects%s)" % (
+        label, len(a), len(b), ", differ: %s" % diff if diff else ""))
+    for x, y in zip(a, b):
+        if x != y:
+            print("helm:     " + json.dumps(x, sort_keys=True)[:2000])
+            print("in-house: " + json.dumps(y, sort_keys=True)[:2000])
+            break
+
+
+def main():
+    p = run(HELM, "version", "--short")
+    check(p.returncode == 0 and p.stdout.startswith("v4."), "helm v4 at %s (%s)" % (HELM, p.stdout.strip() or p.stderr.strip()))
+    if p.returncode != 0:
+        return summary()
+    sch, crds = schemas()
+    check(len(crds) == 3, "CRD schemas loaded from deploy/crds (%d)" % len(crds))
+    for label, values in (("default values", None), ("ci/full-values.yaml", FULL)):
+        p = run(HELM, "lint", "--strict", CHART, *(["-f", values] if values else []))
+        check(p.returncode == 0, "helm lint --strict, %s%s" % (label, "" if p.returncode == 0 else ": " + p.stdout + p.stderr))
+        p = helm_template(values)
+        check(p.returncode == 0, "helm template, %s%s" % (label, "" if p.returncode == 0 else ": " + p.stderr))
+        objs = yaml_docs(p.stdout)
+        kinds = sorted({o["kind"] for o in objs})
+        print("     %s: %d objects: %s" % (label, len(objs), ", ".join(kinds)))
+        validate(objs, sch, crds, label)
+        compare_inhouse(objs, values, label)
+        if values:
+            want = {"PodDisruptionBudget", "ServiceMonitor", "NodePool", "ProxmoxNodeClass", "Service", "Role"}
+            check(want <= set(kinds), "full values render every optional kind (missing %s)" % sorted(want - set(kinds)))
+            check(not any(o["kind"] == "Secret" for o in objs), "existingConfigSecret: the chart renders no config Secret")
+    for bad, why in (("replicaCount=two", "/replicaCount"), ("logFormat=xml", "/logFormat")):
+        lint = run(HELM, "lint", "--strict", CHART, "--set", bad)
+        tmpl = helm_template(None, "--set", bad)
+        check(lint.returncode != 0 and why in lint.stdout + lint.stderr,
+              "helm lint refuses --set %s by values.schema.json" % bad)
+        check(tmpl.returncode != 0 and why in tmpl.stderr, "helm template refuses --set %s (%s)" % (
+            bad, tmpl.stderr.strip().splitlines()[-1] if tmpl.stderr.strip() else "no error"))
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
