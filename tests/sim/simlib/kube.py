@@ -6,12 +6,14 @@ import copy
 import decimal
 import hmac
 import json
+import os
 import queue
 import random
 import re
 import time
 import uuid
 
+from . import helmapi
 from . import k8sschema
 from . import patch as patchmod
 from . import selectors as sel
@@ -197,6 +199,7 @@ class Store:
         self.types = {}
         for rt in BUILTIN:
             self.types[rt.key] = rt
+        helmapi.add_types(self.types, ResourceType)
         self.crd_types = {}
 
     # ---- basics ------------------------------------------------------------
@@ -537,6 +540,8 @@ class KubeApp:
                                                                         "serverAddress": "127.0.0.1:%d" % self.w.kube_port}]})
         if p == "/apis":
             return req.reply_json(200, self._group_list())
+        if p.startswith("/openapi/"):
+            return self._openapi(req, p)
         segs = [s for s in p.split("/") if s]
         if segs[0] == "api" and len(segs) >= 2:
             group, version, rest = "", segs[1], segs[2:]
@@ -561,6 +566,12 @@ class KubeApp:
         if rt.namespaced is False and ns and plural != "namespaces":
             raise self._404()
         return self._resource(req, rt, ns, name, sub)
+
+    def _openapi(self, req, p):
+        if not hasattr(self.w, "kube_openapi"):
+            self.w.kube_openapi = helmapi.OpenAPI(os.path.dirname(self.w.kube_schemas.dir))
+        if self.w.kube_openapi.serve(req, p) is False:
+            raise self._404()
 
     def _404(self):
         return KubeError(404, "NotFound", "the server could not find the requested resource",
@@ -623,6 +634,8 @@ class KubeApp:
 
     # ---- resources -----------------------------------------------------------
     def _body(self, req):
+        if (req.headers.get("Content-Type") or "").startswith("application/vnd.kubernetes.protobuf"):
+            return self._protobuf_body(req)
         try:
             obj = json.loads(req.body or b"null")
         except ValueError as e:
@@ -632,6 +645,12 @@ class KubeApp:
                               "of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string "
                               "\"json:\\\"kind,omitempty\\\"\" }" % type(obj).__name__)
         return obj
+
+    def _protobuf_body(self, req):
+        try:
+            return helmapi.decode_protobuf(req.body or b"")
+        except ValueError as e:
+            raise KubeError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - %s" % e)
 
     def _check_typemeta(self, rt, obj):
         if obj.get("kind") and obj["kind"] != rt.kind:
