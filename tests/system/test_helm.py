@@ -5,16 +5,24 @@ chart's values.schema.json refuses fails lint and template; `helm template` of b
 validated against ../shared/data/k8s-openapi (unknown fields refused; rbac.authorization.k8s.io from swagger.json,
 which the v3 files do not cover) or, for our custom resources, the CRDs' openAPIV3Schema; the ServiceMonitor
 (monitoring.coreos.com, in neither) checked for the shape prometheus-operator needs; and the in-house renderer
-(tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders."""
+(tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders. Then helm install and
+helm upgrade (changed config and setting) into the simulated cluster, and the coordinator run with the args and
+env of the Deployment helm created and the config of the Secret it created: ready, and a pending pod gets a
+NodeClaim of the chart's NodePool."""
 # SPDX-License-Identifier: Apache-2.0
 import copy
 import glob
 import json
 import os
+import base64
 import subprocess
 import sys
+import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sim"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
+import coordlib  # noqa: E402
 from checks import check, summary  # noqa: E402
 from simlib import k8sschema  # noqa: E402
 
@@ -127,6 +135,104 @@ def compare_inhouse(objs, values, label):
             break
 
 
+def helm_kube(kubeconfig, *args):
+    """helm against the simulator; client-side apply (--server-side=false): the simulator has no server-side apply."""
+    return run(HELM, "--kubeconfig", kubeconfig, *args)
+
+
+def deployment_command(dep, config_path, kubeconfig):
+    """The coordinator's command line as the Deployment runs it, with the config mounted at config_path, the
+    ports moved to free ones and the in-cluster service account replaced by the simulator's kubeconfig."""
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    ports = {"--metrics-port": coordlib.free_port(), "--health-port": coordlib.free_port()}
+    args = []
+    for a in c.get("args", []):
+        flag, _, value = a.partition("=")
+        if flag == "--config":
+            value = config_path
+        args.append("%s=%s" % (flag, ports.get(flag, value)) if value else a)
+    fields = {"metadata.name": RELEASE + "-0", "metadata.namespace": dep["metadata"]["namespace"]}
+    env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+           for e in c.get("env", [])}
+    return [coordlib.COORDINATOR, "--kubeconfig", kubeconfig] + args, env, ports["--health-port"]
+
+
+def install_phase():
+    """helm install and upgrade into the simulated cluster, then the coordinator run as the Deployment says."""
+    c = coordlib.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False)
+    tmp = tempfile.mkdtemp(prefix="pvescale-helm-")
+    coord = None
+    try:
+        kc = c.sim.ep["kube"]["kubeconfig"]
+        with open(c.config) as f:
+            config = yaml_docs(f.read())[0]
+        values = os.path.join(tmp, "values.json")
+        with open(values, "w") as f:
+            json.dump({"config": config, "settings": {"launch": False, "batchIdleDuration": "200ms",
+                                                      "batchMaxDuration": "1s"},
+                       "customResources": {"nodeClass": {"default": {"enabled": True}},
+                                           "nodePools": {"default": {"enabled": True}}}}, f)
+        t0 = time.time()
+        p = helm_kube(kc, "install", RELEASE, CHART, "-n", NS, "-f", values, "--server-side=false")
+        check(p.returncode == 0 and "STATUS: deployed" in p.stdout, "helm install into the simulator (%.1fs)%s" % (
+            time.time() - t0, "" if p.returncode == 0 else ": " + p.stderr))
+        config["clusters"][0]["insecure"] = False
+        changed = os.path.join(tmp, "values-2.json")
+        with open(changed, "w") as f:
+            json.dump({"config": config}, f)
+        p = helm_kube(kc, "upgrade", RELEASE, CHART, "-n", NS, "-f", values, "-f", changed, "--server-side=false",
+                      "--set", "settings.workers=8")
+        check(p.returncode == 0 and "REVISION: 2" in p.stdout, "helm upgrade with a changed config and setting: revision 2%s" % (
+            "" if p.returncode == 0 else ": " + p.stderr))
+        r = c.sim.kube("GET", "/api/v1/namespaces/%s/secrets?labelSelector=owner%%3Dhelm,name%%3D%s" % (NS, RELEASE))
+        revs = sorted(i["metadata"]["labels"].get("version") for i in r.json.get("items", []))
+        check(revs == ["1", "2"], "helm's release Secrets (owner=helm) for revisions 1 and 2: %s" % revs)
+        p = helm_kube(kc, "status", RELEASE, "-n", NS)
+        check(p.returncode == 0 and "STATUS: deployed" in p.stdout, "helm status: deployed")
+        dep = c.sim.kube("GET", "/apis/apps/v1/namespaces/%s/deployments/%s" % (NS, RELEASE)).json
+        args = dep.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", [])
+        check("--workers=8" in args and "--launch=false" in args, "the Deployment has the upgraded args (%s)" % (
+            [a for a in args if a.startswith(("--workers", "--launch"))]))
+        for path in ("/apis/pvescale.io/v1alpha1/nodepools/default", "/apis/pvescale.io/v1alpha1/proxmoxnodeclasses/default",
+                     "/api/v1/namespaces/%s/serviceaccounts/%s" % (NS, RELEASE),
+                     "/apis/rbac.authorization.k8s.io/v1/clusterroles/%s" % RELEASE):
+            check(c.sim.kube("GET", path).status == 200, "helm created %s" % path)
+        secret = c.sim.kube("GET", "/api/v1/namespaces/%s/secrets/%s" % (NS, RELEASE)).json
+        cfg = os.path.join(tmp, "config.yaml")
+        with open(cfg, "wb") as f:
+            f.write(base64.b64decode(secret["data"]["config.yaml"]))
+        with open(cfg) as f:
+            check(yaml_docs(f.read())[0] == config, "the config Secret holds the upgraded config")
+        cmd, env, health = deployment_command(dep, cfg, kc)
+        log = open(os.path.join(tmp, "coordinator.log"), "w")
+        coord = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+        ready = lambda: coordlib.Coordinator.get(None, health, "/readyz")[0] == 200  # noqa: E731
+        try:
+            coordlib.wait_for(lambda: ready() or coord.poll() is not None, 30, what="coordinator /readyz")
+        except AssertionError:
+            pass
+        check(coord.poll() is None and ready(), "the coordinator, run as the Deployment says with the Secret's config, is ready")
+        c.sim.kube("POST", "/api/v1/namespaces/default/pods", coordlib.pod("web-1", cpu="1", memory="1Gi"))
+        claims = lambda: c.sim.kube("GET", "/apis/pvescale.io/v1alpha1/nodeclaims").json.get("items", [])  # noqa: E731
+        try:
+            coordlib.wait_for(lambda: claims(), 20, what="a NodeClaim")
+        except AssertionError:
+            pass
+        got = claims()
+        check(len(got) == 1 and got[0]["metadata"].get("labels", {}).get("pvescale.io/nodepool",
+                                                                           got[0]["metadata"].get("labels", {}).get("karpenter.sh/nodepool")) == "default",
+              "a pending pod gets a NodeClaim of the chart's NodePool 'default' (%d claims)" % len(got))
+        if coord.poll() is not None or not got:
+            log.flush()
+            with open(log.name) as f:
+                print(f.read()[-3000:])
+    finally:
+        if coord and coord.poll() is None:
+            coord.terminate()
+            coord.wait(20)
+        c.stop()
+
+
 def main():
     p = run(HELM, "version", "--short")
     check(p.returncode == 0 and p.stdout.startswith("v4."), "helm v4 at %s (%s)" % (HELM, p.stdout.strip() or p.stderr.strip()))
@@ -155,6 +261,7 @@ def main():
               "helm lint refuses --set %s by values.schema.json" % bad)
         check(tmpl.returncode != 0 and why in tmpl.stderr, "helm template refuses --set %s (%s)" % (
             bad, tmpl.stderr.strip().splitlines()[-1] if tmpl.stderr.strip() else "no error"))
+    install_phase()
     return summary()
 
 
