@@ -157,6 +157,56 @@ def deployment_command(dep, config_path, kubeconfig):
     return [coordlib.COORDINATOR, "--kubeconfig", kubeconfig] + args, env, ports["--health-port"]
 
 
+def kubectl_table(kc, *args):
+    """kubectl get ... output as [{COLUMN: value}] (columns split at the header's offsets)."""
+    p = run(os.path.join(TOOLS, "kubectl"), "--kubeconfig", kc, "get", *args)
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    if p.returncode != 0 or not lines:
+        print(p.stderr)
+        return []
+    head = lines[0]
+    starts = [i for i in range(len(head)) if head[i] != " " and (i == 0 or head[i - 1] == " ")]
+    names = [head[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+    print("     $ kubectl get " + " ".join(args) + "\n     " + "\n     ".join(lines))
+    return [{n: ln[a:b].strip() if b else ln[a:].strip() for n, a, b in zip(names, starts, starts[1:] + [None])}
+            for ln in lines[1:]]
+
+
+def kubectl_views(c, kc, claim):
+    """What an operator sees with the real kubectl: the CRDs' printer columns, built-in columns, events, describe."""
+    name = claim["metadata"]["name"]
+    rows = kubectl_table(kc, "nodeclaims")
+    want = {"NAME": name, "TYPE": claim["spec"].get("instanceType", "?"), "HOST": claim.get("status", {}).get("host", ""),
+            "NODE": "", "READY": ""}
+    check(rows and all(rows[0].get(k) == v for k, v in want.items()) and rows[0].get("AGE", "").endswith("s"),
+          "kubectl get nodeclaims: the CRD's columns NAME TYPE HOST VMID NODE READY AGE (%s)" % (rows[:1]))
+    rows = kubectl_table(kc, "nodepools")
+    check(rows and rows[0].get("NAME") == "default" and rows[0].get("NODECLASS") == "default",
+          "kubectl get nodepools: NAME default, NODECLASS default (%s)" % rows[:1])
+    rows = kubectl_table(kc, "proxmoxnodeclasses")
+    check(rows and rows[0].get("TEMPLATE") == "k8s-template", "kubectl get proxmoxnodeclasses: TEMPLATE k8s-template")
+    rows = kubectl_table(kc, "pods", "-n", "default")
+    check(rows and rows[0] == {"NAME": "web-1", "READY": "0/1", "STATUS": "Pending", "RESTARTS": "0",
+                               "AGE": rows[0].get("AGE")}, "kubectl get pods: NAME READY STATUS RESTARTS AGE (%s)" % rows[:1])
+    rows = kubectl_table(kc, "events", "-n", "default")
+    check(any(r.get("REASON") == "Nominated" and r.get("OBJECT") == "pod/web-1" and name in r.get("MESSAGE", "")
+              for r in rows), "kubectl get events: LAST SEEN TYPE REASON OBJECT MESSAGE, pod/web-1 Nominated on %s" % name)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cp-1", "labels": {"node-role.kubernetes.io/control-plane": ""}}}
+    c.sim.kube("POST", "/api/v1/nodes", node)
+    node = c.sim.kube("GET", "/api/v1/nodes/cp-1").json
+    node["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": dict(
+        {k: "x" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                          "kubeProxyVersion", "operatingSystem", "architecture")}, kubeletVersion="v1.35.0")}
+    r = c.sim.kube("PUT", "/api/v1/nodes/cp-1/status", node)
+    check(r.status == 200, "node cp-1 Ready (%d)" % r.status)
+    rows = kubectl_table(kc, "nodes")
+    check(rows and rows[0] == {"NAME": "cp-1", "STATUS": "Ready", "ROLES": "control-plane", "AGE": rows[0].get("AGE"),
+                               "VERSION": "v1.35.0"}, "kubectl get nodes: NAME STATUS ROLES AGE VERSION (%s)" % rows[:1])
+    p = run(os.path.join(TOOLS, "kubectl"), "--kubeconfig", kc, "describe", "nodeclaim", name)
+    check(p.returncode == 0 and "Kind:         NodeClaim" in p.stdout and "pvescale.io/nodepool=default" in p.stdout,
+          "kubectl describe nodeclaim %s" % name)
+
+
 def install_phase():
     """helm install and upgrade into the simulated cluster, then the coordinator run as the Deployment says."""
     c = coordlib.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False)
@@ -222,6 +272,8 @@ def install_phase():
         check(len(got) == 1 and got[0]["metadata"].get("labels", {}).get("pvescale.io/nodepool",
                                                                            got[0]["metadata"].get("labels", {}).get("karpenter.sh/nodepool")) == "default",
               "a pending pod gets a NodeClaim of the chart's NodePool 'default' (%d claims)" % len(got))
+        if got:
+            kubectl_views(c, kc, got[0])
         if coord.poll() is not None or not got:
             log.flush()
             with open(log.name) as f:

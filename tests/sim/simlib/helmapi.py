@@ -182,3 +182,153 @@ def decode_protobuf(body):
     if string_data:
         obj["stringData"] = {k: x.decode() for k, x in _map(string_data).items()}
     return obj
+
+
+# ---- Tables (kubectl get / describe) -----------------------------------------------------------------------
+# kubectl asks for application/json;as=Table;v=v1;g=meta.k8s.io. Custom resources get their CRD's
+# additionalPrinterColumns (JSONPath), built-in kinds the columns of kube-apiserver's printers; Age cells are
+# human durations as the server formats them.
+
+def wants_table(accept):
+    for part in (accept or "").split(","):
+        fields = [f.strip() for f in part.split(";")]
+        params = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
+        if fields[0].lower() in ("application/json", "application/*", "*/*"):
+            return params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") == "v1"
+    return False
+
+
+def human_duration(secs):
+    """k8s.io/apimachinery's duration.HumanDuration."""
+    import time as _t
+    if secs < -1:
+        return "<invalid>"
+    s = int(max(secs, 0))
+    if s < 120:
+        return "%ds" % s
+    m = s // 60
+    if m < 10:
+        return "%dm%ds" % (m, s % 60) if s % 60 else "%dm" % m
+    if m < 180:
+        return "%dm" % m
+    h = s // 3600
+    if h < 8:
+        return "%dh%dm" % (h, m % 60) if m % 60 else "%dh" % h
+    if h < 48:
+        return "%dh" % h
+    d = h // 24
+    if h < 24 * 8:
+        return "%dd%dh" % (d, h % 24) if h % 24 else "%dd" % d
+    if d < 365 * 2:
+        return "%dd" % d
+    y = d // 365
+    del _t
+    return "%dy%dd" % (y, d % 365) if y < 8 and d % 365 else "%dy" % y
+
+
+def _age(ts):
+    import calendar
+    import time as _t
+    if not ts:
+        return "<unknown>"
+    try:
+        then = calendar.timegm(_t.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return "<invalid>"
+    return human_duration(_t.time() - then)
+
+
+def jsonpath(obj, path):
+    """The values of a CRD printer-column JSONPath: .a.b, .a[0], .a[*].b, .a[?(@.k=="v")].b."""
+    import re
+    vals = [obj]
+    for tok in re.findall(r'\.([A-Za-z0-9_\-]+)|\[(\d+|\*)\]|\[\?\(@\.([A-Za-z0-9_\-]+)\s*==\s*["\']([^"\']*)["\']\)\]', path):
+        name, idx, fk, fv = tok
+        nxt = []
+        for v in vals:
+            if name and isinstance(v, dict) and name in v:
+                nxt.append(v[name])
+            elif idx and isinstance(v, list):
+                nxt += v if idx == "*" else v[int(idx):int(idx) + 1]
+            elif fk and isinstance(v, list):
+                nxt += [x for x in v if isinstance(x, dict) and str(x.get(fk)) == fv]
+        vals = nxt
+    return vals
+
+
+def _col(name, typ="string", fmt="", desc="", priority=0):
+    return {"name": name, "type": typ, "format": fmt, "description": desc or name, "priority": priority}
+
+
+def _node_row(o):
+    conds = {c.get("type"): c.get("status") for c in o.get("status", {}).get("conditions", [])}
+    status = {"True": "Ready", "False": "NotReady"}.get(conds.get("Ready"), "Unknown")
+    if o.get("spec", {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    roles = sorted(k.split("/", 1)[1] for k in o["metadata"].get("labels", {}) if k.startswith("node-role.kubernetes.io/"))
+    return [o["metadata"]["name"], status, ",".join(roles) or "<none>", _age(o["metadata"].get("creationTimestamp")),
+            o.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")]
+
+
+def _pod_row(o):
+    st = o.get("status", {})
+    cs = st.get("containerStatuses", [])
+    total = len(o.get("spec", {}).get("containers", []))
+    status = "Terminating" if o["metadata"].get("deletionTimestamp") else st.get("reason") or st.get("phase", "")
+    return [o["metadata"]["name"], "%d/%d" % (sum(1 for c in cs if c.get("ready")), total), status,
+            sum(c.get("restartCount", 0) for c in cs), _age(o["metadata"].get("creationTimestamp"))]
+
+
+def _event_row(o):
+    inv = o.get("involvedObject", {})
+    last = o.get("lastTimestamp") or o.get("eventTime") or o["metadata"].get("creationTimestamp")
+    return [_age(last), o.get("type", ""), o.get("reason", ""),
+            "%s/%s" % (inv.get("kind", "").lower(), inv.get("name", "")), o.get("message", "")]
+
+
+BUILTIN_COLUMNS = {
+    ("", "nodes"): ([_col("Name", fmt="name"), _col("Status"), _col("Roles"), _col("Age"), _col("Version")], _node_row),
+    ("", "pods"): ([_col("Name", fmt="name"), _col("Ready"), _col("Status"), _col("Restarts", "string"), _col("Age")],
+                   _pod_row),
+    ("", "events"): ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")], _event_row),
+}
+
+
+def _cell(vals, typ):
+    if not vals:
+        return None
+    v = vals[0]
+    if typ == "date":
+        return _age(v) if isinstance(v, str) else None
+    if isinstance(v, (dict, list)):
+        import json as _j
+        return _j.dumps(v, separators=(",", ":"))
+    return v
+
+
+def table(rt, objs, meta, printer_columns, include_object="Metadata"):
+    """A meta.k8s.io/v1 Table of objs. printer_columns: the CRD version's additionalPrinterColumns, or None."""
+    if printer_columns is not None:
+        cols = [_col("Name", fmt="name", desc="Name must be unique within a namespace.")] + [
+            _col(c["name"], c.get("type", "string"), c.get("format", ""), c.get("description", ""), c.get("priority", 0))
+            for c in printer_columns]
+
+        def row(o):
+            return [o["metadata"]["name"]] + [_cell(jsonpath(o, c["jsonPath"]), c.get("type")) for c in printer_columns]
+    elif (rt.group, rt.plural) in BUILTIN_COLUMNS:
+        cols, row = BUILTIN_COLUMNS[(rt.group, rt.plural)]
+    else:
+        cols = [_col("Name", fmt="name"), _col("Age")]
+
+        def row(o):
+            return [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))]
+    rows = []
+    for o in objs:
+        if include_object == "Object":
+            shown = dict(o, apiVersion=rt.api_version, kind=rt.kind)
+        elif include_object == "None":
+            shown = None
+        else:
+            shown = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}
+        rows.append({"cells": row(o), "object": shown})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": cols, "rows": rows}

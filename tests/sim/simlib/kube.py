@@ -567,6 +567,17 @@ class KubeApp:
             raise self._404()
         return self._resource(req, rt, ns, name, sub)
 
+    def _table(self, req, rt, objs, meta):
+        """kubectl's Table: the CRD's additionalPrinterColumns for custom resources, printer columns for built-ins."""
+        columns = None
+        if not rt.builtin:
+            with self.w.lock:
+                crd = self.s.find("customresourcedefinitions", None, rt.qualified(), "apiextensions.k8s.io") or {}
+            for v in crd.get("spec", {}).get("versions", []):
+                if v.get("name") == rt.version:
+                    columns = v.get("additionalPrinterColumns", [])
+        return req.reply_json(200, helmapi.table(rt, objs, meta, columns, req.q1("includeObject", "Metadata") or "Metadata"))
+
     def _openapi(self, req, p):
         if not hasattr(self.w, "kube_openapi"):
             self.w.kube_openapi = helmapi.OpenAPI(os.path.dirname(self.w.kube_schemas.dir))
@@ -678,6 +689,8 @@ class KubeApp:
         if m == "GET":
             with self.w.lock:
                 o = _copy(self.s.get(rt, ns, name))
+            if helmapi.wants_table(req.headers.get("Accept")):
+                return self._table(req, rt, [o], {"resourceVersion": o["metadata"].get("resourceVersion", "")})
             return req.reply_json(200, partial_metadata(o) if want else o)
         if m == "POST" and name is None:
             obj = self._body(req)
@@ -796,6 +809,8 @@ class KubeApp:
                     c.pop("kind", None)
                     c.pop("apiVersion", None)
                 out.append(c)
+        if helmapi.wants_table(req.headers.get("Accept")):
+            return self._table(req, rt, out, meta)
         if want:
             return req.reply_json(200, {"kind": want, "apiVersion": META_GROUP + "/" + META_VERSION, "metadata": meta,
                                         "items": [partial_metadata(o) for o in out]})
