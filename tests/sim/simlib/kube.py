@@ -6,12 +6,14 @@ import copy
 import decimal
 import hmac
 import json
+import os
 import queue
 import random
 import re
 import time
 import uuid
 
+from . import helmapi
 from . import k8sschema
 from . import patch as patchmod
 from . import selectors as sel
@@ -197,6 +199,7 @@ class Store:
         self.types = {}
         for rt in BUILTIN:
             self.types[rt.key] = rt
+        helmapi.add_types(self.types, ResourceType)
         self.crd_types = {}
 
     # ---- basics ------------------------------------------------------------
@@ -537,6 +540,8 @@ class KubeApp:
                                                                         "serverAddress": "127.0.0.1:%d" % self.w.kube_port}]})
         if p == "/apis":
             return req.reply_json(200, self._group_list())
+        if p.startswith("/openapi/"):
+            return self._openapi(req, p)
         segs = [s for s in p.split("/") if s]
         if segs[0] == "api" and len(segs) >= 2:
             group, version, rest = "", segs[1], segs[2:]
@@ -561,6 +566,23 @@ class KubeApp:
         if rt.namespaced is False and ns and plural != "namespaces":
             raise self._404()
         return self._resource(req, rt, ns, name, sub)
+
+    def _table(self, req, rt, objs, meta):
+        """kubectl's Table: the CRD's additionalPrinterColumns for custom resources, printer columns for built-ins."""
+        columns = None
+        if not rt.builtin:
+            with self.w.lock:
+                crd = self.s.find("customresourcedefinitions", None, rt.qualified(), "apiextensions.k8s.io") or {}
+            for v in crd.get("spec", {}).get("versions", []):
+                if v.get("name") == rt.version:
+                    columns = v.get("additionalPrinterColumns", [])
+        return req.reply_json(200, helmapi.table(rt, objs, meta, columns, req.q1("includeObject", "Metadata") or "Metadata"))
+
+    def _openapi(self, req, p):
+        if not hasattr(self.w, "kube_openapi"):
+            self.w.kube_openapi = helmapi.OpenAPI(os.path.dirname(self.w.kube_schemas.dir))
+        if self.w.kube_openapi.serve(req, p) is False:
+            raise self._404()
 
     def _404(self):
         return KubeError(404, "NotFound", "the server could not find the requested resource",
@@ -623,6 +645,8 @@ class KubeApp:
 
     # ---- resources -----------------------------------------------------------
     def _body(self, req):
+        if (req.headers.get("Content-Type") or "").startswith("application/vnd.kubernetes.protobuf"):
+            return self._protobuf_body(req)
         try:
             obj = json.loads(req.body or b"null")
         except ValueError as e:
@@ -632,6 +656,12 @@ class KubeApp:
                               "of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string "
                               "\"json:\\\"kind,omitempty\\\"\" }" % type(obj).__name__)
         return obj
+
+    def _protobuf_body(self, req):
+        try:
+            return helmapi.decode_protobuf(req.body or b"")
+        except ValueError as e:
+            raise KubeError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - %s" % e)
 
     def _check_typemeta(self, rt, obj):
         if obj.get("kind") and obj["kind"] != rt.kind:
@@ -659,6 +689,8 @@ class KubeApp:
         if m == "GET":
             with self.w.lock:
                 o = _copy(self.s.get(rt, ns, name))
+            if helmapi.wants_table(req.headers.get("Accept")):
+                return self._table(req, rt, [o], {"resourceVersion": o["metadata"].get("resourceVersion", "")})
             return req.reply_json(200, partial_metadata(o) if want else o)
         if m == "POST" and name is None:
             obj = self._body(req)
@@ -777,6 +809,8 @@ class KubeApp:
                     c.pop("kind", None)
                     c.pop("apiVersion", None)
                 out.append(c)
+        if helmapi.wants_table(req.headers.get("Accept")):
+            return self._table(req, rt, out, meta)
         if want:
             return req.reply_json(200, {"kind": want, "apiVersion": META_GROUP + "/" + META_VERSION, "metadata": meta,
                                         "items": [partial_metadata(o) for o in out]})
