@@ -9,6 +9,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import simtest  # noqa: E402
 from simlib import rbac  # noqa: E402
 
 SA = "system:serviceaccount:kube-system:pvescale"
@@ -143,6 +144,60 @@ class MessageTest(unittest.TestCase):
                          'at the cluster scope' % SA)
         a = rbac.attrs_for("GET", "/version", {})
         self.assertEqual(rbac.forbidden_message(a, SA), 'forbidden: User "%s" cannot get path "/version"' % SA)
+
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+class ServedTest(unittest.TestCase):
+    """The simulator serves ServiceAccounts, the TokenRequest API and the RBAC objects, and authorizes by them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def k(self, *a, **kw):
+        return self.sim.kube(*a, **kw)
+
+    def ok(self, r, codes=(200, 201)):
+        self.assertIn(r.status, codes, r)
+        return r.json
+
+    def test_token_and_authorization(self):
+        k = self.k
+        self.ok(k("POST", "/api/v1/namespaces/kube-system/serviceaccounts",
+                  {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "pvescale"}}))
+        self.assertEqual(k("POST", "/api/v1/namespaces/kube-system/serviceaccounts/nobody/token",
+                           {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}).status, 404)
+        tr = self.ok(k("POST", "/api/v1/namespaces/kube-system/serviceaccounts/pvescale/token",
+                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}))
+        tok = tr["status"]["token"]
+        self.assertEqual(tr["kind"], "TokenRequest")
+        r = k("GET", "/api/v1/nodes", token=tok)
+        self.assertEqual(r.status, 403)
+        self.assertEqual((r.json["kind"], r.json["reason"], r.json["code"]), ("Status", "Forbidden", 403))
+        self.assertEqual(r.json["message"], 'nodes is forbidden: User "%s" cannot list resource "nodes" in API '
+                                            'group "" at the cluster scope' % SA)
+        self.ok(k("POST", RBAC + "/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                                  "metadata": {"name": "nodes-read"},
+                                                  "rules": [{"apiGroups": [""], "resources": ["nodes"],
+                                                             "verbs": ["get", "list", "watch"]}]}))
+        self.ok(k("POST", RBAC + "/clusterrolebindings",
+                  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": "nodes-read"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "nodes-read"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "pvescale", "namespace": "kube-system"}]}))
+        self.assertEqual(k("GET", "/api/v1/nodes", token=tok).status, 200)
+        self.assertEqual(k("DELETE", "/api/v1/nodes/x", token=tok).status, 403)
+        self.assertEqual(k("GET", "/api/v1/nodes", token="bogus").status, 401)
+        self.assertEqual(k("GET", "/api/v1/nodes").status, 200, "the admin token stays system:masters")
+        denials = self.sim.admin("GET", "/kube-denials").json
+        self.assertEqual([(d["user"], d["verb"], d["path"]) for d in denials],
+                         [(SA, "list", "/api/v1/nodes"), (SA, "delete", "/api/v1/nodes/x")])
 
 
 if __name__ == "__main__":

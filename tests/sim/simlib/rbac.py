@@ -2,6 +2,10 @@
 # pkg/apis/rbac/v1/evaluation_helpers.go, the subject/binding walk of plugin/pkg/auth/authorizer/rbac/rbac.go,
 # and the apiserver's 403 message. Pure: the caller passes the Roles, ClusterRoles and bindings it stores.
 # SPDX-License-Identifier: Apache-2.0
+import base64
+import hmac
+import os
+import time
 
 VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -138,3 +142,62 @@ def forbidden_message(a, user):
 
 def sa_groups(ns):
     return ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"]
+
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+class Guard:
+    """Authentication and authorization of the simulated apiserver: the admin token is system:masters; tokens
+    minted by the TokenRequest API are their ServiceAccount's. Denials are kept for GET /kube-denials."""
+
+    def __init__(self, admin_token):
+        self.admin_token = admin_token
+        self.tokens = {}  # token -> (namespace, name, uid)
+        self.denials = []
+
+    def authenticate(self, header):
+        """(user, groups) for an Authorization header, or None."""
+        if not header.startswith("Bearer "):
+            return None
+        tok = header[7:].strip()
+        if hmac.compare_digest(tok.encode(), self.admin_token.encode()):
+            return "admin", ["system:masters", "system:authenticated"]
+        sa = self.tokens.get(tok)
+        if sa is None:
+            return None
+        return "system:serviceaccount:%s:%s" % sa[:2], sa_groups(sa[0])
+
+    def _snapshot(self, store):
+        def objs(plural):
+            return store.objs[(RBAC_GROUP, plural)]
+        return {"clusterroles": {k[1]: o for k, o in objs("clusterroles").items()},
+                "roles": dict(objs("roles")),
+                "clusterrolebindings": list(objs("clusterrolebindings").values()),
+                "rolebindings": list(objs("rolebindings").values())}
+
+    def check(self, method, path, query, who, store):
+        """None when allowed, else the 403 message (recorded)."""
+        user, groups = who
+        a = attrs_for(method, path, query)
+        if allowed(a, user, groups, self._snapshot(store)):
+            return None
+        msg = forbidden_message(a, user)
+        self.denials.append({"time": time.time(), "user": user, "verb": a.verb, "path": path, "message": msg})
+        del self.denials[:-200]
+        return msg
+
+    def token_request(self, store, ns, name, body):
+        """POST .../serviceaccounts/{name}/token: a TokenRequest with an opaque token for the ServiceAccount."""
+        sa = store.objs[("", "serviceaccounts")].get((ns, name))
+        if sa is None:
+            return None
+        tok = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
+        self.tokens[tok] = (ns, name, sa["metadata"].get("uid"))
+        secs = int(((body or {}).get("spec") or {}).get("expirationSeconds") or 3600)
+        exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + secs))
+        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
+                "spec": {"audiences": ((body or {}).get("spec") or {}).get("audiences")
+                         or ["https://kubernetes.default.svc"], "expirationSeconds": secs, "boundObjectRef": None},
+                "status": {"token": tok, "expirationTimestamp": exp}}
