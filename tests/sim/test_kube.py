@@ -53,6 +53,27 @@ class KubeTest(unittest.TestCase):
     def k(self, *a, **kw):
         return self.sim.kube(*a, **kw)
 
+    def test_node_admission_taint(self):
+        """TaintNodesByCondition: a new Node, even posted Ready, has the not-ready NoSchedule taint; the node
+        lifecycle controller takes it off at its next monitor pass."""
+        self.sim.knobs(node_monitor_seconds=3600.0)
+        try:
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "admitted"},
+                    "spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            r = self.k("POST", "/api/v1/nodes", node)
+            self.assertEqual(r.status, 201, r)
+            self.assertEqual([(t["key"], t["effect"]) for t in r.json["spec"]["taints"]],
+                             [("dedicated", "NoSchedule"), ("node.kubernetes.io/not-ready", "NoSchedule")])
+            time.sleep(0.3)
+            self.assertIn("node.kubernetes.io/not-ready",
+                          [t["key"] for t in self.k("GET", "/api/v1/nodes/admitted").json["spec"]["taints"]])
+        finally:
+            self.sim.knobs(node_monitor_seconds=0.0)
+        simtest.wait_for(lambda: [t["key"] for t in self.k("GET", "/api/v1/nodes/admitted").json["spec"]
+                                  .get("taints", [])] == ["dedicated"], what="not-ready taint removed once Ready")
+        self.assertEqual(self.k("DELETE", "/api/v1/nodes/admitted").status, 200)
+
     def test_auth_and_discovery(self):
         r = self.k("GET", NS + "/pods", token="wrong")
         self.assertEqual(r.status, 401)

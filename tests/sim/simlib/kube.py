@@ -4,7 +4,6 @@ import base64
 import collections
 import copy
 import decimal
-import hmac
 import json
 import os
 import queue
@@ -16,6 +15,7 @@ import uuid
 from . import helmapi
 from . import k8sschema
 from . import patch as patchmod
+from . import rbac
 from . import selectors as sel
 from . import util
 
@@ -107,6 +107,11 @@ BUILTIN = [
     ResourceType("apps", "v1", "deployments", "Deployment", True, True, short=["deploy"]),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, False),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, False, short=["ev"]),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, False, short=["sa"]),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, False),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                  False, True, short=["crd", "crds"]),
 ]
@@ -479,17 +484,20 @@ class KubeApp:
         self.w = world
         self.s = world.kube
         self.token = world.kube_token
+        self.guard = world.kube_guard = rbac.Guard(world.kube_token)
 
     # ---- entry ---------------------------------------------------------------
     def handle(self, req):
         route = self._route_name(req)
         self.w.count("kube", req.method, route)
-        auth = req.headers.get("Authorization") or ""
-        if not (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip().encode(), self.token.encode())):
-            if req.path in ("/healthz", "/readyz", "/livez", "/version"):
-                pass
-            else:
-                return req.reply_json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        who = self.guard.authenticate(req.headers.get("Authorization") or "")
+        if who is None and req.path not in ("/healthz", "/readyz", "/livez", "/version"):
+            return req.reply_json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        if who is not None:
+            with self.w.lock:
+                denied = self.guard.check(req.method, req.path, req.query, who, self.s)
+            if denied:
+                return req.reply_json(403, KubeError(403, "Forbidden", denied).status())
         fault = self.w.kube_fault()
         if fault == "timeout":
             time.sleep(float(self.w.knob("timeout_hold_seconds")))
@@ -709,6 +717,13 @@ class KubeApp:
                     self.w.report.eviction(ns, name, e.code)
                     raise
                 self.w.report.eviction(ns, name, 201)
+            return req.reply_json(201, res)
+        if m == "POST" and sub == "token" and rt.plural == "serviceaccounts":
+            body = self._body(req)
+            with self.w.lock:
+                res = self.guard.token_request(self.s, ns, name, body)
+            if res is None:
+                raise not_found(rt, name)
             return req.reply_json(201, res)
         if m == "POST" and sub == "binding" and rt.plural == "pods":
             obj = self._body(req)

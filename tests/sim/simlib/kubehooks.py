@@ -108,6 +108,8 @@ class KubeHooks:
         k = rt.key
         if k == ("", "pods"):
             self._pod_defaults(obj)
+        elif k == ("", "nodes"):
+            self._node_admission(obj)
         elif k == ("", "namespaces"):
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
@@ -125,6 +127,17 @@ class KubeHooks:
             self._crd_prepare(obj)
         elif k == ("", "events"):
             obj.setdefault("count", 1)
+
+    def _node_admission(self, obj):
+        """kube-apiserver's TaintNodesByCondition admission (plugin/pkg/admission/nodetaint): every new Node gets
+        node.kubernetes.io/not-ready:NoSchedule, even one posted Ready; the node lifecycle controller removes it."""
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            return
+        taints = spec.get("taints") or []
+        if not any(t.get("key") == "node.kubernetes.io/not-ready" and t.get("effect") == "NoSchedule"
+                   for t in taints if isinstance(t, dict)):
+            spec["taints"] = list(taints) + [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
 
     def _workload_defaults(self, plural, obj):
         """apps/v1 SetDefaults_ReplicaSet / SetDefaults_Deployment (the fields the simulator reads)."""

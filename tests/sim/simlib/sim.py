@@ -362,6 +362,9 @@ class AdminApp:
         if m == "GET" and p == "/report":
             with w.lock:
                 return w.report.to_json(w)
+        if m == "GET" and p == "/kube-denials":
+            with w.lock:
+                return list(w.kube_guard.denials)
         if m == "GET" and p == "/calls":
             return w.call_counts()
         if m == "GET" and p == "/tasks":
