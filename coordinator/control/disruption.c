@@ -30,6 +30,7 @@ struct disruption {
         /* Replaces under way: the old claims ("a,b", their annotation) -> {"claims": [the replacements' names],
          * "started": ms, "method": enum stats_disruption_method, "message": the decision's}. */
         json_t *replacing;
+        json_t *tainted;      /* Nodes tainted for a decision whose claims are not yet seen being deleted -> claim */
         bool rebuilt;         /* replacing read back from the claims' annotations (once, after start) */
 };
 
@@ -43,7 +44,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         d->told = json_object();
         d->replacing = json_object();
         d->logged = json_object();
-        if (!d->told || !d->replacing || !d->logged) {
+        d->tainted = json_object();
+        if (!d->told || !d->replacing || !d->logged || !d->tainted) {
                 disruption_free(d);
                 return -ENOMEM;
         }
@@ -64,6 +66,7 @@ void disruption_free(struct disruption *d) {
         json_decref(d->told);
         json_decref(d->replacing);
         json_decref(d->logged);
+        json_decref(d->tainted);
         free(d);
 }
 
@@ -158,15 +161,18 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
         return 0;
 }
 
-/* Delete the decision's NodeClaims, each with its Events. */
+/* Taint every Node of the decision, then delete its NodeClaims, each with its Events; the Nodes of those that
+ * could not be deleted lose the taint. */
 static int carry_out(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec) {
-        for (size_t k = 0; k < dec->n_candidates; k++) {
+        int r = disruption_taint(d->env.kube, d->tainted, di, dec->candidates, dec->n_candidates);
+        for (size_t k = 0; r == 0 && k < dec->n_candidates; k++) {
                 size_t i = dec->candidates[k];
-                int r = delete_claim(d, di->claims[i], di->nodes[i], dec->message,
-                                     dec->method == DISRUPT_METHOD_REPAIR);
-                if (r < 0)
-                        return r;
+                r = delete_claim(d, di->claims[i], di->nodes[i], dec->message, dec->method == DISRUPT_METHOD_REPAIR);
+                for (size_t j = k; r < 0 && j < dec->n_candidates; j++)
+                        disruption_untaint(d->env.kube, d->tainted, di->nodes[dec->candidates[j]]);
         }
+        if (r < 0)
+                return r;
         stats_disruption_action(d->env.stats, stats_method(dec->method), STATS_DISRUPTION_DELETE);
         return 0;
 }
@@ -304,6 +310,24 @@ static void hold(struct disruption_input *di, const json_t *claims) {
         }
 }
 
+/* A Node left with our taint by a coordinator that stopped between the taint and the delete loses it; not those of
+ * the old claims of a replace under way. */
+static void untaint_stale(struct disruption *d, const struct disruption_input *di) {
+        json_t *held = json_object(), *entry, *names, *n;
+        const char *old;
+        size_t i;
+        json_object_foreach(d->replacing, old, entry) {
+                names = names_of(old);
+                json_array_foreach(names, i, n) {
+                        json_object_set(held, json_string_value(n), json_true());
+                }
+                json_decref(names);
+        }
+        if (held)
+                disruption_untaint_stale(d->env.kube, d->tainted, di, held);
+        json_decref(held);
+}
+
 /* ---- waiting for the replacements ---- */
 
 /* 1 Initialized, 0 on its way, -1 failed (why says how). */
@@ -400,8 +424,11 @@ static void dropped(struct disruption *d, const struct disruption_input *di, con
         size_t i;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
+                const json_t *node = node_of(di, json_string_value(n));
+                if (claim && !deleting(claim))
+                        disruption_untaint(d->env.kube, d->tainted, node);
                 if (claim)
-                        tell(d, claim, node_of(di, json_string_value(n)), "Warning", "DisruptionReplacementFailed", msg);
+                        tell(d, claim, node, "Warning", "DisruptionReplacementFailed", msg);
         }
         json_decref(names);
         log_warning("disruption: %s: %s", old, msg);
@@ -482,7 +509,12 @@ static int start_replace(struct disruption *d, const struct disruption_input *di
                 return r;
         claims_list(di, dec, old, sizeof old);
         json_t *entry = entry_new(stats_method(dec->method), dec->message, di->in.now_ms);
-        r = !entry ? -ENOMEM : !same_shapes(res, dec) ? -ESTALE : launch(d, di, res, old, entry);
+        r = !entry ? -ENOMEM : !same_shapes(res, dec) ? -ESTALE : 0;
+        if (r == 0)
+                r = disruption_taint(d->env.kube, d->tainted, di, dec->candidates, dec->n_candidates);
+        if (r == 0 && (r = launch(d, di, res, old, entry)) < 0)
+                for (size_t k = 0; k < dec->n_candidates; k++)
+                        disruption_untaint(d->env.kube, d->tainted, di->nodes[dec->candidates[k]]);
         simulate_result_free(res);
         if (r == 0)
                 announce(d, di, dec, entry);
@@ -583,6 +615,7 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
         if (!d->rebuilt)
                 rebuild(d, snap->claims);
         follow(d, di, snap->claims, now_ms);
+        untaint_stale(d, di);
         hold(di, snap->claims);
         *ret = di;
         return 0;

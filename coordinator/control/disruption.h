@@ -72,6 +72,21 @@ void disruption_drift_templates(struct provisioner *p, struct disruption_input *
  * being deleted are left alone. */
 void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms);
 
+/* ---- the disrupted taint (disruption_taint.c, I/O) ---- */
+
+/* Taint the Nodes of the candidates (indices into di) NoSchedule, all before any claim is deleted or replacement
+ * launched; each Node tainted goes into tainted (node name -> claim) until its claim is seen being deleted. When one
+ * cannot be tainted, those done are untainted and the error returned. */
+int disruption_taint(struct kube_client *kube, json_t *tainted, const struct disruption_input *di,
+                     const size_t *candidates, size_t n);
+/* Take our disrupted taint off a Node whose claim stays (a failure is logged). */
+void disruption_untaint(struct kube_client *kube, json_t *tainted, const json_t *node);
+/* Karpenter's rule for a taint a restart left behind: a candidate's Node with our taint whose claim is not being
+ * deleted, is not in tainted (a decision of this process in flight) and not in held (claim name -> anything: the
+ * old claims of replaces under way) loses it. */
+void disruption_untaint_stale(struct kube_client *kube, json_t *tainted, const struct disruption_input *di,
+                              const json_t *held);
+
 /* ---- the pass (disruption.c) ---- */
 
 struct kube_client;

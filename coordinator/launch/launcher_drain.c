@@ -35,18 +35,10 @@ int launcher__finalizer_add(json_t *node) {
 /* The disrupted taint, and the finalizer that keeps the Node object (and its kubelet from registering it anew)
  * until the VM is gone. */
 static int disrupt_node(json_t *node, void *userdata) {
-        json_t *spec = json_object_get(node, "spec"), *taints;
         (void)userdata;
-        if (!json_is_object(spec) && json_object_set_new(node, "spec", spec = json_object()) < 0)
-                return -ENOMEM;
-        taints = json_object_get(spec, "taints");
         int r = launcher__finalizer_add(node);
-        if (r < 0 || launchstep_node_disrupted(taints))
-                return r;
-        if (!json_is_array(taints) && json_object_set_new(spec, "taints", taints = json_array()) < 0)
-                return -ENOMEM;
-        json_t *t = json_pack("{s:s, s:s}", "key", LAUNCHSTEP_TAINT_DISRUPTED, "effect", "NoSchedule");
-        return json_array_append_new(taints, t) < 0 ? -ENOMEM : 0;
+        int t = r < 0 ? r : launchstep_node_taint(node);
+        return t <= 0 ? t : r;
 }
 
 struct launchstep_result launcher__taint_node(struct launcher__ctx *c) {

@@ -323,6 +323,30 @@ bool launchstep_node_disrupted(const json_t *taints) {
         return false;
 }
 
+int launchstep_node_taint(json_t *node) {
+        json_t *spec = json_object_get(node, "spec"), *taints;
+        if (!json_is_object(spec) && json_object_set_new(node, "spec", spec = json_object()) < 0)
+                return -ENOMEM;
+        taints = json_object_get(spec, "taints");
+        if (launchstep_node_disrupted(taints))
+                return 1;
+        if (!json_is_array(taints) && json_object_set_new(spec, "taints", taints = json_array()) < 0)
+                return -ENOMEM;
+        json_t *t = json_pack("{s:s, s:s}", "key", LAUNCHSTEP_TAINT_DISRUPTED, "effect", "NoSchedule");
+        return json_array_append_new(taints, t) < 0 ? -ENOMEM : 0;
+}
+
+int launchstep_node_untaint(json_t *node) {
+        json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        int r = 1;
+        for (size_t i = json_array_size(taints); i-- > 0;)
+                if (taint_is(json_array_get(taints, i), LAUNCHSTEP_TAINT_DISRUPTED, "NoSchedule")) {
+                        json_array_remove(taints, i);
+                        r = 0;
+                }
+        return r;
+}
+
 static const char *str_at(const json_t *obj, const char *a, const char *b) {
         return json_string_value(json_object_get(json_object_get(obj, a), b));
 }

@@ -200,6 +200,11 @@ int launchstep_failed(struct nodeclaim_status *st, const char *reason, const cha
 /* Does a Node's spec.taints carry the disrupted taint (pvescale.io/disrupted or karpenter.sh/disrupted) with effect
  * NoSchedule? */
 bool launchstep_node_disrupted(const json_t *taints);
+/* Add the disrupted taint (NoSchedule) to a Node object: 0 when added, 1 when it is there already (ours or
+ * Karpenter's), -ENOMEM. */
+int launchstep_node_taint(json_t *node);
+/* Take our disrupted taint off a Node object: 0 when removed, 1 when it had none. */
+int launchstep_node_untaint(json_t *node);
 
 /* What the drain does with a pod bound to the Node. */
 enum launchstep_drain {

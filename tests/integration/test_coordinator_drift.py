@@ -3,8 +3,8 @@
 # agents. Three NodePools, a node each, at once: the template the "tmpl" pool's node was cloned from is edited
 # through the PVE API (its config digest changes), the "reqs" pool is made to require the other zone, and the
 # "keep" pool too, whose Node is annotated do-not-disrupt. Each drifted claim gets the condition Drifted with the
-# reason naming the drift (TemplateDrifted, RequirementsDrifted); tmpl's and reqs's are replaced first (the new
-# claim Initialized before the old Node is tainted), by a node that matches (cloned from the edited template, in
+# reason naming the drift (TemplateDrifted, RequirementsDrifted); tmpl's and reqs's are replaced first (the old Node
+# tainted before the new claim is created, and deleted only once it is Initialized), by a node that matches (cloned from the edited template, in
 # the required zone), and their old VMs go; keep's stays, and loses its condition once its requirements are put
 # back.
 # SPDX-License-Identifier: Apache-2.0
@@ -57,15 +57,17 @@ class Watcher(cl.FirstSeen):
     def poll(self):
         claims = self.c.claims()
         nodes = {n["metadata"]["name"]: n for n in self.c.items("/api/v1/nodes")}
-        for name, node in self.old.items():
+        for name, node in self.old.items():  # the claims were read first, noted after the Node's taint
+            taints = (nodes.get(node, {}).get("spec") or {}).get("taints") or []
+            self.note("tainted " + name, any(t["key"] == "pvescale.io/disrupted" for t in taints))
             for x in claims:
                 ann = x["metadata"].get("annotations") or {}
+                self.note("new created " + name, ann.get("pvescale.io/replaces") == name)
                 self.note("new initialized " + name, ann.get("pvescale.io/replaces") == name and initialized(x))
                 d = condition(x, "Drifted")
                 if x["metadata"]["name"] == name and d and d["status"] == "True":
                     self.drifted.setdefault(name, set()).add(d["reason"])
-            taints = (nodes.get(node, {}).get("spec") or {}).get("taints") or []
-            self.note("tainted " + name, any(t["key"] == "pvescale.io/disrupted" for t in taints))
+            self.note("node deleting " + name, node not in nodes or nodes[node]["metadata"].get("deletionTimestamp"))
 
 
 
@@ -164,8 +166,10 @@ class DriftTest(cl.CoordinatorTest):
         for p, reason in (("tmpl", "TemplateDrifted"), ("reqs", "RequirementsDrifted")):
             name = old[p]["metadata"]["name"]
             self.assertEqual(w.drifted.get(name), {reason}, p)
-            self.assertLess(w.first["new initialized " + name], w.first["tainted " + name],
-                            "%s: the replacement is Initialized before the old Node is tainted" % p)
+            self.assertLessEqual(w.first["tainted " + name], w.first["new created " + name],
+                                 "%s: the old Node is tainted before its replacement is launched (Karpenter's order)" % p)
+            self.assertLess(w.first["new initialized " + name], w.first["node deleting " + name],
+                            "%s: the old Node goes only once the replacement is Initialized" % p)
             self.assertEqual((now[p]["metadata"].get("annotations") or {}).get("pvescale.io/replaces"), name)
             self.assertEqual(now[p]["status"]["host"], "pve1")
         self.assertEqual(now["tmpl"]["status"]["imageDigest"], digest2, "cloned from the edited template")

@@ -413,6 +413,28 @@ static void test_node_disrupted(void **state) {
         json_decref(t);
 }
 
+static void test_node_taint_untaint(void **state) {
+        (void)state;
+        json_t *node = test_json_parse("{\"metadata\": {\"name\": \"n\"}}");
+        assert_int_equal(launchstep_node_untaint(node), 1); /* no spec, no taints: nothing to take off */
+        assert_int_equal(launchstep_node_taint(node), 0);
+        assert_true(launchstep_node_disrupted(json_object_get(json_object_get(node, "spec"), "taints")));
+        assert_int_equal(launchstep_node_taint(node), 1); /* once */
+        json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        json_array_insert_new(taints, 0, test_json_parse("{\"key\": \"dedicated\", \"effect\": \"NoSchedule\"}"));
+        json_array_append_new(taints, test_json_parse("{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoExecute\"}"));
+        assert_int_equal(launchstep_node_untaint(node), 0);
+        assert_false(launchstep_node_disrupted(taints));
+        assert_int_equal(json_array_size(taints), 2); /* the others stay, another effect too */
+        assert_string_equal(json_string_value(json_object_get(json_array_get(taints, 0), "key")), "dedicated");
+        assert_int_equal(launchstep_node_untaint(node), 1);
+        json_decref(node);
+        node = test_json_parse("{\"spec\": {\"taints\": [{\"key\": \"karpenter.sh/disrupted\", \"effect\": \"NoSchedule\"}]}}");
+        assert_int_equal(launchstep_node_taint(node), 1); /* Karpenter's counts as ours */
+        assert_int_equal(launchstep_node_untaint(node), 1); /* but is not ours to take off */
+        json_decref(node);
+}
+
 static enum launchstep_drain drain_of(const char *pod_json) {
         json_t *pod = test_json_parse(pod_json);
         enum launchstep_drain d = launchstep_pod_drain(pod);
@@ -543,7 +565,7 @@ int main(void) {
                 cmocka_unit_test(test_registration_wait), cmocka_unit_test(test_node),
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
-                cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted),
+                cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted), cmocka_unit_test(test_node_taint_untaint),
                 cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
