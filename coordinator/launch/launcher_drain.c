@@ -94,7 +94,7 @@ static int drain_pod(struct launcher__ctx *c, const json_t *pod, bool grace_over
         const json_t *meta = json_object_get(pod, "metadata");
         const char *ns = json_string_value(json_object_get(meta, "namespace"));
         const char *name = json_string_value(json_object_get(meta, "name"));
-        enum launchstep_drain d = launchstep_pod_drain(pod);
+        enum launchstep_drain d = launchstep_pod_drain(pod, c->now);
         int r;
         if (d == LAUNCHSTEP_DRAIN_STAY || !ns || !name)
                 return 0;

@@ -390,10 +390,16 @@ static bool finished(const json_t *pod) {
         return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
-enum launchstep_drain launchstep_pod_drain(const json_t *pod) {
+static bool stuck_terminating(const json_t *meta, int64_t now_ms) {
+        int64_t at;
+        const char *s = json_string_value(json_object_get(meta, "deletionTimestamp"));
+        return s && rfc3339_parse(s, &at) == 0 && now_ms - at > LAUNCHSTEP_STUCK_TERMINATING_MS;
+}
+
+enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
         if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
-            owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod))
+            owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
         return json_object_get(meta, "deletionTimestamp") ? LAUNCHSTEP_DRAIN_GOING : LAUNCHSTEP_DRAIN_EVICT;
 }

@@ -209,11 +209,14 @@ int launchstep_node_untaint(json_t *node);
 /* What the drain does with a pod bound to the Node. */
 enum launchstep_drain {
         LAUNCHSTEP_DRAIN_STAY,  /* stays, and does not hold the drain: a DaemonSet's pod, a mirror pod, one that
-                                 * tolerates the disrupted taint, one that has finished (Succeeded, Failed) */
+                                 * tolerates the disrupted taint, one that has finished (Succeeded, Failed), one
+                                 * stuck terminating (Karpenter's IsStuckTerminating: a minute past its
+                                 * deletionTimestamp, which is the delete's time plus its grace period) */
         LAUNCHSTEP_DRAIN_EVICT, /* evict it through the Eviction API */
         LAUNCHSTEP_DRAIN_GOING, /* being deleted already: wait for it to go */
 };
-enum launchstep_drain launchstep_pod_drain(const json_t *pod);
+#define LAUNCHSTEP_STUCK_TERMINATING_MS 60000
+enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms);
 
 /* The claim's termination grace period in ms: its spec.terminationGracePeriod, else its NodePool template's
  * (pool may be NULL); -1 when neither has one (wait for the pods forever). 0, or -EINVAL (a malformed duration,

@@ -437,7 +437,7 @@ static void test_node_taint_untaint(void **state) {
 
 static enum launchstep_drain drain_of(const char *pod_json) {
         json_t *pod = test_json_parse(pod_json);
-        enum launchstep_drain d = launchstep_pod_drain(pod);
+        enum launchstep_drain d = launchstep_pod_drain(pod, 1700000000000);
         json_decref(pod);
         return d;
 }
@@ -457,6 +457,11 @@ static void test_pod_drain(void **state) {
                          LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Failed\"}}"), LAUNCHSTEP_DRAIN_STAY);
+        /* now is 2023-11-14T22:13:20Z: a minute past its deletionTimestamp it is stuck terminating and holds nothing */
+        assert_int_equal(drain_of("{\"metadata\": {\"deletionTimestamp\": \"2023-11-14T22:12:20Z\"}}"),
+                         LAUNCHSTEP_DRAIN_GOING);
+        assert_int_equal(drain_of("{\"metadata\": {\"deletionTimestamp\": \"2023-11-14T22:12:19Z\"}}"),
+                         LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"metadata\": {\"deletionTimestamp\": \"2026-07-01T12:00:00Z\"}}"),
                          LAUNCHSTEP_DRAIN_GOING);
         /* tolerations of pvescale.io/disrupted:NoSchedule */
