@@ -31,6 +31,7 @@ struct disruption {
          * "started": ms, "method": enum stats_disruption_method, "message": the decision's}. */
         json_t *replacing;
         json_t *tainted;      /* Nodes tainted for a decision whose claims are not yet seen being deleted -> claim */
+        json_t *pod_marks;    /* Node -> its pods' signature and last change (disruption_input_pod_events) */
         bool rebuilt;         /* replacing read back from the claims' annotations (once, after start) */
 };
 
@@ -45,7 +46,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         d->replacing = json_object();
         d->logged = json_object();
         d->tainted = json_object();
-        if (!d->told || !d->replacing || !d->logged || !d->tainted) {
+        d->pod_marks = json_object();
+        if (!d->told || !d->replacing || !d->logged || !d->tainted || !d->pod_marks) {
                 disruption_free(d);
                 return -ENOMEM;
         }
@@ -67,6 +69,7 @@ void disruption_free(struct disruption *d) {
         json_decref(d->replacing);
         json_decref(d->logged);
         json_decref(d->tainted);
+        json_decref(d->pod_marks);
         free(d);
 }
 
@@ -604,6 +607,8 @@ static int prepare(struct disruption *d, const struct provisioner_snapshot *snap
                 di->in.hosts_unknown = d->env.provisioner != NULL;
                 log_problems(d, di->problems);
         }
+        if (r == 0)
+                r = disruption_input_pod_events(di, d->pod_marks, now_ms);
         if (r == 0)
                 r = disruption_input_templates(di, snap->classes);
         if (r == 0)

@@ -49,6 +49,11 @@ unsigned disruption_pod_flags(const json_t *pod);
 int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms, bool repair,
                          struct disruption_input **ret);
 void disruption_input_free(struct disruption_input *di);
+/* Pods that left a node are pod events too (Karpenter's lastPodEventTime counts a pod bound, finished or deleted):
+ * marks keeps, from pass to pass, each candidate Node's {"pods": signature of its pods, "at": ms}; a Node whose
+ * pods differ from the last pass's had a pod event at now_ms, which raises its candidate's last_pod_event_ms.
+ * marks is replaced by this pass's (Nodes no longer candidates are forgotten). 0 or -ENOMEM. Pure. */
+int disruption_input_pod_events(struct disruption_input *di, json_t *marks, int64_t now_ms);
 
 /* ---- the Proxmox templates of the candidates (TemplateDrifted) ---- */
 

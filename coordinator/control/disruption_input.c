@@ -322,6 +322,45 @@ static int add_pods(struct disrupt_candidate *c, const struct provisioner_round 
         return 0;
 }
 
+/* An order-free signature of a node's pods: the sum of the FNV-1a hashes of "namespace/name". */
+static json_int_t pods_signature(const struct disrupt_candidate *c) {
+        uint64_t sum = c->n_pods;
+        for (size_t k = 0; k < c->n_pods; k++) {
+                uint64_t h = UINT64_C(0xcbf29ce484222325);
+                for (const unsigned char *p = (const unsigned char *)c->pods[k].namespace; p && *p; p++)
+                        h = (h ^ *p) * UINT64_C(0x100000001b3);
+                h = (h ^ '/') * UINT64_C(0x100000001b3);
+                for (const unsigned char *p = (const unsigned char *)c->pods[k].name; p && *p; p++)
+                        h = (h ^ *p) * UINT64_C(0x100000001b3);
+                sum += h;
+        }
+        return (json_int_t)(sum >> 1);
+}
+
+int disruption_input_pod_events(struct disruption_input *di, json_t *marks, int64_t now_ms) {
+        json_t *next = json_object();
+        for (size_t i = 0; next && i < di->n_candidates; i++) {
+                struct disrupt_candidate *c = &di->candidates[i];
+                const json_t *last = json_object_get(marks, c->sim->name);
+                json_int_t sig = pods_signature(c);
+                int64_t at = !last ? 0 : json_integer_value(json_object_get(last, "pods")) == sig
+                                            ? json_integer_value(json_object_get(last, "at")) : now_ms;
+                if (at > c->last_pod_event_ms)
+                        c->last_pod_event_ms = at;
+                if (json_object_set_new(next, c->sim->name, json_pack("{s:I, s:I}", "pods", sig, "at",
+                                                                      (json_int_t)at)) < 0) {
+                        json_decref(next);
+                        next = NULL;
+                }
+        }
+        if (!next)
+                return -ENOMEM;
+        json_object_clear(marks);
+        json_object_update(marks, next);
+        json_decref(next);
+        return 0;
+}
+
 static bool candidate_of(struct disruption_input *di, const struct provisioner_round *r, size_t i,
                          const json_t *claim, struct disrupt_candidate *c) {
         struct sim_node *sn = r->in->nodes[i];
