@@ -140,15 +140,13 @@ class Cluster:
         return path
 
     # ---- the chart's RBAC ---------------------------------------------------------------------------
-    def run_as_chart(self, drop=None):
+    def run_as_chart(self):
         """Create the ServiceAccount, Roles, ClusterRoles and bindings the chart renders (default values, release
         pvescale in kube-system), and from here run the coordinator with a token of that ServiceAccount from the
         TokenRequest API, so the simulator authorizes its every call by exactly the chart's rules (a refused call
-        is a 403 and a line of GET /kube-denials). drop(kind, rule) -> True leaves a rule out. Returns the objects."""
+        is a 403 and a line of GET /kube-denials). Returns the objects."""
         objs = chart_rbac_objects()
         for o in objs:
-            if drop and o["kind"] in ("ClusterRole", "Role"):
-                o["rules"] = [r for r in o["rules"] if not drop(o["kind"], r)]
             self.create(rbac_path(o), o)
         r = self.sim.kube("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (CHART_NS, CHART_RELEASE),
                           {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
