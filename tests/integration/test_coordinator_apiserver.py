@@ -35,7 +35,7 @@ class ApiserverTest(cl.CoordinatorTest):
         return self.nominated(name)[-1]["message"].split("nodeclaim/")[1].split()[0]
 
     def test_started_before_the_crds_are_established(self):
-        self.c = c = cl.Cluster(HOSTS, agents=False, knobs=["crd_establish_seconds=3"])
+        self.c = c = cl.Cluster(HOSTS, agents=False, knobs=["crd_establish_seconds=4"])
         self.co = None
         r = c.sim.kube("GET", cl.GROUP + "/nodepools")
         self.assertEqual((r.status, r.json.get("reason")), (404, "NotFound"), "served before the names are accepted")
