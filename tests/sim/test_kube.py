@@ -443,8 +443,8 @@ class ApiserverLifecycleTest(unittest.TestCase):
         self.assertEqual(self.k("GET", "/apis/example.io/v1").status, 404)
         # The naming controller accepts the names (NamesAccepted, Established False "Installing"), then the
         # establishing controller establishes it: two status writes, in that order.
-        conn, resp = self.sim.watch(CRDS + "?watch=1&resourceVersion=%s&fieldSelector=metadata.name%%3Dwidgets.example.io"
-                                    % rv0)
+        conn, resp = self.sim.watch(CRDS + "?watch=1&resourceVersion=%s&fieldSelector=metadata.name%%3D%s"
+                                    % (rv0, "widgets.example.io"))
         evs = read_events(resp, 3, timeout=5)
         conn.close()
         seen = [(e["type"], {c["type"]: (c["status"], c.get("reason")) for c in e["object"]["status"]["conditions"]})
