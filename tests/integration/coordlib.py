@@ -79,6 +79,8 @@ class Cluster:
             if agents:
                 self._start_agents()
             self.config = self.write_config()
+            # The coordinator's credentials: the simulator's admin (system:masters) until run_as_chart().
+            self.kubeconfig, self.coordinator_env = self.sim.ep["kube"]["kubeconfig"], {}
         except BaseException:
             self.stop()
             raise
@@ -137,6 +139,33 @@ class Cluster:
             f.write("\n".join(lines + list(extra or [])) + "\n")
         return path
 
+    # ---- the chart's RBAC ---------------------------------------------------------------------------
+    def run_as_chart(self):
+        """Create the ServiceAccount, Roles, ClusterRoles and bindings the chart renders (default values, release
+        pvescale in kube-system), and from here run the coordinator with a token of that ServiceAccount from the
+        TokenRequest API, so the simulator authorizes its every call by exactly the chart's rules (a refused call
+        is a 403 and a line of GET /kube-denials). Returns the objects."""
+        objs = chart_rbac_objects()
+        for o in objs:
+            self.create(rbac_path(o), o)
+        r = self.sim.kube("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (CHART_NS, CHART_RELEASE),
+                          {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+        assert r.status == 201, r
+        path = os.path.join(self.tmp, "kubeconfig-sa")
+        with open(self.sim.ep["kube"]["kubeconfig"]) as f:
+            text = re.sub(r"(?m)^(\s+token: ).*$", lambda m: m.group(1) + r.json["status"]["token"], f.read())
+        with open(path, "w") as f:
+            f.write(text)
+        # The Deployment's downward-API env: the Lease lives in the release namespace, where its Role is.
+        self.kubeconfig, self.coordinator_env = path, {"POD_NAMESPACE": CHART_NS}
+        return objs
+
+    def denials(self):
+        """The simulator's 403s (GET /kube-denials): only a ServiceAccount's calls can be denied."""
+        r = self.sim.admin("GET", "/kube-denials")
+        assert r.status == 200, r
+        return r.json
+
     # ---- Kubernetes helpers ------------------------------------------------------------------------
     def create(self, path, obj):
         r = self.sim.kube("POST", path, obj)
@@ -189,9 +218,10 @@ class Coordinator:
             self.health_port = free_port()
         self.log_path = os.path.join(cluster.tmp, "coordinator-%d.log" % time.time_ns())
         self.log = open(self.log_path, "w")
-        cmd = [COORDINATOR, "--config", cluster.config, "--kubeconfig", cluster.sim.ep["kube"]["kubeconfig"],
+        cmd = [COORDINATOR, "--config", cluster.config, "--kubeconfig", cluster.kubeconfig,
                "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)] + list(args)
         full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "LAUNCH", "LEADER_ELECT")}
+        full_env.update(cluster.coordinator_env)
         full_env.update(env or {})
         self.started = time.time()
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
@@ -307,50 +337,24 @@ def pod(name, cpu="500m", memory="512Mi", labels=None, **spec):
     return p
 
 
-def rbac_rules():
-    """Every rule of the chart's ClusterRoles and Roles, rendered with default values."""
-    out = subprocess.run([HELM_RENDER, CHART], check=True, capture_output=True, text=True).stdout
-    rules = []
-    for d in json.loads(out):
-        if d["object"]["kind"] in ("ClusterRole", "Role"):
-            rules += d["object"]["rules"]
-    return rules
+CHART_RELEASE, CHART_NS = "pvescale", "kube-system"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
-def api_call(route):
-    """A simulator call-count route ("PATCH /apis/g/v/nodeclaims/{name}/status") as (group, resource, verb)."""
-    method, path = route.split(" ", 1)
-    watch = path.endswith("?watch")
-    segs = [s for s in path.replace("?watch", "").split("/") if s]
-    if segs[:1] == ["api"]:
-        group, rest = "", segs[2:]
-    elif segs[:1] == ["apis"]:
-        group, rest = segs[1], segs[3:]
-    else:
-        return None, "/" + "/".join(segs), method.lower()
-    if rest[:1] == ["namespaces"] and len(rest) >= 3:
-        rest = rest[2:]
-    resource = rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
-    if method == "GET":
-        verb = "watch" if watch else ("get" if len(rest) > 1 else "list")
-    return group, resource, verb
+def chart_rbac_objects():
+    """The chart's ServiceAccount and RBAC objects, rendered with default values by the in-house renderer (which the
+    system test `helm` proves renders exactly what `helm template` does)."""
+    out = subprocess.run([HELM_RENDER, CHART, CHART_NS], check=True, capture_output=True, text=True).stdout
+    return [d["object"] for d in json.loads(out) if d["object"]["kind"] in RBAC_KINDS]
 
 
-def uncovered_calls(sim, rules=None):
-    """Kubernetes calls the simulator counted that no rule of the chart allows."""
-    rules = rules if rules is not None else rbac_rules()
-    r = sim.admin("GET", "/calls")
-    assert r.status == 200, r
-    bad = []
-    for route in r.json["kube"]:
-        group, resource, verb = api_call(route)
-        ok = any((group is None and resource in rule.get("nonResourceURLs", []) or
-                  group in rule.get("apiGroups", []) and resource in rule.get("resources", [])) and
-                 verb in rule.get("verbs", []) for rule in rules)
-        if not ok:
-            bad.append(route)
-    return bad
+def rbac_path(obj):
+    """The collection URL an object is created at."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    base = "/apis/%s/%s" % (group, version) if group else "/api/" + version
+    plural = obj["kind"].lower() + "s"
+    ns = obj["metadata"].get("namespace")
+    return base + ("/namespaces/%s/%s" % (ns, plural) if ns else "/" + plural)
 
 
 def unschedulable(p):

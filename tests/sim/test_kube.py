@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-# Tests of the simulated kube-apiserver: CRUD, validation, 409/410, watch resume, patches, finalizers, PDB, CRDs.
+# Tests of the simulated kube-apiserver: CRUD, validation, 409/410, watch resume, patches, finalizers, PDB, CRDs;
+# custom resources served only once their CRD's names are accepted and listed by discovery once it is Established;
+# an apiserver restart that ends every watch and answers a resumed one with 410 Gone.
 # SPDX-License-Identifier: Apache-2.0
+import http.client
 import json
 import os
 import sys
@@ -395,6 +398,102 @@ class KubeTest(unittest.TestCase):
         simtest.wait_for(lambda: self.k("GET", "/api/v1/namespaces/gone").status == 404, what="namespace deleted")
         r = self.k("POST", "/api/v1/namespaces/nowhere/configmaps", {"metadata": {"name": "c"}})
         self.assertEqual(r.status, 404)
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def widget_crd():
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.io"},
+            "spec": {"group": "example.io", "scope": "Cluster",
+                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+class ApiserverLifecycleTest(unittest.TestCase):
+    """CRD establishing (crd_establish_seconds) and an apiserver restart (POST /actions/kube-restart)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", knobs=["crd_establish_seconds=0.5"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def k(self, *a, **kw):
+        return self.sim.kube(*a, **kw)
+
+    def test_custom_resources_are_served_once_the_crd_is_established(self):
+        rv0 = self.k("GET", CRDS).json["metadata"]["resourceVersion"]
+        r = self.k("POST", CRDS, widget_crd())
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual((r.json["status"]["conditions"], r.json["status"]["acceptedNames"]),
+                         ([], {"plural": "", "kind": ""}), "no controller has seen it yet")
+        base = "/apis/example.io/v1/widgets"
+        for method, path, body in (("GET", base, None), ("GET", base + "/a", None),
+                                   ("POST", base, {"apiVersion": "example.io/v1", "kind": "Widget",
+                                                   "metadata": {"name": "a"}})):
+            r = self.k(method, path, body)
+            self.assertEqual((r.status, r.json["reason"], r.json["message"]),
+                             (404, "NotFound", "the server could not find the requested resource"), (method, path))
+        self.assertNotIn("example.io", [g["name"] for g in self.k("GET", "/apis").json["groups"]])
+        self.assertEqual(self.k("GET", "/apis/example.io/v1").status, 404)
+        # The naming controller accepts the names (NamesAccepted, Established False "Installing"), then the
+        # establishing controller establishes it: two status writes, in that order.
+        conn, resp = self.sim.watch(CRDS + "?watch=1&resourceVersion=%s&fieldSelector=metadata.name%%3D%s"
+                                    % (rv0, "widgets.example.io"))
+        evs = read_events(resp, 3, timeout=5)
+        conn.close()
+        seen = [(e["type"], {c["type"]: (c["status"], c.get("reason")) for c in e["object"]["status"]["conditions"]})
+                for e in evs]
+        self.assertEqual(seen, [("ADDED", {}),
+                                ("MODIFIED", {"NamesAccepted": ("True", "NoConflicts"),
+                                              "Established": ("False", "Installing")}),
+                                ("MODIFIED", {"NamesAccepted": ("True", "NoConflicts"),
+                                              "Established": ("True", "InitialNamesAccepted")})])
+        self.assertEqual(evs[2]["object"]["status"]["acceptedNames"]["kind"], "Widget")
+        r = self.k("POST", base, {"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"name": "a"}})
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(self.k("GET", base + "/a").status, 200)
+        self.assertIn("example.io", [g["name"] for g in self.k("GET", "/apis").json["groups"]])
+        self.assertEqual([x["name"] for x in self.k("GET", "/apis/example.io/v1").json["resources"]], ["widgets"])
+        self.assertEqual(self.k("DELETE", CRDS + "/widgets.example.io").status, 200)
+
+    def test_a_restart_ends_watches_and_a_resumed_watch_gets_410(self):
+        path = NS + "/configmaps"
+        self.assertEqual(self.k("POST", path, {"metadata": {"name": "before"}}).status, 201)
+        rv = self.k("GET", path).json["metadata"]["resourceVersion"]
+        conn, resp = self.sim.watch(path + "?watch=1&resourceVersion=" + rv)
+        self.assertEqual(resp.status, 200)
+        r = self.sim.admin("POST", "/actions/kube-restart", {"down_seconds": 0.5})
+        self.assertEqual(r.status, 200, r)
+        new_rv = r.json["resourceVersion"]
+        self.assertGreater(int(new_rv), int(rv))
+        self.assertEqual(read_events(resp, 1, timeout=5), [], "the open watch ended without an event")
+        conn.close()
+        with self.assertRaises((OSError, http.client.HTTPException)):
+            self.k("GET", path, timeout=5)  # not listening yet
+        time.sleep(0.6)
+        conn, resp = self.sim.watch(path + "?watch=1&resourceVersion=" + rv)
+        self.assertEqual(resp.status, 200)
+        ev = read_events(resp, 1)
+        conn.close()
+        self.assertEqual(ev[0]["type"], "ERROR", ev)
+        self.assertEqual({k: ev[0]["object"].get(k) for k in ("kind", "status", "reason", "code", "message")},
+                         {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410,
+                          "message": "too old resource version: %s (%s)" % (rv, new_rv)})
+        # A relist gives a resourceVersion to watch from again; changes after it are delivered.
+        lst = self.k("GET", path).json
+        self.assertIn("before", [o["metadata"]["name"] for o in lst["items"]])
+        self.assertGreaterEqual(int(lst["metadata"]["resourceVersion"]), int(new_rv))
+        conn, resp = self.sim.watch(path + "?watch=1&resourceVersion=" + lst["metadata"]["resourceVersion"])
+        self.assertEqual(self.k("POST", path, {"metadata": {"name": "after"}}).status, 201)
+        evs = read_events(resp, 1)
+        conn.close()
+        self.assertEqual([(e["type"], e["object"]["metadata"]["name"]) for e in evs], [("ADDED", "after")])
 
 
 if __name__ == "__main__":

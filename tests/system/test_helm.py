@@ -7,8 +7,9 @@ which the v3 files do not cover) or, for our custom resources, the CRDs' openAPI
 (monitoring.coreos.com, in neither) checked for the shape prometheus-operator needs; and the in-house renderer
 (tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders. Then helm install and
 helm upgrade (changed config and setting) into the simulated cluster, and the coordinator run with the args and
-env of the Deployment helm created and the config of the Secret it created: ready, and a pending pod gets a
-NodeClaim of the chart's NodePool."""
+env of the Deployment helm created, the config of the Secret it created and a token of the ServiceAccount it created
+(TokenRequest API), so the simulator authorizes its calls by the RBAC helm installed: ready, a pending pod gets a
+NodeClaim of the chart's NodePool, and no call is refused."""
 # SPDX-License-Identifier: Apache-2.0
 import copy
 import glob
@@ -140,6 +141,22 @@ def helm_kube(kubeconfig, *args):
     return run(HELM, "--kubeconfig", kubeconfig, *args)
 
 
+def sa_kubeconfig(c, tmp):
+    """A kubeconfig with a token of the release's ServiceAccount (TokenRequest API), as the pod would mount."""
+    r = c.sim.kube("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (NS, RELEASE),
+                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    check(r.status == 201, "a token for the ServiceAccount helm created (%d)" % r.status)
+    path = os.path.join(tmp, "kubeconfig-sa")
+    with open(c.sim.ep["kube"]["kubeconfig"]) as f:
+        text = f.read()
+    sa = text.replace("token: " + c.sim.ep["kube"]["token"], "token: " + (r.json or {}).get("status", {}).get(
+        "token", "none"))
+    check(sa != text, "the coordinator's kubeconfig carries the ServiceAccount's token, not the admin's")
+    with open(path, "w") as f:
+        f.write(sa)
+    return path
+
+
 def deployment_command(dep, config_path, kubeconfig):
     """The coordinator's command line as the Deployment runs it, with the config mounted at config_path, the
     ports moved to free ones and the in-cluster service account replaced by the simulator's kubeconfig."""
@@ -253,7 +270,7 @@ def install_phase():
             f.write(base64.b64decode(secret["data"]["config.yaml"]))
         with open(cfg) as f:
             check(yaml_docs(f.read())[0] == config, "the config Secret holds the upgraded config")
-        cmd, env, health = deployment_command(dep, cfg, kc)
+        cmd, env, health = deployment_command(dep, cfg, sa_kubeconfig(c, tmp))
         log = open(os.path.join(tmp, "coordinator.log"), "w")
         coord = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
         ready = lambda: coordlib.Coordinator.get(None, health, "/readyz")[0] == 200  # noqa: E731
@@ -272,6 +289,8 @@ def install_phase():
         check(len(got) == 1 and got[0]["metadata"].get("labels", {}).get("pvescale.io/nodepool",
                                                                            got[0]["metadata"].get("labels", {}).get("karpenter.sh/nodepool")) == "default",
               "a pending pod gets a NodeClaim of the chart's NodePool 'default' (%d claims)" % len(got))
+        denials = c.sim.admin("GET", "/kube-denials").json
+        check(denials == [], "the RBAC helm installed refused none of the coordinator's calls (%s)" % denials[:3])
         if got:
             kubectl_views(c, kc, got[0])
         if coord.poll() is not None or not got:

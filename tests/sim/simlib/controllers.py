@@ -139,6 +139,7 @@ class Controllers:
     def tick(self):
         self.kubelet_vms()
         with self.w.lock:
+            self.w.kube_hooks.crd_controllers()
             self.namespaces()
             self.node_monitor()
             self.node_lifecycle()

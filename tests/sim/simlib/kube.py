@@ -485,11 +485,15 @@ class KubeApp:
         self.s = world.kube
         self.token = world.kube_token
         self.guard = world.kube_guard = rbac.Guard(world.kube_token)
+        self.down_until = 0.0
+        self.restarts = 0
 
     # ---- entry ---------------------------------------------------------------
     def handle(self, req):
         route = self._route_name(req)
         self.w.count("kube", req.method, route)
+        if time.time() < self.down_until:
+            return req.drop()
         who = self.guard.authenticate(req.headers.get("Authorization") or "")
         if who is None and req.path not in ("/healthz", "/readyz", "/livez", "/version"):
             return req.reply_json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
@@ -567,7 +571,7 @@ class KubeApp:
                 rest = rest[1:]
             ns, plural, name, sub = self._parse_rest(rest)
             rt = self.s.types.get((group, plural))
-            if rt is None or rt.version != version:
+            if rt is None or rt.version != version or not self._served(rt):
                 raise self._404()
         if watch_prefix:
             req.query["watch"] = ["true"]
@@ -592,6 +596,19 @@ class KubeApp:
         if self.w.kube_openapi.serve(req, p) is False:
             raise self._404()
 
+    def _crd(self, rt):
+        return self.s.find("customresourcedefinitions", None, rt.qualified(), "apiextensions.k8s.io")
+
+    def _served(self, rt):
+        """A custom resource is served once its CRD's names are accepted (or it is Established)."""
+        from .kubehooks import crd_serves  # kubehooks builds on this module
+        return rt.builtin or crd_serves(self._crd(rt))
+
+    def _discovered(self, rt):
+        """Discovery lists a custom resource only once its CRD is Established (apiextensions' DiscoveryController)."""
+        from .kubehooks import crd_condition
+        return rt.builtin or crd_condition(self._crd(rt) or {}, "Established")
+
     def _404(self):
         return KubeError(404, "NotFound", "the server could not find the requested resource",
                          {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
@@ -607,7 +624,7 @@ class KubeApp:
     def _group_versions(self):
         gv = collections.OrderedDict()
         for rt in self.s.types.values():
-            if rt.group:
+            if rt.group and self._discovered(rt):
                 gv.setdefault(rt.group, [])
                 if rt.version not in gv[rt.group]:
                     gv[rt.group].append(rt.version)
@@ -634,7 +651,7 @@ class KubeApp:
     def _resource_list(self, group, version):
         res = []
         for rt in self.s.types.values():
-            if rt.group != group or rt.version != version:
+            if rt.group != group or rt.version != version or not self._discovered(rt):
                 continue
             res.append({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
                         "kind": rt.kind, "verbs": rt.verbs, "shortNames": rt.short})
@@ -851,7 +868,7 @@ class KubeApp:
                 except ValueError:
                     raise bad_request('invalid resource version "%s"' % rv_param)
                 if rv < self.s.compacted:
-                    expired = "too old resource version: %d (%d)" % (rv, self.s.compacted + 1)
+                    expired = "too old resource version: %d (%d)" % (rv, self.s.compacted)
                 else:
                     for (erv, key, etype, obj, old) in self.s.history:
                         if erv > rv and key == rt.key:
@@ -917,6 +934,24 @@ class KubeApp:
 
     def disconnect_watches(self):
         with self.w.lock:
-            for wt in list(self.s.watchers):
-                wt.closed = True
-                wt.q.put(None)
+            self._end_watches()
+
+    def _end_watches(self):
+        for wt in list(self.s.watchers):
+            wt.closed = True
+            wt.q.put(None)
+
+    def restart(self, down_seconds=0.0):
+        """kube-apiserver restarted: every watch ends; the new watch cache starts empty at etcd's current revision,
+        which the restarted apiserver's own writes (its identity Lease, the kubernetes Service's endpoints) have
+        moved past every resourceVersion a client holds, so a watch resumed from one gets 410 Gone (the cacher's
+        "too old resource version") and the client must list again; for down_seconds requests are dropped
+        unanswered, as by an apiserver that is not listening yet."""
+        with self.w.lock:
+            self.s.rv += 1
+            self.s.history.clear()
+            self.s.compacted = self.s.rv
+            self.down_until = time.time() + float(down_seconds or 0)
+            self.restarts += 1
+            self._end_watches()
+            return {"ok": True, "resourceVersion": str(self.s.rv), "restarts": self.restarts}

@@ -80,6 +80,7 @@ class KubeHooks:
     def __init__(self, world):
         self.w = world
         self.tls = threading.local()
+        self.crd_due = {}  # CRD name -> when (time.monotonic()) the apiextensions controllers take it up
 
     @property
     def s(self):
@@ -284,18 +285,38 @@ class KubeHooks:
 
     # ---- CRDs ------------------------------------------------------------------------
     def _crd_prepare(self, obj):
+        """A new CRD's status as the registry's PrepareForCreate leaves it (no names accepted, no conditions); with
+        crd_establish_seconds 0 the naming and establishing controllers act at once, else later (crd_controllers)."""
         spec = obj.get("spec") or {}
-        names = dict(spec.get("names") or {})
-        if names.get("kind"):
-            names.setdefault("singular", names["kind"].lower())
-            names.setdefault("listKind", names["kind"] + "List")
-        obj["status"] = {"acceptedNames": names, "conditions": [], "storedVersions": [
+        obj["status"] = {"acceptedNames": {"plural": "", "kind": ""}, "conditions": [], "storedVersions": [
             v.get("name") for v in spec.get("versions") or [] if isinstance(v, dict) and v.get("storage")]}
-        set_condition(obj["status"]["conditions"], "NamesAccepted", "True", "NoConflicts", "no conflicts found")
-        set_condition(obj["status"]["conditions"], "Established", "True", "InitialNamesAccepted",
-                      "the initial names have been accepted")
-        for c in obj["status"]["conditions"]:
-            c.pop("lastProbeTime", None)
+        delay = float(self.w.knob("crd_establish_seconds"))
+        if delay > 0:
+            self.crd_due[obj["metadata"].get("name", "")] = time.monotonic() + delay
+            return
+        crd_accept_names(obj)
+        crd_establish(obj)
+
+    def crd_controllers(self):
+        """apiextensions-apiserver's naming controller (names accepted: NamesAccepted True, Established False
+        "Installing"), then on its next turn the establishing controller (Established True), for CRDs whose
+        crd_establish_seconds are up. Called by the simulator's controller loop under the world lock."""
+        now = time.monotonic()
+        rt = self.s.types[("apiextensions.k8s.io", "customresourcedefinitions")]
+        for name, due in list(self.crd_due.items()):
+            cur = self.s.find("customresourcedefinitions", None, name, "apiextensions.k8s.io")
+            if cur is None:
+                del self.crd_due[name]
+                continue
+            if due > now:
+                continue
+            new = copy.deepcopy(cur)
+            if crd_condition(cur, "NamesAccepted"):
+                crd_establish(new)
+                del self.crd_due[name]
+            else:
+                crd_accept_names(new)
+            self.s._commit(rt, None, name, cur, new)
 
     def _crd_semantic(self, obj, old):
         out = []
@@ -399,6 +420,43 @@ class KubeHooks:
                 c.pop("message", None)
         self.w.report.pod_bound(new, node)
         return self.s._commit(prt, pod["metadata"]["namespace"], pod["metadata"]["name"], pod, new)
+
+
+def crd_condition(crd, ctype):
+    """Whether the CRD's condition ctype is True."""
+    return any(c.get("type") == ctype and c.get("status") == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])
+
+
+def crd_serves(crd):
+    """Whether kube-apiserver's CRD handler serves the CRD's custom resources: NamesAccepted or Established True
+    (apiextensions-apiserver customresource_handler.go); before that the request goes to the 404 handler."""
+    return crd is not None and (crd_condition(crd, "NamesAccepted") or crd_condition(crd, "Established"))
+
+
+def _set_crd_condition(crd, ctype, status, reason, message):
+    conds = crd.setdefault("status", {}).setdefault("conditions", [])
+    set_condition(conds, ctype, status, reason, message)
+    for c in conds:
+        c.pop("lastProbeTime", None)
+
+
+def crd_accept_names(crd):
+    """The naming controller: the requested names accepted, NamesAccepted True, Established False (Installing)."""
+    spec = crd.get("spec") or {}
+    names = dict(spec.get("names") or {})
+    if names.get("kind"):
+        names.setdefault("singular", names["kind"].lower())
+        names.setdefault("listKind", names["kind"] + "List")
+    crd.setdefault("status", {})["acceptedNames"] = names
+    _set_crd_condition(crd, "NamesAccepted", "True", "NoConflicts", "no conflicts found")
+    if not crd_condition(crd, "Established"):
+        _set_crd_condition(crd, "Established", "False", "Installing", "the initial names have been accepted")
+
+
+def crd_establish(crd):
+    """The establishing controller: Established True."""
+    _set_crd_condition(crd, "Established", "True", "InitialNamesAccepted", "the initial names have been accepted")
 
 
 def _workload_semantic(spec):

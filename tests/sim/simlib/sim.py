@@ -44,7 +44,7 @@ KNOBS = {
     # Kubernetes API
     "kube_error_rate": 0.0, "kube_timeout_rate": 0.0, "kube_error_next": 0, "kube_timeout_next": 0,
     "timeout_hold_seconds": 30.0, "watch_history_size": 5000, "watch_timeout_seconds": 1800.0,
-    "watch_disconnect_seconds": 0.0, "bookmark_interval_seconds": 5.0,
+    "watch_disconnect_seconds": 0.0, "bookmark_interval_seconds": 5.0, "crd_establish_seconds": 0.0,
     # kubelets / controllers
     "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
@@ -379,6 +379,8 @@ class AdminApp:
         if m == "POST" and p == "/actions/disconnect-watches":
             w.kube_app.disconnect_watches()
             return {"ok": True}
+        if m == "POST" and p == "/actions/kube-restart":
+            return w.kube_app.restart(body.get("down_seconds", 0.0))
         if m == "POST" and p == "/actions/host":
             host = body.get("host")
             if host not in w.hosts:
@@ -493,6 +495,8 @@ class ScenarioRunner:
             for wt in list(self.w.kube.watchers):
                 wt.closed = True
                 wt.q.put(None)
+        if e.get("action") == "kube-restart":
+            self.w.kube_app.restart(e.get("down_seconds", 0.0))
         if e.get("host_down"):
             self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) | {e["host_down"]})})
         if e.get("host_up"):
