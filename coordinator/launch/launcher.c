@@ -204,12 +204,48 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         return fresh;
 }
 
+/* A claim's reconcile error is logged when it starts, when its message changes and when it ends (a drain refused
+ * by RBAC, say, is tried every few seconds): how many in a row so far, 0 when the message is new (log it), or the
+ * count that just ended when message is NULL (a success). */
+static long long note_failure(struct launcher *l, const char *name, const char *message) {
+        pthread_mutex_lock(&l->mu);
+        json_t *f = json_object_get(l->failing, name);
+        const char *last = json_string_value(json_object_get(f, "message"));
+        long long n = json_integer_value(json_object_get(f, "n"));
+        if (!message)
+                json_object_del(l->failing, name);
+        else if (last && strcmp(last, message) == 0)
+                json_object_set_new(f, "n", json_integer(++n));
+        else {
+                json_object_set_new(l->failing, name, json_pack("{s:s, s:i}", "message", message, "n", 1));
+                n = 0;
+        }
+        pthread_mutex_unlock(&l->mu);
+        return n;
+}
+
+static void log_failure(const struct launcher__ctx *c, const char *message) {
+        long long n = note_failure(c->l, c->name, message);
+        if (n == 0)
+                log_error("launcher: NodeClaim %s: %s", c->name, message);
+        else
+                log_debug("launcher: NodeClaim %s: %s (again: %lld in a row)", c->name, message, n);
+}
+
+static void log_recovery(const struct launcher__ctx *c) {
+        long long n = note_failure(c->l, c->name, NULL);
+        if (n > 0)
+                log_info("launcher: NodeClaim %s: goes on after %lld failed attempts", c->name, n);
+}
+
 /* What launcher_reconcile answers for a result: 0 with the requeue time, or a negative errno (logged here). */
 static int answer(const struct launcher__ctx *c, const struct launchstep_result *res, int64_t *ret_requeue_ms) {
         const char *message = res->message[0] ? res->message : NULL;
         *ret_requeue_ms = res->kind == LAUNCHSTEP_WAIT ? res->requeue_ms : 0;
-        if (res->kind != LAUNCHSTEP_ERROR || (res->err == -ENOENT && !message)) /* -ENOENT alone: the claim is gone */
+        if (res->kind != LAUNCHSTEP_ERROR || (res->err == -ENOENT && !message)) { /* -ENOENT alone: the claim is gone */
+                log_recovery(c);
                 return 0;
+        }
         if (res->err == -EAGAIN) {
                 *ret_requeue_ms = REQUEUE_RESTARTED_MS;
                 return 0;
@@ -217,7 +253,7 @@ static int answer(const struct launcher__ctx *c, const struct launchstep_result 
         if (res->err == -ECANCELED)
                 log_debug("launcher: NodeClaim %s: stopped (%s)", c->name, message ? message : "canceled");
         else
-                log_error("launcher: NodeClaim %s: %s", c->name, message ? message : strerror(-res->err));
+                log_failure(c, message ? message : strerror(-res->err));
         return res->err;
 }
 

@@ -94,6 +94,7 @@ struct launcher {
         size_t next_templates;                                         /* the entry a new set replaces */
         struct launcher__cache cache;
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
+        json_t *failing; /* claim name → {"message": its reconciles' last error, "n": how many in a row} (mu) */
 };
 
 /* The claim's status three times over: what the API server has, what this reconcile made of it, and where that

@@ -49,7 +49,8 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         pthread_mutex_init(&l->iso_mu, NULL);
         launcher__cache_init(&l->cache);
         l->written = json_object();
-        if (!l->written) {
+        l->failing = json_object();
+        if (!l->written || !l->failing) {
                 launcher_free(l);
                 return -ENOMEM;
         }
@@ -75,6 +76,7 @@ void launcher_free(struct launcher *l) {
         }
         launcher__cache_done(&l->cache);
         json_decref(l->written);
+        json_decref(l->failing);
         free(l);
 }
 
