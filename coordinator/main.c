@@ -150,7 +150,8 @@ static int start(struct app *a) {
                                          .replacement_timeout_ms = a->opts.replacement_timeout_ms,
                                          .launcher = { .clone_timeout_ms = a->opts.clone_timeout_ms,
                                                        .registration_timeout_ms = a->opts.registration_timeout_ms,
-                                                       .task_timeout_ms = a->opts.task_timeout_ms } };
+                                                       .task_timeout_ms = a->opts.task_timeout_ms,
+                                                       .drain_timeout_ms = a->opts.drain_timeout_ms } };
         stats_init(&a->stats);
         a->signal_fd = block_signals(); /* before any thread starts, so that all inherit the mask */
         if (a->signal_fd < 0)

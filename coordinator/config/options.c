@@ -25,6 +25,7 @@ enum option_id {
         OPT_CLONE_TIMEOUT,
         OPT_REGISTRATION_TIMEOUT,
         OPT_TASK_TIMEOUT,
+        OPT_DRAIN_TIMEOUT,
 };
 
 enum option_kind { KIND_BOOL, KIND_COUNT, KIND_DURATION };
@@ -48,6 +49,7 @@ static const struct option_def DEFS[] = {
         { OPT_CLONE_TIMEOUT, "clone-timeout", "CLONE_TIMEOUT", KIND_DURATION },
         { OPT_REGISTRATION_TIMEOUT, "registration-timeout", "REGISTRATION_TIMEOUT", KIND_DURATION },
         { OPT_TASK_TIMEOUT, "task-timeout", "TASK_TIMEOUT", KIND_DURATION },
+        { OPT_DRAIN_TIMEOUT, "drain-timeout", "DRAIN_TIMEOUT", KIND_DURATION },
 };
 
 #define N_DEFS (sizeof DEFS / sizeof DEFS[0])
@@ -119,7 +121,8 @@ static int apply_duration(struct options *o, const struct option_def *d, const c
                               [OPT_REPLACEMENT_TIMEOUT] = &o->replacement_timeout_ms,
                               [OPT_CLONE_TIMEOUT] = &o->clone_timeout_ms,
                               [OPT_REGISTRATION_TIMEOUT] = &o->registration_timeout_ms,
-                              [OPT_TASK_TIMEOUT] = &o->task_timeout_ms };
+                              [OPT_TASK_TIMEOUT] = &o->task_timeout_ms,
+                              [OPT_DRAIN_TIMEOUT] = &o->drain_timeout_ms };
         *fields[d->id] = (int64_t)ms;
         return 0;
 }
@@ -221,5 +224,7 @@ const char *options_usage(void) {
                "  --registration-timeout D    [REGISTRATION_TIMEOUT] from the VM's start to its Node (15m)\n"
                "  --task-timeout D            [TASK_TIMEOUT] every other Proxmox task: config, resize, upload,\n"
                "                              start, stop, delete (2m)\n"
+               "  --drain-timeout D           [DRAIN_TIMEOUT] the termination grace period of a node whose NodeClaim\n"
+               "                              and NodePool set none: its pods left then are deleted (none: wait)\n"
                "  (D: a Go duration, 100ms to 24h: 500ms, 10s, 1m30s, 2h)\n";
 }

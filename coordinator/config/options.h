@@ -32,6 +32,8 @@ struct options {
         int64_t clone_timeout_ms;        /* --clone-timeout / CLONE_TIMEOUT (10m): a longer clone fails the launch */
         int64_t registration_timeout_ms; /* --registration-timeout / REGISTRATION_TIMEOUT (15m): VM start to Node */
         int64_t task_timeout_ms;         /* --task-timeout / TASK_TIMEOUT (2m): other Proxmox tasks (start, stop...) */
+        int64_t drain_timeout_ms;        /* --drain-timeout / DRAIN_TIMEOUT (0: none): the grace period of a node
+                                          * whose claim and pool set no terminationGracePeriod */
 };
 
 void options_init(struct options *o);

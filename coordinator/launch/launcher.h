@@ -57,6 +57,8 @@ struct launcher_options {
         int64_t clone_timeout_ms;        /* [10 min] a clone task that runs longer is a failed launch */
         int64_t registration_timeout_ms; /* [15 min] from start to a Node with the claim's providerID */
         int64_t task_timeout_ms;         /* [2 min] config, resize, upload, start, stop and delete tasks */
+        int64_t drain_timeout_ms;        /* [none] the termination grace period when neither the claim nor its
+                                          * NodePool sets one (Karpenter has none: the drain waits) */
         int64_t reservation_ttl_s;       /* [900] TTL of the agent reservation until it is bound */
         int64_t orphan_vm_age_ms;        /* [10 min] a VM tagged pvescale with no claim, older than this, is deleted */
         int64_t backoff_base_ms;         /* [30 s] first pause of a (node pool, host) after a failed launch */

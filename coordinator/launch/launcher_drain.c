@@ -64,7 +64,11 @@ static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *r
         if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
                 return res;
         int r = launchstep_grace_period(c->claim, c->pool, ret_ms, err, sizeof err);
-        return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
+        if (r < 0)
+                return launchstep_error(r, "%s", err);
+        if (*ret_ms < 0 && c->l->o.drain_timeout_ms > 0)
+                *ret_ms = c->l->o.drain_timeout_ms;
+        return launchstep_done();
 }
 
 /* Past the grace period: the pod is deleted at once (grace 0: as Karpenter, which gives a pod what is left of the

@@ -64,7 +64,7 @@ class TerminationTest(cl.CoordinatorTest):
         self.c = cl.Cluster("pve1=eas-tioga")
         self.co = None
 
-    def scale_up(self):
+    def scale_up(self, args=()):
         c = self.c
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
@@ -76,7 +76,7 @@ class TerminationTest(cl.CoordinatorTest):
                                   terminationGracePeriodSeconds=POD_GRACE_S))
         self.assertEqual(c.sim.admin("POST", "/calls/reset").status, 200)  # the coordinator's calls from here
         c.run_as_chart()  # the chart's ServiceAccount and RBAC: every call is authorized by the chart's rules
-        self.co = cl.Coordinator(c)
+        self.co = cl.Coordinator(c, args=args)
         cl.wait_for(lambda: all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))
                     and len(c.items(PODS)) == 2, 90, interval=0.5, what="web pods Running")
         cl.wait_for(lambda: (c.claims()[0].get("status") or {}).get("launchStep") == "Initialized", 30,
@@ -151,6 +151,30 @@ class TerminationTest(cl.CoordinatorTest):
                    if e["involvedObject"].get("name") == name]
         self.assertEqual(reasons.count("Terminating"), 1, reasons)
         self.assertEqual(reasons.count("Terminated"), 1, reasons)
+        self.assertEqual(c.denials(), [], "calls the Helm chart's RBAC refused")
+
+    def test_drain_timeout_ends_a_drain_without_a_grace_period(self):
+        """Neither the claim nor its NodePool sets terminationGracePeriod: --drain-timeout stands in for it, so the
+        pods a PDB keeps are deleted (grace 0) once it has passed since the drain began, and the claim goes."""
+        c = self.c
+        claim = self.scale_up(args=["--drain-timeout=4s"])
+        self.assertNotIn("terminationGracePeriod", claim["spec"])
+        name = claim["metadata"]["name"]
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+               "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}
+        c.create(PDBS, pdb)
+        self.assertEqual(c.sim.kube("DELETE", cl.GROUP + "/nodeclaims/" + name).status, 200)
+        cl.wait_for(lambda: (self.claim(name) or {}).get("status", {}).get("terminationStartedAt"), 20,
+                    interval=0.2, what="the drain started")
+        t0 = time.monotonic()
+        cl.wait_for(lambda: c.sim.admin("GET", "/calls").json["kube"].get(EVICT, 0) >= 2, 10,
+                    what="evictions refused")
+        cl.wait_for(lambda: self.claim(name) is None, 60, interval=0.5, what="claim gone after the drain timeout")
+        self.assertGreaterEqual(time.monotonic() - t0, 3.0, "not before the drain timeout")
+        calls = c.sim.admin("GET", "/calls").json
+        self.assertEqual(calls["kube"].get("DELETE /api/v1/namespaces/{namespace}/pods/{name}", 0), 2,
+                         "both web pods deleted once the drain timeout passed")
+        self.assertIn("(its termination grace period is over)", self.co.logtext())
         self.assertEqual(c.denials(), [], "calls the Helm chart's RBAC refused")
 
 

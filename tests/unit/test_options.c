@@ -125,17 +125,21 @@ static void test_duration_flags(void **state) {
         assert_int_equal(o.clone_timeout_ms, 10 * 60 * 1000);
         assert_int_equal(o.registration_timeout_ms, 15 * 60 * 1000);
         assert_int_equal(o.task_timeout_ms, 2 * 60 * 1000);
-        char *timeouts[5] = { "pvescale-coordinator", "--clone-timeout=20m", "--registration-timeout", "5m", NULL };
+        assert_int_equal(o.drain_timeout_ms, 0); /* none */
+        char *timeouts[6] = { "pvescale-coordinator", "--clone-timeout=20m", "--registration-timeout", "5m",
+                              "--drain-timeout=1h", NULL };
         const char *task_env[] = { "TASK_TIMEOUT=45s", NULL };
-        argc = 4;
+        argc = 5;
         assert_int_equal(options_parse(&o, &argc, timeouts, task_env, err, sizeof err), 0);
         assert_int_equal(o.clone_timeout_ms, 20 * 60 * 1000);
         assert_int_equal(o.registration_timeout_ms, 5 * 60 * 1000);
         assert_int_equal(o.task_timeout_ms, 45000);
+        assert_int_equal(o.drain_timeout_ms, 60 * 60 * 1000);
         static const char *const bad[][2] = { { "--gc-interval=10", "--gc-interval: expected a duration" },
                                               { "--disruption-interval=50ms", "--disruption-interval: expected" },
                                               { "--replacement-timeout=25h", "--replacement-timeout: expected" },
-                                              { "--node-repair-after=-1s", "--node-repair-after: expected" } };
+                                              { "--node-repair-after=-1s", "--node-repair-after: expected" },
+                                              { "--drain-timeout=forever", "--drain-timeout: expected" } };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
                 char *a[3] = { "pvescale-coordinator", (char *)bad[k][0], NULL };
                 const char *no_env[] = { NULL };
