@@ -180,6 +180,16 @@ class Cluster:
     def claims(self):
         return self.items(GROUP + "/nodeclaims")
 
+    def live_pods(self, app=None, ns="default"):
+        """The pods of ns not being deleted (of the app label's value, when given)."""
+        return [p for p in self.items("/api/v1/namespaces/%s/pods" % ns) if not p["metadata"].get("deletionTimestamp")
+                and (app is None or (p["metadata"].get("labels") or {}).get("app") == app)]
+
+    def pods_running(self, n, app=None):
+        """Exactly n live pods (of app), all Running."""
+        pods = self.live_pods(app)
+        return len(pods) == n and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
     def pod_events(self, name, ns="default"):
         evs = self.items("/api/v1/namespaces/%s/events?fieldSelector=involvedObject.name=%s" % (ns, name))
         return [e for e in evs if e.get("involvedObject", {}).get("kind") == "Pod"]

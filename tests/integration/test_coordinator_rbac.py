@@ -35,12 +35,10 @@ class ChartRbacTest(cl.CoordinatorTest):
         self.co = None
 
     def live(self, app=None):
-        return [p for p in self.c.items(PODS) if not p["metadata"].get("deletionTimestamp") and
-                (app is None or (p["metadata"].get("labels") or {}).get("app") == app)]
+        return self.c.live_pods(app)
 
     def running(self, n, app=None):
-        pods = self.live(app)
-        return len(pods) == n and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+        return self.c.pods_running(n, app)
 
     def put_clusterrole(self, rules):
         cr = self.c.sim.kube("GET", CLUSTERROLE).json
