@@ -6,7 +6,8 @@ validated against ../shared/data/k8s-openapi (unknown fields refused; rbac.autho
 which the v3 files do not cover) or, for our custom resources, the CRDs' openAPIV3Schema; the ServiceMonitor
 (monitoring.coreos.com, in neither) checked for the shape prometheus-operator needs; and the in-house renderer
 (tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders. Then helm install and
-helm upgrade (changed config and setting) into the simulated cluster, and the coordinator run with the args and
+helm upgrade (changed config and setting) into the simulated cluster, the CRD upgrade step of docs/install.md
+(`kubectl apply -f` of the chart's crds/, which helm never upgrades), and the coordinator run with the args and
 env of the Deployment helm created, the config of the Secret it created and a token of the ServiceAccount it created
 (TokenRequest API), so the simulator authorizes its calls by the RBAC helm installed: ready, a pending pod gets a
 NodeClaim of the chart's NodePool, and no call is refused."""
@@ -189,6 +190,31 @@ def kubectl_table(kc, *args):
             for ln in lines[1:]]
 
 
+def crd_upgrade(c, kc, tmp):
+    """docs/install.md's CRD upgrade step: helm never upgrades crds/, so `kubectl apply -f <chart>/crds/` does. A
+    changed CRD (a printer column renamed, as a new release might) applied with the real kubectl reaches the
+    cluster, and applying the chart's own CRDs puts them back."""
+    crds = os.path.join(CHART, "crds")
+    kubectl = os.path.join(TOOLS, "kubectl")
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodeclaims.pvescale.io"
+    columns = lambda: [x["name"] for x in c.sim.kube("GET", path).json["spec"]["versions"][0].get(  # noqa: E731
+        "additionalPrinterColumns", [])]
+    before = columns()
+    newer = os.path.join(tmp, "crds")
+    os.mkdir(newer)
+    with open(os.path.join(crds, "pvescale.io_nodeclaims.yaml")) as f:
+        text = f.read()
+    with open(os.path.join(newer, "pvescale.io_nodeclaims.yaml"), "w") as f:
+        f.write(text.replace("- name: Ready", "- name: Joined", 1))
+    p = run(kubectl, "--kubeconfig", kc, "apply", "-f", newer)
+    check(p.returncode == 0 and "configured" in p.stdout and "Joined" in columns() and "Ready" not in columns(),
+          "kubectl apply -f of a changed CRD upgrades it (columns %s -> %s)%s" % (
+              before, columns(), "" if p.returncode == 0 else ": " + p.stderr[-300:]))
+    p = run(kubectl, "--kubeconfig", kc, "apply", "-f", crds)
+    check(p.returncode == 0 and columns() == before, "kubectl apply -f %s puts the chart's CRDs back (%s)%s" % (
+        os.path.relpath(crds, SRC), columns(), "" if p.returncode == 0 else ": " + p.stderr[-300:]))
+
+
 def kubectl_views(c, kc, claim):
     """What an operator sees with the real kubectl: the CRDs' printer columns, built-in columns, events, describe."""
     name = claim["metadata"]["name"]
@@ -254,6 +280,7 @@ def install_phase():
         r = c.sim.kube("GET", "/api/v1/namespaces/%s/secrets?labelSelector=owner%%3Dhelm,name%%3D%s" % (NS, RELEASE))
         revs = sorted(i["metadata"]["labels"].get("version") for i in r.json.get("items", []))
         check(revs == ["1", "2"], "helm's release Secrets (owner=helm) for revisions 1 and 2: %s" % revs)
+        crd_upgrade(c, kc, tmp)
         p = helm_kube(kc, "status", RELEASE, "-n", NS)
         check(p.returncode == 0 and "STATUS: deployed" in p.stdout, "helm status: deployed")
         dep = c.sim.kube("GET", "/apis/apps/v1/namespaces/%s/deployments/%s" % (NS, RELEASE)).json
