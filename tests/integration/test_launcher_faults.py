@@ -111,7 +111,8 @@ class LauncherFaultTest(unittest.TestCase):
         w = self.world(agents={"pve2"})  # no agent on pve1
         w.create_claim("fallback", "c1.2VCPU-4GB", "pve1")
         rc, log = w.run_driver(agents={"pve1": {"url": "https://127.0.0.1:1", "token": "x", "ca_file": w.ca},
-                                       "pve2": {"url": w.agents["pve2"].url, "token": w.token, "ca_file": w.ca}})
+                                       "pve2": {"url": w.agents["pve2"].url, "token": w.token, "ca_file": w.ca}},
+                               node_policy="simple")
         self.assertEqual(rc, 0, log)
         self.assertIn("agent on pve1 unreachable", log)
         st = w.claim("fallback")["status"]
