@@ -8,16 +8,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cleanup.h"
 #include "fileio.h"
 
 const struct agent_config_key agent_config_keys[] = {
         { "bind_address", "PVESCALE_AGENT_BIND_ADDRESS", "address to listen on (empty = all, IPv4 and IPv6)" },
         { "port", "PVESCALE_AGENT_PORT", "HTTPS port" },
-        { "tls_cert", "PVESCALE_AGENT_TLS_CERT", "PEM certificate file" },
-        { "tls_key", "PVESCALE_AGENT_TLS_KEY", "PEM private key file" },
-        { "token_file", "PVESCALE_AGENT_TOKEN_FILE", "API bearer token file (mode 0600)" },
+        { "tls_cert", "PVESCALE_AGENT_TLS_CERT", "PEM certificate file (default: by layout, see pve_dir)" },
+        { "tls_key", "PVESCALE_AGENT_TLS_KEY", "PEM private key file (default: by layout)" },
+        { "token_file", "PVESCALE_AGENT_TOKEN_FILE", "API bearer token file, mode 0600 (default: by layout)" },
+        { "pve_dir", "PVESCALE_AGENT_PVE_DIR", "the pmxcfs mount; when present, the cluster-wide token and the "
+                                               "host's Proxmox certificate are the defaults" },
         { "insecure_http", "PVESCALE_AGENT_INSECURE_HTTP", "serve plain HTTP (local debugging only)" },
         { "node_name", "PVESCALE_AGENT_NODE_NAME", "Proxmox node name (default: short hostname)" },
         { "region", "PVESCALE_AGENT_REGION", "region (default: corosync cluster_name, else 'default')" },
@@ -53,6 +57,7 @@ static const struct key_slot slots[] = {
         SLOT("tls_cert", KIND_STRING, tls_cert, 0),
         SLOT("tls_key", KIND_STRING, tls_key, 0),
         SLOT("token_file", KIND_STRING, token_file, 0),
+        SLOT("pve_dir", KIND_STRING, pve_dir, 0),
         SLOT("insecure_http", KIND_BOOL, insecure_http, 0),
         SLOT("node_name", KIND_STRING, node_name, 0),
         SLOT("region", KIND_STRING, region, 0),
@@ -92,9 +97,10 @@ int agent_config_defaults(struct agent_config *c) {
         memset(c, 0, sizeof *c);
         static const char *const defaults[][2] = {
                 { "bind_address", "" },
-                { "tls_cert", "/etc/pvescale/agent.crt" },
-                { "tls_key", "/etc/pvescale/agent.key" },
-                { "token_file", "/etc/pvescale/agent.token" },
+                { "tls_cert", "" },
+                { "tls_key", "" },
+                { "token_file", "" },
+                { "pve_dir", "/etc/pve" },
                 { "node_name", "" },
                 { "region", "" },
                 { "corosync_conf", "/etc/pve/corosync.conf" },
@@ -275,6 +281,47 @@ int agent_config_resolve_identity(struct agent_config *c) {
                         return -ENOMEM;
         }
         return *c->region ? 0 : resolve_region(c);
+}
+
+/* An empty path setting gets its layout's default: cluster_path (owned; NULL = out of memory) on a Proxmox
+ * host, standalone otherwise. */
+static int default_path(char **field, bool cluster, char *cluster_path, const char *standalone) {
+        _cleanup_free_ char *path = cluster_path;
+        if (**field)
+                return 0;
+        if (!cluster)
+                return set_string(field, standalone);
+        if (!path)
+                return -ENOMEM;
+        free(*field);
+        *field = TAKE_PTR(path);
+        return 0;
+}
+
+static char *join3(const char *a, const char *b, const char *c) {
+        char *out = NULL;
+        return asprintf(&out, "%s%s%s", a, b, c) < 0 ? NULL : out;
+}
+
+int agent_config_layout_paths(struct agent_config *c, bool cluster) {
+        /* /etc/pve/local is pmxcfs's link to nodes/<this node>; the node name is the same short host name */
+        char *node_dir = join3(c->pve_dir, "/nodes/", c->node_name);
+        int r = node_dir ? 0 : -ENOMEM;
+        if (r == 0)
+                r = default_path(&c->token_file, cluster, join3(c->pve_dir, "/priv/pvescale/agent.token", ""),
+                                 AGENT_STANDALONE_TOKEN);
+        if (r == 0)
+                r = default_path(&c->tls_cert, cluster, join3(node_dir, "/pve-ssl.pem", ""), AGENT_STANDALONE_CERT);
+        if (r == 0)
+                r = default_path(&c->tls_key, cluster, join3(node_dir, "/pve-ssl.key", ""), AGENT_STANDALONE_KEY);
+        free(node_dir);
+        return r;
+}
+
+int agent_config_resolve_paths(struct agent_config *c) {
+        struct stat st;
+        bool cluster = *c->pve_dir && stat(c->pve_dir, &st) == 0 && S_ISDIR(st.st_mode);
+        return agent_config_layout_paths(c, cluster);
 }
 
 void agent_config_done(struct agent_config *c) {

@@ -8,13 +8,18 @@
 
 #define AGENT_CONFIG_DEFAULT_PATH "/etc/pvescale/agent.conf"
 #define AGENT_DEFAULT_PORT 8207
+/* The standalone layout (no /etc/pve): what the package's postinst makes on such a host. */
+#define AGENT_STANDALONE_TOKEN "/etc/pvescale/agent.token"
+#define AGENT_STANDALONE_CERT "/etc/pvescale/agent.crt"
+#define AGENT_STANDALONE_KEY "/etc/pvescale/agent.key"
 
 enum node_policy { NODE_POLICY_SIMPLE, NODE_POLICY_STATIC };
 
 struct agent_config {
         char *bind_address;
         unsigned port;
-        char *tls_cert, *tls_key, *token_file;
+        char *tls_cert, *tls_key, *token_file; /* "" until resolved: by layout (agent_config_resolve_paths) */
+        char *pve_dir;                         /* the pmxcfs mount, /etc/pve */
         bool insecure_http;
         char *node_name;      /* default: short hostname */
         char *region;         /* default: cluster_name in corosync_conf, else "default" */
@@ -48,6 +53,13 @@ int agent_config_set(struct agent_config *c, const char *key, const char *value,
 int agent_config_apply_env(struct agent_config *c, char *err, size_t errlen);
 /* Fill node_name and region when they are still empty (hostname, corosync cluster_name). */
 int agent_config_resolve_identity(struct agent_config *c);
+/* Fill the empty token_file, tls_cert and tls_key by the layout. cluster (a Proxmox host, pve_dir present):
+ * <pve_dir>/priv/pvescale/agent.token (one token for every host; pmxcfs replicates it) and the host's own
+ * Proxmox certificate <pve_dir>/nodes/<node_name>/pve-ssl.{pem,key} (what /etc/pve/local links to), signed by the
+ * cluster CA <pve_dir>/pve-root-ca.pem. Otherwise the standalone files in /etc/pvescale. Needs node_name. Pure. */
+int agent_config_layout_paths(struct agent_config *c, bool cluster);
+/* agent_config_layout_paths, the layout chosen by whether pve_dir is a directory. */
+int agent_config_resolve_paths(struct agent_config *c);
 void agent_config_done(struct agent_config *c);
 
 /* The vocabulary, terminated by a NULL key (for --help, docs and the packaged conffile). */

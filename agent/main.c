@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "pvescale-agent: log_format: expected text, logfmt or json, got '%s'\n", a.cfg.log_format);
                 r = -EINVAL;
         }
-        if (r == 0 && agent_config_resolve_identity(&a.cfg) < 0)
+        if (r == 0 && (agent_config_resolve_identity(&a.cfg) < 0 || agent_config_resolve_paths(&a.cfg) < 0))
                 r = -ENOMEM;
         int status = r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
         if (r == 0) {

@@ -77,6 +77,12 @@ void config_done(struct config *cfg) {
         *cfg = (struct config){ 0 };
 }
 
+bool config_agent_fallback_proxmox(const struct config *cfg) {
+        if (cfg->agents.fallback != CONFIG_AGENT_FALLBACK_DEFAULT)
+                return cfg->agents.fallback == CONFIG_AGENT_FALLBACK_PROXMOX;
+        return cfg->node_policy == CONFIG_NODE_POLICY_SIMPLE;
+}
+
 const char *config_node_policy_name(enum config_node_policy p) {
         return p == CONFIG_NODE_POLICY_SIMPLE ? "simple" : "static";
 }
@@ -506,13 +512,28 @@ static int parse_agent_port(const json_t *o, unsigned *port, char *err, size_t e
         return 0;
 }
 
+static int parse_agent_fallback(const json_t *o, enum config_agent_fallback *ret, char *err, size_t errlen) {
+        json_t *v = json_object_get(o, "fallback");
+        const char *s = json_string_value(v);
+        if (!v || json_is_null(v))
+                return 0;
+        if (s && strcmp(s, "none") == 0)
+                *ret = CONFIG_AGENT_FALLBACK_NONE;
+        else if (s && strcmp(s, "proxmox") == 0)
+                *ret = CONFIG_AGENT_FALLBACK_PROXMOX;
+        else
+                return errmsg_invalid(err, errlen, "agents.fallback: expected none or proxmox");
+        return 0;
+}
+
 static int parse_agents(const json_t *o, struct config_agents *a, char *err, size_t errlen) {
-        static const char *const allowed[] = { "port", "token_file", "ca_file", "hosts", NULL };
+        static const char *const allowed[] = { "port", "token_file", "ca_file", "hosts", "fallback", NULL };
         a->port = CONFIG_DEFAULT_AGENT_PORT;
         if (!o || json_is_null(o))
                 return 0;
         if (!json_is_object(o))
-                return errmsg_invalid(err, errlen, "agents: expected a mapping with port, token_file, ca_file and hosts");
+                return errmsg_invalid(err, errlen,
+                                      "agents: expected a mapping with port, token_file, ca_file, hosts and fallback");
         a->enabled = true;
         int r = check_keys(o, "agents", allowed, err, errlen);
         if (r == 0)
@@ -523,6 +544,8 @@ static int parse_agents(const json_t *o, struct config_agents *a, char *err, siz
                 r = get_string(o, "ca_file", "agents", false, &a->ca_file, err, errlen);
         if (r == 0)
                 r = parse_agent_hosts(json_object_get(o, "hosts"), a, err, errlen);
+        if (r == 0)
+                r = parse_agent_fallback(o, &a->fallback, err, errlen);
         return r;
 }
 

@@ -41,6 +41,13 @@ struct config_agent_host {
         char *address; /* host name or IP address of its agent */
 };
 
+/* What a provisioning round does with a host whose agent does not answer (or refuses the token). */
+enum config_agent_fallback {
+        CONFIG_AGENT_FALLBACK_DEFAULT = 0, /* not given: proxmox under the simple policy, none under static */
+        CONFIG_AGENT_FALLBACK_NONE,        /* leave the host out of placement */
+        CONFIG_AGENT_FALLBACK_PROXMOX,     /* place on it by Proxmox's accounting (unpinned VMs) */
+};
+
 /* The host agents. A host not listed in hosts is reached at its /cluster/status IP. */
 struct config_agents {
         bool enabled;      /* an agents: section was given */
@@ -50,6 +57,7 @@ struct config_agents {
         char *ca_file;     /* CA of the agents' certificates; NULL = system CAs */
         struct config_agent_host *hosts;
         size_t n_hosts;
+        enum config_agent_fallback fallback; /* agents.fallback: none or proxmox */
 };
 
 /* What new nodes join with when kube-public/cluster-info is not there to say (k3s, Talos) or should not be used:
@@ -116,3 +124,6 @@ const char *config_usage(void);
 
 /* "static" / "simple". */
 const char *config_node_policy_name(enum config_node_policy p);
+/* Is a host whose agent does not answer placed by Proxmox's accounting (true) or left out (false)? agents.fallback
+ * when given, else true under the simple policy only. Pure. */
+bool config_agent_fallback_proxmox(const struct config *cfg);

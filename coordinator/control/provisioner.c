@@ -30,6 +30,9 @@ struct agent_conn {
         struct agents_client *client;
         json_t *topology;      /* fetched once */
         int64_t retry_at_ms;   /* while down: when to try again */
+        enum provisioner_agent_state state; /* of the last call (kept while it is left alone) */
+        enum provisioner_agent_state told;  /* the state the NodePools' events last told */
+        char error[256];                    /* the last failed call */
 };
 
 struct provisioner {
@@ -165,12 +168,12 @@ static struct agents_shape *agent_shapes(const struct provisioner_shapes *shapes
         return out;
 }
 
+/* The agent failed (logged and told once per change of its state, by tell_agent_state). */
 static void agent_failed(struct provisioner *p, struct agent_conn *a) {
         if (stopping(p))
                 return;
-        if (a->retry_at_ms == 0)
-                log_warning("agent %s/%s (%s): %s; using Proxmox data for this host", a->region, a->host, a->url,
-                            agents_client_error(a->client));
+        a->state = provisioner_agent_state_of(agents_client_last_status(a->client));
+        snprintf(a->error, sizeof a->error, "%s", agents_client_error(a->client));
         a->retry_at_ms = monotime_ms() + AGENT_RETRY_MS;
         stats_add(p->env.stats, STATS_AGENT_ERRORS, 1);
 }
@@ -192,9 +195,9 @@ static json_t *agent_room(struct provisioner *p, struct agent_conn *a, const str
                 room = provisioner_host_from_agent(a->host, a->region, cap, offers, a->topology, shapes);
         if (r < 0 && r != -ENOMEM)
                 agent_failed(p, a);
-        else if (room && a->retry_at_ms) {
-                log_info("agent %s/%s answers again", a->region, a->host);
+        else if (room) {
                 a->retry_at_ms = 0;
+                a->state = PROVISIONER_AGENT_OK;
         }
         free(as);
         json_decref(cap);
@@ -235,17 +238,71 @@ struct host_ctx {
         const struct provisioner_snapshot *snap;
         const struct provisioner_shapes *shapes;
         struct provisioner_outcome *out;
+        int64_t agents_down; /* hosts whose agent gave no usable answer this round */
 };
+
+/* Tell every NodePool (an Event) and the log when a host's agent state changed since it was last told. */
+static void tell_agent_state(struct host_ctx *hc, struct agent_conn *a, bool fallback) {
+        struct provisioner *p = hc->p;
+        const struct provisioner_round *r = hc->round;
+        char msg[768];
+        if (a->state == a->told || stopping(p))
+                return;
+        provisioner_agent_message(msg, sizeof msg, a->region, a->host, a->url, a->state, a->error, fallback);
+        if (a->state == PROVISIONER_AGENT_OK)
+                log_info("%s", msg);
+        else
+                log_warning("%s", msg);
+        bool up = a->state == PROVISIONER_AGENT_OK;
+        size_t told = 0;
+        for (size_t i = 0; i < r->in->n_pools; i++) {
+                if (kube_event_emit(p->env.kube, &kube_nodepools, r->pools[i], up ? "Normal" : "Warning",
+                                    up ? PROVISIONER_REASON_AGENT_UP : PROVISIONER_REASON_AGENT_DOWN, msg,
+                                    COMPONENT) == 0)
+                        told++;
+                else
+                        call_failed(p, STATS_KUBE_ERRORS, "event on NodePool %s: %s", r->in->pools[i]->name,
+                                    kube_client_error(p->env.kube));
+        }
+        if (told > 0 || r->in->n_pools == 0)
+                a->told = a->state;
+}
+
+/* A host whose agent gave no usable room: false when it is left out (static policy without agents.fallback). */
+static bool agent_down(struct host_ctx *hc, struct agent_conn *a) {
+        struct provisioner *p = hc->p;
+        bool fallback = config_agent_fallback_proxmox(p->env.cfg);
+        hc->agents_down++;
+        if (a && a->state == PROVISIONER_AGENT_OK) { /* an answer that could not be used */
+                a->state = PROVISIONER_AGENT_ERROR;
+                snprintf(a->error, sizeof a->error, "no usable capacity or offers");
+        }
+        if (a)
+                tell_agent_state(hc, a, fallback);
+        if (fallback) {
+                stats_add(p->env.stats, STATS_AGENT_FALLBACKS, 1);
+                return true;
+        }
+        enum provisioner_agent_state st = a ? a->state : PROVISIONER_AGENT_UNREACHABLE;
+        stats_add(p->env.stats, st == PROVISIONER_AGENT_UNAUTHORIZED ? STATS_HOSTS_LEFT_OUT_UNAUTHORIZED
+                                : st == PROVISIONER_AGENT_ERROR      ? STATS_HOSTS_LEFT_OUT_ERROR
+                                                                     : STATS_HOSTS_LEFT_OUT_UNREACHABLE,
+                  1);
+        return false;
+}
 
 static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host, const char *ip) {
         struct provisioner *p = hc->p;
         json_t *vmids = NULL, *room = NULL;
         bool agent = false;
         if (p->env.cfg->agents.enabled) {
-                room = agent_room(p, agent_conn(p, region, host, ip), hc->shapes);
+                struct agent_conn *a = agent_conn(p, region, host, ip);
+                room = agent_room(p, a, hc->shapes);
                 agent = room != NULL;
-                if (!agent)
-                        stats_add(p->env.stats, STATS_AGENT_FALLBACKS, 1);
+                if (agent && a)
+                        tell_agent_state(hc, a, false);
+                else if (!agent_down(hc, a))
+                        return;
         }
         if (!room)
                 room = pve_room(p, pve, region, host, &vmids);
@@ -599,10 +656,11 @@ static int add_hosts(struct provisioner *p, struct provisioner_round *r, const s
         struct provisioner_shapes shapes;
         if (provisioner_shapes_collect(r, &shapes) < 0)
                 return -ENOMEM;
-        struct host_ctx hc = { p, r, snap, &shapes, out };
+        struct host_ctx hc = { p, r, snap, &shapes, out, 0 };
         for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
                 add_region(&hc, i);
         provisioner_shapes_done(&shapes);
+        stats_set(p->env.stats, STATS_AGENTS_UNAVAILABLE, hc.agents_down);
         return exclude_backoff(p, r);
 }
 

@@ -25,6 +25,8 @@
 #define PROVISIONER_REASON_NO_POOL "NoCompatibleNodePool"          /* Warning: no pool/shape can take it */
 #define PROVISIONER_REASON_TOPOLOGY "TopologyConstraintsUnsatisfied" /* Warning: spread or (anti-)affinity */
 #define PROVISIONER_REASON_FAILED "FailedProvisioning"             /* Warning: anything else */
+#define PROVISIONER_REASON_AGENT_DOWN "AgentUnavailable" /* Warning on NodePools: a host's agent does not answer */
+#define PROVISIONER_REASON_AGENT_UP "AgentAvailable"     /* Normal on NodePools: it answers again */
 
 /* ---- the round's input (pure) ---- */
 
@@ -102,6 +104,23 @@ json_t *provisioner_host_from_agent(const char *host, const char *region, const 
  * breakdown and no offers. NULL when status is unusable. New reference. */
 json_t *provisioner_host_from_pve(const char *host, const char *region, const json_t *node_status,
                                   const json_t *vm_list);
+
+/* Why a host's agent gave no usable answer, as the round tells it. */
+enum provisioner_agent_state {
+        PROVISIONER_AGENT_OK = 0,
+        PROVISIONER_AGENT_UNREACHABLE,  /* no HTTP answer: connection refused, timeout, TLS failure */
+        PROVISIONER_AGENT_UNAUTHORIZED, /* 401 or 403: it refused the coordinator's token */
+        PROVISIONER_AGENT_ERROR,        /* another HTTP error, or an answer that could not be used */
+};
+
+/* The state of an agent call that failed with HTTP status (0 = no answer). */
+enum provisioner_agent_state provisioner_agent_state_of(long status);
+
+/* The message of the event (and log line) about a host whose agent is in state st (OK: it answers again). url:
+ * the agent's; error: the failed call's; fallback: the host is placed by Proxmox's accounting instead of left
+ * out. Returns the length snprintf would write. */
+int provisioner_agent_message(char *buf, size_t len, const char *region, const char *host, const char *url,
+                              enum provisioner_agent_state st, const char *error, bool fallback);
 
 /* Take a VM that is planned but not yet charged by the host (a claim without a reservation or VM yet) out of
  * a host's room, and cap offer counts by what is left. */

@@ -3,6 +3,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpuset.h"
@@ -171,4 +172,28 @@ void provisioner_host_charge(json_t *host, uint32_t vcpus, uint64_t memory_bytes
         json_object_set_new(host, "free_cpus", json_integer(cpus));
         json_object_set_new(host, "free_memory_bytes", json_integer(mem));
         cap_offers(host, cpus, mem, shapes);
+}
+
+/* ---- agents that do not answer ---- */
+
+enum provisioner_agent_state provisioner_agent_state_of(long status) {
+        if (status == 0)
+                return PROVISIONER_AGENT_UNREACHABLE;
+        return status == 401 || status == 403 ? PROVISIONER_AGENT_UNAUTHORIZED : PROVISIONER_AGENT_ERROR;
+}
+
+int provisioner_agent_message(char *buf, size_t len, const char *region, const char *host, const char *url,
+                              enum provisioner_agent_state st, const char *error, bool fallback) {
+        static const char *const why[] = {
+                [PROVISIONER_AGENT_UNREACHABLE] = "did not answer",
+                [PROVISIONER_AGENT_UNAUTHORIZED] = "refused the coordinator's token (agents.token_file is not the "
+                                                   "host's token)",
+                [PROVISIONER_AGENT_ERROR] = "answered with an error",
+        };
+        if (st == PROVISIONER_AGENT_OK)
+                return snprintf(buf, len, "Host %s (region %s): its agent at %s answers again; placement uses it",
+                                host, region, url ? url : "?");
+        return snprintf(buf, len, "Host %s (region %s) %s: its agent at %s %s (%s)", host, region,
+                        fallback ? "is placed by Proxmox's accounting, its VMs unpinned" : "is left out of placement",
+                        url ? url : "?", why[st], error && *error ? error : "no usable answer");
 }

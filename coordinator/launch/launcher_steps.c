@@ -48,7 +48,7 @@ static struct launchstep_result reserved(struct launcher__ctx *c) {
         return res;
 }
 
-/* ERROR -ENOTCONN: the agent cannot be reached (use the fallback). */
+/* ERROR -ENOTCONN: the agent cannot be reached (the caller may fall back to Proxmox's accounting). */
 static struct launchstep_result reserve_with_agent(struct launcher__ctx *c) {
         char owner[254];
         json_t *res = NULL;
@@ -59,8 +59,10 @@ static struct launchstep_result reserve_with_agent(struct launcher__ctx *c) {
                 r = agents_reserve(c->agent, &req, &res);
         }
         if (agent_unreachable(r)) {
-                log_error("launcher: NodeClaim %s: agent on %s unreachable (%s); accounting from Proxmox data", c->name,
-                          c->host, agents_client_error(c->agent));
+                bool fallback = config_agent_fallback_proxmox(c->l->env.cfg);
+                log_error("launcher: NodeClaim %s: agent on %s unreachable (%s); %s", c->name, c->host,
+                          agents_client_error(c->agent),
+                          fallback ? "accounting from Proxmox data" : "no fallback: trying again later");
                 return launchstep_error(-ENOTCONN, "agent on %s unreachable", c->host);
         }
         if (r == -ENOSPC)
@@ -179,7 +181,8 @@ struct launchstep_result launcher__reserve(struct launcher__ctx *c) {
                 return res;
         if (c->agent) {
                 res = reserve_with_agent(c);
-                if (!launchstep_is_error(&res, -ENOTCONN))
+                /* static policy: a VM is never placed unpinned unless agents.fallback says so */
+                if (!launchstep_is_error(&res, -ENOTCONN) || !config_agent_fallback_proxmox(c->l->env.cfg))
                         return res;
         }
         return reserve_from_pve(c);

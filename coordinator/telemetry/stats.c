@@ -45,6 +45,12 @@ static const struct metric_doc COUNTERS[STATS_N_COUNTERS] = {
         [STATS_AGENT_ERRORS] = { "api_errors_total", NULL, "api=\"agent\"" },
         [STATS_AGENT_FALLBACKS] = { "agent_fallbacks_total",
                                     "Hosts accounted from Proxmox data because their agent did not answer.", NULL },
+        [STATS_HOSTS_LEFT_OUT_UNREACHABLE] = { "hosts_left_out_total",
+                                               "Hosts left out of a round's placement because their agent did not "
+                                               "answer (no Proxmox-accounting fallback), by why.",
+                                               "reason=\"unreachable\"" },
+        [STATS_HOSTS_LEFT_OUT_UNAUTHORIZED] = { "hosts_left_out_total", NULL, "reason=\"unauthorized\"" },
+        [STATS_HOSTS_LEFT_OUT_ERROR] = { "hosts_left_out_total", NULL, "reason=\"error\"" },
         [STATS_GC_RUNS] = { "garbage_collections_total", "launcher_collect_garbage calls.", NULL },
         [STATS_DISRUPTION_HOST_ROOM] = { "disruption_host_room_fetches_total",
                                          "Scale-down passes that asked the hosts for room (a decision might launch "
@@ -57,6 +63,8 @@ static const struct metric_doc GAUGES[STATS_N_GAUGES] = {
         [STATS_NODECLAIMS] = { "nodeclaims", "NodeClaims in the cache.", NULL },
         [STATS_LEADER] = { "leader", "1 while this replica holds the leader lease.", NULL },
         [STATS_READY] = { "ready", "1 once every informer has listed its resource.", NULL },
+        [STATS_AGENTS_UNAVAILABLE] = { "agents_unavailable", "Hosts whose agent did not answer in the last round.",
+                                       NULL },
 };
 
 /* Label values, by enum: a new reason is a new line here. */

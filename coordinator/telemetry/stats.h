@@ -19,6 +19,9 @@ enum stats_counter {
         STATS_PVE_ERRORS,         /* failed Proxmox API calls */
         STATS_AGENT_ERRORS,       /* failed agent calls */
         STATS_AGENT_FALLBACKS,    /* hosts accounted from Proxmox data because the agent did not answer */
+        STATS_HOSTS_LEFT_OUT_UNREACHABLE,  /* hosts left out of a round: the agent did not answer */
+        STATS_HOSTS_LEFT_OUT_UNAUTHORIZED, /* ... it refused the token (401/403) */
+        STATS_HOSTS_LEFT_OUT_ERROR,        /* ... it answered with an error */
         STATS_GC_RUNS,            /* launcher_collect_garbage calls */
         STATS_DISRUPTION_HOST_ROOM, /* scale-down passes that fetched host room (for a possible replacement) */
         STATS_N_COUNTERS,
@@ -30,6 +33,7 @@ enum stats_gauge {
         STATS_NODECLAIMS,    /* NodeClaims in the cache */
         STATS_LEADER,        /* 1 while this replica leads */
         STATS_READY,         /* 1 once every informer has listed */
+        STATS_AGENTS_UNAVAILABLE, /* hosts whose agent did not answer in the last round */
         STATS_N_GAUGES,
 };
 

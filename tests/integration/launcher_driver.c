@@ -6,6 +6,7 @@
  *   {"kubeconfig": path, "regions": {"r1": {"url", "token_id", "token_secret", "ca_file"}},
  *    "agents": {"pve1": {"url", "token", "ca_file"}}, "options": {launcher_options fields},
  *    "workers": 2, "selector": "label selector of the claims to handle", "clock_offset_ms": 0,
+ *    "node_policy": "static" | "simple" (simple: an unreachable agent falls back to Proxmox's accounting),
  *    "gc_interval_ms": 0, "crash_at": "Cloning:before" | "Cloning:after",
  *    "exit_when": "initialized" | "empty" | "gc" | "never", "timeout_ms": 120000}
  * Exit 0 when exit_when is met, 1 on timeout, 2 on bad input. Progress goes to stderr.
@@ -379,6 +380,8 @@ static int load_conf(const char *path) {
         D.cfg.clusters = calloc(json_object_size(regions) + 1, sizeof *D.cfg.clusters);
         json_object_foreach(regions, k, v)
                 D.cfg.clusters[D.cfg.n_clusters++].region = strdup(k);
+        D.cfg.node_policy = strcmp(conf_str("node_policy", "static"), "simple") == 0 ? CONFIG_NODE_POLICY_SIMPLE
+                                                                                   : CONFIG_NODE_POLICY_STATIC;
         D.clock_offset_ms = conf_int("clock_offset_ms", 0);
         snprintf(D.crash_step, sizeof D.crash_step, "%s", conf_str("crash_at", ""));
         return 0;

@@ -111,7 +111,8 @@ class LauncherFaultTest(unittest.TestCase):
         w = self.world(agents={"pve2"})  # no agent on pve1
         w.create_claim("fallback", "c1.2VCPU-4GB", "pve1")
         rc, log = w.run_driver(agents={"pve1": {"url": "https://127.0.0.1:1", "token": "x", "ca_file": w.ca},
-                                       "pve2": {"url": w.agents["pve2"].url, "token": w.token, "ca_file": w.ca}})
+                                       "pve2": {"url": w.agents["pve2"].url, "token": w.token, "ca_file": w.ca}},
+                               node_policy="simple")
         self.assertEqual(rc, 0, log)
         self.assertIn("agent on pve1 unreachable", log)
         st = w.claim("fallback")["status"]
@@ -121,6 +122,18 @@ class LauncherFaultTest(unittest.TestCase):
         self.assertEqual((cfg["cores"], cfg["memory"], cfg["numa"]), (2, "4096", 1))
         self.assertEqual([k for k in cfg if re.fullmatch(r"numa\d", k)], [])
         self.assertNotIn("affinity", cfg)
+
+    def test_agent_down_under_static_policy_no_fallback(self):
+        w = self.world(agents={"pve2"})  # pve1's agent cannot be reached
+        w.create_claim("pinned", "c1.2VCPU-4GB", "pve1")
+        rc, log = w.run_driver(agents={"pve1": {"url": "https://127.0.0.1:1", "token": "x", "ca_file": w.ca}},
+                               timeout_ms=3000)
+        self.assertEqual(rc, 1, log)  # never initialized: the claim waits for its agent
+        self.assertIn("agent on pve1 unreachable", log)
+        self.assertIn("no fallback", log)
+        st = w.claim("pinned").get("status") or {}
+        self.assertNotEqual(st.get("reservationMode"), "pve", st)
+        self.assertEqual(w.vms(), {}, "no unpinned VM")
 
     def test_watch_disconnects_during_launch(self):
         w = self.world(knobs=["join_delay_seconds=1", "watch_disconnect_seconds=0.3"])

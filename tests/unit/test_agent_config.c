@@ -37,6 +37,37 @@ static void test_defaults_and_yaml(void **state) {
         agent_config_done(&c);
 }
 
+/* Token and certificate by layout: the cluster-wide token and the host's Proxmox certificate where /etc/pve is,
+ * the standalone files elsewhere; a path given stays. */
+static void test_layout_paths(void **state) {
+        (void)state;
+        struct agent_config c;
+        char err[256] = "";
+        assert_int_equal(agent_config_defaults(&c), 0);
+        assert_string_equal(c.token_file, "");
+        assert_string_equal(c.pve_dir, "/etc/pve");
+        assert_int_equal(apply_yaml(&c, "node_name: pve2\n", err, sizeof err), 0);
+        assert_int_equal(agent_config_layout_paths(&c, true), 0);
+        assert_string_equal(c.token_file, "/etc/pve/priv/pvescale/agent.token");
+        assert_string_equal(c.tls_cert, "/etc/pve/nodes/pve2/pve-ssl.pem");
+        assert_string_equal(c.tls_key, "/etc/pve/nodes/pve2/pve-ssl.key");
+        agent_config_done(&c);
+
+        assert_int_equal(agent_config_defaults(&c), 0);
+        assert_int_equal(apply_yaml(&c, "node_name: pve2\ntls_cert: /x.pem\n", err, sizeof err), 0);
+        assert_int_equal(agent_config_layout_paths(&c, false), 0);
+        assert_string_equal(c.token_file, "/etc/pvescale/agent.token");
+        assert_string_equal(c.tls_cert, "/x.pem");
+        assert_string_equal(c.tls_key, "/etc/pvescale/agent.key");
+        agent_config_done(&c);
+
+        assert_int_equal(agent_config_defaults(&c), 0);
+        assert_int_equal(apply_yaml(&c, "node_name: n1\npve_dir: /nonexistent/pve\n", err, sizeof err), 0);
+        assert_int_equal(agent_config_resolve_paths(&c), 0); /* no such directory: standalone */
+        assert_string_equal(c.token_file, "/etc/pvescale/agent.token");
+        agent_config_done(&c);
+}
+
 static void assert_yaml_error(const char *yaml, const char *want) {
         struct agent_config c;
         char err[256] = "";
@@ -89,6 +120,7 @@ static void test_corosync_cluster_name(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_defaults_and_yaml),
+                cmocka_unit_test(test_layout_paths),
                 cmocka_unit_test(test_errors_name_the_key),
                 cmocka_unit_test(test_env_overrides),
                 cmocka_unit_test(test_corosync_cluster_name),

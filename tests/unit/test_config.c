@@ -152,6 +152,36 @@ static void test_agents(void **state) {
         assert_int_equal(cfg.agents.n_hosts, 0);
         assert_null(cfg.join.api_server); /* no join section: cluster-info */
         config_done(&cfg);
+}
+
+/* No fallback to Proxmox's accounting under static unless agents.fallback says so; simple falls back. */
+static void test_agent_fallback(void **state) {
+        (void)state;
+        struct config cfg;
+        char err[256];
+        assert_int_equal(parse_doc("clusters: [{" GOOD ", region: r1}]\nagents: {token_file: /t}\n", &cfg, err,
+                                   sizeof err),
+                         0);
+        assert_int_equal(cfg.agents.fallback, CONFIG_AGENT_FALLBACK_DEFAULT);
+        assert_false(config_agent_fallback_proxmox(&cfg)); /* static is the default policy */
+        cfg.node_policy = CONFIG_NODE_POLICY_SIMPLE;
+        assert_true(config_agent_fallback_proxmox(&cfg));
+        config_done(&cfg);
+
+        assert_int_equal(parse_doc("clusters: [{" GOOD ", region: r1}]\nagents: {token_file: /t, fallback: proxmox}\n",
+                                   &cfg, err, sizeof err),
+                         0);
+        assert_true(config_agent_fallback_proxmox(&cfg));
+        config_done(&cfg);
+
+        assert_int_equal(parse_doc("clusters: [{" GOOD ", region: r1}]\nagents: {token_file: /t, fallback: none}\n",
+                                   &cfg, err, sizeof err),
+                         0);
+        cfg.node_policy = CONFIG_NODE_POLICY_SIMPLE;
+        assert_false(config_agent_fallback_proxmox(&cfg));
+        config_done(&cfg);
+        assert_doc_error("clusters: [{" GOOD ", region: r1}]\nagents: {token_file: /t, fallback: pve}",
+                         "agents.fallback: expected none or proxmox");
 
         assert_int_equal(parse_doc("clusters: [{" GOOD ", region: r1}]\n"
                                    "join: {api_server: 'https://10.0.0.10:6443', ca_file: /etc/pvescale/k8s-ca.crt}\n",
@@ -376,6 +406,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults),
                 cmocka_unit_test(test_seed_clusters),
                 cmocka_unit_test(test_agents),
+                cmocka_unit_test(test_agent_fallback),
                 cmocka_unit_test(test_document_errors),
                 cmocka_unit_test(test_document_failure_keeps_previous),
                 cmocka_unit_test(test_env_and_flags),

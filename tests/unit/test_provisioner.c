@@ -445,6 +445,27 @@ static void test_charge_pending(void **state) {
         json_decref(c);
 }
 
+/* A host whose agent does not answer: why, and what the Event says (left out, or placed unpinned). */
+static void test_agent_state_messages(void **state) {
+        (void)state;
+        char m[512];
+        assert_int_equal(provisioner_agent_state_of(0), PROVISIONER_AGENT_UNREACHABLE);
+        assert_int_equal(provisioner_agent_state_of(401), PROVISIONER_AGENT_UNAUTHORIZED);
+        assert_int_equal(provisioner_agent_state_of(403), PROVISIONER_AGENT_UNAUTHORIZED);
+        assert_int_equal(provisioner_agent_state_of(500), PROVISIONER_AGENT_ERROR);
+        provisioner_agent_message(m, sizeof m, "r1", "pve2", "https://10.0.0.2:8207", PROVISIONER_AGENT_UNREACHABLE,
+                                  "GET /v1/topology: Connection refused", false);
+        assert_string_equal(m, "Host pve2 (region r1) is left out of placement: its agent at https://10.0.0.2:8207 "
+                               "did not answer (GET /v1/topology: Connection refused)");
+        provisioner_agent_message(m, sizeof m, "r1", "pve2", "https://10.0.0.2:8207", PROVISIONER_AGENT_UNAUTHORIZED,
+                                  "GET /v1/capacity: 401 unauthorized", true);
+        assert_non_null(strstr(m, "placed by Proxmox's accounting, its VMs unpinned"));
+        assert_non_null(strstr(m, "refused the coordinator's token"));
+        provisioner_agent_message(m, sizeof m, "r1", "pve2", "https://10.0.0.2:8207", PROVISIONER_AGENT_OK, NULL, false);
+        assert_string_equal(m, "Host pve2 (region r1): its agent at https://10.0.0.2:8207 answers again; placement "
+                               "uses it");
+}
+
 static void test_names_and_reasons(void **state) {
         (void)state;
         char a[128], b[128];
@@ -497,6 +518,7 @@ int main(void) {
                 cmocka_unit_test(test_round_initialized_before_node_update),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),
+                cmocka_unit_test(test_agent_state_messages),
                 cmocka_unit_test(test_names_and_reasons),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
