@@ -223,18 +223,13 @@ class Coordinator:
     """A running pvescale-coordinator with its own metrics and health ports."""
 
     def __init__(self, cluster, args=(), env=None, wait_ready=True):
-        self.metrics_port, self.health_port = free_port(), free_port()
-        while self.health_port == self.metrics_port:
-            self.health_port = free_port()
-        self.log_path = os.path.join(cluster.tmp, "coordinator-%d.log" % time.time_ns())
-        self.log = open(self.log_path, "w")
-        cmd = [COORDINATOR, "--config", cluster.config, "--kubeconfig", cluster.kubeconfig,
-               "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)] + list(args)
         full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "LAUNCH", "LEADER_ELECT")}
         full_env.update(cluster.coordinator_env)
         full_env.update(env or {})
-        self.started = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        for attempt in range(5):  # a port free_port() found may be taken before the coordinator binds it
+            if self._launch(cluster, args, full_env) or attempt == 4:
+                break
+            self.log.close()
         if wait_ready:
             try:
                 wait_for(lambda: self.ready() or self.proc.poll() is not None, 30, what="coordinator /readyz")
@@ -242,6 +237,26 @@ class Coordinator:
             except BaseException:
                 self.stop()
                 raise
+
+    def _launch(self, cluster, args, env):
+        """Start it on two fresh ports; False when it could not listen on one (another process took it)."""
+        self.metrics_port, self.health_port = free_port(), free_port()
+        while self.health_port == self.metrics_port:
+            self.health_port = free_port()
+        self.log_path = os.path.join(cluster.tmp, "coordinator-%d.log" % time.time_ns())
+        self.log = open(self.log_path, "w")
+        cmd = [COORDINATOR, "--config", cluster.config, "--kubeconfig", cluster.kubeconfig,
+               "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)] + list(args)
+        self.started = time.time()
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None and \
+                self.logtext().count("listening on port") < 2:
+            time.sleep(0.02)
+        if self.proc.poll() is not None and "cannot listen on port" in self.logtext():
+            self.proc.wait()
+            return False
+        return True
 
     def logtext(self):
         if not self.log.closed:
