@@ -203,6 +203,7 @@ class PveApp:
         if not info.get("allowtoken"):
             return self._error(req, ApiError(403, "URI '%s' not available with API token, need proper ticket.\n" % sub))
         if fault == "error":
+            self.w.count("pve", "FAULT", "500")  # /calls shows how many answers the knobs made 5xx
             return self._error(req, ApiError(500, "simulated internal server error (fault injection)\n"))
         self._tls.upload = None
         try:
