@@ -364,6 +364,14 @@ static bool has_small_share(const struct fit *f, const struct set_eval *e) {
         return false;
 }
 
+/* On SMT hosts: a guest node with an odd vCPU count, other than an odd VM's last one (it splits a pair). */
+static bool has_odd_share(const struct fit *f, const struct set_eval *e) {
+        for (size_t j = 0; f->smt && j < e->n; j++)
+                if (e->share[j].vcpus % 2 && (j + 1 < e->n || f->vcpus % 2 == 0))
+                        return true;
+        return false;
+}
+
 /* Split the memory in proportion to vCPUs (largest remainder), exactly, in whole units. */
 static bool split_memory(const struct fit *f, struct share *sh, size_t k) {
         uint64_t given = 0, rem[PLACEMENT_MAX_NUMA];
@@ -396,7 +404,7 @@ static bool eval_set(const struct fit *f, const size_t *combo, size_t k, struct 
         if (!fill_shares(f, idx, k, e, caps))
                 return false;
         fix_parity(f, e, caps);
-        if (!f->small_ok && has_small_share(f, e))
+        if ((!f->small_ok && has_small_share(f, e)) || has_odd_share(f, e))
                 return false;
         if (!split_memory(f, e->share, k))
                 return false;
@@ -939,9 +947,10 @@ static void fit_explain(const struct fit *f, char *reason, size_t len) {
                          f->vcpus, max_cpu);
         else
                 snprintf(reason, len,
-                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs "
+                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs%s "
                          "(largest node: %u free CPUs, %llu MiB free)",
-                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib), max_cpu,
+                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib),
+                         f->smt ? ", an even count per node (sibling pairs)" : "", max_cpu,
                          (unsigned long long)(max_mem * mib));
 }
 

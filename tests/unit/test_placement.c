@@ -421,6 +421,9 @@ static const struct pcase cases[] = {
         { "split: memory forces a small guest node, as big as it can", topo_tioga8, NULL, 0, "12000,12000,12000,4096",
           NULL, 32, 32768, 0, 0, "0-4,8-12,16-19,24-25,32-36,40-44,48-51,56-57", NULL,
           "0:0-9:10240|1:10-19:10240|2:20-27:8192|3:28-31:4096", NULL },
+        /* No node holds the memory and the only split is 1 + 1: a guest node with half a pair is refused. */
+        { "split: no guest node with an odd count on SMT hosts", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
+          -ENOSPC, NULL, NULL, NULL, "an even count per node (sibling pairs)" },
         /* Lone threads 8-10 lie in the fuller L3 group: the pairs come from whole cores of the other. */
         { "pairs: whole cores before lone threads of a fuller L3", topo_seed16, "0-2", 0, NULL, NULL, 4, 4096, 0, 0,
           "4-5,12-13", "4,12,5,13", "0:0-3:4096", NULL },
