@@ -308,6 +308,7 @@ static bool choose_single(struct fit *f) {
 
 struct set_eval {
         enum placement__shape shape;
+        size_t whole;       /* nodes taken whole */
         unsigned min_share; /* the smallest guest node's vCPUs */
         bool one_package;
         unsigned free;
@@ -541,8 +542,8 @@ static bool set_from_units(const struct fit *f, const size_t *combo, size_t k, c
 }
 
 /* Among splits of one tier: fewest nodes, then the largest smallest guest node (it is a quarter or more
- * in the first tier), then whole nodes before balanced before leftovers, then one package, then the
- * fullest set. */
+ * in the first tier), then the most nodes taken whole, then balanced before leftovers, then one
+ * package, then the fullest set. */
 static bool split_better(const struct fit *f, const struct set_eval *a, const struct set_eval *b) {
         unsigned quarter = placement__quarter_units(f->vcpus, 1);
         unsigned ma = a->min_share < quarter ? a->min_share : quarter, mb = b->min_share < quarter ? b->min_share : quarter;
@@ -550,6 +551,8 @@ static bool split_better(const struct fit *f, const struct set_eval *a, const st
                 return a->n < b->n;
         if (ma != mb)
                 return ma > mb;
+        if (a->whole != b->whole)
+                return a->whole > b->whole;
         if (a->shape != b->shape)
                 return a->shape < b->shape;
         if (a->one_package != b->one_package)
@@ -570,6 +573,7 @@ static void eval_split(const struct fit *f, const size_t *combo, size_t k, int t
                 if (!set_from_units(f, combo, k, units, &e))
                         continue;
                 e.shape = placement__split_class(sl, k, units);
+                e.whole = placement__split_whole(sl, k, units);
                 if (!*found || split_better(f, &e, best)) {
                         *best = e;
                         *found = true;

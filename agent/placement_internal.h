@@ -31,5 +31,8 @@ bool placement__split(const struct placement__slot *slots, size_t k, unsigned to
  * PLACEMENT__FILL otherwise (leftovers filled). */
 enum placement__shape placement__split_class(const struct placement__slot *slots, size_t k, const unsigned *units);
 
+/* How many nodes a distribution takes whole: wholly free nodes given their hi. */
+size_t placement__split_whole(const struct placement__slot *slots, size_t k, const unsigned *units);
+
 /* The fewest units a guest node of a vcpus-vCPU VM holds so that it has at least a quarter of the VM. */
 unsigned placement__quarter_units(unsigned vcpus, unsigned unit);

@@ -104,11 +104,17 @@ bool placement__split(const struct placement__slot *slots, size_t k, unsigned to
         return true;
 }
 
-enum placement__shape placement__split_class(const struct placement__slot *slots, size_t k, const unsigned *units) {
+size_t placement__split_whole(const struct placement__slot *slots, size_t k, const unsigned *units) {
         size_t taken = 0;
+        for (size_t j = 0; j < k; j++)
+                taken += slots[j].whole && units[j] == slots[j].hi;
+        return taken;
+}
+
+enum placement__shape placement__split_class(const struct placement__slot *slots, size_t k, const unsigned *units) {
+        size_t taken = placement__split_whole(slots, k, units);
         unsigned lo = units[0], hi = units[0];
         for (size_t j = 0; j < k; j++) {
-                taken += slots[j].whole && units[j] == slots[j].hi;
                 lo = units[j] < lo ? units[j] : lo;
                 hi = units[j] > hi ? units[j] : hi;
         }

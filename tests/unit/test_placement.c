@@ -412,6 +412,10 @@ static const struct pcase cases[] = {
         /* A wholly free node is taken whole; the rest goes to the fullest node that holds it (node 3). */
         { "split: a whole free node, the rest on the fullest", topo_tioga8, "0-5,32-37,24-27,56-59", 0, NULL, NULL, 24,
           24576, 0, 0, "8-15,28-31,40-47,60-63", NULL, "1:0-15:16384|3:16-23:8192", NULL },
+        /* 48 vCPUs on four free 20-CPU nodes: one node whole and quarters or more elsewhere (20 + 16 + 12)
+         * rather than 16 + 16 + 16, which would leave every used node partly free. */
+        { "split: whole nodes before balanced thirds", topo_80, NULL, 0, NULL, NULL, 48, 49152, 0, 0,
+          "0-17,20-25,40-57,60-65", NULL, "0:0-19:20480|1:20-35:16384|2:36-47:12288", NULL },
         /* 32 free CPUs in 12 + 12 + 6 + 2: every split leaves a node under a quarter (8) although memory
          * would allow quarters: refused, the host is too scattered. */
         { "split: scattered CPUs refuse a guest node under a quarter", topo_tioga8, "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62",

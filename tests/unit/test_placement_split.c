@@ -95,6 +95,11 @@ static void test_class(void **state) {
         assert_int_equal(placement__split_class(sl, 3, b), PLACEMENT__FILL);
         assert_int_equal(placement__split_class(sl, 3, c), PLACEMENT__BALANCED);
         assert_int_equal(placement__split_class(sl, 3, d), PLACEMENT__FILL);
+        assert_int_equal(placement__split_whole(sl, 3, a), 2);
+        assert_int_equal(placement__split_whole(sl, 3, b), 1);
+        assert_int_equal(placement__split_whole(sl, 3, c), 0);
+        unsigned e[] = { 8, 8, 8 }; /* the third node is not wholly free: not taken whole */
+        assert_int_equal(placement__split_whole(sl, 3, e), 2);
 }
 
 int main(void) {
