@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "placement_internal.h"
+
 /* Node sets evaluated per size before the search keeps the best found so far (hosts with many nodes). */
 #define MAX_SET_EVALS 20000u
 
@@ -14,6 +16,9 @@
 struct cand {
         size_t idx;            /* index in topology.numa_nodes */
         unsigned n_iso, n_non; /* free isolated / other CPUs of the node */
+        unsigned n_pair;       /* free CPUs in cores with at least two free threads (2 per such core) */
+        unsigned pair_total;   /* the same, were every online CPU of the node free */
+        bool whole;            /* every online CPU of the node is free */
         uint64_t mem_units;    /* free memory, in request units */
 };
 
@@ -50,6 +55,7 @@ struct fit {
         struct group *groups;
         unsigned *grp_free, *grp_take;
         size_t n_groups;
+        bool small_ok;             /* a guest node may hold less than a quarter of the VM (memory forces it) */
         /* the result */
         size_t n_share;
         struct share share[PLACEMENT_MAX_NUMA];
@@ -187,6 +193,21 @@ static unsigned count_iso(const struct fit *f, const struct cpuset *s) {
         return f->iso ? cpuset_count_and(s, f->iso) : 0;
 }
 
+/* Pairable free CPUs of node i (two per pair of free sibling threads), and whether the node is wholly free. */
+static void node_pairs(const struct fit *f, size_t i, struct cand *cd) {
+        const struct topology *t = f->t;
+        unsigned online = 0;
+        cd->n_pair = cd->pair_total = 0;
+        for (size_t k = f->node_core_start[i]; k < f->node_core_start[i + 1]; k++) {
+                const struct cpuset *cpus = t->cores[f->node_cores[k]].cpus;
+                unsigned n = t->online ? cpuset_count_and(cpus, t->online) : cpuset_count(cpus);
+                cd->n_pair += cpuset_count_and(cpus, f->node_free[i]) & ~1u;
+                cd->pair_total += f->smt ? n & ~1u : n;
+                online += n;
+        }
+        cd->whole = cd->n_iso + cd->n_non == online;
+}
+
 static int fit_nodes(struct fit *f, const struct placement_request *req, const struct cpuset *avail) {
         for (size_t i = 0; i < f->t->n_numa_nodes; i++) {
                 int r = fit_node_free(f, avail, i);
@@ -201,6 +222,7 @@ static int fit_nodes(struct fit *f, const struct placement_request *req, const s
                 cd->n_iso = count_iso(f, f->node_free[i]);
                 cd->n_non = n - cd->n_iso;
                 cd->mem_units = mem;
+                node_pairs(f, i, cd);
         }
         return 0;
 }
@@ -249,7 +271,22 @@ static unsigned cand_mem_cap(const struct fit *f, const struct cand *cd) {
         return v > f->vcpus ? f->vcpus : (unsigned)v;
 }
 
-/* Best fit among nodes that hold the whole VM: fewest free CPUs, then least free memory. */
+/* Whether node cd gives the VM whole cores: on SMT hosts its pairable CPUs cover the VM's pairs. */
+static bool cand_pairs_fit(const struct fit *f, const struct cand *cd) {
+        return !f->smt || cd->n_pair >= (f->vcpus & ~1u);
+}
+
+/* a is a better single node than b: keeps the VM's sibling pairs, then fewest free CPUs, then least
+ * free memory (best fit). */
+static bool single_better(const struct fit *f, const struct cand *a, const struct cand *b) {
+        if (cand_pairs_fit(f, a) != cand_pairs_fit(f, b))
+                return cand_pairs_fit(f, a);
+        if (cand_free(a) != cand_free(b))
+                return cand_free(a) < cand_free(b);
+        return a->mem_units < b->mem_units;
+}
+
+/* Best fit among nodes that hold the whole VM. */
 static bool choose_single(struct fit *f) {
         const struct cand *best = NULL;
         size_t best_i = 0;
@@ -257,8 +294,7 @@ static bool choose_single(struct fit *f) {
                 const struct cand *cd = &f->cand[i];
                 if (cand_cpu_cap(cd, f->budget) < f->vcpus || cd->mem_units < f->units)
                         continue;
-                if (best && (cand_free(cd) > cand_free(best) ||
-                             (cand_free(cd) == cand_free(best) && cd->mem_units >= best->mem_units)))
+                if (best && !single_better(f, cd, best))
                         continue;
                 best = cd;
                 best_i = i;
@@ -271,6 +307,9 @@ static bool choose_single(struct fit *f) {
 }
 
 struct set_eval {
+        enum placement__shape shape;
+        size_t whole;       /* nodes taken whole */
+        unsigned min_share; /* the smallest guest node's vCPUs */
         bool one_package;
         unsigned free;
         size_t n;
@@ -319,6 +358,21 @@ static void fix_parity(const struct fit *f, struct set_eval *e, const unsigned *
         }
 }
 
+static bool has_small_share(const struct fit *f, const struct set_eval *e) {
+        for (size_t j = 0; j < e->n; j++)
+                if (4 * e->share[j].vcpus < f->vcpus)
+                        return true;
+        return false;
+}
+
+/* On SMT hosts: a guest node with an odd vCPU count, other than an odd VM's last one (it splits a pair). */
+static bool has_odd_share(const struct fit *f, const struct set_eval *e) {
+        for (size_t j = 0; f->smt && j < e->n; j++)
+                if (e->share[j].vcpus % 2 && (j + 1 < e->n || f->vcpus % 2 == 0))
+                        return true;
+        return false;
+}
+
 /* Split the memory in proportion to vCPUs (largest remainder), exactly, in whole units. */
 static bool split_memory(const struct fit *f, struct share *sh, size_t k) {
         uint64_t given = 0, rem[PLACEMENT_MAX_NUMA];
@@ -351,6 +405,8 @@ static bool eval_set(const struct fit *f, const size_t *combo, size_t k, struct 
         if (!fill_shares(f, idx, k, e, caps))
                 return false;
         fix_parity(f, e, caps);
+        if ((!f->small_ok && has_small_share(f, e)) || has_odd_share(f, e))
+                return false;
         if (!split_memory(f, e->share, k))
                 return false;
         int pkg = f->t->numa_nodes[f->cand[idx[0]].idx].package;
@@ -383,8 +439,9 @@ static bool next_combo(size_t *c, size_t k, size_t n) {
         return true;
 }
 
-/* Fewest nodes first; among sets of that size one package first, then the fullest. */
-static bool choose_multi(struct fit *f) {
+/* The last resort, any CPUs (pairs may break, guest nodes may be small): fewest nodes first; among sets
+ * of that size one package first, then the fullest. */
+static bool choose_fill(struct fit *f) {
         size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
         for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
                 struct set_eval best = { 0 }, e;
@@ -406,6 +463,175 @@ static bool choose_multi(struct fit *f) {
                 }
         }
         return false;
+}
+
+/* ---- splits that keep pairs and balance (placement_split.c) ---- */
+
+/* The split tiers, best first: every guest node whole cores (on SMT) and at least a quarter of the VM;
+ * then whole cores, any size (memory or the host's node sizes force it). choose_fill comes last. */
+enum { TIER_QUARTER, TIER_PAIRS, N_TIERS };
+
+static unsigned fit_unit(const struct fit *f) {
+        return f->smt ? 2 : 1;
+}
+
+/* The slots of node set combo: hi from the node's CPUs (its whole cores on SMT hosts) and memory; with
+ * all_cpus, from all the node's CPUs as if no VM used any (what memory alone allows). */
+static void set_slots(const struct fit *f, const size_t *combo, size_t k, int tier, bool all_cpus,
+                      struct placement__slot *sl) {
+        unsigned u = fit_unit(f), lo = tier == TIER_QUARTER ? placement__quarter_units(f->vcpus, u) : 1;
+        for (size_t j = 0; j < k; j++) {
+                const struct cand *cd = &f->cand[combo[j]];
+                unsigned cpu = cand_cpu_cap(cd, f->budget), mem = cand_mem_cap(f, cd);
+                if (f->smt && cd->n_pair < cpu)
+                        cpu = cd->n_pair;
+                if (all_cpus)
+                        cpu = cd->pair_total;
+                sl[j] = (struct placement__slot){ .lo = lo, .hi = (cpu < mem ? cpu : mem) / u, .free = cand_free(cd),
+                                                  .whole = cd->whole };
+        }
+}
+
+/* An odd VM on an SMT host: the lone vCPU goes to the last node (in set order) with room for one more
+ * CPU; that node becomes the last guest node so that every earlier guest node stays even. SIZE_MAX if none. */
+static size_t lone_node(const struct fit *f, const size_t *combo, size_t k, const unsigned *units) {
+        for (size_t j = k; j-- > 0;) {
+                const struct cand *cd = &f->cand[combo[j]];
+                unsigned cpu = cand_cpu_cap(cd, f->budget), mem = cand_mem_cap(f, cd), v = units[j] * 2 + 1;
+                if (cpu >= v && mem >= v)
+                        return j;
+        }
+        return SIZE_MAX;
+}
+
+static bool within_budget(const struct fit *f, const struct set_eval *e) {
+        unsigned non = 0;
+        for (size_t j = 0; j < e->n; j++) {
+                const struct cand *cd = &f->cand[e->share[j].cand];
+                non += e->share[j].vcpus > cd->n_iso ? e->share[j].vcpus - cd->n_iso : 0;
+        }
+        return non <= f->budget;
+}
+
+/* Shares in guest order from units (the lone vCPU's node last), then memory, budget and the set's keys. */
+static bool set_from_units(const struct fit *f, const size_t *combo, size_t k, const unsigned *units,
+                           struct set_eval *e) {
+        unsigned u = fit_unit(f);
+        size_t lone = f->vcpus % u ? lone_node(f, combo, k, units) : SIZE_MAX, n = 0;
+        if (f->vcpus % u && lone == SIZE_MAX)
+                return false;
+        for (size_t j = 0; j < k; j++)
+                if (j != lone)
+                        e->share[n++] = (struct share){ .cand = combo[j], .vcpus = units[j] * u };
+        if (lone != SIZE_MAX)
+                e->share[n++] = (struct share){ .cand = combo[lone], .vcpus = units[lone] * u + 1 };
+        e->n = k;
+        if (!within_budget(f, e) || !split_memory(f, e->share, k))
+                return false;
+        e->min_share = f->vcpus;
+        for (size_t j = 0; j < k; j++)
+                e->min_share = e->share[j].vcpus < e->min_share ? e->share[j].vcpus : e->min_share;
+        int pkg = f->t->numa_nodes[f->cand[combo[0]].idx].package;
+        e->one_package = pkg >= 0;
+        e->free = 0;
+        for (size_t j = 0; j < k; j++) {
+                e->free += cand_free(&f->cand[combo[j]]);
+                e->one_package &= f->t->numa_nodes[f->cand[combo[j]].idx].package == pkg;
+        }
+        return true;
+}
+
+/* Among splits of one tier: fewest nodes, then the largest smallest guest node (it is a quarter or more
+ * in the first tier), then the most nodes taken whole, then balanced before leftovers, then one
+ * package, then the fullest set. */
+static bool split_better(const struct fit *f, const struct set_eval *a, const struct set_eval *b) {
+        unsigned quarter = placement__quarter_units(f->vcpus, 1);
+        unsigned ma = a->min_share < quarter ? a->min_share : quarter, mb = b->min_share < quarter ? b->min_share : quarter;
+        if (a->n != b->n)
+                return a->n < b->n;
+        if (ma != mb)
+                return ma > mb;
+        if (a->whole != b->whole)
+                return a->whole > b->whole;
+        if (a->shape != b->shape)
+                return a->shape < b->shape;
+        if (a->one_package != b->one_package)
+                return a->one_package;
+        return a->free < b->free;
+}
+
+/* Try every shape on node set combo; keep the best in *best. */
+static void eval_split(const struct fit *f, const size_t *combo, size_t k, int tier, struct set_eval *best,
+                       bool *found) {
+        struct placement__slot sl[PLACEMENT_MAX_NUMA];
+        unsigned units[PLACEMENT_MAX_NUMA];
+        struct set_eval e;
+        set_slots(f, combo, k, tier, false, sl);
+        for (int shape = 0; shape < PLACEMENT__N_SHAPES; shape++) {
+                if (!placement__split(sl, k, f->vcpus / fit_unit(f), shape, units))
+                        return; /* the bounds do not depend on the shape */
+                if (!set_from_units(f, combo, k, units, &e))
+                        continue;
+                e.shape = placement__split_class(sl, k, units);
+                e.whole = placement__split_whole(sl, k, units);
+                if (!*found || split_better(f, &e, best)) {
+                        *best = e;
+                        *found = true;
+                }
+        }
+}
+
+static bool choose_tier(struct fit *f, int tier) {
+        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
+        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
+                struct set_eval best = { 0 };
+                bool found = false;
+                size_t combo[PLACEMENT_MAX_NUMA];
+                for (size_t j = 0; j < k; j++)
+                        combo[j] = j;
+                unsigned evals = 0;
+                do
+                        eval_split(f, combo, k, tier, &best, &found);
+                while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
+                if (found) {
+                        f->n_share = best.n;
+                        memcpy(f->share, best.share, best.n * sizeof(struct share));
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* Whether the free memory (or the host's node sizes) forces a guest node under a quarter of the VM:
+ * no node set could hold a quarter split even if no VM used any CPU. */
+static bool small_forced(const struct fit *f) {
+        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
+        struct placement__slot sl[PLACEMENT_MAX_NUMA];
+        unsigned units[PLACEMENT_MAX_NUMA];
+        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
+                size_t combo[PLACEMENT_MAX_NUMA];
+                for (size_t j = 0; j < k; j++)
+                        combo[j] = j;
+                unsigned evals = 0;
+                do {
+                        set_slots(f, combo, k, TIER_QUARTER, true, sl);
+                        if (placement__split(sl, k, f->vcpus / fit_unit(f), PLACEMENT__BALANCED, units))
+                                return false;
+                } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
+        }
+        return true;
+}
+
+/* Pairs and quarters first; smaller guest nodes only where memory forces them; any CPUs last (sets with
+ * a guest node under a quarter only where forced). Otherwise the VM is refused: the free CPUs are too
+ * scattered to hold it well. */
+static bool choose_multi(struct fit *f) {
+        if (choose_tier(f, TIER_QUARTER))
+                return true;
+        f->small_ok = small_forced(f);
+        if (f->small_ok && choose_tier(f, TIER_PAIRS))
+                return true;
+        return choose_fill(f);
 }
 
 /* ---- choosing CPUs inside one node ---- */
@@ -510,7 +736,7 @@ static int take_group(struct fit *f, const struct group *g, unsigned n, const st
 }
 
 /* Pick n CPUs of node from pool into sel: whole L3 groups, then whole cores, then threads, best fit. */
-static int node_pick(struct fit *f, size_t node, const struct cpuset *pool, unsigned n, struct cpuset *sel) {
+static int node_pick_level(struct fit *f, size_t node, const struct cpuset *pool, unsigned n, struct cpuset *sel) {
         if (n == 0)
                 return 0;
         group_cores(f, node, pool);
@@ -523,6 +749,37 @@ static int node_pick(struct fit *f, size_t node, const struct cpuset *pool, unsi
                         return r;
         }
         return 0;
+}
+
+/* The CPUs of pool in node's cores that have at least two of their threads in pool. */
+static int pairable(const struct fit *f, size_t node, const struct cpuset *pool, struct cpuset *out) {
+        for (size_t k = f->node_core_start[node]; k < f->node_core_start[node + 1]; k++) {
+                const struct cpuset *cpus = f->t->cores[f->node_cores[k]].cpus;
+                if (cpuset_count_and(cpus, pool) >= 2 && cpuset_or(out, cpus) < 0)
+                        return -ENOMEM;
+        }
+        cpuset_and(out, pool);
+        return 0;
+}
+
+/* On SMT hosts the even part of n comes from pairable CPUs first (so guest pairs get sibling threads
+ * even where lone threads lie in a fuller L3 group), the rest from what is left. */
+static int node_pick(struct fit *f, size_t node, const struct cpuset *pool, unsigned n, struct cpuset *sel) {
+        if (!f->smt || n < 2)
+                return node_pick_level(f, node, pool, n, sel);
+        struct cpuset *pairs = cpuset_new(), *rest = cpuset_dup(pool);
+        int r = pairs && rest ? pairable(f, node, pool, pairs) : -ENOMEM;
+        unsigned even = n & ~1u, have = r >= 0 ? cpuset_count(pairs) & ~1u : 0;
+        unsigned first = even < have ? even : have, before = cpuset_count(sel);
+        if (r >= 0)
+                r = node_pick_level(f, node, pairs, first, sel);
+        if (r >= 0) {
+                cpuset_andnot(rest, sel);
+                r = node_pick_level(f, node, rest, n - (cpuset_count(sel) - before), sel);
+        }
+        cpuset_free(pairs);
+        cpuset_free(rest);
+        return r;
 }
 
 /* Write node's selected CPUs to map in guest order: cores with several selected threads first (so
@@ -687,11 +944,17 @@ static void fit_explain(const struct fit *f, char *reason, size_t len) {
         else if (f->units > mem)
                 snprintf(reason, len, "needs %llu MiB but NUMA nodes with free CPUs have only %llu MiB free",
                          (unsigned long long)(f->units * mib), (unsigned long long)(mem * mib));
+        else if (!f->small_ok && f->vcpus > 1)
+                snprintf(reason, len,
+                         "the free CPUs are too scattered: every split of %u vCPUs would leave a guest NUMA node with "
+                         "less than a quarter of them (largest node: %u free CPUs)",
+                         f->vcpus, max_cpu);
         else
                 snprintf(reason, len,
-                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs "
+                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs%s "
                          "(largest node: %u free CPUs, %llu MiB free)",
-                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib), max_cpu,
+                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib),
+                         f->smt ? ", an even count per node (sibling pairs)" : "", max_cpu,
                          (unsigned long long)(max_mem * mib));
 }
 

@@ -14,23 +14,36 @@
 #include "bench.h"
 
 /* Method. Each topology starts as an empty host (every online CPU of a node's cores free, each node's
- * whole memory free). Two fixed, seeded streams are replayed request by request; a refused request is
+ * whole memory free). Three fixed, seeded streams are replayed request by request; a refused request is
  * skipped and the stream goes on. Both placers see the same requests and keep their own accounting:
  * the baseline charges the whole VM memory to every node it touches (as the seed does), ours charges
  * each node its numaN share. Columns:
  *   vCPUs-valid      vCPUs of VMs whose numaN memories add up to the VM memory (Proxmox starts no other)
  *   vCPUs-to-1st-no  vCPUs placed before the placer's first refusal (same requests, no admission bias)
  *   one-NUMA%, sibling-pairs% (guest vCPUs 2k,2k+1 on one core), one-L3%: over the VMs placed
- * RESULT: min_vcpu_ratio = min over topologies of ours / baseline startable vCPUs (both streams);
+ *   split        VMs on several NUMA nodes
+ *   odd-nodes    guest NUMA nodes of split VMs with an odd vCPU count, on SMT hosts (an odd VM may have one)
+ *   small-nodes  guest NUMA nodes holding less than a quarter of their VM's vCPUs
+ *   unforced     of those, the ones in VMs that free memory did not force: at most 8 nodes, each able to
+ *                hold a quarter of the VM by its free memory (memory following vCPUs) and its CPUs were
+ *                they all free, could have held the VM
+ *   x-seed       ours / baseline vCPUs-valid of the stream ("-" when the baseline starts none)
+ * RESULT: min_vcpu_ratio = min over every topology and stream (the big one included) of ours / baseline
+ * startable vCPUs, where the baseline starts some; total_vcpu_ratio = the same over all of them summed;
+ * smt_pair_pct = our sibling pairs over the big stream on SMT hosts (all_smt_pair_pct: every stream);
+ * odd_nodes, small_nodes, small_unforced = the columns above summed over every stream (ours);
  * invalid_numa = our placements failing placement_validate or overlapping; numa_local_pct = our VMs on
  * one node among those one node could hold when they came; us_per_alloc = our mean time per
- * placement_place call (refusals included) on the topology with the most CPUs. */
+ * placement_place call (refusals included) on the topology with the most CPUs; max_us_per_alloc = the
+ * worst stream mean over all topologies. */
 
 extern char **environ;
 
 #define GIB (UINT64_C(1) << 30)
 #define MIX_REQUESTS 600
 #define LARGE_REQUESTS 60
+#define BIG_REQUESTS 120
+#define N_STREAMS 3
 #define SYNTHETIC_GIB_PER_CPU 4 /* for topologies whose NUMA nodes carry no memory size (CPUID-built) */
 #define MAX_REQ 1024
 
@@ -38,6 +51,7 @@ struct req_stream {
         const char *name;
         size_t n;
         struct placement_request req[MAX_REQ];
+        unsigned life[MAX_REQ]; /* request i's VM leaves before request i + life[i]; 0 = it stays */
 };
 
 struct tally {
@@ -46,6 +60,8 @@ struct tally {
         unsigned fifo_vcpus;  /* vCPUs placed before the placer's first refusal */
         bool refused;
         unsigned local_possible, local_done; /* VMs one node could hold / of those, placed on one node */
+        unsigned split, odd_nodes, small_nodes, small_unforced;
+        bool quarter_possible; /* set before each measure: memory let the VM split in quarters or more */
         unsigned calls;
         double ns;
 };
@@ -54,6 +70,7 @@ struct host {
         const char *name;
         struct topology *t;
         int *core_of;     /* CPU -> core index */
+        unsigned *node_n; /* scratch: vCPUs of one VM per topology node */
         int max_cpu;
         bool smt, has_l3, synthetic_mem;
         unsigned n_cpus, max_node_cpus, nodes_with_cpus;
@@ -61,7 +78,9 @@ struct host {
 };
 
 struct totals {
-        double min_ratio;
+        double min_ratio, max_us;
+        unsigned valid_base, valid_ours;
+        unsigned big_pairs, big_sib, all_pairs, all_sib, odd_nodes, small_nodes, small_unforced;
         unsigned invalid_ours, invalid_base, local_possible, local_done;
         double us_largest;
         unsigned largest_cpus;
@@ -114,6 +133,7 @@ static void host_index(struct host *h) {
                 h->smt |= cpuset_count(t->cores[k].cpus) > 1;
                 h->has_l3 |= t->cores[k].l3 >= 0;
         }
+        h->node_n = calloc(t->n_numa_nodes + 1, sizeof(unsigned));
         h->synthetic_mem = true;
         for (size_t i = 0; i < t->n_numa_nodes; i++)
                 h->synthetic_mem &= t->numa_nodes[i].memory_bytes == 0;
@@ -206,7 +226,97 @@ static void stream_large(struct req_stream *s, const struct host *h) {
         }
 }
 
+/* Large VMs as operators size them: 16, 24, 32 or 48 vCPUs with 4 GiB per vCPU, whatever the host. Each
+ * leaves again 3 to 8 requests later, so hosts churn and splits land on partly used nodes. */
+static void stream_big(struct req_stream *s) {
+        static const unsigned sizes[] = { 16, 24, 32, 48 };
+        uint64_t seed = 0x5eed0003;
+        s->name = "big";
+        s->n = 0;
+        for (size_t i = 0; i < BIG_REQUESTS; i++) {
+                unsigned v = sizes[rnd(&seed) % 4];
+                s->life[s->n] = 3 + rnd(&seed) % 6;
+                s->req[s->n++] = (struct placement_request){ .vcpus = v, .memory_bytes = (uint64_t)v * 4 * GIB };
+        }
+}
+
+/* The VMs that leave before request i: j + life[j] == i. */
+static bool leaves_now(const struct req_stream *s, size_t j, size_t i) {
+        return s->life[j] && j + s->life[j] == i;
+}
+
+/* Give CPUs back to the host and to their nodes (memory is the caller's). */
+static void release_cpus(const struct topology *t, struct capacity *c, const struct cpuset *cpus) {
+        struct cpuset *node = cpuset_new();
+        cpuset_or(c->free_cpus, cpus);
+        cpuset_andnot(c->pinned_cpus, cpus);
+        for (size_t i = 0; i < c->n_numa && i < t->n_numa_nodes; i++) {
+                cpuset_zero(node);
+                node_cpus_mask(t, i, node);
+                cpuset_and(node, cpus);
+                cpuset_or(c->numa[i].free_cpus, node);
+        }
+        cpuset_free(node);
+        c->cpus_free = cpuset_count(c->free_cpus);
+}
+
+static void node_give(struct capacity_numa *cn, uint64_t bytes) {
+        cn->memory_free_bytes += bytes;
+        if (cn->memory_free_bytes > cn->memory_total_bytes)
+                cn->memory_free_bytes = cn->memory_total_bytes;
+}
+
+/* Undo baseline_charge: the whole VM memory goes back to every node the VM touched. */
+static void baseline_release(const struct host *h, struct capacity *c, const struct bench_vm *vm) {
+        const struct topology *t = h->t;
+        for (size_t i = 0; i < c->n_numa && i < t->n_numa_nodes; i++) {
+                bool hit = false;
+                for (size_t k = 0; k < t->n_cores && !hit; k++)
+                        hit = t->cores[k].numa_node == (int)i && cpuset_intersects(t->cores[k].cpus, vm->cpus);
+                if (hit)
+                        node_give(&c->numa[i], vm->memory_bytes);
+        }
+        release_cpus(t, c, vm->cpus);
+}
+
+/* Undo placement_charge: each node gets its numaN memory back. */
+static void ours_release(const struct host *h, struct capacity *c, const struct placement *p) {
+        for (size_t j = 0; j < p->n_numa; j++)
+                for (size_t i = 0; i < c->n_numa; i++)
+                        if (c->numa[i].id == p->numa[j].node)
+                                node_give(&c->numa[i], p->numa[j].memory_bytes);
+        c->memory_free_bytes += p->memory_bytes;
+        release_cpus(h->t, c, p->cpus);
+}
+
 /* ---------- metrics ---------- */
+
+/* Guest NUMA node shapes of a split VM: odd counts (beyond the one an odd VM needs) on SMT hosts, and
+ * nodes under a quarter of the VM. Each guest node mirrors one host node, so count vCPUs per host node. */
+static void measure_split(const struct host *h, const struct bench_vm *vm, struct tally *ty) {
+        const struct topology *t = h->t;
+        unsigned used = 0, odd = 0, small = 0;
+        memset(h->node_n, 0, t->n_numa_nodes * sizeof(unsigned));
+        for (unsigned k = 0; k < vm->n_vcpus; k++) {
+                int node = t->cores[h->core_of[vm->vcpu_map[k]]].numa_node;
+                if (node >= 0)
+                        h->node_n[node]++;
+        }
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                used += h->node_n[i] > 0;
+                odd += h->node_n[i] % 2;
+                small += h->node_n[i] > 0 && 4 * h->node_n[i] < vm->n_vcpus;
+        }
+        if (used < 2)
+                return;
+        ty->split++;
+        ty->small_nodes += small;
+        ty->small_unforced += ty->quarter_possible ? small : 0;
+        if (h->smt)
+                ty->odd_nodes += odd - (vm->n_vcpus % 2 && odd > 0);
+}
+
+
 
 static void measure(const struct host *h, const struct bench_vm *vm, struct tally *ty) {
         const struct topology *t = h->t;
@@ -227,6 +337,34 @@ static void measure(const struct host *h, const struct bench_vm *vm, struct tall
         for (unsigned k = 1; k < vm->n_vcpus && one; k++)
                 one = t->cores[h->core_of[vm->vcpu_map[k]]].l3 == l3;
         ty->one_l3 += one;
+        measure_split(h, vm, ty);
+}
+
+/* Could the VM be split in guest nodes of a quarter or more as far as free memory goes (each node's CPUs
+ * counted as if free; sibling pairs on SMT hosts)? */
+static bool quarter_possible(const struct host *h, const struct capacity *c, const struct placement_request *req) {
+        unsigned v = req->vcpus, q = (v + 3) / 4, caps[64] = { 0 }, n = 0;
+        struct cpuset *node = cpuset_new();
+        q += h->smt ? q % 2 : 0;
+        for (size_t i = 0; i < c->n_numa && n < 64; i++) {
+                cpuset_zero(node);
+                unsigned cpus = (unsigned)node_cpus_mask(h->t, i, node);
+                uint64_t by_mem = c->numa[i].memory_free_bytes / (req->memory_bytes / v);
+                unsigned cap = by_mem < cpus ? (unsigned)by_mem : cpus;
+                cap -= h->smt ? cap % 2 : 0;
+                if (cap >= q)
+                        caps[n++] = cap;
+        }
+        cpuset_free(node);
+        unsigned long sum = 0;
+        for (unsigned k = 0; k < PLACEMENT_MAX_NUMA && k < n; k++) {
+                unsigned best = 0;
+                for (unsigned i = 1; i < n; i++)
+                        best = caps[i] > caps[best] ? i : best;
+                sum += caps[best];
+                caps[best] = 0;
+        }
+        return sum >= v;
 }
 
 static bool one_node_could(const struct capacity *c, const struct placement_request *req) {
@@ -244,15 +382,39 @@ static void trace(const struct host *h, const char *placer, size_t i, const stru
         const char *want = getenv("BENCH_TRACE");
         if (!want || strcmp(want, h->name) != 0)
                 return;
-        fprintf(stderr, "%s #%zu %u vCPUs %llu GiB: %s%s%zu\n", placer, i, req->vcpus,
-                (unsigned long long)(req->memory_bytes / GIB), r < 0 ? "refused " : "placed, NUMA nodes ",
-                why ? why : "", r < 0 ? (size_t)0 : n_numa);
+        if (r < 0)
+                fprintf(stderr, "%s #%zu %u vCPUs %llu GiB: refused %s\n", placer, i, req->vcpus,
+                        (unsigned long long)(req->memory_bytes / GIB), why ? why : "");
+        else
+                fprintf(stderr, "%s #%zu %u vCPUs %llu GiB: placed, NUMA nodes %zu%s%s%s\n", placer, i, req->vcpus,
+                        (unsigned long long)(req->memory_bytes / GIB), n_numa, why ? " (" : "", why ? why : "",
+                        why ? ")" : "");
+}
+
+/* "0:16+2:16 from 0:20/80G ..." for the trace: each guest node's host node and vCPUs, then what each
+ * node had free (CPUs / GiB) when the VM came. */
+static void shares(const struct capacity *c, const struct placement *p, char *buf, size_t len) {
+        size_t at = 0;
+        buf[0] = 0;
+        for (size_t j = 0; j < p->n_numa && at < len; j++)
+                at += (size_t)snprintf(buf + at, len - at, "%s%d:%u", j ? "+" : "", p->numa[j].node, p->numa[j].n_vcpus);
+        for (size_t i = 0; i < c->n_numa && at < len; i++)
+                at += (size_t)snprintf(buf + at, len - at, "%s%d:%u/%lluG", i ? " " : " from ", c->numa[i].id,
+                                       cpuset_count(c->numa[i].free_cpus),
+                                       (unsigned long long)(c->numa[i].memory_free_bytes / GIB));
 }
 
 static void run_baseline(const struct host *h, const struct req_stream *s, struct tally *ty) {
         struct capacity *c = host_capacity((struct host *)h);
+        struct bench_vm *live = calloc(s->n + 1, sizeof(*live));
         for (size_t i = 0; i < s->n; i++) {
+                for (size_t j = 0; j < i; j++)
+                        if (leaves_now(s, j, i) && live[j].cpus) {
+                                baseline_release(h, c, &live[j]);
+                                bench_vm_done(&live[j]);
+                        }
                 struct bench_vm vm = { 0 };
+                ty->quarter_possible = quarter_possible(h, c, &s->req[i]);
                 int r = baseline_place(h->t, c, &s->req[i], &vm);
                 trace(h, "baseline", i, &s->req[i], r, NULL, vm.n_numa);
                 ty->refused |= r < 0;
@@ -260,8 +422,11 @@ static void run_baseline(const struct host *h, const struct req_stream *s, struc
                         continue;
                 measure(h, &vm, ty);
                 baseline_charge(h->t, c, &vm);
-                bench_vm_done(&vm);
+                live[i] = vm;
         }
+        for (size_t i = 0; i < s->n; i++)
+                bench_vm_done(&live[i]);
+        free(live);
         capacity_release(c);
 }
 
@@ -288,24 +453,38 @@ static void ours_record(const struct host *h, const struct placement *p, struct 
 static void run_ours(const struct host *h, const struct req_stream *s, struct tally *ty) {
         struct capacity *c = host_capacity((struct host *)h);
         struct cpuset *used = cpuset_new();
+        struct placement **live = calloc(s->n + 1, sizeof(*live));
         char why[512];
         for (size_t i = 0; i < s->n; i++) {
+                for (size_t j = 0; j < i; j++)
+                        if (leaves_now(s, j, i) && live[j]) {
+                                ours_release(h, c, live[j]);
+                                cpuset_andnot(used, live[j]->cpus);
+                                placement_free(live[j]);
+                                live[j] = NULL;
+                        }
                 bool could = one_node_could(c, &s->req[i]);
+                ty->quarter_possible = quarter_possible(h, c, &s->req[i]);
                 struct placement *p = NULL;
                 double t0 = now_ns();
                 int r = placement_place(h->t, c, &s->req[i], &p, why, sizeof why);
                 ty->ns += now_ns() - t0;
                 ty->calls++;
                 ty->local_possible += could;
-                trace(h, "ours", i, &s->req[i], r, r < 0 ? why : NULL, r < 0 ? 0 : p->n_numa);
+                if (r == 0)
+                        shares(c, p, why, sizeof why);
+                trace(h, "ours", i, &s->req[i], r, why, r < 0 ? 0 : p->n_numa);
                 ty->refused |= r < 0;
                 if (r < 0)
                         continue;
                 ty->local_done += could && p->n_numa == 1;
                 ours_record(h, p, used, ty);
                 placement_charge(c, p);
-                placement_free(p);
+                live[i] = p;
         }
+        for (size_t i = 0; i < s->n; i++)
+                placement_free(live[i]);
+        free(live);
         cpuset_free(used);
         capacity_release(c);
 }
@@ -319,8 +498,9 @@ static void pct(char *buf, size_t len, unsigned num, unsigned den, bool applicab
                 snprintf(buf, len, "%.1f", 100.0 * num / den);
 }
 
-static void print_row(const struct host *h, const char *stream, const char *placer, const struct tally *ty) {
-        char numa[16], sib[16], l3[16], us[16];
+static void print_row(const struct host *h, const char *stream, const char *placer, const struct tally *ty,
+                      const struct tally *base) {
+        char numa[16], sib[16], l3[16], us[16], odd[16], ratio[16];
         pct(numa, sizeof numa, ty->one_numa, ty->vms, true);
         pct(sib, sizeof sib, ty->sib_pairs, ty->pairs, h->smt);
         pct(l3, sizeof l3, ty->one_l3, ty->vms, h->has_l3);
@@ -328,8 +508,17 @@ static void print_row(const struct host *h, const char *stream, const char *plac
                 snprintf(us, sizeof us, "%.2f", ty->ns / ty->calls / 1000.0);
         else
                 snprintf(us, sizeof us, "-");
-        printf("%-6s %-9s %5u %6u %11u %15u %10s %15s %8s %13u %9s\n", stream, placer, ty->vms, ty->vcpus,
-               ty->valid_vcpus, ty->fifo_vcpus, numa, sib, l3, ty->invalid, us);
+        if (h->smt)
+                snprintf(odd, sizeof odd, "%u", ty->odd_nodes);
+        else
+                snprintf(odd, sizeof odd, "-");
+        if (base && base->valid_vcpus)
+                snprintf(ratio, sizeof ratio, "%.3f", (double)ty->valid_vcpus / base->valid_vcpus);
+        else
+                snprintf(ratio, sizeof ratio, "-");
+        printf("%-6s %-9s %5u %6u %11u %15u %10s %15s %8s %13u %9s %6u %9s %11u %8u %7s\n", stream, placer, ty->vms,
+               ty->vcpus, ty->valid_vcpus, ty->fifo_vcpus, numa, sib, l3, ty->invalid, us, ty->split, odd,
+               ty->small_nodes, ty->small_unforced, ratio);
 }
 
 static void print_header(const struct host *h) {
@@ -337,38 +526,61 @@ static void print_header(const struct host *h) {
                h->n_cpus, h->nodes_with_cpus, h->t->n_l3_caches, h->smt ? "SMT" : "no SMT", h->max_node_cpus,
                (unsigned long long)(h->max_node_mem / GIB),
                h->synthetic_mem ? " (memory synthetic: 4 GiB per CPU, the topology has none)" : "");
-        printf("%-6s %-9s %5s %6s %11s %15s %10s %15s %8s %13s %9s\n", "stream", "placer", "VMs", "vCPUs",
-               "vCPUs-valid", "vCPUs-to-1st-no", "one-NUMA%", "sibling-pairs%", "one-L3%", "invalid-numa", "us/alloc");
+        printf("%-6s %-9s %5s %6s %11s %15s %10s %15s %8s %13s %9s %6s %9s %11s %8s %7s\n", "stream", "placer", "VMs",
+               "vCPUs", "vCPUs-valid", "vCPUs-to-1st-no", "one-NUMA%", "sibling-pairs%", "one-L3%", "invalid-numa",
+               "us/alloc", "split", "odd-nodes", "small-nodes", "unforced", "x-seed");
 }
 
 /* ---------- per topology ---------- */
 
+/* Fold one stream's tallies into the totals. */
+static void add_case(const struct host *h, const struct req_stream *s, const struct tally *base, const struct tally *ours,
+                     struct totals *tot) {
+        if (base->valid_vcpus > 0 && (double)ours->valid_vcpus / base->valid_vcpus < tot->min_ratio)
+                tot->min_ratio = (double)ours->valid_vcpus / base->valid_vcpus;
+        tot->valid_base += base->valid_vcpus;
+        tot->valid_ours += ours->valid_vcpus;
+        tot->invalid_ours += ours->invalid;
+        tot->invalid_base += base->invalid;
+        tot->local_possible += ours->local_possible;
+        tot->local_done += ours->local_done;
+        tot->odd_nodes += h->smt ? ours->odd_nodes : 0;
+        tot->small_nodes += ours->small_nodes;
+        tot->small_unforced += ours->small_unforced;
+        if (h->smt) {
+                tot->all_pairs += ours->pairs;
+                tot->all_sib += ours->sib_pairs;
+        }
+        if (h->smt && strcmp(s->name, "big") == 0) {
+                tot->big_pairs += ours->pairs;
+                tot->big_sib += ours->sib_pairs;
+        }
+        if (ours->calls && ours->ns / ours->calls / 1000.0 > tot->max_us)
+                tot->max_us = ours->ns / ours->calls / 1000.0;
+}
+
 static void bench_host(struct host *h, struct totals *tot) {
-        struct req_stream *streams = calloc(2, sizeof(*streams));
+        struct req_stream *streams = calloc(N_STREAMS, sizeof(*streams));
         capacity_release(host_capacity(h)); /* fills the host's sizes */
         stream_mix(&streams[0], h);
         stream_large(&streams[1], h);
+        stream_big(&streams[2]);
         print_header(h);
         struct tally all_ours = { 0 };
         unsigned valid_base = 0, valid_ours = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < N_STREAMS; k++) {
                 struct tally base = { 0 }, ours = { 0 };
                 run_baseline(h, &streams[k], &base);
                 run_ours(h, &streams[k], &ours);
-                print_row(h, streams[k].name, "baseline", &base);
-                print_row(h, streams[k].name, "ours", &ours);
+                print_row(h, streams[k].name, "baseline", &base, NULL);
+                print_row(h, streams[k].name, "ours", &ours, &base);
                 valid_base += base.valid_vcpus;
                 valid_ours += ours.valid_vcpus;
-                tot->invalid_ours += ours.invalid;
-                tot->invalid_base += base.invalid;
-                tot->local_possible += ours.local_possible;
-                tot->local_done += ours.local_done;
+                add_case(h, &streams[k], &base, &ours, tot);
                 all_ours.ns += ours.ns;
                 all_ours.calls += ours.calls;
         }
-        if (valid_base > 0 && (double)valid_ours / valid_base < tot->min_ratio)
-                tot->min_ratio = (double)valid_ours / valid_base;
-        printf("startable vCPUs, both streams: baseline %u, ours %u\n", valid_base, valid_ours);
+        printf("startable vCPUs, all streams: baseline %u, ours %u\n", valid_base, valid_ours);
         if (h->n_cpus > tot->largest_cpus && all_ours.calls) {
                 tot->largest_cpus = h->n_cpus;
                 tot->us_largest = all_ours.ns / all_ours.calls / 1000.0;
@@ -436,6 +648,7 @@ static int bench_all(const char *dir, const char *tmp, struct totals *tot) {
                 host_index(&h);
                 bench_host(&h, tot);
                 free(h.core_of);
+                free(h.node_n);
                 topology_free(h.t);
         }
         json_decref(m);
@@ -449,15 +662,19 @@ int main(int argc, char **argv) {
                 return perror("mkdtemp"), 1;
         struct totals tot = { .min_ratio = 1e9 };
         printf("placement benchmark: %s (mix: %d requests of 1/2/4/8/16 vCPUs x 2-8 GiB per vCPU; large: %d "
-               "requests bigger than one node)\n",
-               dir, MIX_REQUESTS, LARGE_REQUESTS);
+               "requests bigger than one node; big: %d requests of 16/24/32/48 vCPUs x 4 GiB per vCPU, each leaving 3-8 requests later)\n",
+               dir, MIX_REQUESTS, LARGE_REQUESTS, BIG_REQUESTS);
         int failed = bench_all(dir, tmp, &tot);
         char *rm[] = { "rm", "-rf", tmp, NULL };
         run_tool(rm);
         double local = tot.local_possible ? 100.0 * tot.local_done / tot.local_possible : 100.0;
         printf("\nbaseline invalid numaN memory sums: %u (defect 1); topologies that failed to load: %d\n",
                tot.invalid_base, failed);
-        printf("RESULT name=placement min_vcpu_ratio=%.3f invalid_numa=%u numa_local_pct=%.1f us_per_alloc=%.2f\n",
-               tot.min_ratio > 1e8 ? 0.0 : tot.min_ratio, tot.invalid_ours, local, tot.us_largest);
+        printf("RESULT name=placement min_vcpu_ratio=%.3f total_vcpu_ratio=%.3f smt_pair_pct=%.1f all_smt_pair_pct=%.1f "
+               "odd_nodes=%u small_nodes=%u small_unforced=%u invalid_numa=%u numa_local_pct=%.1f us_per_alloc=%.2f max_us_per_alloc=%.2f\n",
+               tot.min_ratio > 1e8 ? 0.0 : tot.min_ratio, tot.valid_base ? (double)tot.valid_ours / tot.valid_base : 0.0,
+               tot.big_pairs ? 100.0 * tot.big_sib / tot.big_pairs : 100.0,
+               tot.all_pairs ? 100.0 * tot.all_sib / tot.all_pairs : 100.0, tot.odd_nodes, tot.small_nodes, tot.small_unforced,
+               tot.invalid_ours, local, tot.us_largest, tot.max_us);
         return failed || tot.invalid_ours ? 1 : 0;
 }

@@ -208,6 +208,20 @@ static struct topology *topo_l3x4(void) {
         return topo_done(t);
 }
 
+/* eas-tioga in small: 4 NUMA nodes (one package, one L3 each) of 8 cores x 2 threads; node n = CPUs
+ * 8n..8n+7 and 32+8n..32+8n+7, siblings c and c+32; 64000 MiB per node (under 4 GiB per CPU). */
+static struct topology *topo_tioga8(void) {
+        struct topology *t = topo_new();
+        for (int n = 0; n < 4; n++) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%d-%d,%d-%d", 8 * n, 8 * n + 7, 32 + 8 * n, 32 + 8 * n + 7);
+                topo_node(t, n, 0, buf, 64000 * MIB);
+                topo_l3(t, buf);
+        }
+        topo_cores_stride(t, 0, 31, 32);
+        return topo_done(t);
+}
+
 /* ---------- capacities built by hand ---------- */
 
 static void cap_free(struct capacity *c) {
@@ -390,6 +404,36 @@ static const struct pcase cases[] = {
           NULL, NULL, NULL, "memory_bytes must be a positive multiple of 1073741824" },
         { "no such hugepage size", topo_seed16_huge, NULL, 0, NULL, NULL, 1, 1024, 16, -ENOSPC, NULL, NULL, NULL,
           "no NUMA node has both free CPUs and free memory" },
+        /* Issue 32: split rules (pairs on sibling threads, even guest nodes, a quarter or more each). */
+        /* Node 0's memory is gone: balanced halves on two free nodes, not 1 + 15 (the old fill). */
+        { "split: memory gone from one node, balanced halves", topo_tioga8, NULL, 0, "4096,64000,64000,64000", NULL, 16,
+          65536, 0, 0, "8-11,16-19,40-43,48-51", "8,40,9,41,10,42,11,43,16,48,17,49,18,50,19,51",
+          "1:0-7:32768|2:8-15:32768", NULL },
+        /* A wholly free node is taken whole; the rest goes to the fullest node that holds it (node 3). */
+        { "split: a whole free node, the rest on the fullest", topo_tioga8, "0-5,32-37,24-27,56-59", 0, NULL, NULL, 24,
+          24576, 0, 0, "8-15,28-31,40-47,60-63", NULL, "1:0-15:16384|3:16-23:8192", NULL },
+        /* 48 vCPUs on four free 20-CPU nodes: one node whole and quarters or more elsewhere (20 + 16 + 12)
+         * rather than 16 + 16 + 16, which would leave every used node partly free. */
+        { "split: whole nodes before balanced thirds", topo_80, NULL, 0, NULL, NULL, 48, 49152, 0, 0,
+          "0-17,20-25,40-57,60-65", NULL, "0:0-19:20480|1:20-35:16384|2:36-47:12288", NULL },
+        /* 32 free CPUs in 12 + 12 + 6 + 2: every split leaves a node under a quarter (8) although memory
+         * would allow quarters: refused, the host is too scattered. */
+        { "split: scattered CPUs refuse a guest node under a quarter", topo_tioga8, "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62",
+          0, NULL, NULL, 32, 32768, 0, -ENOSPC, NULL, NULL, NULL, "less than a quarter" },
+        /* Memory holds 11 + 11 + 11 + 4 vCPUs: no quarter split exists, so memory forces a small guest
+         * node; it gets as much as it can (4), the others stay balanced and even. */
+        { "split: memory forces a small guest node, as big as it can", topo_tioga8, NULL, 0, "12000,12000,12000,4096",
+          NULL, 32, 32768, 0, 0, "0-4,8-12,16-19,24-25,32-36,40-44,48-51,56-57", NULL,
+          "0:0-9:10240|1:10-19:10240|2:20-27:8192|3:28-31:4096", NULL },
+        /* No node holds the memory and the only split is 1 + 1: a guest node with half a pair is refused. */
+        { "split: no guest node with an odd count on SMT hosts", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
+          -ENOSPC, NULL, NULL, NULL, "an even count per node (sibling pairs)" },
+        /* Lone threads 8-10 lie in the fuller L3 group: the pairs come from whole cores of the other. */
+        { "pairs: whole cores before lone threads of a fuller L3", topo_seed16, "0-2", 0, NULL, NULL, 4, 4096, 0, 0,
+          "4-5,12-13", "4,12,5,13", "0:0-3:4096", NULL },
+        /* Node 1 is fuller (4 free) but only one whole core: node 0 keeps the pairs. */
+        { "pairs: the node that keeps sibling pairs", topo_ds_ht, "0,1,3", 0, NULL, NULL, 4, 4096, 0, 0, "2,4,8,10",
+          "2,8,4,10", "0:0-3:4096", NULL },
         { "zero vCPUs", topo_seed16, NULL, 0, NULL, NULL, 0, 1024, 0, -EINVAL, NULL, NULL, NULL, "vcpus must be" },
         { "zero memory", topo_seed16, NULL, 0, NULL, NULL, 1, 0, 0, -EINVAL, NULL, NULL, NULL, "memory_bytes must be" },
 };
@@ -694,12 +738,12 @@ static void test_score_order(void **state) {
         placement_free(p);
         assert_true(local > split);
         /* same 2 vCPUs on two half-free cores vs on one whole core */
-        struct capacity *broken = cap_new(t, "0,2,4,10", 0, NULL);
+        struct capacity *broken = cap_new(t, "0,2,4,10,1,3,5,7,9,11", 0, NULL);
         req.vcpus = 2;
         assert_int_equal(placement_place(t, broken, &req, &p, why, sizeof why), 0);
         double half = placement_score(t, broken, p);
         char *cpus = cpuset_format(p->cpus);
-        assert_string_equal(cpus, "6,8"); /* node 0 is fuller; only single threads are left there */
+        assert_string_equal(cpus, "6,8"); /* only single threads are left (node 1 is taken) */
         free(cpus);
         placement_free(p);
         assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
@@ -888,13 +932,13 @@ static void test_random_streams(void **state) {
 static void test_fewest_nodes_one_package(void **state) {
         (void)state;
         struct topology *t = topo_80();
-        struct capacity *c = cap_new(t, "0-3", 0, NULL); /* node 0 is fuller: 16 free */
+        struct capacity *c = cap_new(t, "0-1,40-41", 0, NULL); /* node 0 is fuller: 16 free, in whole cores */
         struct placement_request req = { .vcpus = 36, .memory_bytes = 36 * GIB };
         struct placement *p = NULL;
         char why[256];
         assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
         assert_int_equal(p->n_numa, 2);
-        /* nodes 0 and 1 share package 0; node 0 (16 free) is filled first with an even count */
+        /* nodes 0 and 1 share package 0 and are the fuller pair; node 1 is taken whole, node 0 gives the rest */
         assert_int_equal(p->numa[0].node, 0);
         assert_int_equal(p->numa[0].n_vcpus, 16);
         assert_int_equal(p->numa[1].node, 1);
@@ -964,6 +1008,120 @@ static void run_real_stream(const char *name, const struct topology *t, unsigned
         cap_free(c);
 }
 
+/* ---------- issue 32: big VMs on the reference topologies ---------- */
+
+static unsigned node_cores_cpus(const struct topology *t, size_t i, struct cpuset *out) {
+        for (size_t k = 0; k < t->n_cores; k++)
+                if (t->cores[k].numa_node == (int)i)
+                        assert_int_equal(cpuset_or(out, t->cores[k].cpus), 0);
+        cpuset_and(out, t->online);
+        return cpuset_count(out);
+}
+
+/* Undo placement_charge on a capacity from cap_from_cores. */
+static void cap_uncharge(const struct topology *t, struct capacity *c, const struct placement *p) {
+        struct cpuset *node = cpuset_new();
+        assert_int_equal(cpuset_or(c->free_cpus, p->cpus), 0);
+        for (size_t i = 0; i < c->n_numa; i++) {
+                cpuset_zero(node);
+                node_cores_cpus(t, i, node);
+                cpuset_and(node, p->cpus);
+                assert_int_equal(cpuset_or(c->numa[i].free_cpus, node), 0);
+                for (size_t j = 0; j < p->n_numa; j++)
+                        if (p->numa[j].node == c->numa[i].id)
+                                c->numa[i].memory_free_bytes += p->numa[j].memory_bytes;
+        }
+        cpuset_free(node);
+}
+
+/* Could the VM split in guest nodes of a quarter or more as far as free memory goes (every node's CPUs
+ * counted as free, even counts on SMT hosts)? Computed apart from the allocator. */
+static bool quarter_split_possible(const struct topology *t, const struct capacity *c,
+                                   const struct placement_request *req, bool smt) {
+        unsigned v = req->vcpus, q = (v + 3) / 4, caps[MAX_NODES] = { 0 }, n = 0;
+        struct cpuset *node = cpuset_new();
+        q += smt ? q % 2 : 0;
+        for (size_t i = 0; i < c->n_numa && n < MAX_NODES; i++) {
+                cpuset_zero(node);
+                unsigned cpus = node_cores_cpus(t, i, node);
+                uint64_t by_mem = c->numa[i].memory_free_bytes / (req->memory_bytes / v);
+                unsigned cap = by_mem < cpus ? (unsigned)by_mem : cpus;
+                cap -= smt ? cap % 2 : 0;
+                if (cap >= q)
+                        caps[n++] = cap;
+        }
+        cpuset_free(node);
+        unsigned long sum = 0;
+        for (unsigned k = 0; k < PLACEMENT_MAX_NUMA && k < n; k++) {
+                unsigned best = 0;
+                for (unsigned i = 1; i < n; i++)
+                        best = caps[i] > caps[best] ? i : best;
+                sum += caps[best];
+                caps[best] = 0;
+        }
+        return sum >= v;
+}
+
+static int core_of(const struct topology *t, int cpu) {
+        for (size_t k = 0; k < t->n_cores; k++)
+                if (cpuset_test(t->cores[k].cpus, (unsigned)cpu))
+                        return (int)k;
+        return -1;
+}
+
+/* One placed big VM: even guest nodes on SMT hosts, none under a quarter unless memory forced it. */
+static void check_big(const char *name, const struct topology *t, const struct placement *p, bool smt,
+                      bool quarter_ok, unsigned *pairs, unsigned *sib) {
+        assert_valid(t, p);
+        for (size_t j = 0; j < p->n_numa && p->n_numa > 1; j++) {
+                if (smt && p->numa[j].n_vcpus % 2)
+                        fail_msg("%s: %u vCPUs: guest node %zu has an odd %u vCPUs", name, p->n_vcpus, j, p->numa[j].n_vcpus);
+                if (quarter_ok && 4 * p->numa[j].n_vcpus < p->n_vcpus)
+                        fail_msg("%s: %u vCPUs: guest node %zu has %u vCPUs though memory allowed quarters", name,
+                                 p->n_vcpus, j, p->numa[j].n_vcpus);
+        }
+        for (unsigned k = 0; k + 1 < p->n_vcpus; k += 2) {
+                (*pairs)++;
+                *sib += core_of(t, p->vcpu_map[k]) == core_of(t, p->vcpu_map[k + 1]);
+        }
+}
+
+/* 16/24/32/48 vCPUs with 4 GiB each, every VM leaving 4 requests later, so splits land on partly used
+ * nodes: guest vCPU pairs on sibling threads in 95 % of pairs or more on SMT hosts. */
+static void run_big_stream(const char *name, const struct topology *t) {
+        static const unsigned sizes[] = { 16, 24, 32, 48 };
+        struct capacity *c = cap_from_cores(t);
+        struct placement *live[60] = { 0 };
+        unsigned seed = 32, pairs = 0, sib = 0, placed = 0;
+        bool smt = false;
+        for (size_t k = 0; k < t->n_cores; k++)
+                smt |= cpuset_count(t->cores[k].cpus) > 1;
+        for (size_t i = 0; i < 60; i++) {
+                if (i >= 4 && live[i - 4]) {
+                        cap_uncharge(t, c, live[i - 4]);
+                        placement_free(live[i - 4]);
+                        live[i - 4] = NULL;
+                }
+                unsigned v = sizes[rnd(&seed, 4)];
+                struct placement_request req = { .vcpus = v, .memory_bytes = (uint64_t)v * 4 * GIB };
+                bool quarter_ok = quarter_split_possible(t, c, &req, smt);
+                char why[512];
+                int r = placement_place(t, c, &req, &live[i], why, sizeof why);
+                if (r == -ENOSPC)
+                        continue;
+                assert_int_equal(r, 0);
+                check_big(name, t, live[i], smt, quarter_ok, &pairs, &sib);
+                assert_int_equal(placement_charge(c, live[i]), 0);
+                placed++;
+        }
+        print_message("%s: big VMs: %u placed, %u of %u pairs on sibling threads\n", name, placed, sib, pairs);
+        if (smt && pairs > 0 && 100 * sib < 95 * pairs)
+                fail_msg("%s: only %u of %u guest vCPU pairs on sibling threads", name, sib, pairs);
+        for (size_t i = 0; i < 60; i++)
+                placement_free(live[i]);
+        cap_free(c);
+}
+
 static int load_reference(const char *dir, const char *tmp, json_t *e, struct topology **ret_t) {
         const char *file = json_string_value(json_object_get(e, "file"));
         const char *sub = json_string_value(json_object_get(json_object_get(e, "load"), "fsroot_subdir"));
@@ -1001,6 +1159,7 @@ static void test_reference_topologies(void **state) {
                 struct topology *t = NULL;
                 assert_int_equal(load_reference(dir, tmp, e, &t), 0);
                 run_real_stream(json_string_value(json_object_get(e, "name")), t, 7 + (unsigned)i);
+                run_big_stream(json_string_value(json_object_get(e, "name")), t);
                 topology_free(t);
         }
         assert_int_equal(test_rmtree(tmp), 0);
