@@ -119,6 +119,7 @@ static void get_ui(struct agent *a, const struct http_request *req, struct http_
         (void)a;
         (void)req;
         http_response_set(resp, 200, UI_CONTENT_TYPE, ui_page());
+        resp->headers = ui_headers;
 }
 
 static const struct route routes[] = {
