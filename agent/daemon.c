@@ -167,6 +167,7 @@ static void handle_tick(struct loop *l) {
                 sd_notify(0, "WATCHDOG=1");
         if (agent_expire(l->agent) < 0)
                 log_error("cannot save the reservations after expiring some");
+        agent_retry_ledger(l->agent);
         if (every(l, l->agent->cfg.rescan_interval_s)) {
                 watch_dirs(l);
                 mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
