@@ -30,7 +30,6 @@ struct http_server {
         uint16_t port;
         unsigned max_connections;
         struct conn_ctx *conns; /* every open connection, for the request deadline */
-        uint64_t deadline_closes;
 };
 
 /* Per-request state, from the request line (the URI log callback) until the answer is sent. */
@@ -443,10 +442,8 @@ static int64_t deadline_left(const struct http_server *s, const struct conn_ctx 
 static void enforce_deadlines(struct http_server *s) {
         int64_t now = monotime_us();
         for (struct conn_ctx *c = s->conns; c; c = c->next)
-                if (deadline_left(s, c, now) <= 0) {
+                if (deadline_left(s, c, now) <= 0)
                         cut(c);
-                        s->deadline_closes++;
-                }
 }
 
 int http_server_run(struct http_server *s) {
@@ -471,10 +468,6 @@ int http_server_timeout_ms(const struct http_server *s) {
 
 unsigned http_server_max_connections(const struct http_server *s) {
         return s->max_connections;
-}
-
-uint64_t http_server_deadline_closes(const struct http_server *s) {
-        return s->deadline_closes;
 }
 
 uint16_t http_server_port(const struct http_server *s) {

@@ -80,5 +80,3 @@ int http_server_timeout_ms(const struct http_server *s);
 uint16_t http_server_port(const struct http_server *s);
 /* The connection cap in force (max_connections, lowered to fit the open-file limit). */
 unsigned http_server_max_connections(const struct http_server *s);
-/* Connections closed so far for missing their request deadline. */
-uint64_t http_server_deadline_closes(const struct http_server *s);
