@@ -205,6 +205,34 @@ class FloodTest(AgentCase):
         self.assertFalse([l for l in self.agent.lines if "Too many open files" in l], "".join(self.agent.lines))
 
 
+    def test_the_total_cap_keeps_file_descriptors_for_the_agent(self):
+        """Many addresses fill the total cap: the agent still reads its files (no EMFILE) and recovers."""
+        self.start()
+        socks = []
+        try:
+            for i in range(1100):  # 220 from each of 5 addresses: under the per-address cap, over the fds
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", self.agent.port), timeout=2,
+                                                          source_address=("127.0.0.%d" % (10 + i % 5), 0)))
+                except OSError:
+                    pass
+            time.sleep(0.5)
+            with open(os.path.join(self.conf_dir, "151.conf"), "w") as f:
+                f.write("name: capped\ncores: 1\nmemory: 1024\n")
+            time.sleep(1.5)  # the inotify re-read happens now, with the connection slots full
+        finally:
+            for s in socks:
+                s.close()
+        deadline = time.time() + 10
+        status, text = 0, ""
+        while time.time() < deadline and '"vmid": 151' not in text:
+            status, text = agentlib.curl(self.url + "/v1/vms", self.ca, self.token)
+            time.sleep(0.2)
+        self.assertIn('"vmid": 151', text)
+        self.agent.stop()
+        self.assertFalse([l for l in self.agent.lines if "Too many open files" in l], "".join(self.agent.lines))
+
+
 class StateFileTest(AgentCase):
     def corrupt(self, path):
         with open(path, "r+b") as f:
