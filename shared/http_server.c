@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -341,9 +340,9 @@ static unsigned connection_cap(unsigned wanted) {
                 if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
                         getrlimit(RLIMIT_NOFILE, &rl);
         }
-        if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)wanted + HTTP_SERVER_FD_RESERVE * 2)
+        if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)wanted + HTTP_SERVER_FD_RESERVE)
                 return wanted;
-        return rl.rlim_cur > HTTP_SERVER_FD_RESERVE * 2 ? (unsigned)(rl.rlim_cur - HTTP_SERVER_FD_RESERVE * 2) : 8;
+        return rl.rlim_cur > HTTP_SERVER_FD_RESERVE ? (unsigned)(rl.rlim_cur - HTTP_SERVER_FD_RESERVE) : 8;
 }
 
 static struct MHD_Daemon *start_daemon(struct http_server *s, const struct sockaddr_storage *addr, int addrlen) {

@@ -62,7 +62,7 @@ struct http_server_options {
 #define HTTP_SERVER_MAX_PER_IP 256
 #define HTTP_SERVER_DEADLINE_S 10
 #define HTTP_SERVER_IDLE_S 10
-#define HTTP_SERVER_FD_RESERVE 64
+#define HTTP_SERVER_FD_RESERVE 128
 
 struct http_server;
 
