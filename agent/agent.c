@@ -82,16 +82,36 @@ static int recompute_capacity(struct agent *a) {
         return 0;
 }
 
+bool agent_ledger_ready(const struct agent *a) {
+        return a->ledger_problem[0] == '\0';
+}
+
 int agent_ledger_changed(struct agent *a) {
+        if (!agent_ledger_ready(a))
+                return -EAGAIN; /* never write over a state file that could not be read */
         int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
         if (r < 0) {
                 log_error_errno(r, "cannot save reservations in %s", a->cfg.state_dir);
                 return r;
         }
+        a->ledger_unsaved = false;
         return recompute_capacity(a);
 }
 
+int agent_ledger_undone(struct agent *a) {
+        int r = agent_ledger_changed(a);
+        if (r < 0 && r != -EAGAIN) {
+                a->ledger_unsaved = true;
+                log_error("the reservations in memory may differ from %s/%s; saving again every tick",
+                          a->cfg.state_dir, LEDGER_STATE_FILE);
+                recompute_capacity(a);
+        }
+        return r;
+}
+
 int agent_expire(struct agent *a) {
+        if (!agent_ledger_ready(a))
+                return 0;
         unsigned released = ledger_expire(a->ledger, a->inventory, agent_now());
         if (released == 0)
                 return 0;
@@ -116,18 +136,38 @@ int agent_refresh(struct agent *a) {
         return r < 0 ? r : (changed || released > 0);
 }
 
+/* Load the ledger; when it cannot be (no intact generation, a read error), keep an empty ledger, take no
+ * reservations and say why in ledger_problem. Only -ENOMEM fails. */
 static int load_ledger(struct agent *a) {
         char problem[512] = "";
-        struct ledger *l;
+        struct ledger *l = NULL;
         int r = a->persist ? ledger_load(a->cfg.state_dir, a->topology, agent_now(), &l, problem, sizeof problem)
                            : (l = ledger_new()) ? 0 : -ENOMEM;
-        if (r < 0)
-                return r;
+        if (r == -ENOMEM || (r < 0 && !a->ledger && !(a->ledger = ledger_new())))
+                return -ENOMEM;
+        if (r < 0) {
+                if (strcmp(problem, a->ledger_problem) != 0)
+                        log_error("reservations unavailable, taking none until this is resolved: %s", problem);
+                snprintf(a->ledger_problem, sizeof a->ledger_problem, "%s", problem);
+                return 0;
+        }
         if (r > 0)
-                log_error("reservation state was corrupt and was set aside: %s", problem);
+                log_error("reservation state was damaged: %s", problem);
+        if (!agent_ledger_ready(a))
+                log_info("reservation state loaded: %zu reservations", l->n);
+        a->ledger_problem[0] = '\0';
         ledger_free(a->ledger);
         a->ledger = l;
         return 0;
+}
+
+void agent_retry_ledger(struct agent *a) {
+        if (!agent_ledger_ready(a)) {
+                load_ledger(a);
+                if (agent_ledger_ready(a))
+                        recompute_capacity(a);
+        } else if (a->ledger_unsaved && agent_ledger_changed(a) == 0)
+                log_info("reservations saved again in %s", a->cfg.state_dir);
 }
 
 int agent_load_all(struct agent *a, char *err, size_t errlen) {

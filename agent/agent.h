@@ -25,6 +25,10 @@ struct agent {
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
+        /* Why the reservation state could not be loaded ("" when it was): the agent then takes no reservations and
+         * is not ready, and retries agent_retry_ledger() until it can. */
+        char ledger_problem[512];
+        bool ledger_unsaved;       /* memory differs from the state file after a failed save: retry the save */
         char *token;          /* API bearer token; NULL for one-shot commands */
         /* Cached response bodies, rebuilt when the state they show changes. */
         char *topology_json, *capacity_json, *vms_json;
@@ -36,12 +40,22 @@ int agent_load_topology(struct agent *a, char *err, size_t errlen);
 int agent_load_settings(struct agent *a, char *err, size_t errlen);
 /* Re-read the VM inventory and recompute capacity. Returns 1 when anything changed, 0 when not, or -errno. */
 int agent_refresh(struct agent *a);
-/* All three, in order, plus the reservation ledger from the state dir (a corrupt state file is moved
- * aside and logged). */
+/* All three, in order, plus the reservation ledger from the state dir (a corrupt state file is moved aside and
+ * the previous generation loaded; an unreadable one leaves the agent without reservations and not ready, see
+ * ledger_problem). */
 int agent_load_all(struct agent *a, char *err, size_t errlen);
 /* Recompute capacity after a ledger change, and save the ledger when persist is set. 0 or -errno
- * (the ledger change is then not durable and the caller must undo it). */
+ * (the ledger change is then not durable and the caller must undo it, then call agent_ledger_undone). -EAGAIN
+ * while the reservation state is unavailable (nothing is saved). */
 int agent_ledger_changed(struct agent *a);
+/* After undoing a change whose save failed: save again and recompute capacity. When this save fails too, the
+ * file may hold the undone change (a save can fail after its rename): ledger_unsaved is set and the tick retries
+ * (agent_retry_ledger). 0 or -errno. */
+int agent_ledger_undone(struct agent *a);
+/* Is the reservation state loaded (the agent may take reservations)? */
+bool agent_ledger_ready(const struct agent *a);
+/* The tick's retries: load the reservation state again while it is unavailable, save it while unsaved. */
+void agent_retry_ledger(struct agent *a);
 /* Release reservations whose TTL passed; save when any was. Returns how many, or -errno. */
 int agent_expire(struct agent *a);
 /* Unix time now (seconds). */

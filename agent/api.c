@@ -57,6 +57,18 @@ static void get_healthz(struct agent *a, const struct http_request *req, struct 
         json_decref(body);
 }
 
+/* Readiness: the agent can take reservations (its reservation state is loaded). */
+static void get_readyz(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)req;
+        if (!agent_ledger_ready(a)) {
+                json_t *body = json_pack("{s:s, s:s}", "status", "unavailable", "reservations", a->ledger_problem);
+                http_response_take(resp, 503, "application/json", jsonutil_dump(body));
+                json_decref(body);
+                return;
+        }
+        http_response_set(resp, 200, "application/json", "{\"status\": \"ready\"}");
+}
+
 static int vm_from_request(struct agent *a, const struct http_request *req, struct http_response *resp) {
         const char *tail = req->path + strlen("/v1/vms/");
         char segment[32];
@@ -119,10 +131,12 @@ static void get_ui(struct agent *a, const struct http_request *req, struct http_
         (void)a;
         (void)req;
         http_response_set(resp, 200, UI_CONTENT_TYPE, ui_page());
+        resp->headers = ui_headers;
 }
 
 static const struct route routes[] = {
         { "GET", "/healthz", get_healthz },
+        { "GET", "/readyz", get_readyz },
         { "GET", "/metrics", get_metrics },
         { "GET", "/ui", get_ui },
         { "GET", "/v1/topology", get_topology },
@@ -155,6 +169,11 @@ static bool path_matches(const char *pattern, const char *path) {
         return *pattern == '\0' && *path == '\0';
 }
 
+/* The routes that read or change reservations (the ledger), refused while it could not be loaded. */
+static bool needs_ledger(const char *path) {
+        return strncmp(path, "/v1/reservations", 16) == 0 || strcmp(path, "/v1/offers") == 0;
+}
+
 static bool needs_auth(const char *path) {
         return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0;
 }
@@ -176,6 +195,10 @@ static const char *dispatch(struct agent *a, const struct http_request *req, str
                 resp->extra_header_name = "WWW-Authenticate";
                 resp->extra_header_value = "Bearer realm=\"pvescale-agent\"";
                 return "unauthorized";
+        }
+        if (needs_ledger(req->path) && !agent_ledger_ready(a)) {
+                api__error(resp, 503, "reservations unavailable", a->ledger_problem);
+                return "unavailable";
         }
         const char *known = NULL;
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {

@@ -18,7 +18,8 @@ void api__error(struct http_response *resp, unsigned status, const char *error, 
 /* Set a 200/201 JSON body from doc (stolen). */
 void api__reply(struct http_response *resp, unsigned status, json_t *doc);
 
-/* Parse the request body as a JSON object; on failure reply 400 and return -EINVAL. *ret is a new ref. */
+/* Parse the request body as a JSON object; without Content-Type: application/json reply 415, on other failures
+ * 400, and return -EINVAL. *ret is a new ref. */
 int api__parse_body(const struct http_request *req, struct http_response *resp, json_t **ret);
 
 /* ---- api_reservations.c: the mutating routes: offers, reservations (create, list, bind, release) ---- */

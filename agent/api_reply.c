@@ -3,7 +3,10 @@
 #include "api_internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
+#include <strings.h>
 
 #include "jsonutil.h"
 
@@ -23,9 +26,26 @@ void api__reply(struct http_response *resp, unsigned status, json_t *doc) {
         http_response_take(resp, status, "application/json", text);
 }
 
+/* Is the Content-Type application/json (any case, parameters such as charset allowed)? */
+static bool is_json_type(const char *type) {
+        static const char json[] = "application/json";
+        if (!type)
+                return false;
+        type += strspn(type, " \t");
+        if (strncasecmp(type, json, sizeof json - 1) != 0)
+                return false;
+        type += sizeof json - 1;
+        type += strspn(type, " \t");
+        return *type == '\0' || *type == ';';
+}
+
 int api__parse_body(const struct http_request *req, struct http_response *resp, json_t **ret) {
         char err[256], detail[300];
         json_t *v;
+        if (!is_json_type(http_request_header(req, "Content-Type"))) {
+                api__error(resp, 415, "unsupported media type", "Content-Type: expected application/json");
+                return -EINVAL;
+        }
         if (jsonutil_parse(req->body, req->body_len, &v, err, sizeof err) < 0) {
                 snprintf(detail, sizeof detail, "body: invalid JSON (%s)", err);
                 api__error(resp, 400, "invalid request", detail);

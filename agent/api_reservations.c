@@ -155,7 +155,7 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
         json_t *doc = reservation_to_json(res);
         if (agent_ledger_changed(a) < 0) {
                 ledger_release(a->ledger, id);
-                agent_ledger_changed(a);
+                agent_ledger_undone(a);
                 json_decref(doc);
                 api__error(resp, 500, "internal error", "the reservation could not be saved; nothing was reserved");
                 return;
@@ -205,7 +205,9 @@ void api__delete_reservation(struct agent *a, const struct http_request *req, st
                 return;
         }
         if (agent_ledger_changed(a) < 0) {
-                api__error(resp, 500, "internal error", "released in memory but the state file could not be saved");
+                agent_ledger_undone(a); /* the release stands: save again now and, failing that, every tick */
+                api__error(resp, 500, "internal error",
+                           "released, but the state file could not be saved; the agent keeps trying to save it");
                 return;
         }
         char field[64];
@@ -245,7 +247,7 @@ static void bind_reply(struct agent *a, const char *id, int vmid, struct http_re
         if (agent_ledger_changed(a) < 0) {
                 r->vmid = prev_vmid;
                 r->expires_at = prev_expiry;
-                agent_ledger_changed(a);
+                agent_ledger_undone(a);
                 api__error(resp, 500, "internal error", "the binding could not be saved; nothing changed");
                 return;
         }

@@ -167,6 +167,7 @@ static void handle_tick(struct loop *l) {
                 sd_notify(0, "WATCHDOG=1");
         if (agent_expire(l->agent) < 0)
                 log_error("cannot save the reservations after expiring some");
+        agent_retry_ledger(l->agent);
         if (every(l, l->agent->cfg.rescan_interval_s)) {
                 watch_dirs(l);
                 mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
@@ -224,7 +225,8 @@ static int start_http(struct loop *l) {
                 log_error("%s", err); /* the message says why, errno text included where it helps */
                 return r;
         }
-        log_info("listening on port %u (%s)", http_server_port(l->http), c->insecure_http ? "plain HTTP" : "HTTPS");
+        log_info("listening on port %u (%s; at most %u connections, %u from one address)", http_server_port(l->http),
+                 c->insecure_http ? "plain HTTP" : "HTTPS", http_server_max_connections(l->http), HTTP_SERVER_MAX_PER_IP);
         return 0;
 }
 

@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <dirent.h>
+#include <unistd.h>
 
 #include "fileio.h"
 #include "jsonutil.h"
+#include "log.h"
 
 #define STATE_VERSION 1
 #define STATE_MAX_BYTES (64u << 20)
@@ -313,23 +316,60 @@ static json_t *state_entry(const struct reservation *r) {
                               (int)r->request.vcpus, "memory_bytes", (json_int_t)r->request.memory_bytes,
                               "hugepage_kib", (json_int_t)r->request.hugepage_kib, "created_at",
                               (json_int_t)r->created_at, "expires_at", (json_int_t)r->expires_at, "vmid", r->vmid);
-        if (o)
-                json_object_set_new(o, "placement", r->placement ? placement_to_json(r->placement) : json_null());
+        json_t *p = r->placement ? placement_to_json(r->placement) : json_null();
+        if (!o || !p || json_object_set_new(o, "placement", p) < 0) {
+                json_decref(o); /* set_new has consumed p, or p is NULL */
+                if (!o)
+                        json_decref(p);
+                return NULL;
+        }
         return o;
 }
 
-int ledger_save(const struct ledger *l, const char *dir) {
+/* Keep path's intact current generation as path.prev: a hard link made beside it, renamed over the old one. A
+ * damaged current file is not kept (the older .prev is worth more); one that cannot be read fails the save. */
+static int keep_previous(const char *path) {
+        char prev[PATH_MAX + 16], tmp[PATH_MAX + 16], *text = NULL;
+        size_t len;
+        int r = fileio_read_sealed(path, STATE_MAX_BYTES, &text, &len);
+        free(text);
+        if (r == -ENOENT || r == -EBADMSG)
+                return 0;
+        if (r < 0)
+                return r;
+        snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+        snprintf(tmp, sizeof tmp, "%s%s.tmp", path, LEDGER_PREV_SUFFIX);
+        unlink(tmp);
+        if (link(path, tmp) < 0)
+                return -errno;
+        if (rename(tmp, prev) < 0) {
+                r = -errno;
+                unlink(tmp);
+        }
+        return r;
+}
+
+static char *state_text(const struct ledger *l) {
         json_t *items = json_array();
-        for (size_t i = 0; i < l->n; i++)
-                json_array_append_new(items, state_entry(l->items[i]));
-        json_t *doc = json_pack("{s:i, s:o}", "version", STATE_VERSION, "reservations", items);
+        bool complete = items != NULL;
+        for (size_t i = 0; complete && i < l->n; i++)
+                complete = json_array_append_new(items, state_entry(l->items[i])) == 0;
+        json_t *doc = complete ? json_pack("{s:i, s:O}", "version", STATE_VERSION, "reservations", items) : NULL;
         char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
         json_decref(doc);
+        json_decref(items);
+        return text;
+}
+
+int ledger_save(const struct ledger *l, const char *dir) {
+        char *text = state_text(l);
         if (!text)
-                return -ENOMEM;
+                return -ENOMEM; /* an entry could not be built: write nothing rather than a file without it */
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
-        int r = fileio_write_sealed(path, text, strlen(text), 0600);
+        int r = keep_previous(path);
+        if (r == 0)
+                r = fileio_write_sealed(path, text, strlen(text), 0600);
         free(text);
         return r;
 }
@@ -409,43 +449,90 @@ static int parse_state(const struct topology *t, const char *text, size_t len, s
         return err;
 }
 
-static int move_aside(const char *path, int64_t now, char *problem, size_t len, const char *why) {
-        char aside[PATH_MAX + 48];
-        snprintf(aside, sizeof aside, "%s.corrupt-%lld", path, (long long)now);
-        int r = rename(path, aside) < 0 ? -errno : 0;
-        snprintf(problem, len, "%s: %s; moved to %s", path, why, r == 0 ? aside : "(rename failed)");
-        return r;
+static int move_aside(const char *path, int64_t now, char *aside, size_t len) {
+        snprintf(aside, len, "%s.corrupt-%lld", path, (long long)now);
+        return rename(path, aside) < 0 ? -errno : 0;
+}
+
+/* Read and parse one generation into a new ledger: 0, -ENOENT, -EBADMSG (damaged or invalid, why says how),
+ * -ENOMEM or another -errno from reading. */
+static int load_file(const char *path, const struct topology *t, struct ledger **ret, char *why, size_t whylen) {
+        char *text = NULL;
+        size_t len = 0;
+        int err = fileio_read_sealed(path, STATE_MAX_BYTES, &text, &len);
+        if (err == -EBADMSG)
+                snprintf(why, whylen, "checksum mismatch or truncated file");
+        else if (err < 0)
+                snprintf(why, whylen, "%s", strerror(-err));
+        struct ledger *l = err == 0 ? ledger_new() : NULL;
+        if (err == 0 && !l)
+                err = -ENOMEM;
+        if (err == 0 && (err = parse_state(t, text, len, l, why, whylen)) == -EINVAL)
+                err = -EBADMSG;
+        free(text);
+        if (err < 0) {
+                ledger_free(l);
+                return err;
+        }
+        *ret = l;
+        return 0;
+}
+
+/* Remove what saves interrupted by a crash left: "<file>.tmp.XXXXXX" (fileio) and "<file>.prev.tmp". */
+static void remove_temporaries(const char *dir) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        char prefix[64], path[PATH_MAX];
+        snprintf(prefix, sizeof prefix, "%s.", LEDGER_STATE_FILE);
+        while (d && (e = readdir(d))) {
+                const char *rest = strncmp(e->d_name, prefix, strlen(prefix)) == 0 ? e->d_name + strlen(prefix) : NULL;
+                if (!rest || (strncmp(rest, "tmp.", 4) != 0 && strcmp(rest, "prev.tmp") != 0))
+                        continue;
+                snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+                if (unlink(path) == 0)
+                        log_info("removed %s, left by an interrupted save", path);
+        }
+        if (d)
+                closedir(d);
+}
+
+/* The current file is damaged: load the previous generation instead, and set the damaged file aside. */
+static int fall_back(const char *path, const struct topology *t, int64_t now, const char *why, struct ledger **ret,
+                     char *problem, size_t problemlen) {
+        char prev[PATH_MAX + 16], why_prev[256] = "", aside[PATH_MAX + 48];
+        snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+        int r = load_file(prev, t, ret, why_prev, sizeof why_prev);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                snprintf(problem, problemlen, "%s: %s, and no intact previous generation (%s: %s)", path, why, prev,
+                         r == -ENOENT ? "absent" : why_prev);
+                return -EBADMSG;
+        }
+        r = move_aside(path, now, aside, sizeof aside);
+        snprintf(problem, problemlen, "%s: %s; moved to %s; loaded the previous generation %s", path, why,
+                 r == 0 ? aside : "(rename failed)", prev);
+        return 1;
 }
 
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
                 size_t problemlen) {
-        char path[PATH_MAX];
+        char path[PATH_MAX], why[256] = "";
         snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
-        struct ledger *l = ledger_new();
-        if (!l)
-                return -ENOMEM;
-        char *text = NULL, why[256] = "";
-        size_t len = 0;
-        int err = fileio_read_sealed(path, STATE_MAX_BYTES, &text, &len);
+        remove_temporaries(dir);
+        int err = load_file(path, t, ret, why, sizeof why);
+        if (err == 0 || err == -ENOMEM)
+                return err;
         if (err == -ENOENT) {
-                *ret = l;
-                return 0;
+                char prev[PATH_MAX + 16];
+                snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+                if (access(prev, F_OK) < 0 && errno == ENOENT)
+                        return (*ret = ledger_new()) ? 0 : -ENOMEM; /* no state at all: the first start */
+                snprintf(why, sizeof why, "missing");
+                return fall_back(path, t, now, why, ret, problem, problemlen);
         }
         if (err == -EBADMSG)
-                snprintf(why, sizeof why, "checksum mismatch or truncated file");
-        else if (err < 0)
-                snprintf(why, sizeof why, "%s", strerror(-err));
-        else
-                err = parse_state(t, text, len, l, why, sizeof why);
-        free(text);
-        if (err == 0) {
-                *ret = l;
-                return 0;
-        }
-        ledger_free(l);
-        if (err == -ENOMEM || !(l = ledger_new()))
-                return -ENOMEM;
-        move_aside(path, now, problem, problemlen, why);
-        *ret = l;
-        return 1;
+                return fall_back(path, t, now, why, ret, problem, problemlen);
+        snprintf(problem, problemlen, "cannot read %s: %s", path, why);
+        return err;
 }

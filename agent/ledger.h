@@ -78,10 +78,20 @@ int ledger_effective_capacity(const struct ledger *l, const struct topology *t, 
 json_t *reservation_to_json(const struct reservation *r);
 json_t *ledger_to_json(const struct ledger *l);
 
-/* Persistence under dir/LEDGER_STATE_FILE, a sealed (checksummed) JSON file written atomically.
- * ledger_load: a missing file is an empty ledger. A corrupt or invalid file is renamed to
- * "<file>.corrupt-<unix time>" and an empty ledger is returned with 1 and the reason in problem.
- * 0 = loaded cleanly. */
+/* Persistence under dir/LEDGER_STATE_FILE, a sealed (checksummed) JSON file written atomically, and the
+ * generation before it, LEDGER_STATE_FILE LEDGER_PREV_SUFFIX.
+ * ledger_save: keep the file being replaced as the previous generation when it reads back intact (a damaged one
+ * never replaces a good previous generation), then write the new one. -ENOMEM when an entry cannot be built
+ * (nothing is written: a file never leaves a reservation out), or -errno.
+ * ledger_load: first removes the temporary files of saves a crash interrupted. Then:
+ *   0: loaded (no file at all: an empty ledger);
+ *   1: the current file was damaged or invalid: it is renamed "<file>.corrupt-<unix time>" and the previous
+ *      generation is loaded; problem says so;
+ *   -EBADMSG: no intact generation (the current one damaged and the previous one damaged or absent): nothing is
+ *      loaded and nothing is moved; problem says why;
+ *   -errno (EACCES, EIO, EMFILE, ...): a file could not be read; nothing is loaded; problem names it;
+ *   -ENOMEM. */
+#define LEDGER_PREV_SUFFIX ".prev"
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
                 size_t problemlen);
 int ledger_save(const struct ledger *l, const char *dir);

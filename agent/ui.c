@@ -452,6 +452,9 @@ static long media_type_at(const char *accept, const char *type) {
         return -1;
 }
 
+const char *const ui_headers[] = { "Content-Security-Policy", UI_CSP, "X-Frame-Options", "DENY",
+                                   "Referrer-Policy", "no-referrer", NULL };
+
 bool ui_wants_html(const char *accept) {
         if (!accept || !*accept)
                 return false;

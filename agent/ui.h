@@ -5,6 +5,13 @@
 #include <stdbool.h>
 
 #define UI_CONTENT_TYPE "text/html; charset=utf-8"
+/* The page's policy, sent as a header (the page's <meta> copy cannot say frame-ancestors): inline script and style
+ * only, no other origin, API calls to this origin, never inside a frame. */
+#define UI_CSP "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; " \
+               "img-src data:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+
+/* The headers to serve the page with (name, value pairs, NULL-terminated): the policy, no framing, no sniffing. */
+extern const char *const ui_headers[];
 
 /* The page: inline CSS and JS, no external assets, no data and no secret. It asks for the API token once
  * (kept in the tab's sessionStorage, sent only as "Authorization: Bearer", never in a URL) and fetches

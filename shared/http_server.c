@@ -1,4 +1,5 @@
-/* http_server: an HTTPS (or, on request, plain HTTP) server on libmicrohttpd, driven by the caller's loop. */
+/* http_server: an HTTPS (or, on request, plain HTTP) server on libmicrohttpd, driven by the caller's loop, with
+ * connection caps (total, per client address), a deadline for each request and an idle limit. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "http_server.h"
 
@@ -10,24 +11,44 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 #include "fileio.h"
+#include "log.h"
+#include "monotime.h"
 
 #define DEFAULT_MAX_BODY (1u << 20)
-#define CONNECTION_TIMEOUT_S 60
+
+struct conn_ctx;
 
 struct http_server {
         struct MHD_Daemon *daemon;
         struct http_server_options opts;
         char *cert_pem, *key_pem;
         uint16_t port;
+        unsigned max_connections;
+        struct conn_ctx *conns; /* every open connection, for the request deadline */
 };
 
-/* Per-request state while the body arrives. */
+/* Per-request state, from the request line (the URI log callback) until the answer is sent. */
 struct request_ctx {
         char *body;
         size_t len;
+        bool started;   /* the access handler saw the headers */
         bool too_large;
+        bool nul_in_uri; /* the raw URI has a %00, which MHD's unescaping would turn into a truncated path */
+};
+
+/* Per-connection state, from accept to close. */
+struct conn_ctx {
+        struct conn_ctx *prev, *next;
+        struct MHD_Connection *conn;
+        struct request_ctx *req; /* the current request, if its line has arrived */
+        int fd;
+        int64_t since_us; /* accepted, or the previous answer completed */
+        bool dispatched;  /* the current request is complete: the deadline no longer applies */
+        bool cut;         /* shut down by us */
 };
 
 const char *http_request_header(const struct http_request *req, const char *name) {
@@ -75,6 +96,17 @@ static int append_body(struct request_ctx *ctx, const char *data, size_t size, s
         return 0;
 }
 
+static void add_headers(struct MHD_Response *r, const struct http_response *resp) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                resp->content_type ? resp->content_type : "application/json");
+        MHD_add_response_header(r, "Cache-Control", "no-store");
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+        if (resp->extra_header_name)
+                MHD_add_response_header(r, resp->extra_header_name, resp->extra_header_value);
+        for (const char *const *h = resp->headers; h && h[0] && h[1]; h += 2)
+                MHD_add_response_header(r, h[0], h[1]);
+}
+
 static enum MHD_Result queue(struct MHD_Connection *conn, struct http_response *resp) {
         struct MHD_Response *r = MHD_create_response_from_buffer(resp->body_len, resp->body ? resp->body : (char *)"",
                                                                  resp->body ? MHD_RESPMEM_MUST_FREE
@@ -84,23 +116,31 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct http_response *
                 return MHD_NO;
         }
         resp->body = NULL;
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                resp->content_type ? resp->content_type : "application/json");
-        MHD_add_response_header(r, "Cache-Control", "no-store");
-        if (resp->extra_header_name)
-                MHD_add_response_header(r, resp->extra_header_name, resp->extra_header_value);
+        add_headers(r, resp);
         enum MHD_Result ret = MHD_queue_response(conn, resp->status, r);
         MHD_destroy_response(r);
         return ret;
 }
 
+static enum MHD_Result queue_error(struct MHD_Connection *conn, unsigned status, const char *json) {
+        struct http_response resp = { .status = status };
+        http_response_set(&resp, status, NULL, json);
+        return queue(conn, &resp);
+}
+
+static struct conn_ctx *conn_of(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        return info ? info->socket_context : NULL;
+}
+
 static enum MHD_Result dispatch(struct http_server *s, struct MHD_Connection *conn, const char *method,
                                 const char *url, struct request_ctx *ctx) {
         struct http_response resp = { .status = 500 };
-        if (ctx->too_large) {
-                http_response_set(&resp, 413, NULL, "{\"error\":\"request body too large\",\"detail\":\"\"}");
-                return queue(conn, &resp);
-        }
+        struct conn_ctx *c = conn_of(conn);
+        if (c)
+                c->dispatched = true;
+        if (ctx->too_large)
+                return queue_error(conn, 413, "{\"error\":\"request body too large\",\"detail\":\"\"}");
         struct http_request req = {
                 .method = method,
                 .path = url,
@@ -112,19 +152,36 @@ static enum MHD_Result dispatch(struct http_server *s, struct MHD_Connection *co
         return queue(conn, &resp);
 }
 
+/* Content-Length as MHD accepted it (digits only, fits 64 bits); UINT64_MAX when absent. */
+static uint64_t content_length(struct MHD_Connection *conn) {
+        const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        return v ? strtoull(v, NULL, 10) : UINT64_MAX;
+}
+
+/* The first call, with the headers: refuse what can be refused before any body is read. MHD then discards the
+ * body and closes the connection after the answer. */
+static enum MHD_Result first_call(struct http_server *s, struct MHD_Connection *conn, struct request_ctx *ctx) {
+        ctx->started = true;
+        if (ctx->nul_in_uri)
+                return queue_error(conn, 400, "{\"error\":\"invalid request\",\"detail\":\"path: "
+                                              "an encoded NUL byte (%00) is not allowed\"}");
+        uint64_t len = content_length(conn);
+        if (len != UINT64_MAX && len > s->opts.max_body_bytes)
+                return queue_error(conn, 413, "{\"error\":\"request body too large\",\"detail\":"
+                                              "\"Content-Length is over the limit\"}");
+        return MHD_YES;
+}
+
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                  void **con_cls) {
         (void)version;
         struct http_server *s = cls;
         struct request_ctx *ctx = *con_cls;
-        if (!ctx) {
-                ctx = calloc(1, sizeof *ctx);
-                if (!ctx)
-                        return MHD_NO;
-                *con_cls = ctx;
-                return MHD_YES;
-        }
+        if (!ctx)
+                return MHD_NO; /* out of memory when the request line arrived */
+        if (!ctx->started)
+                return first_call(s, conn, ctx);
         if (*upload_data_size > 0) {
                 if (append_body(ctx, upload_data, *upload_data_size, s->opts.max_body_bytes) < 0)
                         return MHD_NO;
@@ -134,16 +191,109 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
         return dispatch(s, conn, method, url, ctx);
 }
 
-static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-        (void)cls;
-        (void)conn;
-        (void)toe;
-        struct request_ctx *ctx = *con_cls;
+static void request_free(struct request_ctx *ctx) {
         if (!ctx)
                 return;
         free(ctx->body);
         free(ctx);
+}
+
+/* The request line has arrived: the request's state starts here, so that the raw URI can be checked. */
+static void *uri_cb(void *cls, const char *uri, struct MHD_Connection *conn) {
+        (void)cls;
+        struct request_ctx *ctx = calloc(1, sizeof *ctx);
+        struct conn_ctx *c = conn_of(conn);
+        if (!ctx)
+                return NULL;
+        for (const char *p = uri; (p = strchr(p, '%')); p++)
+                if (strncmp(p + 1, "00", 2) == 0)
+                        ctx->nul_in_uri = true;
+        if (c) {
+                request_free(c->req); /* a previous request MHD refused itself (it never completes) */
+                c->req = ctx;
+        }
+        return ctx;
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        (void)cls;
+        (void)toe;
+        struct request_ctx *ctx = *con_cls;
+        struct conn_ctx *c = conn_of(conn);
+        if (c) {
+                c->since_us = monotime_us(); /* the next request's deadline counts from here */
+                c->dispatched = false;
+                if (c->req == ctx)
+                        c->req = NULL;
+        }
+        request_free(ctx);
         *con_cls = NULL;
+}
+
+static void conn_opened(struct http_server *s, struct MHD_Connection *conn, void **socket_context) {
+        struct conn_ctx *c = calloc(1, sizeof *c);
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!c)
+                return; /* no deadline for this one; the idle timeout and the caps still apply */
+        c->conn = conn;
+        c->fd = info ? info->connect_fd : -1;
+        c->since_us = monotime_us();
+        c->next = s->conns;
+        if (s->conns)
+                s->conns->prev = c;
+        s->conns = c;
+        *socket_context = c;
+}
+
+static void conn_closed(struct http_server *s, void **socket_context) {
+        struct conn_ctx *c = *socket_context;
+        if (!c)
+                return;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        request_free(c->req);
+        free(c);
+        *socket_context = NULL;
+}
+
+static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+        if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+                conn_opened(cls, conn, socket_context);
+        else
+                conn_closed(cls, socket_context);
+}
+
+/* End a connection from our side: MHD sees the end of the stream on its next read or write and closes it. */
+static void cut(struct conn_ctx *c) {
+        if (c->fd >= 0 && !c->cut)
+                shutdown(c->fd, SHUT_RDWR);
+        c->cut = true;
+}
+
+static bool bad_content_length(struct MHD_Connection *conn) {
+        const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (!v)
+                return false;
+        size_t n = strspn(v, "0123456789");
+        return n == 0 || v[n] != '\0' || n > 19 || (n == 19 && strcmp(v, "18446744073709551615") > 0);
+}
+
+/* libmicrohttpd 0.9.75 answers a request whose Content-Length it cannot parse on its own, before any callback of
+ * ours, and writes that answer's status line and headers twice. It logs the problem just before: close such
+ * connections then, so that the client sees the connection end (no answer) instead of a garbled one. */
+static void mhd_log_cb(void *cls, const char *fmt, va_list ap) {
+        struct http_server *s = cls;
+        if (strstr(fmt, "Content-Length")) {
+                for (struct conn_ctx *c = s->conns; c; c = c->next)
+                        if (c->req && !c->req->started && bad_content_length(c->conn))
+                                cut(c);
+        }
+        log_fullv(LOG_LEVEL_DEBUG, __FILE__, __LINE__, __func__, NULL, fmt, ap);
 }
 
 static int load_tls(struct http_server *s, char *err, size_t errlen) {
@@ -179,8 +329,24 @@ static int bind_sockaddr(const struct http_server_options *o, struct sockaddr_st
         return -EINVAL;
 }
 
+/* The connection cap: the configured one, kept HTTP_SERVER_FD_RESERVE below the open-file limit (raised to its
+ * hard limit first). */
+static unsigned connection_cap(unsigned wanted) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return wanted;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                        getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)wanted + HTTP_SERVER_FD_RESERVE)
+                return wanted;
+        return rl.rlim_cur > HTTP_SERVER_FD_RESERVE ? (unsigned)(rl.rlim_cur - HTTP_SERVER_FD_RESERVE) : 8;
+}
+
 static struct MHD_Daemon *start_daemon(struct http_server *s, const struct sockaddr_storage *addr, int addrlen) {
-        unsigned flags = MHD_USE_EPOLL;
+        unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
         if (!s->opts.insecure_http)
                 flags |= MHD_USE_TLS;
         if (addrlen == 0)
@@ -193,11 +359,27 @@ static struct MHD_Daemon *start_daemon(struct http_server *s, const struct socka
                 { MHD_OPTION_END, 0, NULL },
         };
         return MHD_start_daemon(flags, s->opts.port, NULL, NULL, access_cb, s,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, s,
                                 MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                                MHD_OPTION_NOTIFY_CONNECTION, connection_cb, s,
+                                MHD_OPTION_URI_LOG_CALLBACK, uri_cb, s,
+                                MHD_OPTION_CONNECTION_TIMEOUT, s->opts.idle_timeout_s,
+                                MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->opts.max_connections_per_ip,
                                 MHD_OPTION_SOCK_ADDR, addrlen ? (const struct sockaddr *)addr : NULL,
                                 MHD_OPTION_ARRAY, s->opts.insecure_http ? &tls[3] : tls,
                                 MHD_OPTION_END);
+}
+
+static void set_limits(struct http_server_options *o) {
+        if (!o->max_connections)
+                o->max_connections = HTTP_SERVER_MAX_CONNECTIONS;
+        if (!o->max_connections_per_ip)
+                o->max_connections_per_ip = HTTP_SERVER_MAX_PER_IP;
+        if (!o->request_deadline_s)
+                o->request_deadline_s = HTTP_SERVER_DEADLINE_S;
+        if (!o->idle_timeout_s)
+                o->idle_timeout_s = HTTP_SERVER_IDLE_S;
 }
 
 int http_server_start(const struct http_server_options *opts, struct http_server **ret_server, char *err,
@@ -208,6 +390,8 @@ int http_server_start(const struct http_server_options *opts, struct http_server
         s->opts = *opts;
         if (!s->opts.max_body_bytes)
                 s->opts.max_body_bytes = DEFAULT_MAX_BODY;
+        set_limits(&s->opts);
+        s->max_connections = connection_cap(s->opts.max_connections);
         int r = s->opts.insecure_http ? 0 : load_tls(s, err, errlen);
         struct sockaddr_storage addr;
         int addrlen = r < 0 ? r : bind_sockaddr(opts, &addr);
@@ -245,15 +429,44 @@ int http_server_fd(const struct http_server *s) {
         return info ? info->epoll_fd : -1;
 }
 
+/* Microseconds until c's request deadline (negative: passed), or INT64_MAX when none applies. */
+static int64_t deadline_left(const struct http_server *s, const struct conn_ctx *c, int64_t now) {
+        if (c->dispatched || c->cut)
+                return INT64_MAX;
+        return c->since_us + (int64_t)s->opts.request_deadline_s * 1000000 - now;
+}
+
+/* Close the connections whose request is not complete by its deadline: a client trickling its headers or body,
+ * or stalling in the TLS handshake. */
+static void enforce_deadlines(struct http_server *s) {
+        int64_t now = monotime_us();
+        for (struct conn_ctx *c = s->conns; c; c = c->next)
+                if (deadline_left(s, c, now) <= 0)
+                        cut(c);
+}
+
 int http_server_run(struct http_server *s) {
-        return MHD_run(s->daemon) == MHD_YES ? 0 : -EIO;
+        enum MHD_Result r = MHD_run(s->daemon);
+        enforce_deadlines(s);
+        return r == MHD_YES ? 0 : -EIO;
 }
 
 int http_server_timeout_ms(const struct http_server *s) {
         MHD_UNSIGNED_LONG_LONG t;
-        if (MHD_get_timeout(s->daemon, &t) != MHD_YES)
-                return -1;
-        return t > 60000 ? 60000 : (int)t;
+        int64_t now = monotime_us(), next = INT64_MAX;
+        for (const struct conn_ctx *c = s->conns; c; c = c->next) {
+                int64_t left = deadline_left(s, c, now);
+                next = left < next ? left : next;
+        }
+        int ms = MHD_get_timeout(s->daemon, &t) != MHD_YES ? -1 : t > 60000 ? 60000 : (int)t;
+        if (next == INT64_MAX)
+                return ms;
+        int deadline = next <= 0 ? 0 : (int)((next + 999) / 1000);
+        return ms < 0 || deadline < ms ? deadline : ms;
+}
+
+unsigned http_server_max_connections(const struct http_server *s) {
+        return s->max_connections;
 }
 
 uint16_t http_server_port(const struct http_server *s) {

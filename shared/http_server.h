@@ -30,6 +30,7 @@ struct http_response {
         size_t body_len;
         const char *content_type; /* static string; default application/json */
         const char *extra_header_name, *extra_header_value; /* optional, static strings */
+        const char *const *headers; /* optional, static: name, value, name, value, ..., NULL */
 };
 
 /* Set status and a malloc'd copy of body. */
@@ -45,9 +46,23 @@ struct http_server_options {
         const char *cert_file, *key_file;
         bool insecure_http;       /* serve plain HTTP; cert and key are then ignored */
         size_t max_body_bytes;    /* larger request bodies get 413 */
+        /* Connection limits (0 = the default in parentheses). The total is also kept HTTP_SERVER_FD_RESERVE below
+         * the process's open-file limit, so that the caller's own file reads never run out of descriptors. */
+        unsigned max_connections;        /* open connections in all (HTTP_SERVER_MAX_CONNECTIONS) */
+        unsigned max_connections_per_ip; /* open connections from one client address (HTTP_SERVER_MAX_PER_IP) */
+        unsigned request_deadline_s;     /* a request's headers and body must have arrived this long after the
+                                          * connection opened or the previous answer (HTTP_SERVER_DEADLINE_S) */
+        unsigned idle_timeout_s;         /* a connection that sends or takes nothing this long is closed
+                                          * (HTTP_SERVER_IDLE_S) */
         http_handler_fn handler;
         void *userdata;
 };
+
+#define HTTP_SERVER_MAX_CONNECTIONS 1024
+#define HTTP_SERVER_MAX_PER_IP 256
+#define HTTP_SERVER_DEADLINE_S 10
+#define HTTP_SERVER_IDLE_S 10
+#define HTTP_SERVER_FD_RESERVE 128
 
 struct http_server;
 
@@ -63,3 +78,5 @@ int http_server_run(struct http_server *s);
 /* Milliseconds until the server needs http_server_run() again, or -1 for no deadline. */
 int http_server_timeout_ms(const struct http_server *s);
 uint16_t http_server_port(const struct http_server *s);
+/* The connection cap in force (max_connections, lowered to fit the open-file limit). */
+unsigned http_server_max_connections(const struct http_server *s);

@@ -72,8 +72,9 @@ def topology_names():
 class Agent:
     """A running pvescale-agent serve process; stop() or use as a context manager."""
 
-    def __init__(self, args, env=None):
-        self.proc = subprocess.Popen([AGENT, "serve", "--port", "0", "--bind-address", "127.0.0.1"] + args,
+    def __init__(self, args, env=None, wrapper=()):
+        """wrapper: a command to run the agent under, such as ("prlimit", "--nofile=1024")."""
+        self.proc = subprocess.Popen(list(wrapper) + [AGENT, "serve", "--port", "0", "--bind-address", "127.0.0.1"] + args,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=dict(os.environ, **(env or {})))
         self.port = None

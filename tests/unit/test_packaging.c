@@ -130,7 +130,7 @@ static void test_unit_matches_the_defaults(void **state) {
         snprintf(want, sizeof want, "\nReadWritePaths=%s\n", def.state_dir);
         assert_non_null(strstr(unit, want));
         static const char *const lines[] = { "\nType=notify\n", "\nExecStart=/usr/sbin/pvescale-agent serve\n",
-                                             "\nRestart=on-failure\n", "\nWatchdogSec=30s\n",
+                                             "\nRestart=on-failure\n", "\nWatchdogSec=30s\n", "\nLimitNOFILE=4096\n",
                                              "\nCapabilityBoundingSet=CAP_SYS_NICE CAP_SYS_PTRACE\n",
                                              "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n",
                                              "\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n",
