@@ -147,6 +147,7 @@ void agent_done(struct agent *a) {
         capacity_free(a->capacity);
         ledger_free(a->ledger);
         pin_state_done(&a->pins);
+        hosttune_state_done(&a->tune);
         inventory_free(a->inventory);
         node_settings_free(a->settings);
         topology_free(a->topology);
@@ -169,7 +170,10 @@ json_t *agent_topology_json(const struct agent *a) {
 }
 
 json_t *agent_capacity_json(const struct agent *a) {
-        return with_identity(a, capacity_to_json(a->capacity));
+        json_t *doc = capacity_to_json(a->capacity);
+        if (doc)
+                json_object_set_new(doc, "host_tuning", hosttune_json(a));
+        return with_identity(a, doc);
 }
 
 json_t *agent_vms_json(const struct agent *a) {
