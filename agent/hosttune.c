@@ -142,7 +142,12 @@ static int read_cpus(struct agent *a, const struct cpuset *busy) {
                         continue;
                 if (hosttune_fs_read_cpu(root_of(a), c->cpu, HOSTTUNE_EPP, c->epp) < 0)
                         c->epp[0] = '\0';
-                c->role = hosttune_cpu_role(c->cpu, online, a->settings ? a->settings->reserved_cpus : NULL, busy);
+                struct cpuset *policy = NULL;
+                if (hosttune_fs_cpu_policy(root_of(a), c->cpu, &policy) < 0)
+                        policy = NULL;
+                c->role = hosttune_policy_role(c->cpu, policy, online,
+                                               a->settings ? a->settings->reserved_cpus : NULL, busy);
+                cpuset_free(policy);
                 n++;
         }
         free(s->cpus);

@@ -92,6 +92,21 @@ int hosttune_fs_read_cpu(const char *root, unsigned cpu, const char *file, char 
         return 0;
 }
 
+int hosttune_fs_cpu_policy(const char *root, unsigned cpu, struct cpuset **ret_cpus) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "/sys/devices/system/cpu/cpu%u/cpufreq/affected_cpus", cpu);
+        _cleanup_free_ char *text = NULL;
+        int r = fileio_read_under(root, rel, &text);
+        if (r < 0)
+                return r;
+        /* affected_cpus separates CPUs with spaces ("0 1"); a cpulist wants commas. */
+        for (char *p = text; *p; p++)
+                if (*p == ' ')
+                        *p = ',';
+        r = cpuset_parse(text, ret_cpus);
+        return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
+}
+
 /* One write(2) of the whole value: sysfs takes a store in one call. O_TRUNC does nothing on sysfs and
  * empties a copied tree's plain file first. */
 static int write_value(const char *path, const char *value) {

@@ -21,6 +21,9 @@
  * EPP), -ENAMETOOLONG for a value longer than HOSTTUNE_VALUE_MAX - 1, other -errno. */
 int hosttune_fs_read_cpu(const char *root, unsigned cpu, const char *file, char value[HOSTTUNE_VALUE_MAX]);
 
+/* The CPUs sharing cpu's cpufreq policy (<cpu>/cpufreq/affected_cpus). 0, -ENOENT, -EBADMSG, -ENOMEM. */
+int hosttune_fs_cpu_policy(const char *root, unsigned cpu, struct cpuset **ret_cpus);
+
 /* Write value (and a newline) to <cpu>/cpufreq/<file>. 0 or -errno: -EINVAL for a governor the driver lacks,
  * -EBUSY for an EPP the performance governor refuses (intel_pstate), -EROFS under ProtectKernelTunables. */
 int hosttune_fs_write_cpu(const char *root, unsigned cpu, const char *file, const char *value);

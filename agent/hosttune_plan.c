@@ -13,6 +13,21 @@ enum hosttune_role hosttune_cpu_role(unsigned cpu, const struct cpuset *online, 
         return busy && cpuset_test(busy, cpu) ? HOSTTUNE_BUSY : HOSTTUNE_FREE;
 }
 
+enum hosttune_role hosttune_policy_role(unsigned cpu, const struct cpuset *policy, const struct cpuset *online,
+                                        const struct cpuset *reserved, const struct cpuset *busy) {
+        enum hosttune_role role = hosttune_cpu_role(cpu, online, reserved, busy);
+        if (!policy)
+                return role;
+        CPUSET_FOREACH(other, policy) {
+                enum hosttune_role r = hosttune_cpu_role((unsigned)other, online, reserved, busy);
+                if (r == HOSTTUNE_LEAVE && cpuset_test(online, (unsigned)other))
+                        return HOSTTUNE_LEAVE; /* an offline CPU of the policy has no say */
+                if (r == HOSTTUNE_BUSY)
+                        role = role == HOSTTUNE_LEAVE ? role : HOSTTUNE_BUSY;
+        }
+        return role;
+}
+
 const char *hosttune_role_to_string(enum hosttune_role role) {
         return role == HOSTTUNE_BUSY ? "busy" : role == HOSTTUNE_FREE ? "free" : "reserved";
 }

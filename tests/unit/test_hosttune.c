@@ -103,6 +103,12 @@ static void make_tree(struct fixture *f) {
                 if (cpu % 2 == 0)
                         put(f, rel, "balance_performance");
         }
+        /* Two shared cpufreq policies: CPUs 5 and 6 (5 is the VM's: both busy), CPUs 0 and 1 (0 is the host's:
+         * both left alone). */
+        put(f, "/sys/devices/system/cpu/cpu5/cpufreq/affected_cpus", "5 6");
+        put(f, "/sys/devices/system/cpu/cpu6/cpufreq/affected_cpus", "5 6");
+        put(f, "/sys/devices/system/cpu/cpu0/cpufreq/affected_cpus", "0 1");
+        put(f, "/sys/devices/system/cpu/cpu1/cpufreq/affected_cpus", "0 1");
         const char *msi[] = { "0000:af:00.0/msi_irqs/40", "0000:af:00.0/msi_irqs/41", "0000:af:00.1/msi_irqs/42" };
         for (size_t i = 0; i < 3; i++) {
                 char rel[128];
@@ -187,8 +193,10 @@ static void test_governors_follow_pinning_and_are_restored(void **state) {
         assert_string_equal(cpu_file(f, 4, "scaling_governor"), "performance");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "performance");
         assert_string_equal(cpu_file(f, 21, "scaling_governor"), "performance");
-        assert_string_equal(cpu_file(f, 6, "scaling_governor"), "powersave");
-        assert_string_equal(cpu_file(f, 6, "energy_performance_preference"), "power");
+        assert_string_equal(cpu_file(f, 6, "scaling_governor"), "performance"); /* its policy has CPU 5 */
+        assert_string_equal(cpu_file(f, 1, "scaling_governor"), "schedutil");   /* its policy has CPU 0 */
+        assert_string_equal(cpu_file(f, 10, "scaling_governor"), "powersave");
+        assert_string_equal(cpu_file(f, 10, "energy_performance_preference"), "power");
         assert_string_equal(cpu_file(f, 7, "energy_performance_preference"), ""); /* no EPP file: none made */
         assert_string_equal(cpu_file(f, 8, "scaling_governor"), "powersave");     /* VM 102 is stopped */
         assert_string_equal(cpu_file(f, RESERVED_CPU, "scaling_governor"), "schedutil");
@@ -198,6 +206,7 @@ static void test_governors_follow_pinning_and_are_restored(void **state) {
         hosttune_sync(&f->a);
         assert_string_equal(cpu_file(f, 4, "scaling_governor"), "powersave");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "power");
+        assert_string_equal(cpu_file(f, 6, "scaling_governor"), "powersave");
         hosttune_stop(&f->a);
         for (unsigned cpu = 0; cpu < 32; cpu++)
                 assert_string_equal(cpu_file(f, cpu, "scaling_governor"), "schedutil");
@@ -285,7 +294,7 @@ static void test_metrics_and_document_show_governors_and_irqs(void **state) {
         char *text = metrics_render(&m, &f->a);
         assert_non_null(text);
         assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"4\",governor=\"performance\"} 1\n"));
-        assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"6\",governor=\"powersave\"} 1\n"));
+        assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"10\",governor=\"powersave\"} 1\n"));
         assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"0\",governor=\"schedutil\"} 1\n"));
         assert_non_null(strstr(text, "pvescale_agent_vm_irqs{vmid=\"101\"} 3\n"));
         assert_non_null(strstr(text, "pvescale_agent_irqs_off_pinned_cpus 2\n"));
