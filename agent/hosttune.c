@@ -74,9 +74,18 @@ static void remove_state(const struct agent *a) {
 
 /* ---- writes, and their failures logged when they start ---- */
 
+/* Whether a failed write means no file of its kind can be written (a read-only mount, missing privileges):
+ * logged once for all of them rather than once per file. */
+static bool fails_everywhere(int r) {
+        return r == -EROFS || r == -EACCES || r == -EPERM;
+}
+
 static void note_write(struct agent *a, const char *what, int r) {
         struct hosttune_state *s = &a->tune;
-        json_t *before = json_object_get(s->failing, what);
+        char cause[32];
+        snprintf(cause, sizeof cause, "errno %d", -r);
+        const char *key = r < 0 && fails_everywhere(r) ? cause : what;
+        json_t *before = json_object_get(s->failing, key);
         if (r == 0) {
                 s->writes++;
                 if (before)
@@ -87,26 +96,26 @@ static void note_write(struct agent *a, const char *what, int r) {
         s->write_failures++;
         if (before && json_integer_value(before) == r)
                 return;
-        log_error("cannot write %s: %s%s", what, strerror(-r),
-                  r == -EROFS ? " (read-only: ProtectKernelTunables=yes in the unit; see docs/agent.md)" : "");
-        json_object_set_new(s->failing, what, json_integer(r));
+        log_error("cannot write %s: %s%s%s", what, strerror(-r),
+                  r == -EROFS ? " (read-only: ProtectKernelTunables=yes in the unit; see docs/agent.md)" : "",
+                  key == cause ? "; other files failing so are not logged" : "");
+        json_object_set_new(s->failing, key, json_integer(r));
 }
 
 /* ---- governors ---- */
-
-/* Keep the original of a value before its first change, in memory and in the state file. */
-static int remember_cpu(struct agent *a, unsigned cpu, const char *file, const char *value) {
-        int r = hosttune_originals_note_cpu(a->tune.originals, cpu, file, value);
-        return r > 0 ? save_originals(a) : r;
-}
 
 static void set_cpu_file(struct agent *a, unsigned cpu, const char *file, const char *want,
                          char current[HOSTTUNE_VALUE_MAX]) {
         if (!*want || strcmp(current, want) == 0)
                 return;
-        if (remember_cpu(a, cpu, file, current) < 0)
+        int added = hosttune_originals_note_cpu(a->tune.originals, cpu, file, current);
+        if (added < 0 || (added > 0 && save_originals(a) < 0))
                 return;
         int r = hosttune_fs_write_cpu(root_of(a), cpu, file, want);
+        if (r < 0 && added > 0) { /* nothing changed: nothing to restore */
+                hosttune_originals_forget_cpu(a->tune.originals, cpu, file);
+                save_originals(a);
+        }
         /* intel_pstate's performance governor holds EPP at "performance" and refuses other values. */
         if (r == -EBUSY && strcmp(file, HOSTTUNE_EPP) == 0)
                 return;

@@ -84,6 +84,15 @@ int hosttune_originals_note_irq(json_t *orig, int irq, const struct cpuset *cpus
         return r;
 }
 
+void hosttune_originals_forget_cpu(json_t *orig, unsigned cpu, const char *file) {
+        char key[16];
+        snprintf(key, sizeof key, "%u", cpu);
+        json_t *cpus = json_object_get(orig, "cpus"), *entry = json_object_get(cpus, key);
+        json_object_del(entry, file);
+        if (entry && json_object_size(entry) == 0)
+                json_object_del(cpus, key);
+}
+
 const char *hosttune_originals_irq(const json_t *orig, int irq) {
         char key[16];
         snprintf(key, sizeof key, "%d", irq);

@@ -35,6 +35,8 @@ json_t *hosttune_originals_new(void);
  * 1 when added, 0 when it was there, -ENOMEM. */
 int hosttune_originals_note_cpu(json_t *orig, unsigned cpu, const char *file, const char *value);
 int hosttune_originals_note_irq(json_t *orig, int irq, const struct cpuset *cpus);
+/* Forget a CPU file's original (a write that failed changed nothing). */
+void hosttune_originals_forget_cpu(json_t *orig, unsigned cpu, const char *file);
 /* The remembered cpulist of an IRQ, or NULL. */
 const char *hosttune_originals_irq(const json_t *orig, int irq);
 /* Forget an IRQ's original (it was written back). */

@@ -20,6 +20,7 @@
 #define TREE "32intel64-2p8co2t+8ve" /* 2 sockets, 16 cores, CPUs 0-31 (SMT siblings n and n+16) */
 #define VM_CPUS "4-5,20-21"
 #define RESERVED_CPU 0
+#define EPP10 "/sys/devices/system/cpu/cpu10/cpufreq/energy_performance_preference"
 
 struct fixture {
         char tmp[256], root[512];
@@ -91,6 +92,8 @@ static bool state_file_exists(const struct fixture *f) {
  * 40, 41 (function 0) and 42 (function 1); other IRQs 0 (all CPUs), 9 (CPU 4 only), 50 (CPUs 8-11). */
 static void make_tree(struct fixture *f) {
         char path[1024];
+        snprintf(path, sizeof path, "%s" EPP10, f->root);
+        unlink(path); /* the symlink of test_failed_write_is_counted_and_not_restored */
         snprintf(path, sizeof path, "%s/proc/4242/comm", f->root);
         unlink(path);
         snprintf(path, sizeof path, "%s/state/%s", f->tmp, HOSTTUNE_STATE_FILE);
@@ -211,6 +214,28 @@ static void test_governors_follow_pinning_and_are_restored(void **state) {
         for (unsigned cpu = 0; cpu < 32; cpu++)
                 assert_string_equal(cpu_file(f, cpu, "scaling_governor"), "schedutil");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "balance_performance");
+        assert_false(state_file_exists(f));
+}
+
+/* A file that cannot be written (a read-only sysctl here: EACCES even for root) is counted, logged once for
+ * its cause, and its value is not "restored" later. */
+static void test_failed_write_is_counted_and_not_restored(void **state) {
+        struct fixture *f = *state;
+        char path[1024];
+        snprintf(path, sizeof path, "%s" EPP10, f->root);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(symlink("/proc/sys/kernel/ostype", path), 0);
+        make_agent(f, true, false);
+        hosttune_sync(&f->a);
+        assert_string_equal(cpu_file(f, 10, "scaling_governor"), "powersave");
+        assert_int_equal(f->a.tune.write_failures, 1);
+        /* The governors of CPUs 2-31 and the EPP of the even ones among them, but not CPU 10's EPP. */
+        assert_int_equal(hosttune_originals_count(f->a.tune.originals), 30 + 15 - 1);
+        hosttune_sync(&f->a); /* tried again, still failing, logged once */
+        assert_int_equal(f->a.tune.write_failures, 2);
+        assert_int_equal(json_object_size(f->a.tune.failing), 1);
+        hosttune_stop(&f->a);
+        assert_string_equal(cpu_file(f, 10, "scaling_governor"), "schedutil");
         assert_false(state_file_exists(f));
 }
 
@@ -358,6 +383,7 @@ static void test_originals_keep_the_first_value(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_governors_follow_pinning_and_are_restored, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_failed_write_is_counted_and_not_restored, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_governors_off_changes_nothing_but_reads, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_crash_leftovers_are_restored_at_start, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_irqs_follow_the_vm_and_others_stay_off, setup, teardown),
