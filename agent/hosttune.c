@@ -340,8 +340,10 @@ static unsigned restore_all(struct agent *a, const json_t *orig) {
                 for (int k = 0; k < 2; k++) {
                         const char *value = json_string_value(json_object_get(v, files[k]));
                         int r = value ? hosttune_fs_write_cpu(root_of(a), cpu, files[k], value) : 0;
-                        if (r < 0 && !(r == -EBUSY && k == 1))
-                                failed++, log_error("cannot restore cpu%u %s to %s: %s", cpu, files[k], value, strerror(-r));
+                        if (r < 0 && !(r == -EBUSY && k == 1)) {
+                                log_error("cannot restore cpu%u %s to %s: %s", cpu, files[k], value, strerror(-r));
+                                failed++;
+                        }
                 }
         }
         json_object_foreach(json_object_get(orig, "irqs"), file, val) {
@@ -350,8 +352,10 @@ static unsigned restore_all(struct agent *a, const json_t *orig) {
                 if (r == 0)
                         r = hosttune_fs_write_irq(root_of(a), atoi(file), cpus);
                 cpuset_free(cpus);
-                if (r < 0)
-                        failed++, log_error("cannot restore irq %s to %s: %s", file, json_string_value(val), strerror(-r));
+                if (r < 0) {
+                        log_error("cannot restore irq %s to %s: %s", file, json_string_value(val), strerror(-r));
+                        failed++;
+                }
         }
         return failed;
 }
