@@ -83,6 +83,7 @@ static int recompute_capacity(struct agent *a) {
 }
 
 int agent_ledger_changed(struct agent *a) {
+        a->tune.pending = true; /* a bound or released reservation changes which cores are busy */
         int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
         if (r < 0) {
                 log_error_errno(r, "cannot save reservations in %s", a->cfg.state_dir);

@@ -384,6 +384,7 @@ int hosttune_start(struct agent *a) {
 
 void hosttune_sync(struct agent *a) {
         struct hosttune_state *s = &a->tune;
+        s->pending = false;
         if (!a->topology || !a->inventory)
                 return;
         if (!s->originals && !(s->originals = hosttune_originals_new()))

@@ -40,6 +40,7 @@ struct hosttune_state {
         char *hint_logged;          /* the IRQBALANCE_BANNED_CPULIST advice last logged */
         json_t *failing;            /* "<file>" -> errno of writes that failed: logged when they start */
         unsigned long long writes, write_failures;
+        bool pending;               /* reservations changed: the daemon syncs at its next tick */
 };
 
 /* At the daemon's start: write back what a previous run left changed (hosttune.json in state_dir after a

@@ -82,33 +82,35 @@ class HostTuneTest(unittest.TestCase):
         if self.agent:
             self.agent.stop()
 
-    def start_agent(self, tuning=True):
+    def start_agent(self, tuning=True, extra=()):
         args = ["--config", os.devnull, "--fsroot", self.root, "--tls-cert", self.cert, "--tls-key", self.key,
                 "--token-file", self.token_file, "--pve-config-dir", self.conf_dir, "--pve-run-dir", self.run_dir,
                 "--state-dir", self.state_dir, "--node-setting-file", self.settings, "--region", "default",
                 "--node-policy", "simple", "--rescan-interval", "1", "--pin-interval", "1"]
         if tuning:
             args += ["--cpu-governors", "true", "--irq-affinity", "true"]
-        self.agent = agentlib.Agent(args)
+        self.agent = agentlib.Agent(args + list(extra))
 
-    def start_vm(self):
+    def start_vm(self, vmid=VMID):
         """A stand-in QEMU: argv[0] kvm and -id <vmid> are how the inventory knows a VM's process."""
         kvm = os.path.join(self.tmp, "kvm")
         if not os.path.exists(kvm):
             os.symlink(sys.executable, kvm)
-        self.qemu = subprocess.Popen([kvm, "-c", "import time; time.sleep(600)", "-id", str(VMID)])
-        write(os.path.join(self.run_dir, "%d.pid" % VMID), str(self.qemu.pid))
+        self.qemu = subprocess.Popen([kvm, "-c", "import time; time.sleep(600)", "-id", str(vmid)])
+        self.qemu_vmid = vmid
+        write(os.path.join(self.run_dir, "%d.pid" % vmid), str(self.qemu.pid))
 
     def stop_vm(self):
         if self.qemu:
             self.qemu.kill()
             self.qemu.wait()
             self.qemu = None
-            os.unlink(os.path.join(self.run_dir, "%d.pid" % VMID))
+            os.unlink(os.path.join(self.run_dir, "%d.pid" % self.qemu_vmid))
 
-    def get(self, path):
-        status, text = agentlib.curl("https://127.0.0.1:%d%s" % (self.agent.port, path), ca=self.ca, token=TOKEN)
-        self.assertEqual(status, 200, text)
+    def get(self, path, method="GET", body=None, want=200):
+        status, text = agentlib.curl("https://127.0.0.1:%d%s" % (self.agent.port, path), ca=self.ca, token=TOKEN,
+                                     method=method, body=None if body is None else json.dumps(body))
+        self.assertEqual(status, want, text)
         return text
 
     def wait_for(self, cond, what, within=15):
@@ -165,6 +167,23 @@ class HostTuneTest(unittest.TestCase):
         self.wait_for(lambda: gov(4) == "performance", "the VM's cores busy again")
         self.assertEqual(self.agent.stop(), 0)
         self.assert_originals()
+
+    def test_a_bound_reservation_makes_its_cores_busy(self):
+        """A running VM with no affinity in its config has no known CPUs until a reservation is bound to it; the
+        bind makes the reservation's cores busy within a tick, not at the next pin_interval (an hour here)."""
+        with open(os.path.join(self.conf_dir, "102.conf"), "w") as f:
+            f.write("name: plain\ncores: 2\nmemory: 64\n")
+        self.start_vm(102)
+        self.start_agent(extra=["--node-policy", "static", "--pin-interval", "3600"])
+        gov = lambda cpu: read(cpu_path(self.root, cpu, "scaling_governor"))  # noqa: E731
+        self.wait_for(lambda: gov(4) == "powersave", "every core free (VM 101 is stopped)")
+        r = json.loads(self.get("/v1/reservations", "POST", {"vcpus": 2, "memory_bytes": 64 << 20,
+                                                             "ttl_seconds": 300, "owner": "hosttune"}, 201))
+        self.get("/v1/reservations/%s/bind" % r["id"], "POST", {"vmid": 102})
+        cores = [int(c) for c in r["vcpu_map"]]
+        self.wait_for(lambda: all(gov(c) == "performance" for c in cores), "the bound cores %s busy" % cores, 3)
+        self.get("/v1/reservations/%s" % r["id"], "DELETE")
+        self.wait_for(lambda: all(gov(c) == "powersave" for c in cores), "the released cores free", 3)
 
     def test_killed_agent_is_undone_at_next_start(self):
         self.start_vm()
