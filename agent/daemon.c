@@ -175,11 +175,11 @@ static void handle_tick(struct loop *l) {
         if (every(l, l->agent->cfg.pin_interval_s)) {
                 pin_service_scan(l->agent, PIN_SCAN_REPAIR);
                 hosttune_sync(l->agent); /* governors and IRQs changed behind the agent's back */
-        } else if (l->agent->tune.pending) {
-                hosttune_sync(l->agent); /* a reservation was bound or released */
-        }
-        else if (l->agent->pins.pending)
+        } else if (l->agent->pins.pending) {
                 pin_service_scan(l->agent, PIN_SCAN_TICK);
+        }
+        if (l->agent->tune.pending)
+                hosttune_sync(l->agent); /* a reservation was bound or released */
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
