@@ -80,11 +80,14 @@ static bool fails_everywhere(int r) {
         return r == -EROFS || r == -EACCES || r == -EPERM;
 }
 
-static void note_write(struct agent *a, const char *what, int r) {
+/* Count a write and log a failure when it starts. Failures are keyed by what failed, or by cause alone when
+ * group is given (one cpufreq file of every CPU: a governor the driver lacks fails on all of them) or when
+ * nothing of the kind can be written. */
+static void note_write(struct agent *a, const char *what, const char *group, int r) {
         struct hosttune_state *s = &a->tune;
-        char cause[32];
-        snprintf(cause, sizeof cause, "errno %d", -r);
-        const char *key = r < 0 && fails_everywhere(r) ? cause : what;
+        char cause[96];
+        snprintf(cause, sizeof cause, "%s errno %d", group ? group : "", -r);
+        const char *key = r < 0 && (group || fails_everywhere(r)) ? cause : what;
         json_t *before = json_object_get(s->failing, key);
         if (r == 0) {
                 s->writes++;
@@ -121,7 +124,7 @@ static void set_cpu_file(struct agent *a, unsigned cpu, const char *file, const 
                 return;
         char what[96];
         snprintf(what, sizeof what, "cpu%u/cpufreq/%s", cpu, file);
-        note_write(a, what, r);
+        note_write(a, what, file, r);
         if (r == 0)
                 snprintf(current, HOSTTUNE_VALUE_MAX, "%s", want);
 }
@@ -191,7 +194,7 @@ static int steer_irq(struct agent *a, int irq, const struct cpuset *want, bool l
                 snprintf(what, sizeof what, "irq %d", irq);
                 /* Some IRQs (timer, IPIs, managed queues) cannot move: -EIO is their normal answer. */
                 if (log_failure || (r != -EIO && r != -EINVAL))
-                        note_write(a, what, r);
+                        note_write(a, what, NULL, r);
         }
         cpuset_free(now);
         return r;
@@ -204,7 +207,7 @@ static void restore_irq(struct agent *a, int irq) {
                 return;
         char what[48];
         snprintf(what, sizeof what, "irq %d", irq);
-        note_write(a, what, hosttune_fs_write_irq(root_of(a), irq, cpus));
+        note_write(a, what, NULL, hosttune_fs_write_irq(root_of(a), irq, cpus));
         cpuset_free(cpus);
         hosttune_originals_forget_irq(a->tune.originals, irq);
         save_originals(a);
