@@ -133,8 +133,9 @@ class HostTuneTest(unittest.TestCase):
         self.start_vm()
         self.start_agent()
         gov = lambda cpu: read(cpu_path(self.root, cpu, "scaling_governor"))  # noqa: E731
-        self.wait_for(lambda: gov(4) == "performance" and read(irq_path(self.root, 41)) == VM_CPUS,
-                      "the VM's cores busy and its IRQs on its CPUs")
+        # IRQ 9 is the last file a sync writes (the VM's IRQs first, then the others in order).
+        self.wait_for(lambda: gov(4) == "performance" and read(irq_path(self.root, 9)) == OTHERS,
+                      "the VM's cores busy, its IRQs on its CPUs, the others off them")
         self.assertEqual([gov(c) for c in (4, 5, 20, 21)], ["performance"] * 4)
         self.assertEqual(read(cpu_path(self.root, 4, "energy_performance_preference")), "performance")
         self.assertEqual(gov(6), "powersave")
