@@ -89,6 +89,7 @@ bool agent_ledger_ready(const struct agent *a) {
 int agent_ledger_changed(struct agent *a) {
         if (!agent_ledger_ready(a))
                 return -EAGAIN; /* never write over a state file that could not be read */
+        a->tune.pending = true; /* a bound or released reservation changes which cores are busy */
         int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
         if (r < 0) {
                 log_error_errno(r, "cannot save reservations in %s", a->cfg.state_dir);
@@ -187,6 +188,7 @@ void agent_done(struct agent *a) {
         capacity_free(a->capacity);
         ledger_free(a->ledger);
         pin_state_done(&a->pins);
+        hosttune_state_done(&a->tune);
         inventory_free(a->inventory);
         node_settings_free(a->settings);
         topology_free(a->topology);
@@ -209,7 +211,10 @@ json_t *agent_topology_json(const struct agent *a) {
 }
 
 json_t *agent_capacity_json(const struct agent *a) {
-        return with_identity(a, capacity_to_json(a->capacity));
+        json_t *doc = capacity_to_json(a->capacity);
+        if (doc)
+                json_object_set_new(doc, "host_tuning", hosttune_json(a));
+        return with_identity(a, doc);
 }
 
 json_t *agent_vms_json(const struct agent *a) {

@@ -6,6 +6,7 @@
 
 #include "agent_config.h"
 #include "capacity.h"
+#include "hosttune.h"
 #include "inventory.h"
 #include "ledger.h"
 #include "metrics.h"
@@ -22,6 +23,7 @@ struct agent {
         struct capacity *capacity; /* what is left for new placements (reservations charged) */
         struct ledger *ledger;
         struct pin_state pins;
+        struct hosttune_state tune; /* governors and IRQ affinity (hosttune.c) */
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */

@@ -38,6 +38,12 @@ const struct agent_config_key agent_config_keys[] = {
         { "pin_interval", "PVESCALE_AGENT_PIN_INTERVAL", "seconds between pinning checks of running VMs" },
         { "log_level", "PVESCALE_AGENT_LOG_LEVEL", "debug, info, warning or error" },
         { "log_format", "PVESCALE_AGENT_LOG_FORMAT", "stderr lines as text, logfmt or json (not under systemd)" },
+        { "cpu_governors", "PVESCALE_AGENT_CPU_GOVERNORS", "set cpufreq governors: busy on VMs' cores, free on idle ones" },
+        { "governor_busy", "PVESCALE_AGENT_GOVERNOR_BUSY", "cpufreq governor of cores pinned to running VMs" },
+        { "governor_free", "PVESCALE_AGENT_GOVERNOR_FREE", "cpufreq governor of idle cores" },
+        { "epp_busy", "PVESCALE_AGENT_EPP_BUSY", "energy_performance_preference of busy cores (empty = leave)" },
+        { "epp_free", "PVESCALE_AGENT_EPP_FREE", "energy_performance_preference of idle cores (empty = leave)" },
+        { "irq_affinity", "PVESCALE_AGENT_IRQ_AFFINITY", "steer VMs' passthrough IRQs to their CPUs, others off them" },
         { NULL, NULL, NULL },
 };
 
@@ -74,6 +80,12 @@ static const struct key_slot slots[] = {
         SLOT("pin_interval", KIND_UINT, pin_interval_s, 86400),
         SLOT("log_level", KIND_STRING, log_level, 0),
         SLOT("log_format", KIND_STRING, log_format, 0),
+        SLOT("cpu_governors", KIND_BOOL, cpu_governors, 0),
+        SLOT("governor_busy", KIND_STRING, governor_busy, 0),
+        SLOT("governor_free", KIND_STRING, governor_free, 0),
+        SLOT("epp_busy", KIND_STRING, epp_busy, 0),
+        SLOT("epp_free", KIND_STRING, epp_free, 0),
+        SLOT("irq_affinity", KIND_BOOL, irq_affinity, 0),
 };
 #define N_SLOTS (sizeof slots / sizeof slots[0])
 
@@ -112,6 +124,10 @@ int agent_config_defaults(struct agent_config *c) {
                 { "topology_xml", "" },
                 { "log_level", "info" },
                 { "log_format", "text" },
+                { "governor_busy", "performance" },
+                { "governor_free", "powersave" },
+                { "epp_busy", "performance" },
+                { "epp_free", "power" },
         };
         for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
                 char **field = (char **)((char *)c + find_slot(defaults[i][0])->offset);

@@ -34,6 +34,11 @@ struct agent_config {
         unsigned pin_interval_s;    /* how often running VMs' pinning is checked and repaired */
         char *log_level;
         char *log_format; /* text, logfmt or json: stderr lines (the journal gets fields) */
+        /* Host tuning (hosttune.c), each off by default. */
+        bool cpu_governors;             /* busy/free cpufreq governor (and EPP) on the VMs' cores */
+        char *governor_busy, *governor_free;
+        char *epp_busy, *epp_free;      /* energy_performance_preference; "" = leave it */
+        bool irq_affinity;              /* VMs' passthrough IRQs onto their CPUs, other IRQs off them */
 };
 
 /* One key of the file/env/flag vocabulary: its YAML key, env variable and flag names. */

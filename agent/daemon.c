@@ -146,6 +146,7 @@ static void refresh(struct loop *l) {
         }
         if (r > 0) {
                 pin_service_scan(l->agent, PIN_SCAN_NEW); /* a VM (re)started: pin its new QEMU process */
+                hosttune_sync(l->agent);                  /* and its cores' governors, its IRQs */
                 char status[128];
                 snprintf(status, sizeof status, "STATUS=Serving; %zu VMs, %u CPUs free", l->agent->inventory->n_vms,
                          l->agent->capacity->cpus_free);
@@ -172,10 +173,14 @@ static void handle_tick(struct loop *l) {
                 watch_dirs(l);
                 mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
         }
-        if (every(l, l->agent->cfg.pin_interval_s))
+        if (every(l, l->agent->cfg.pin_interval_s)) {
                 pin_service_scan(l->agent, PIN_SCAN_REPAIR);
-        else if (l->agent->pins.pending)
+                hosttune_sync(l->agent); /* governors and IRQs changed behind the agent's back */
+        } else if (l->agent->pins.pending) {
                 pin_service_scan(l->agent, PIN_SCAN_TICK);
+        }
+        if (l->agent->tune.pending)
+                hosttune_sync(l->agent); /* a reservation was bound or released */
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
@@ -276,7 +281,9 @@ int daemon_run(struct agent *a) {
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
         int r = loop_open(&l);
         if (r == 0) {
+                hosttune_start(a); /* what a crashed run left changed, first */
                 pin_service_scan(a, PIN_SCAN_REPAIR);
+                hosttune_sync(a);
                 sd_notifyf(0, "READY=1\nSTATUS=Serving; %zu VMs, %u CPUs free\nMAINPID=%d", a->inventory->n_vms,
                            a->capacity->cpus_free, (int)getpid());
                 log_info("ready: node %s, region %s, %zu VMs", a->cfg.node_name, a->cfg.region, a->inventory->n_vms);
@@ -284,6 +291,7 @@ int daemon_run(struct agent *a) {
         while (r == 0 && !l.stop)
                 r = loop_iterate(&l);
         sd_notify(0, "STOPPING=1\nSTATUS=Stopping");
+        hosttune_stop(a);
         loop_close(&l);
         if (r < 0 && r != -EMFILE)
                 log_error_errno(r, "event loop failed");

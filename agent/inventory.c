@@ -367,7 +367,8 @@ bool vm_equal(const struct vm *a, const struct vm *b) {
         if (a->vmid != b->vmid || a->cores != b->cores || a->sockets != b->sockets || a->vcpus != b->vcpus ||
             a->memory_mib != b->memory_mib || a->balloon_mib != b->balloon_mib || a->numa != b->numa ||
             a->numa_valid != b->numa_valid || a->template_vm != b->template_vm || a->running != b->running ||
-            a->pid != b->pid)
+            a->pid != b->pid || a->n_hostpci != b->n_hostpci ||
+            memcmp(a->hostpci, b->hostpci, sizeof a->hostpci) != 0)
                 return false;
         if (!same_str(a->name, b->name) || !same_str(a->tags, b->tags) || strcmp(a->hugepages, b->hugepages) != 0 ||
             !same_set(a->affinity, b->affinity) || !same_errors(a, b))

@@ -9,6 +9,8 @@
 #include "cpuset.h"
 
 #define INVENTORY_MAX_NUMA 8
+#define INVENTORY_MAX_HOSTPCI 16   /* host PCI addresses kept from hostpciN lines */
+#define INVENTORY_PCI_ADDR_MAX 16  /* "0000:01:00.0" and its NUL */
 
 /* One `numaN:` line: cpus=<guest ids>,hostnodes=<host node ids>,memory=<MiB>,policy=... */
 struct vm_numa {
@@ -38,6 +40,10 @@ struct vm {
         char hugepages[16];             /* "", "any", "2", "1024" */
         char *tags;                     /* ";"-separated as in the file, or NULL */
         bool template_vm;
+        size_t n_hostpci;               /* host PCI addresses of the hostpciN lines (host= or the bare value, each
+                                         * ";"-separated id), as written: "0000:01:00.0", "01:00.0", or "01:00"
+                                         * for every function; mapping= entries are not resolved */
+        char hostpci[INVENTORY_MAX_HOSTPCI][INVENTORY_PCI_ADDR_MAX];
         bool running;
         int pid;                        /* QEMU pid when running, else 0 */
         size_t n_errors;

@@ -347,6 +347,36 @@ static const struct {
         { "tags", key_tags },       { "template", key_template },
 };
 
+static bool is_pci_address(const char *id, size_t n) {
+        return n >= 5 && n < INVENTORY_PCI_ADDR_MAX && strspn(id, "0123456789abcdefABCDEF:.") >= n;
+}
+
+/* hostpciN: "[host=]<id>[;<id>...][,option=...]". A resource mapping (mapping=<name>) names no address here. */
+static int key_hostpci(struct parse_state *st, const char *value, char *reason, size_t len) {
+        size_t n = strcspn(value, ",");
+        if (strncmp(value, "host=", 5) == 0)
+                value += 5, n -= 5;
+        else if (memchr(value, '=', n))
+                return 0;
+        for (const char *id = value; id < value + n;) {
+                size_t k = strcspn(id, ";,");
+                if (!is_pci_address(id, k)) {
+                        snprintf(reason, len, "'%.*s' is not a PCI address", (int)k, id);
+                        return -EINVAL;
+                }
+                if (st->vm->n_hostpci < INVENTORY_MAX_HOSTPCI)
+                        snprintf(st->vm->hostpci[st->vm->n_hostpci++], INVENTORY_PCI_ADDR_MAX, "%.*s", (int)k, id);
+                id += k + (id[k] == ';');
+        }
+        return 0;
+}
+
+/* "hostpci0".."hostpci15" */
+static bool is_hostpci_key(const char *key) {
+        return strncmp(key, "hostpci", 7) == 0 && key[7] >= '0' && key[7] <= '9' &&
+               strspn(key + 7, "0123456789") == strlen(key + 7) && strlen(key + 7) <= 2;
+}
+
 /* "numa0".."numa7" -> 0..7, anything else -> -1. */
 static int numa_key_index(const char *key) {
         if (strncmp(key, "numa", 4) != 0 || key[4] < '0' || key[4] > '9' || key[5] != '\0')
@@ -360,6 +390,8 @@ static int dispatch_key(struct parse_state *st, const char *key, const char *val
         int idx = numa_key_index(key);
         if (idx >= 0)
                 return key_numa_n(st, (unsigned)idx, value, reason, len);
+        if (is_hostpci_key(key))
+                return key_hostpci(st, value, reason, len);
         for (size_t i = 0; i < sizeof(key_table) / sizeof(key_table[0]); i++)
                 if (strcmp(key, key_table[i].key) == 0)
                         return key_table[i].parse(st, value, reason, len);

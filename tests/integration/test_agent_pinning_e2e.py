@@ -70,7 +70,7 @@ class PinningEndToEndTest(unittest.TestCase):
         self.agent.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def start_qemu(self):
+    def start_qemu(self, extra=()):
         pidfile = os.path.join(self.run_dir, "%d.pid" % VMID)
         accel = qemu_accel()
 
@@ -78,11 +78,15 @@ class PinningEndToEndTest(unittest.TestCase):
             return subprocess.run(["qemu-system-x86_64", "-name", "guest=vm%d,debug-threads=on" % VMID] + how + [
                                   "-smp", "2", "-m", "64", "-nodefaults", "-display", "none",
                                   "-qmp", "unix:%s/%d.qmp,server=on,wait=off" % (self.run_dir, VMID),
-                                  "-pidfile", pidfile, "-daemonize"], timeout=30)
+                                  "-pidfile", pidfile, "-daemonize"] + list(extra), timeout=30,
+                                  capture_output=True, text=True)
         r = run(accel)
         if r.returncode != 0 and accel != TCG:  # /dev/kvm opens but KVM does not run this guest: as the simulator
             r = run(TCG)
-        self.assertEqual(r.returncode, 0, "qemu-system-x86_64 did not start")
+        self.qemu_stderr = r.stderr
+        if extra and r.returncode != 0:
+            return None
+        self.assertEqual(r.returncode, 0, "qemu-system-x86_64 did not start: " + r.stderr)
         with open(pidfile) as f:
             self.qemu_pid = int(f.read())
         return self.qemu_pid
@@ -202,6 +206,48 @@ class PinningEndToEndTest(unittest.TestCase):
         self.assertNotIn("runs in a row", errors[0])
         repeats = [line for line in failures if ": debug: " in line and "runs in a row; logged again" in line]
         self.assertGreaterEqual(len(repeats), 3, text[-3000:])
+
+
+    def vhost_threads(self, pid):
+        """{tid: Cpus_allowed_list} of the vhost workers serving QEMU pid: its tasks named vhost-<pid> (Linux
+        6.4 and later) or kernel threads of that name outside the process (older kernels)."""
+        out = {}
+        tasks = set(os.listdir("/proc/%d/task" % pid))
+        candidates = [("/proc/%d/task/%s" % (pid, t), t) for t in tasks]
+        candidates += [("/proc/%s" % p, p) for p in os.listdir("/proc") if p.isdigit() and p not in tasks]
+        for path, tid in candidates:
+            try:
+                name = _read(path + "/comm").strip()
+                if not name.startswith("vhost-") or name[6:] not in tasks:
+                    continue
+                out[int(tid)] = next(line.split(":", 1)[1].strip() for line in _read(path + "/status").splitlines()
+                                     if line.startswith("Cpus_allowed_list"))
+            except (OSError, StopIteration):
+                continue
+        return out
+
+    def test_vhost_threads_follow_the_vm(self):
+        """A pinned VM with a vhost-net NIC: its vhost worker threads sit on the VM's CPUs (issue 32)."""
+        if not os.path.exists("/dev/vhost-net"):
+            self.skipTest("no /dev/vhost-net on this machine (kernel without CONFIG_VHOST_NET, or vhost_net not "
+                          "loaded): there are no vhost-net threads to check")
+        status, r = self.client.request("POST", "/v1/reservations", {
+            "vcpus": 2, "memory_bytes": 64 << 20, "ttl_seconds": 300, "owner": "nodeclaim/e2e"})
+        self.assertEqual(status, 201, r)
+        with open(os.path.join(self.conf_dir, "%d.conf" % VMID), "w") as f:
+            f.write("name: vm%d\ncores: 2\nsockets: 1\nmemory: 64\nnet0: virtio=BC:24:11:00:00:01,bridge=none\n" % VMID)
+        pid = self.start_qemu(["-netdev", "tap,id=n0,ifname=pvstap%d,script=no,downscript=no,vhost=on" % VMID,
+                               "-device", "virtio-net-pci,netdev=n0"])
+        if pid is None:
+            self.skipTest("QEMU cannot open a tap device with vhost=on here: " + self.qemu_stderr.strip()[:300])
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": VMID})
+        self.assertEqual(status, 200, body)
+        self.wait_pinned(pid, r["vcpu_map"], within=5)
+        vhost = self.vhost_threads(pid)
+        self.assertTrue(vhost, "no vhost-%d worker found: %s" % (pid, json.dumps(thread_affinity(pid))))
+        want = {_range(r["vcpu_map"]), ",".join(str(c) for c in sorted(set(r["vcpu_map"])))}
+        for tid, cpus in vhost.items():
+            self.assertIn(cpus, want, "vhost worker %d is on %s, the VM on %s" % (tid, cpus, r["cpus"]))
 
 
 def _read(path):

@@ -55,9 +55,15 @@ def prepare(tmp):
     topo = agentlib.topology_args(TOPOLOGY)
     with open(os.path.join(topo[1], "sys/devices/system/cpu/isolated"), "w") as f:
         f.write("29-30\n")
+    for cpu in range(32):  # cpufreq, for cpu_governors: no VM runs, so every CPU but the host's gets powersave
+        d = os.path.join(topo[1], "sys/devices/system/cpu/cpu%d/cpufreq" % cpu)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "scaling_governor"), "w") as f:
+            f.write("schedutil\n")
     args = topo + ["--tls-cert", cert, "--tls-key", key, "--token-file", token_file,
                    "--pve-config-dir", conf_dir, "--pve-run-dir", run_dir, "--state-dir", state_dir,
-                   "--node-setting-file", settings, "--region", "default", "--node-policy", "static"]
+                   "--node-setting-file", settings, "--region", "default", "--node-policy", "static",
+                   "--cpu-governors", "true", "--governor-free", "powersave"]
     return ca, cert, args
 
 
@@ -100,6 +106,7 @@ def page_state(browser):
           pending: cells.filter(function (c) { return c.dataset.reservation; }).map(function (c) { return Number(c.dataset.cpu); }),
           reserved: cells.filter(function (c) { return c.dataset.reserved; }).map(function (c) { return Number(c.dataset.cpu); }),
           isolated: cells.filter(function (c) { return c.dataset.isolated; }).map(function (c) { return Number(c.dataset.cpu); }),
+          governors: cells.map(function (c) { return [Number(c.dataset.cpu), c.dataset.governor || '', c.title]; }),
           packages: document.querySelectorAll('#host .package[data-package]').length,
           numa: document.querySelectorAll('#host .numa[data-numa]').length,
           cores: document.querySelectorAll('#host .core').length,
@@ -131,6 +138,11 @@ def check_drawing(state, expected, bound, pending):
     check(set(state["pending"]) == cpus(pending["cpus"]), "pending reservation marked on %s" % pending["cpus"])
     check(set(state["reserved"]) == {15, 31}, "host-reserved CPUs 15,31 marked (%s)" % state["reserved"])
     check(set(state["isolated"]) == {29, 30}, "isolated CPUs 29-30 marked (%s)" % state["isolated"])
+    gov = {cpu: (g, title) for cpu, g, title in state["governors"]}
+    check(gov.get(0, ("",))[0] == "powersave" and "governor powersave" in gov[0][1],
+          "CPU 0 shows the free governor the agent set (%r)" % (gov.get(0),))
+    check(all(gov.get(c, ("",))[0] == "schedutil" for c in (15, 31)),
+          "host-reserved CPUs 15, 31 keep their governor (%r)" % ([gov.get(15), gov.get(31)],))
     rows = {r[0]: r for r in state["vmRows"]}
     check(sorted(rows) == [101, 102, 103], "VM table lists 101, 102, 103")
     check(rows.get(102, [0, ""])[1] == bound["cpus"], "VM table: wanted affinity of 102 = %s" % bound["cpus"])

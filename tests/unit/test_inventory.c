@@ -211,6 +211,29 @@ static void test_vcpus_above_maximum(void **state) {
         vm_free(vm);
 }
 
+/* hostpciN: host= or the bare value, ";"-separated ids; mapping= names no address; junk is an error. */
+static void test_hostpci_addresses(void **state) {
+        (void)state;
+        struct vm *vm = parse("hostpci0: 0000:01:00.0,pcie=1\n"
+                              "hostpci1: host=02:00.1;03:00,x-vga=1\n"
+                              "hostpci2: mapping=gpu0\n"
+                              "hostpci12: 0000:AF:00\n"
+                              "hostpci3: /dev/evil\n");
+        assert_int_equal(vm->n_hostpci, 4);
+        assert_string_equal(vm->hostpci[0], "0000:01:00.0");
+        assert_string_equal(vm->hostpci[1], "02:00.1");
+        assert_string_equal(vm->hostpci[2], "03:00");
+        assert_string_equal(vm->hostpci[3], "0000:AF:00");
+        assert_int_equal(vm->n_errors, 1);
+        assert_error(vm, 5, "hostpci3");
+        struct vm *same = parse("hostpci0: 0000:01:00.0,pcie=1\n");
+        struct vm *other = parse("hostpci0: 0000:01:00.1,pcie=1\n");
+        assert_false(vm_equal(same, other)); /* a changed device is a changed VM: its IRQs are steered again */
+        vm_free(same);
+        vm_free(other);
+        vm_free(vm);
+}
+
 static void test_numa_consistency(void **state) {
         (void)state;
         /* Memories do not add up: Proxmox refuses to start it (the Go provider's defect 1). */
@@ -495,6 +518,7 @@ int main(void) {
                 cmocka_unit_test(test_sections_ignored),
                 cmocka_unit_test(test_malformed_values),
                 cmocka_unit_test(test_vcpus_above_maximum),
+                cmocka_unit_test(test_hostpci_addresses),
                 cmocka_unit_test(test_numa_consistency),
                 cmocka_unit_test(test_template_and_booleans),
                 cmocka_unit_test(test_vm_json),

@@ -90,6 +90,8 @@ static void test_conffile_values_are_the_defaults(void **state) {
                 { def.pve_run_dir, file.pve_run_dir },       { def.node_setting_file, file.node_setting_file },
                 { def.state_dir, file.state_dir },           { def.fsroot, file.fsroot },
                 { def.topology_xml, file.topology_xml },     { def.log_level, file.log_level },
+                { def.governor_busy, file.governor_busy },   { def.governor_free, file.governor_free },
+                { def.epp_busy, file.epp_busy },             { def.epp_free, file.epp_free },
         };
         for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
                 assert_string_equal(strings[i][0], strings[i][1]);
@@ -98,6 +100,8 @@ static void test_conffile_values_are_the_defaults(void **state) {
         assert_int_equal(def.count_stopped_vms, file.count_stopped_vms);
         assert_int_equal(def.rescan_interval_s, file.rescan_interval_s);
         assert_int_equal(def.pin_interval_s, file.pin_interval_s);
+        assert_int_equal(def.cpu_governors, file.cpu_governors);
+        assert_int_equal(def.irq_affinity, file.irq_affinity);
         assert_int_equal(file.node_policy, NODE_POLICY_STATIC);
         agent_config_done(&def);
         agent_config_done(&file);
