@@ -236,11 +236,14 @@ def kubectl_views(c, kc, claim):
               for r in rows), "kubectl get events: LAST SEEN TYPE REASON OBJECT MESSAGE, pod/web-1 Nominated on %s" % name)
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cp-1", "labels": {"node-role.kubernetes.io/control-plane": ""}}}
     c.sim.kube("POST", "/api/v1/nodes", node)
-    node = c.sim.kube("GET", "/api/v1/nodes/cp-1").json
-    node["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": dict(
-        {k: "x" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
-                          "kubeProxyVersion", "operatingSystem", "architecture")}, kubeletVersion="v1.35.0")}
-    r = c.sim.kube("PUT", "/api/v1/nodes/cp-1/status", node)
+    for _ in range(5):  # the simulator's node lifecycle controller may write the status between our read and write
+        node = c.sim.kube("GET", "/api/v1/nodes/cp-1").json
+        node["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": dict(
+            {k: "x" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                              "kubeProxyVersion", "operatingSystem", "architecture")}, kubeletVersion="v1.35.0")}
+        r = c.sim.kube("PUT", "/api/v1/nodes/cp-1/status", node)
+        if r.status != 409:
+            break
     check(r.status == 200, "node cp-1 Ready (%d)" % r.status)
     rows = kubectl_table(kc, "nodes")
     check(rows and rows[0] == {"NAME": "cp-1", "STATUS": "Ready", "ROLES": "control-plane", "AGE": rows[0].get("AGE"),
