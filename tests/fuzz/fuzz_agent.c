@@ -23,7 +23,7 @@
 #define EXCHANGE_DEADLINE_MS 2000
 /* After the whole request is sent, a connection quiet this long is done: libmicrohttpd (epoll, edge-triggered) may
  * not notice a half-close while it waits for a keep-alive request, and the answers come within a millisecond. */
-#define EXCHANGE_QUIET_MS 10
+#define EXCHANGE_QUIET_MS 3
 
 static struct agent agent;
 static struct http_server *server;
@@ -114,7 +114,7 @@ size_t fuzz_agent_exchange(const void *request, size_t len) {
         for (bool open = true; open && now_ms() < deadline && (sent <= len || now_ms() - last < EXCHANGE_QUIET_MS);) {
                 struct pollfd p[2] = { { .fd = http_server_fd(server), .events = POLLIN },
                                        { .fd = fd, .events = POLLIN | (sent <= len ? POLLOUT : 0) } };
-                poll(p, 2, 10);
+                poll(p, 2, 1);
                 http_server_run(server);
                 if (sent <= len) {
                         pump_out(fd, request, len, &sent);
