@@ -21,6 +21,7 @@
 #define HTTP_MAX_LINE ((size_t)64 << 20)
 #define HTTP_MAX_RETRY_AFTER_S 3600L
 #define HTTP_POOL_MAX_CONNECTIONS 512L /* libcurl closes the oldest idle one above this (its default: 5) */
+#define HTTP_CLIENT_MAX_IDLE_S 5       /* under the agent's idle limit (10 s) and any server's we talk to */
 
 struct http_pool {
         CURLSH *share;
@@ -512,6 +513,9 @@ static void set_constant(struct http_client *c) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         if (c->pool)
                 curl_easy_setopt(h, CURLOPT_MAXCONNECTS, HTTP_POOL_MAX_CONNECTIONS);
+        /* A connection idle longer than this is not reused: servers close idle keep-alive connections (the agent
+         * after 10 s), and every request that met one it had just closed failed, one per pooled connection. */
+        curl_easy_setopt(h, CURLOPT_MAXAGE_CONN, (long)HTTP_CLIENT_MAX_IDLE_S);
         set_tls(c);
         c->configured = true;
 }

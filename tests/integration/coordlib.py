@@ -216,7 +216,8 @@ class Cluster:
         try:
             return self.sim.stop() if hasattr(self, "sim") else None
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            if not os.environ.get("PVESCALE_KEEP_TMP"):  # set it to look at the logs after a failure
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Coordinator:

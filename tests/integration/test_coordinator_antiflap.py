@@ -89,6 +89,9 @@ class ClaimWatch(threading.Thread):
 
     def event(self, ev):
         obj = ev["object"]
+        if ev["type"] == "ERROR":  # 410 Gone: our resourceVersion left the watch cache; list again, as an informer
+            self.relist()
+            return
         self.rv = obj["metadata"].get("resourceVersion", self.rv)
         if ev["type"] not in ("ADDED", "MODIFIED", "DELETED"):
             return
@@ -102,9 +105,17 @@ class ClaimWatch(threading.Thread):
         if obj["metadata"].get("deletionTimestamp"):
             self.api.setdefault(name, {}).setdefault("deleted", obj["metadata"]["deletionTimestamp"])
 
+    def relist(self):
+        r = self.sim.kube("GET", cl.GROUP + "/nodeclaims")
+        for obj in r.json["items"]:
+            self.event({"type": "ADDED", "object": obj})
+        self.rv = r.json["metadata"]["resourceVersion"]
+
     def run(self):
         while not self.halt.is_set():
-            conn, resp = self.sim.watch(cl.GROUP + "/nodeclaims?watch=1&resourceVersion=%s&timeoutSeconds=5" % self.rv)
+            # Bookmarks keep our resourceVersion recent while other kinds' events fill the watch cache.
+            conn, resp = self.sim.watch(cl.GROUP + "/nodeclaims?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
+                                        "&timeoutSeconds=30" % self.rv)
             try:
                 for raw in resp:
                     if raw.strip():
