@@ -163,20 +163,25 @@ static int slot_irqs(const char *root, const char *slot, struct ints *l) {
         return 0;
 }
 
+/* A list read with result r handed over sorted, or freed when the read failed. */
+static int hand_over_sorted(int r, struct ints *l, int **ret, size_t *ret_n) {
+        if (r < 0) {
+                free(l->v);
+                return r;
+        }
+        if (l->n)
+                qsort(l->v, l->n, sizeof *l->v, cmp_int);
+        *ret = l->v;
+        *ret_n = l->n;
+        return 0;
+}
+
 int hosttune_fs_pci_irqs(const char *root, const char *addr, int **ret_irqs, size_t *ret_n) {
         char full[64];
         full_address(addr, full, sizeof full);
         struct ints l = { 0 };
         int r = strchr(full, '.') ? device_irqs(root, full, &l) : slot_irqs(root, full, &l);
-        if (r < 0) {
-                free(l.v);
-                return r;
-        }
-        if (l.n)
-                qsort(l.v, l.n, sizeof *l.v, cmp_int);
-        *ret_irqs = l.v;
-        *ret_n = l.n;
-        return 0;
+        return hand_over_sorted(r, &l, ret_irqs, ret_n);
 }
 
 /* ---- /proc/irq ---- */
@@ -184,15 +189,7 @@ int hosttune_fs_pci_irqs(const char *root, const char *addr, int **ret_irqs, siz
 int hosttune_fs_irqs(const char *root, int **ret_irqs, size_t *ret_n) {
         struct ints l = { 0 };
         int r = list_numbers(root, PROC_IRQ, false, &l);
-        if (r < 0) {
-                free(l.v);
-                return r;
-        }
-        if (l.n)
-                qsort(l.v, l.n, sizeof *l.v, cmp_int);
-        *ret_irqs = l.v;
-        *ret_n = l.n;
-        return 0;
+        return hand_over_sorted(r, &l, ret_irqs, ret_n);
 }
 
 int hosttune_fs_read_irq(const char *root, int irq, struct cpuset **ret_cpus) {
