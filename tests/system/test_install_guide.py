@@ -12,9 +12,13 @@
    values heredoc only what names this test's cluster changes: the Proxmox URL and the token secret `pveum`
    printed, the region's name (the simulated kubelets' providerIDs carry it), the simulator's CA for Proxmox, the
    agents' port and their addresses (all simulated hosts say 127.0.0.1 in /cluster/status).
-4. The coordinator runs as the installed Deployment says (its args and env, the config and agents Secrets helm and
-   kubectl created, a token of the ServiceAccount helm created): pending pods become VMs whose reservations the
-   agents bind and pin, and the pods run. Nothing is refused by the Proxmox role or the chart's RBAC."""
+4. The image the guide builds (packaging/build-image, unpacked with skopeo and umoci as tests/system/test_image.py
+   does) runs as the installed Deployment says, as a runtime would run the pod (its own mount and PID namespace,
+   the root read-only, user 65532): its args and env, the config and agents Secrets helm and kubectl created
+   mounted where the Deployment mounts them, the in-cluster account (KUBERNETES_SERVICE_HOST and a token of the
+   ServiceAccount helm created, in /var/run/secrets/kubernetes.io/serviceaccount). Pending pods become VMs whose
+   reservations the agents bind and pin, and the pods run. Nothing is refused by the Proxmox role or the chart's
+   RBAC."""
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import json
@@ -32,6 +36,7 @@ from test_coordinator_agents import ClusterLayout  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 from test_coordinator_pverole import PVEUM, doc_script, install_md  # noqa: E402
 import test_helm  # noqa: E402
+import test_image  # noqa: E402
 
 RELEASE, NS = "pvescale-coordinator", "kube-system"
 PODS = "/api/v1/namespaces/default/pods"
@@ -113,41 +118,69 @@ class InstallGuideTest(cl.CoordinatorTest):
             with open(os.path.join(where, k), "wb") as f:
                 f.write(v)
 
+    def put(self, root, path, data, mode=0o444):
+        full = os.path.join(root, path.lstrip("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        os.chmod(full, mode)
+        os.chown(full, 65532, 65532)
+
     def run_installed(self):
-        """The coordinator as the installed Deployment runs it, its Secrets mounted in a directory of ours."""
+        """The guide's image, run as the installed Deployment says: the pod's mounts and in-cluster account."""
         c = self.c
         dep = c.sim.kube("GET", "/apis/apps/v1/namespaces/%s/deployments/%s" % (NS, RELEASE)).json
         pod = dep["spec"]["template"]["spec"]
-        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0].get("volumeMounts", [])}
-        root = os.path.join(c.tmp, "mounts")
+        container = pod["containers"][0]
+        archive, _ = test_image.build(os.path.join(c.tmp, "image"))
+        root, process, _ = test_image.copy_and_unpack(archive, test_image.project_version(), c.tmp)
+        self.assertEqual(test_image.failures, [], "the image built and unpacked")
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
         config = None
         for v in pod.get("volumes", []):
-            if "secret" not in v or v["name"] not in mounts:
+            m = mounts.get(v["name"])
+            if "secret" not in v or not m:
                 continue
-            files = self.secret_files(v["secret"]["secretName"])
-            self.mount(files, root + mounts[v["name"]])
-            if "config.yaml" in files:
-                config = files["config.yaml"].decode()
+            for name, data in self.secret_files(v["secret"]["secretName"]).items():
+                if m.get("subPath") in (None, name):  # a subPath mounts that one key at mountPath itself
+                    self.put(root, m["mountPath"] if m.get("subPath") else os.path.join(m["mountPath"], name), data)
+                    config = data.decode() if name == "config.yaml" else config
         self.assertIsNotNone(config, "no config.yaml among the Deployment's Secrets")
-        # The paths the config names are the pod's: under our mount root here.
-        for path in set(re.findall(r"(/etc/pvescale/\S+)", config)):
-            config = config.replace(path, root + path)
-        cfg = os.path.join(c.tmp, "config-installed.yaml")
-        with open(cfg, "w") as f:
-            f.write(config)
+        ca = open(c.sim.ep["ca_file"]).read()
+        self.put(root, c.sim.ep["ca_file"], ca)  # the Proxmox CA the values name (this test's cluster)
         r = c.sim.kube("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (NS, RELEASE),
                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
         self.assertEqual(r.status, 201, "a token of the ServiceAccount helm created")
-        with open(c.sim.ep["kube"]["kubeconfig"]) as f:
-            kc = f.read().replace("token: " + c.sim.ep["kube"]["token"], "token: " + r.json["status"]["token"])
-        kubeconfig = os.path.join(c.tmp, "kubeconfig-sa")
-        with open(kubeconfig, "w") as f:
-            f.write(kc)
-        cmd, env, health = test_helm.deployment_command(dep, cfg, kubeconfig)
-        args = [a for a in cmd[1:] if not a.startswith(("--kubeconfig", "--config", "--metrics-port",
-                                                         "--health-port"))][1:]
-        c.config, c.kubeconfig = cfg, kubeconfig
-        self.co = cl.Coordinator(c, args=args, env=env)
+        sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+        for name, data in (("token", r.json["status"]["token"]), ("ca.crt", ca), ("namespace", NS)):
+            self.put(root, os.path.join(sa, name), data)
+        api = re.match(r"https://([^:/]+):(\d+)", c.sim.ep["kube"]["url"])
+        self.health, self.metrics_port = cl.free_port(), cl.free_port()
+        ports = {"--metrics-port": self.metrics_port, "--health-port": self.health}
+        args = []
+        for a in container.get("args", []):
+            flag, _, value = a.partition("=")
+            args.append("%s=%s" % (flag, ports[flag]) if flag in ports else a)
+        fields = {"metadata.name": RELEASE + "-0", "metadata.namespace": NS}
+        env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+               for e in container.get("env", [])}
+        env.update(KUBERNETES_SERVICE_HOST=api.group(1), KUBERNETES_SERVICE_PORT=api.group(2))
+        self.ctr = test_image.Container(root, process, args, os.path.join(c.tmp, "coordinator.log"), extra_env=env)
+        self.assertTrue(self.ctr.started(), "the image's entrypoint runs:\n" + open(self.ctr.log_path).read())
+        ready = lambda: test_image.http_get(self.health, "/readyz")[0] == 200  # noqa: E731
+        cl.wait_for(lambda: ready() or self.ctr.proc.poll() is not None, 30, what="/readyz")
+        self.assertTrue(ready(), "the coordinator in the image is ready:\n" + self.ctr.logtext())
+
+    def tearDown(self):
+        if getattr(self, "ctr", None):
+            self.stop_container()
+        super().tearDown()
+
+    def stop_container(self):
+        rc = self.ctr.stop()
+        with open(self.ctr.log_path) as f:
+            tail = f.read().splitlines(True)[-40:]
+        sys.stderr.write("coordinator (image) exit %s, log tail:\n%s\n" % (rc, "".join(tail)))
 
     def test_the_guide_step_by_step(self):
         c = self.c
@@ -180,7 +213,9 @@ class InstallGuideTest(cl.CoordinatorTest):
         self.assertEqual(c.denials(), [], "calls the chart's RBAC refused")
         denied = [d for d in c.sim.admin("GET", "/pve-access").json["r1"]["denials"] if d["user"] == token_id]
         self.assertEqual(denied, [], "calls the guide's Proxmox role refused")
-        self.assertEqual(self.co.metric("agent_fallbacks_total"), 0)
+        status, metrics = test_image.metric_values(self.metrics_port)
+        self.assertEqual(status, 200)
+        self.assertEqual(metrics.get("pvescale_coordinator_agent_fallbacks_total"), 0)
 
     def agent_vm(self, host, vmid):
         a = self.c.agents[host]
