@@ -197,7 +197,8 @@ static int rebuild_one(struct ledger *l, const struct topology *t, const char *c
         char path[4096], owner[LEDGER_OWNER_MAX + 1], why[256] = "";
         _cleanup_free_ char *text = NULL;
         snprintf(path, sizeof path, "%s/%d.conf", config_dir, vm->vmid);
-        if (fileio_read(path, CONF_MAX_BYTES, &text, NULL) < 0 || ledger_rebuild_owner(text, owner, sizeof owner) < 0)
+        if (vm->template_vm || fileio_read(path, CONF_MAX_BYTES, &text, NULL) < 0 ||
+            ledger_rebuild_owner(text, owner, sizeof owner) < 0)
                 return 0;
         unsigned n = vm_vcpu_count(vm);
         _cleanup_free_ int *map = vm->running ? calloc(n ? n : 1, sizeof *map) : NULL;
