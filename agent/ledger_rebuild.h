@@ -30,9 +30,9 @@ int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, cons
 /* What a reservation for vm asks for: its vCPUs, memory and hugepage size. */
 struct placement_request ledger_rebuild_request(const struct vm *vm);
 
-/* Add to l a bound reservation for every VM (not template) of config_dir the coordinator described, its CPUs from the
- * running QEMU's vCPU threads under proc_root (or the config's affinity when it is not running). A VM whose
- * CPUs cannot be determined is skipped with one log line. Returns how many were rebuilt, or -ENOMEM / -errno
- * of the inventory. */
+/* Add to l a bound reservation for every VM (not a template) of config_dir the coordinator described, its
+ * CPUs from the running QEMU's vCPU threads under proc_root (or the config's affinity when it is not running).
+ * A VM whose CPUs cannot be determined is skipped with one log line. Returns how many were rebuilt, or
+ * -ENOMEM / -errno of the inventory. */
 int ledger_rebuild(struct ledger *l, const struct topology *t, const char *config_dir, const char *run_dir,
                    const char *proc_root, int64_t now);
