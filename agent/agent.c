@@ -10,7 +10,9 @@
 
 #include "fileio.h"
 #include "jsonutil.h"
+#include "ledger_rebuild.h"
 #include "log.h"
+#include "pinning_proc.h"
 
 #define NODE_SETTINGS_MAX_BYTES (4u << 20)
 
@@ -137,13 +139,39 @@ int agent_refresh(struct agent *a) {
         return r < 0 ? r : (changed || released > 0);
 }
 
+/* No state at all under the static policy: rebuild the bound reservations from the VM configs the coordinator
+ * described and the CPUs their QEMU runs on, and save them. 0, or -errno with problem set (take none). */
+static int rebuild_ledger(struct agent *a, struct ledger *l, char *problem, size_t len) {
+        if (a->cfg.node_policy != NODE_POLICY_STATIC)
+                return 0;
+        int n = ledger_rebuild(l, a->topology, a->cfg.pve_config_dir, a->cfg.pve_run_dir, PINNING_PROC_ROOT,
+                               agent_now());
+        if (n < 0) {
+                snprintf(problem, len, "no reservation state, and the VM configs in %s cannot be read to rebuild it: %s",
+                         a->cfg.pve_config_dir, strerror(-n));
+                return n;
+        }
+        if (n == 0)
+                return 0;
+        int r = ledger_save(l, a->cfg.state_dir);
+        a->ledger_unsaved = r < 0;
+        log_info("no reservation state: rebuilt %d bound reservations from the VM configs and QEMU%s", n,
+                 r < 0 ? " (not saved yet)" : "");
+        return 0;
+}
+
 /* Load the ledger; when it cannot be (no intact generation, a read error), keep an empty ledger, take no
  * reservations and say why in ledger_problem. Only -ENOMEM fails. */
 static int load_ledger(struct agent *a) {
         char problem[512] = "";
         struct ledger *l = NULL;
+        bool absent = a->persist && ledger_state_absent(a->cfg.state_dir);
         int r = a->persist ? ledger_load(a->cfg.state_dir, a->topology, agent_now(), &l, problem, sizeof problem)
                            : (l = ledger_new()) ? 0 : -ENOMEM;
+        if (r == 0 && absent && (r = rebuild_ledger(a, l, problem, sizeof problem)) < 0) {
+                ledger_free(l);
+                l = NULL;
+        }
         if (r == -ENOMEM || (r < 0 && !a->ledger && !(a->ledger = ledger_new())))
                 return -ENOMEM;
         if (r < 0) {

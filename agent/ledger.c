@@ -126,6 +126,27 @@ static int ledger_append(struct ledger *l, struct reservation *r) {
         return 0;
 }
 
+int ledger_add_bound(struct ledger *l, const char *owner, int vmid, const struct placement_request *req,
+                     struct placement *p, int64_t now) {
+        struct reservation *r = calloc(1, sizeof *r);
+        int err = r ? new_id(r->id) : -ENOMEM;
+        if (err == 0 && ledger_find_vmid(l, vmid))
+                err = -EEXIST;
+        if (err == 0) {
+                snprintf(r->owner, sizeof r->owner, "%s", owner);
+                r->request = *req;
+                r->created_at = now;
+                r->vmid = vmid;
+                err = ledger_append(l, r);
+        }
+        if (err < 0) {
+                free(r);
+                return err;
+        }
+        r->placement = p;
+        return 0;
+}
+
 /* Simple policy: grant by count, as the seed's simple mode does (no CPUs are chosen). */
 static int check_count_fit(const struct capacity *free, const struct placement_request *shape, char *reason,
                            size_t len) {
@@ -513,6 +534,13 @@ static int fall_back(const char *path, const struct topology *t, int64_t now, co
         snprintf(problem, problemlen, "%s: %s; moved to %s; loaded the previous generation %s", path, why,
                  r == 0 ? aside : "(rename failed)", prev);
         return 1;
+}
+
+bool ledger_state_absent(const char *dir) {
+        char path[PATH_MAX], prev[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
+        snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+        return access(path, F_OK) < 0 && errno == ENOENT && access(prev, F_OK) < 0 && errno == ENOENT;
 }
 
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,

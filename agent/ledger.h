@@ -62,6 +62,10 @@ int ledger_reserve(struct ledger *l, const struct topology *t, const struct capa
 /* Tie a reservation to a VM and drop its TTL. -ENOENT unknown id, -EEXIST when bound to another VM or
  * another reservation holds the VM. Binding again to the same VM is a no-op (0). */
 int ledger_bind(struct ledger *l, const char *id, int vmid);
+/* Add a reservation already bound to vmid (a rebuilt one, see ledger_rebuild.h); it takes p (may be NULL) only
+ * on success. -EEXIST when another reservation holds the VM, -ENOMEM, -EIO. */
+int ledger_add_bound(struct ledger *l, const char *owner, int vmid, const struct placement_request *req,
+                     struct placement *p, int64_t now);
 /* Remove a reservation. -ENOENT unknown id. */
 int ledger_release(struct ledger *l, const char *id);
 
@@ -95,3 +99,5 @@ json_t *ledger_to_json(const struct ledger *l);
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
                 size_t problemlen);
 int ledger_save(const struct ledger *l, const char *dir);
+/* Neither generation exists (the first start, or an operator removed damaged files). */
+bool ledger_state_absent(const char *dir);
