@@ -24,7 +24,7 @@ DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 # sampled every STEP_S.
 PERIODS, TROUGH_S, BUMP_S, PEAK, STEP_S = 20, 8.0, 5.5, 3, 0.2
 PERIOD_S = TROUGH_S + BUMP_S
-CONSOLIDATE_AFTER_S = 3
+CONSOLIDATE_AFTER_S = 5
 # A scale-down pass every second, and launches of about 1.5 s. A node goes 1-2 passes after it has been empty (its
 # last pod gone: a pod leaving is a pod event, as Karpenter's lastPodEventTime) and Initialized for consolidateAfter
 # (the API's whole seconds make that up to 1 s early): after its period's end (its
