@@ -10,7 +10,6 @@
 #   NodePool naming the host (not one per round), hosts_left_out_total counts it.
 # - Simple policy, the same: the host is placed by Proxmox's accounting as before, and the Event says so.
 # SPDX-License-Identifier: Apache-2.0
-import base64
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
+from test_coordinator_launch import cluster_info  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 POSTINST = os.path.join(cl.SRC, "packaging", "debian", "pvescale-agent.postinst")
@@ -107,15 +107,6 @@ class ClusterLayout(cl.Cluster):
             cl.wait_for(lambda: "listening on port" in self.agent_log(name) or a["proc"].poll() is not None, 20,
                         what="agent %s" % name)
             assert a["proc"].poll() is None, self.agent_log(name)
-
-
-def cluster_info(sim):
-    with open(sim.ep["ca_file"], "rb") as f:
-        ca = base64.b64encode(f.read()).decode()
-    kubeconfig = ("apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n"
-                  "    certificate-authority-data: %s\n    server: %s\n" % (ca, sim.ep["kube"]["url"]))
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info", "namespace": "kube-public"},
-            "data": {"kubeconfig": kubeconfig}}
 
 
 def spread_pod(name, app):
