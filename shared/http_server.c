@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -283,15 +284,39 @@ static bool bad_content_length(struct MHD_Connection *conn) {
         return n == 0 || v[n] != '\0' || n > 19 || (n == 19 && strcmp(v, "18446744073709551615") > 0);
 }
 
+/* The 400 for a Content-Length MHD cannot parse, as our other errors look (the usual headers, a JSON body), written
+ * in one piece: MHD gives no way to answer this request through it. */
+static int bad_length_answer(char *buf, size_t len) {
+        static const char body[] = "{\"error\":\"invalid request\",\"detail\":"
+                                   "\"Content-Length: expected a number of bytes (digits only)\"}";
+        return snprintf(buf, len,
+                        "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                        "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %zu\r\n\r\n%s",
+                        sizeof body - 1, body);
+}
+
+/* Write the 400 on c's connection (through its TLS session, or the plain socket) and end the connection. */
+static void answer_bad_length(struct conn_ctx *c) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+        char answer[512];
+        size_t n = (size_t)bad_length_answer(answer, sizeof answer);
+        ssize_t sent = info && info->tls_session ? gnutls_record_send(info->tls_session, answer, n)
+                       : c->fd >= 0             ? send(c->fd, answer, n, MSG_NOSIGNAL)
+                                                : -1;
+        if (sent != (ssize_t)n)
+                log_debug("the 400 for a malformed Content-Length was not sent whole (%zd of %zu bytes)", sent, n);
+        cut(c);
+}
+
 /* libmicrohttpd 0.9.75 answers a request whose Content-Length it cannot parse on its own, before any callback of
- * ours, and writes that answer's status line and headers twice. It logs the problem just before: close such
- * connections then, so that the client sees the connection end (no answer) instead of a garbled one. */
+ * ours, and writes that answer's status line and headers twice. It logs the problem just before: answer such a
+ * request ourselves then, and end the connection, so that MHD's own answer never reaches the client. */
 static void mhd_log_cb(void *cls, const char *fmt, va_list ap) {
         struct http_server *s = cls;
         if (strstr(fmt, "Content-Length")) {
                 for (struct conn_ctx *c = s->conns; c; c = c->next)
-                        if (c->req && !c->req->started && bad_content_length(c->conn))
-                                cut(c);
+                        if (c->req && !c->req->started && !c->cut && bad_content_length(c->conn))
+                                answer_bad_length(c);
         }
         log_fullv(LOG_LEVEL_DEBUG, __FILE__, __LINE__, __func__, NULL, fmt, ap);
 }

@@ -111,12 +111,16 @@ class RequestsTest(AgentCase):
                                             "--data-binary", body])
         self.assertEqual(status, 201, text)
 
-    def test_malformed_content_length_never_gets_a_garbled_answer(self):
+    def test_malformed_content_length_gets_one_400_with_a_json_body(self):
         head = b"POST /v1/offers HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + self.token.encode()
-        for value in (b"abc", b"-5", b"99999999999999999999999", b"1e3", b"12x"):
+        for value in (b"abc", b"-5", b"99999999999999999999999", b"1e3", b"12x", b""):
             out = self.raw(head + b"\r\nContent-Length: " + value + b"\r\n\r\n{}")
-            self.assertLessEqual(out.count(b"HTTP/1."), 1, (value, out))
-            self.assertFalse(out and not out.startswith(b"HTTP/1.1 400 "), (value, out))
+            self.assertEqual(out.count(b"HTTP/1."), 1, (value, out))
+            self.assertTrue(out.startswith(b"HTTP/1.1 400 "), (value, out))
+            headers, _, body = out.partition(b"\r\n\r\n")
+            self.assertIn(b"\r\nContent-Type: application/json\r\n", headers, (value, out))
+            self.assertIn(b"\r\nContent-Length: %d\r\n" % len(body), headers + b"\r\n", (value, out))
+            self.assertIn("Content-Length", json.loads(body)["detail"], (value, out))
         # A number the body limit refuses: one 413 from the agent, before any body is read.
         out = self.raw(head + b"\r\nContent-Length: 99999999999\r\n\r\n{}")
         self.assertEqual(out.count(b"HTTP/1."), 1, out)
