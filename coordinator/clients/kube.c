@@ -27,6 +27,7 @@
 #define KUBE_DEFAULT_BACKOFF_BASE_MS 200L
 #define KUBE_DEFAULT_BACKOFF_MAX_MS 30000L
 #define KUBE_DEFAULT_PAGE 500
+#define KUBE_LIST_MAX_PAGES 10000 /* 5 million objects at the default page size */
 #define KUBE_DEFAULT_MODIFY_ATTEMPTS 5
 #define KUBE_TOKEN_REFRESH_MS 60000
 #define KUBE_TOKEN_MAX 65536
@@ -540,10 +541,26 @@ static int merge_page(json_t **list, json_t *page) {
         return r < 0 ? -ENOMEM : 0;
 }
 
+/* The continue token of page, copied into *cont; a server that hands back the token it was given, or keeps
+ * paging past KUBE_LIST_MAX_PAGES, would make the list run forever: -EPROTO. */
+static int next_page(struct kube_client *c, const json_t *page, const char *prev, unsigned n, char **cont) {
+        const char *next = obj_string(page, "continue");
+        if (!next || !*next)
+                return 0;
+        bool repeated = prev && strcmp(prev, next) == 0;
+        if (repeated || n >= KUBE_LIST_MAX_PAGES) {
+                kube__client_set_error(c, "list: the API server keeps paging (%s after %u pages)",
+                                       repeated ? "the same continue token" : "a continue token", n);
+                return -EPROTO;
+        }
+        return (*cont = strdup(next)) ? 0 : -ENOMEM;
+}
+
 int kube_list(struct kube_client *c, const struct kube_resource *rt, const char *ns,
               const struct kube_list_options *o, json_t **ret_list) {
         json_t *list = NULL;
         char *cont = NULL;
+        unsigned pages = 0;
         int r;
         do {
                 char *path;
@@ -552,13 +569,12 @@ int kube_list(struct kube_client *c, const struct kube_resource *rt, const char 
                 if (r == 0)
                         r = kube_request(c, "GET", path, NULL, NULL, &page);
                 free(path);
-                free(cont);
+                _cleanup_free_ char *prev = cont;
                 cont = NULL;
                 if (r == 0 && !json_is_array(json_object_get(page, "items")))
                         json_object_set_new(page, "items", json_array());
-                const char *next = r == 0 ? obj_string(page, "continue") : NULL;
-                if (next && *next && !(cont = strdup(next)))
-                        r = -ENOMEM;
+                if (r == 0 && (r = next_page(c, page, prev, ++pages, &cont)) < 0)
+                        json_decref(page);
                 if (r == 0)
                         r = merge_page(&list, page);
         } while (r == 0 && cont);
