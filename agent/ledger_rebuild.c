@@ -234,8 +234,6 @@ int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, cons
         return r;
 }
 
-/* ---- reading the host ---- */
-
 int ledger_rebuild_overlap(const struct ledger *l, const struct placement *p) {
         for (size_t i = 0; p && i < l->n; i++) {
                 const struct reservation *r = l->items[i];
