@@ -193,8 +193,10 @@ static int load_ledger(struct agent *a) {
 void agent_retry_ledger(struct agent *a) {
         if (!agent_ledger_ready(a)) {
                 load_ledger(a);
-                if (agent_ledger_ready(a))
+                if (agent_ledger_ready(a)) {
                         recompute_capacity(a);
+                        a->pins.pending = true; /* pin the VMs of the reservations loaded or rebuilt at the next tick */
+                }
         } else if (a->ledger_unsaved && agent_ledger_changed(a) == 0)
                 log_info("reservations saved again in %s", a->cfg.state_dir);
 }

@@ -126,10 +126,20 @@ static int ledger_append(struct ledger *l, struct reservation *r) {
         return 0;
 }
 
-int ledger_add_bound(struct ledger *l, const char *owner, int vmid, const struct placement_request *req,
+bool ledger_id_valid(const char *id) {
+        if (!id || strlen(id) != LEDGER_ID_LEN - 1 || strncmp(id, "r-", 2) != 0)
+                return false;
+        for (id += 2; *id; id++)
+                if (!((*id >= '0' && *id <= '9') || (*id >= 'a' && *id <= 'f')))
+                        return false;
+        return true;
+}
+
+int ledger_add_bound(struct ledger *l, const char *id, const char *owner, int vmid, const struct placement_request *req,
                      struct placement *p, int64_t now) {
         struct reservation *r = calloc(1, sizeof *r);
-        int err = r ? new_id(r->id) : -ENOMEM;
+        bool keep = ledger_id_valid(id) && !ledger_find(l, id);
+        int err = !r ? -ENOMEM : keep ? (snprintf(r->id, sizeof r->id, "%s", id), 0) : new_id(r->id);
         if (err == 0 && ledger_find_vmid(l, vmid))
                 err = -EEXIST;
         if (err == 0) {

@@ -62,9 +62,12 @@ int ledger_reserve(struct ledger *l, const struct topology *t, const struct capa
 /* Tie a reservation to a VM and drop its TTL. -ENOENT unknown id, -EEXIST when bound to another VM or
  * another reservation holds the VM. Binding again to the same VM is a no-op (0). */
 int ledger_bind(struct ledger *l, const char *id, int vmid);
-/* Add a reservation already bound to vmid (a rebuilt one, see ledger_rebuild.h); it takes p (may be NULL) only
- * on success. -EEXIST when another reservation holds the VM, -ENOMEM, -EIO. */
-int ledger_add_bound(struct ledger *l, const char *owner, int vmid, const struct placement_request *req,
+/* Is id in the agent's own format ("r-" and 16 lower-case hex digits)? */
+bool ledger_id_valid(const char *id);
+/* Add a reservation already bound to vmid (a rebuilt one, see ledger_rebuild.h), with id when it is valid and no
+ * reservation of l has it (id may be NULL), else a new id; it takes p (may be NULL) only on success. -EEXIST when
+ * another reservation holds the VM, -ENOMEM, -EIO. */
+int ledger_add_bound(struct ledger *l, const char *id, const char *owner, int vmid, const struct placement_request *req,
                      struct placement *p, int64_t now);
 /* Remove a reservation. -ENOENT unknown id. */
 int ledger_release(struct ledger *l, const char *id);

@@ -16,7 +16,7 @@
 #include "pinning_proc.h"
 
 #define CONF_MAX_BYTES (1 << 20)
-#define DESCR_LINE_MAX 512
+#define DESCR_LINE_MAX 2048 /* a "cpus:" line of the coordinator is up to 1,024 characters */
 
 static int hexval(char c) {
         return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
@@ -49,23 +49,68 @@ static const char *line_value(const char *line, const char *key) {
         return *line ? line : NULL;
 }
 
-int ledger_rebuild_owner(const char *conf_text, char *owner, size_t len) {
-        char line[DESCR_LINE_MAX], name[DESCR_LINE_MAX] = "", uid[DESCR_LINE_MAX] = "";
+/* The description's lines, decoded: each value the first of its key, "" when absent. */
+struct descr_lines {
+        char name[LEDGER_OWNER_MAX + 1], uid[LEDGER_OWNER_MAX + 1], id[LEDGER_ID_LEN + 1], cpus[DESCR_LINE_MAX];
+};
+
+/* dst = the value of "key: value" in line, unless dst has one already. */
+static void take(char *dst, size_t len, const char *line, const char *key) {
+        const char *v = line_value(line, key);
+        if (!*dst && v)
+                snprintf(dst, len, "%s", v);
+}
+
+static int descr_lines(const char *conf_text, struct descr_lines *d) {
+        char line[DESCR_LINE_MAX];
         const char *v;
+        *d = (struct descr_lines){ 0 };
         for (const char *s = conf_text; s && *s == '#';) {
                 bool first = s == conf_text;
                 s = descr_line(s, line, sizeof line);
-                if (first && !(v = line_value(line, LEDGER_REBUILD_MARK)))
-                        return -ENOENT;
-                if (first)
-                        snprintf(name, sizeof name, "%s", v);
-                else if (!*uid && (v = line_value(line, "uid")))
-                        snprintf(uid, sizeof uid, "%s", v);
+                if (first) {
+                        if (!(v = line_value(line, LEDGER_REBUILD_MARK)))
+                                return -ENOENT;
+                        snprintf(d->name, sizeof d->name, "%s", v);
+                        continue;
+                }
+                take(d->uid, sizeof d->uid, line, "uid");
+                take(d->cpus, sizeof d->cpus, line, "cpus");
+                if ((v = line_value(line, "reservation")) && ledger_id_valid(v))
+                        take(d->id, sizeof d->id, line, "reservation");
         }
-        if (!*name || !*uid || strpbrk(uid, "/ ") || strpbrk(name, "/ "))
+        return *d->name && *d->uid && !strpbrk(d->uid, "/ ") && !strpbrk(d->name, "/ ") ? 0 : -ENOENT;
+}
+
+int ledger_rebuild_describe(const char *conf_text, struct ledger_rebuild_descr *ret) {
+        _cleanup_free_ struct descr_lines *d = malloc(sizeof *d);
+        if (!d)
+                return -ENOMEM;
+        int r = descr_lines(conf_text, d);
+        *ret = (struct ledger_rebuild_descr){ .cpus = NULL };
+        if (r < 0)
+                return r;
+        int n = snprintf(ret->owner, sizeof ret->owner, "nodeclaim/%s/%s", d->uid, d->name);
+        if (n < 0 || (size_t)n >= sizeof ret->owner)
                 return -ENOENT;
-        int n = snprintf(owner, len, "nodeclaim/%s/%s", uid, name);
-        return n < 0 || (size_t)n >= len ? -ENOENT : 0;
+        snprintf(ret->id, sizeof ret->id, "%s", d->id);
+        if (*d->cpus && cpuset_parse(d->cpus, &ret->cpus) == -ENOMEM)
+                return -ENOMEM;
+        return 0;
+}
+
+void ledger_rebuild_descr_done(struct ledger_rebuild_descr *d) {
+        cpuset_free(d->cpus);
+        d->cpus = NULL;
+}
+
+int ledger_rebuild_owner(const char *conf_text, char *owner, size_t len) {
+        struct ledger_rebuild_descr d;
+        int r = ledger_rebuild_describe(conf_text, &d);
+        if (r == 0 && (size_t)snprintf(owner, len, "%s", d.owner) >= len)
+                r = -ENOENT;
+        ledger_rebuild_descr_done(&d);
+        return r;
 }
 
 struct placement_request ledger_rebuild_request(const struct vm *vm) {
@@ -81,16 +126,42 @@ static int cpu_node(const struct topology *t, int cpu) {
         return -1;
 }
 
-/* The config's affinity as a vCPU map: CPUs by node, then by id. Needs exactly one CPU per vCPU. */
-static int affinity_map(const struct topology *t, const struct vm *vm, int *map, unsigned n, char *why, size_t len) {
-        if (!vm->affinity || cpuset_count(vm->affinity) != n)
-                return errmsg_invalid(why, len, "not running, and its affinity does not give one CPU per vCPU");
+/* A CPU set as a vCPU map: CPUs by node, then by id. 0, -E2BIG when it is not one CPU per vCPU, -ERANGE when a CPU is
+ * outside the host's NUMA nodes. */
+static int cpus_map(const struct topology *t, const struct cpuset *cpus, int *map, unsigned n) {
+        if (!cpus || cpuset_count(cpus) != n)
+                return -E2BIG;
         unsigned k = 0;
         for (size_t i = 0; i < t->n_numa_nodes; i++)
-                for (int c = -1; t->numa_nodes[i].cpus && (c = cpuset_next(vm->affinity, c)) >= 0;)
+                for (int c = -1; t->numa_nodes[i].cpus && (c = cpuset_next(cpus, c)) >= 0;)
                         if (cpuset_test(t->numa_nodes[i].cpus, (unsigned)c) && cpu_node(t, c) == t->numa_nodes[i].id)
                                 map[k++] = c;
-        return k == n ? 0 : errmsg_invalid(why, len, "its affinity has CPUs outside the host's NUMA nodes");
+        return k == n ? 0 : -ERANGE;
+}
+
+/* The config's affinity as a vCPU map (cpus_map). */
+static int affinity_map(const struct topology *t, const struct vm *vm, int *map, unsigned n, char *why, size_t len) {
+        int r = cpus_map(t, vm->affinity, map, n);
+        if (r == -E2BIG)
+                return errmsg_invalid(why, len, "not running, and its affinity does not give one CPU per vCPU");
+        return r < 0 ? errmsg_invalid(why, len, "its affinity has CPUs outside the host's NUMA nodes") : 0;
+}
+
+int ledger_rebuild_vcpu_map(const struct topology *t, const struct vm *vm, const int *thread_map,
+                            const struct cpuset *descr_cpus, int *map, char *why, size_t len) {
+        unsigned n = vm_vcpu_count(vm);
+        if (thread_map) {
+                memcpy(map, thread_map, n * sizeof *map);
+                return LEDGER_REBUILD_THREADS;
+        }
+        if (cpus_map(t, descr_cpus, map, n) == 0)
+                return LEDGER_REBUILD_DESCRIPTION;
+        if (cpus_map(t, vm->affinity, map, n) == 0)
+                return LEDGER_REBUILD_AFFINITY;
+        return errmsg_invalid(why, len, "%s, and neither its description's cpus (%u) nor its affinity (%u) give one "
+                              "host CPU to each of its %u vCPUs", vm->running ? "its vCPU threads are not pinned one "
+                              "CPU each" : "not running", descr_cpus ? cpuset_count(descr_cpus) : 0,
+                              vm->affinity ? cpuset_count(vm->affinity) : 0, n);
 }
 
 /* MiB of guest node g (host node `node`, n vCPUs): the config's numaN memory when numaN names that one host node
@@ -163,15 +234,43 @@ int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, cons
         return r;
 }
 
+int ledger_rebuild_overlap(const struct ledger *l, const struct placement *p) {
+        for (size_t i = 0; p && i < l->n; i++) {
+                const struct reservation *r = l->items[i];
+                if (r->vmid && r->placement && cpuset_intersects(r->placement->cpus, p->cpus))
+                        return r->vmid;
+        }
+        return 0;
+}
+
+/* Memory of the placements of l (and p) on host node `node`. */
+static uint64_t node_placed(const struct ledger *l, const struct placement *p, int node) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i <= l->n; i++) {
+                const struct placement *q = i < l->n ? l->items[i]->placement : p;
+                for (size_t j = 0; q && j < q->n_numa; j++)
+                        sum += q->numa[j].node == node ? q->numa[j].memory_bytes : 0;
+        }
+        return sum;
+}
+
+bool ledger_rebuild_memory_fits(const struct ledger *l, const struct topology *t, const struct placement *p) {
+        for (size_t i = 0; i < t->n_numa_nodes; i++)
+                if (node_placed(l, p, t->numa_nodes[i].id) > t->numa_nodes[i].memory_bytes)
+                        return false;
+        return true;
+}
+
 /* ---- reading the host ---- */
 
-/* vcpu_map from the vCPU threads of pid: each must be pinned to exactly one CPU. 0, -EINVAL (why), -ENOMEM. */
-static int threads_map(const char *proc_root, int pid, unsigned n, int *map, char *why, size_t len) {
+/* vcpu_map from the vCPU threads of pid: each must be pinned to exactly one CPU. 0, -EINVAL (not so, or unreadable),
+ * -ENOMEM. */
+static int threads_map(const char *proc_root, int pid, unsigned n, int *map) {
         json_t *threads = NULL, *e;
         size_t i;
         int r = pinning_proc_read(proc_root, pid, &threads);
         if (r < 0)
-                return r == -ENOMEM ? r : errmsg_invalid(why, len, "cannot read its QEMU threads: %s", strerror(-r));
+                return r == -ENOMEM ? r : -EINVAL;
         unsigned found = 0;
         for (unsigned v = 0; v < n; v++)
                 map[v] = -1;
@@ -188,41 +287,88 @@ static int threads_map(const char *proc_root, int pid, unsigned n, int *map, cha
                 cpuset_free(cpus);
         }
         json_decref(threads);
-        return found == n ? 0 : errmsg_invalid(why, len, "%u of its %u vCPU threads are pinned to one CPU", found, n);
+        return found == n ? 0 : -EINVAL;
+}
+
+/* The placement of vm from its sources (ledger_rebuild_vcpu_map; the one used in *source): 0, -EINVAL (why),
+ * -ENOMEM. */
+static int rebuilt_placement(const struct topology *t, const char *proc_root, const struct vm *vm,
+                             const struct cpuset *descr_cpus, struct placement **ret, int *source, char *why,
+                             size_t len) {
+        unsigned n = vm_vcpu_count(vm);
+        if (n == 0 || n > PLACEMENT_MAX_VCPUS)
+                return errmsg_invalid(why, len, "%u vCPUs", n);
+        _cleanup_free_ int *threads = calloc(n, sizeof *threads), *map = calloc(n, sizeof *map);
+        if (!threads || !map)
+                return -ENOMEM;
+        int r = vm->running ? threads_map(proc_root, vm->pid, n, threads) : -EINVAL;
+        if (r == -ENOMEM)
+                return r;
+        r = *source = ledger_rebuild_vcpu_map(t, vm, r == 0 ? threads : NULL, descr_cpus, map, why, len);
+        return r < 0 ? r : ledger_rebuild_placement(t, vm, map, ret, why, len);
+}
+
+/* Whether p may be added to l: 0, or -EEXIST / -ENOSPC with why. */
+static int check_fits(const struct ledger *l, const struct topology *t, const struct placement *p, char *why,
+                      size_t len) {
+        int other = ledger_rebuild_overlap(l, p);
+        _cleanup_free_ char *cpus = cpuset_format(p->cpus);
+        if (other) {
+                snprintf(why, len, "its CPUs %s overlap those of VM %d, rebuilt before it (pinned by hand?)",
+                         cpus ? cpus : "?", other);
+                return -EEXIST;
+        }
+        if (!ledger_rebuild_memory_fits(l, t, p)) {
+                snprintf(why, len, "its memory, with that of the VMs rebuilt before it, exceeds a NUMA node's");
+                return -ENOSPC;
+        }
+        return 0;
+}
+
+static void log_rebuilt(const struct reservation *r, int source) {
+        static const char *const from[] = { [LEDGER_REBUILD_THREADS] = "its vCPU threads",
+                                            [LEDGER_REBUILD_DESCRIPTION] = "its description",
+                                            [LEDGER_REBUILD_AFFINITY] = "its affinity" };
+        _cleanup_free_ char *cpus = cpuset_format(r->placement->cpus);
+        log_info("reservation %s of VM %d (%s) rebuilt: CPUs %s from %s", r->id, r->vmid, r->owner, cpus ? cpus : "?",
+                 source >= 0 && source <= LEDGER_REBUILD_AFFINITY ? from[source] : "?");
 }
 
 /* The bound reservation of one VM, added to l: 1 added, 0 not the coordinator's or skipped, -ENOMEM. */
 static int rebuild_one(struct ledger *l, const struct topology *t, const char *config_dir, const char *proc_root,
                        const struct vm *vm, int64_t now) {
-        char path[4096], owner[LEDGER_OWNER_MAX + 1], why[256] = "";
+        char path[4096], why[512] = "";
         _cleanup_free_ char *text = NULL;
+        struct ledger_rebuild_descr d = { .cpus = NULL };
         snprintf(path, sizeof path, "%s/%d.conf", config_dir, vm->vmid);
-        if (vm->template_vm || fileio_read(path, CONF_MAX_BYTES, &text, NULL) < 0 ||
-            ledger_rebuild_owner(text, owner, sizeof owner) < 0)
+        if (vm->template_vm || fileio_read(path, CONF_MAX_BYTES, &text, NULL) < 0)
                 return 0;
-        unsigned n = vm_vcpu_count(vm);
-        _cleanup_free_ int *map = vm->running ? calloc(n ? n : 1, sizeof *map) : NULL;
-        if (vm->running && !map)
-                return -ENOMEM;
-        int r = vm->running ? threads_map(proc_root, vm->pid, n, map, why, sizeof why) : 0;
-        struct placement *p = NULL;
-        if (r == 0)
-                r = ledger_rebuild_placement(t, vm, map, &p, why, sizeof why);
-        struct placement_request req = ledger_rebuild_request(vm);
-        if (r == 0 && (r = ledger_add_bound(l, owner, vm->vmid, &req, p, now)) < 0)
-                placement_free(p);
-        if (r == -ENOMEM)
-                return r;
+        int r = ledger_rebuild_describe(text, &d);
         if (r < 0)
-                log_error("reservation of VM %d (%s) not rebuilt: %s", vm->vmid, owner, *why ? why : strerror(-r));
-        return r == 0;
+                return r == -ENOMEM ? r : 0;
+        struct placement *p = NULL;
+        int source = -1;
+        r = rebuilt_placement(t, proc_root, vm, d.cpus, &p, &source, why, sizeof why);
+        if (r == 0)
+                r = check_fits(l, t, p, why, sizeof why);
+        struct placement_request req = ledger_rebuild_request(vm);
+        if (r == 0)
+                r = ledger_add_bound(l, d.id, d.owner, vm->vmid, &req, p, now);
+        if (r < 0)
+                placement_free(p);
+        if (r < 0 && r != -ENOMEM)
+                log_error("reservation of VM %d (%s) not rebuilt: %s", vm->vmid, d.owner, *why ? why : strerror(-r));
+        if (r == 0)
+                log_rebuilt(ledger_find_vmid(l, vm->vmid), source);
+        ledger_rebuild_descr_done(&d);
+        return r == -ENOMEM ? r : r == 0;
 }
 
 int ledger_rebuild(struct ledger *l, const struct topology *t, const char *config_dir, const char *run_dir,
                    const char *proc_root, int64_t now) {
         struct inventory *inv = NULL;
         int r = inventory_load(config_dir, run_dir, &inv), n = 0;
-        for (size_t i = 0; r >= 0 && i < inv->n_vms; i++)
+        for (size_t i = 0; r >= 0 && i < inv->n_vms; i++) /* in VMID order: the lower VMID keeps shared CPUs */
                 if ((r = rebuild_one(l, t, config_dir, proc_root, inv->vms[i], now)) > 0)
                         n++;
         inventory_free(inv);

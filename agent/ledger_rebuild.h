@@ -14,10 +14,34 @@
 /* The first line of a description the coordinator wrote (coordinator/launch launcher_description). */
 #define LEDGER_REBUILD_MARK "pvescale-nodeclaim"
 
-/* The owner the coordinator uses, "nodeclaim/<uid>/<name>", from a qemu-server config text whose description
- * (its leading "#" lines, %XX-encoded) starts "pvescale-nodeclaim: <name>" and has a "uid: <uid>" line.
- * 0, or -ENOENT when the VM is not the coordinator's. Pure. */
+/* What the coordinator's description of a VM says (its leading "#" lines in the qemu-server config, %XX-encoded,
+ * starting "pvescale-nodeclaim: <name>" with a "uid: <uid>" line): the owner it uses, "nodeclaim/<uid>/<name>";
+ * the agent's reservation id of a "reservation:" line when it is in the agent's format, else ""; the host CPUs of
+ * a "cpus:" line when it parses, else NULL (descriptions older than those lines have neither). */
+struct ledger_rebuild_descr {
+        char owner[LEDGER_OWNER_MAX + 1];
+        char id[LEDGER_ID_LEN + 1];
+        struct cpuset *cpus;
+};
+/* 0, -ENOENT when the VM is not the coordinator's, -ENOMEM. Free with ledger_rebuild_descr_done. Pure. */
+int ledger_rebuild_describe(const char *conf_text, struct ledger_rebuild_descr *ret);
+void ledger_rebuild_descr_done(struct ledger_rebuild_descr *d);
+/* Only the owner: 0, or -ENOENT. Pure. */
 int ledger_rebuild_owner(const char *conf_text, char *owner, size_t len);
+
+/* Where the CPUs of a rebuilt reservation come from, in this order: the vCPU threads of the running QEMU when each
+ * is pinned to one CPU; else the description's cpus when they are as many as the vCPUs; else the config's affinity
+ * (the same rule). */
+enum ledger_rebuild_source {
+        LEDGER_REBUILD_THREADS,
+        LEDGER_REBUILD_DESCRIPTION,
+        LEDGER_REBUILD_AFFINITY,
+};
+/* map[i] = the host CPU of vCPU i (map has vm's vCPU count of entries) from the first source that has one CPU per
+ * vCPU: thread_map (NULL when the VM does not run or a thread is not pinned to one CPU), descr_cpus (may be NULL),
+ * the config's affinity; a CPU set is taken in node then CPU order. The source, or -EINVAL with why. Pure. */
+int ledger_rebuild_vcpu_map(const struct topology *t, const struct vm *vm, const int *thread_map,
+                            const struct cpuset *descr_cpus, int *map, char *why, size_t len);
 
 /* The placement of vm: vcpu_map[i] = the host CPU of vCPU i (from its thread's affinity) when given, else the
  * config's affinity in node then CPU order. Each host NUMA node of those CPUs is a guest node (its vCPUs must
@@ -30,9 +54,16 @@ int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, cons
 /* What a reservation for vm asks for: its vCPUs, memory and hugepage size. */
 struct placement_request ledger_rebuild_request(const struct vm *vm);
 
-/* Add to l a bound reservation for every VM (not a template) of config_dir the coordinator described, its
- * CPUs from the running QEMU's vCPU threads under proc_root (or the config's affinity when it is not running).
- * A VM whose CPUs cannot be determined is skipped with one log line. Returns how many were rebuilt, or
- * -ENOMEM / -errno of the inventory. */
+/* The VMID of a bound reservation of l whose CPUs intersect p's, or 0. Pure. */
+int ledger_rebuild_overlap(const struct ledger *l, const struct placement *p);
+/* Does p's memory on each host NUMA node, with that of l's placed reservations, stay within the node's memory?
+ * Pure. */
+bool ledger_rebuild_memory_fits(const struct ledger *l, const struct topology *t, const struct placement *p);
+
+/* Add to l a bound reservation for every VM (not a template) of config_dir the coordinator described, in VMID
+ * order, with the description's reservation id (ledger_add_bound) and its CPUs from ledger_rebuild_vcpu_map (the
+ * running QEMU's vCPU threads under proc_root first). A VM is skipped with one log line when its CPUs cannot be
+ * determined, when they overlap those of a VM rebuilt before it (hand-pinned: the lower VMID keeps them), or when
+ * its memory would exceed a NUMA node's. Returns how many were rebuilt, or -ENOMEM / -errno of the inventory. */
 int ledger_rebuild(struct ledger *l, const struct topology *t, const char *config_dir, const char *run_dir,
                    const char *proc_root, int64_t now);

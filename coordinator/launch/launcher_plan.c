@@ -215,14 +215,26 @@ bool launcher_config_tagged(const json_t *config, const char *claim) {
 
 /* ---- description and owner ---- */
 
-char *launcher_description(const char *claim, const char *uid, int64_t created_ms) {
+/* "key: value\n" when value is given, else "". malloc'd or NULL. */
+static char *optional_line(const char *key, const char *value) {
+        char *out = NULL;
+        return asprintf(&out, "%s%s%s%s", value && *value ? key : "", value && *value ? ": " : "",
+                        value ? value : "", value && *value ? "\n" : "") < 0 ? NULL : out;
+}
+
+char *launcher_description(const char *claim, const char *uid, int64_t created_ms, const char *reservation_id,
+                           const char *cpus) {
         char when[32], *out = NULL;
+        char *rid = optional_line("reservation", reservation_id), *pinned = optional_line("cpus", cpus);
         rfc3339_format(created_ms, when, sizeof when);
-        if (asprintf(&out,
-                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n"
+        if (rid && pinned &&
+            asprintf(&out,
+                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n%s%s"
                      "Managed by pvescale: deleted with its NodeClaim, or as an orphan 10 minutes after it is gone.\n",
-                     claim, uid, when) < 0)
-                return NULL;
+                     claim, uid, when, rid, pinned) < 0)
+                out = NULL;
+        free(rid);
+        free(pinned);
         return out;
 }
 

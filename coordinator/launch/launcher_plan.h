@@ -49,8 +49,11 @@ char *launcher_tags(const char *nodepool, const char *claim, const json_t *extra
 bool launcher_config_tagged(const json_t *config, const char *claim);
 
 /* The VM description: names the claim, its UID and the launch time, which is how garbage collection knows
- * who owns a VM and how old it is. */
-char *launcher_description(const char *claim, const char *uid, int64_t created_ms);
+ * who owns a VM and how old it is; then, when given (not NULL or ""), "reservation: <id>" (the agent's) and
+ * "cpus: <cpulist>" (the host CPUs of the placement), which is how an agent that lost its state rebuilds the VM's
+ * reservation with the same id and CPUs (docs/agent.md). */
+char *launcher_description(const char *claim, const char *uid, int64_t created_ms, const char *reservation_id,
+                           const char *cpus);
 /* Read it back. 0 with the UID (and the creation time in ms, or -1 when absent), or -ENOENT when text is not a
  * pvescale description. */
 int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int64_t *ret_created_ms);

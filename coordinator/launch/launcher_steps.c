@@ -416,7 +416,8 @@ static struct launchstep_result follow_clone(struct launcher__ctx *c, uint32_t v
 }
 
 static int send_clone(struct launcher__ctx *c, uint32_t tmpl, uint32_t vmid, char **ret_upid) {
-        char *desc = launcher_description(c->name, c->uid, c->st->clone_started_ms ?: c->now);
+        char *desc = launcher_description(c->name, c->uid, c->st->clone_started_ms ?: c->now, c->st->reservation_id,
+                                          c->st->placement.cpus);
         struct pve_clone o = { .newid = vmid, .description = desc };
         clone_options(c, &o);
         int r = desc ? pve_vm_clone(c->pve, c->host, tmpl, &o, ret_upid) : -ENOMEM;
@@ -577,7 +578,8 @@ static int add_nets(struct pve_params *p, const json_t *config, unsigned queues)
 static struct launchstep_result add_names(struct launcher__ctx *c, struct pve_params *p) {
         int err = 0;
         char *tags = launcher_tags(c->nodepool, c->name, json_object_get(nc_spec(c), "tags"), &err);
-        char *desc = launcher_description(c->name, c->uid, c->st->clone_started_ms ?: c->now);
+        char *desc = launcher_description(c->name, c->uid, c->st->clone_started_ms ?: c->now, c->st->reservation_id,
+                                          c->st->placement.cpus);
         if (tags)
                 pve_params_add(p, "tags", tags);
         if (desc)

@@ -47,6 +47,9 @@ class LauncherHappyPathTest(unittest.TestCase):
         self.assertEqual(guest, set(range(vcpus)))
         self.assertEqual(set(cfg["tags"].split(";")), {"pvescale", "default", claim["metadata"]["name"], "k8s"})
         self.assertIn("uid: " + claim["metadata"]["uid"], cfg["description"])
+        if st.get("reservationID"):  # how an agent that lost its state rebuilds the reservation (docs/agent.md)
+            self.assertIn("\nreservation: %s\ncpus: %s\n" % (st["reservationID"], st["placement"]["cpus"]),
+                          cfg["description"])
         self.assertIn("queues=%d" % vcpus, cfg["net0"])
         self.assertIn("size=30G", cfg["scsi0"])
         return cfg

@@ -114,10 +114,20 @@ static void test_description_and_owner(void **state) {
         (void)state;
         char uid[LAUNCHER_UID_MAX], buf[254];
         int64_t created;
-        char *d = launcher_description("default-abc", "0b5c7a2e-1111-2222-3333-444455556666", 1782900000123);
+        char *d = launcher_description("default-abc", "0b5c7a2e-1111-2222-3333-444455556666", 1782900000123, NULL, "");
         assert_int_equal(launcher_description_parse(d, uid, &created), 0);
         assert_string_equal(uid, "0b5c7a2e-1111-2222-3333-444455556666");
         assert_int_equal(created, 1782900000000); /* whole seconds */
+        assert_null(strstr(d, "reservation:"));
+        assert_null(strstr(d, "cpus:"));
+        free(d);
+        /* With the agent's reservation and its CPUs: a line each, after the launch time; still parsed. */
+        d = launcher_description("default-abc", "u-2", 1782900000123, "r-00000000000000ff", "2-3,8");
+        assert_non_null(d);
+        assert_non_null(strstr(d, "\ncreated: 2026-07-01T10:00:00Z\nreservation: r-00000000000000ff\ncpus: 2-3,8\n"));
+        assert_int_equal(launcher_description_parse(d, uid, &created), 0);
+        assert_string_equal(uid, "u-2");
+        assert_int_equal(created, 1782900000000);
         assert_int_equal(launcher_description_parse("some VM\nuid: x\n", uid, &created), -ENOENT);
         assert_int_equal(launcher_description_parse(NULL, uid, &created), -ENOENT);
         free(d);

@@ -169,7 +169,7 @@ static void test_clone_end_and_owner(void **state) {
         assert_int_equal(launchstep_clone_end("unable to create VM 105: config file already exists"),
                          LAUNCHSTEP_CLONE_TAKEN);
         assert_int_equal(launchstep_clone_end("clone failed: storage full"), LAUNCHSTEP_CLONE_FAILED);
-        char *desc = launcher_description("c1", "uid-1", NOW);
+        char *desc = launcher_description("c1", "uid-1", NOW, NULL, NULL);
         json_t *ours = json_pack("{s:s}", "description", desc), *theirs = json_pack("{s:s}", "description", desc);
         json_t *locked = json_pack("{s:s}", "lock", "clone"), *plain = json_pack("{s:s}", "name", "other");
         assert_int_equal(launchstep_vm_owner("uid-1", ours), 1);

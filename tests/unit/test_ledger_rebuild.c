@@ -5,8 +5,10 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "ledger_rebuild.h"
@@ -155,13 +157,161 @@ static void test_a_vm_is_held_once(void **state) {
         (void)state;
         struct ledger *l = ledger_new();
         struct placement_request req = { 2, 2048 * MIB, 0 };
-        assert_int_equal(ledger_add_bound(l, "nodeclaim/u/a", 9001, &req, NULL, 100), 0);
-        assert_int_equal(ledger_add_bound(l, "nodeclaim/u/b", 9001, &req, NULL, 100), -EEXIST);
+        assert_int_equal(ledger_add_bound(l, NULL, "nodeclaim/u/a", 9001, &req, NULL, 100), 0);
+        assert_int_equal(ledger_add_bound(l, NULL, "nodeclaim/u/b", 9001, &req, NULL, 100), -EEXIST);
         assert_int_equal(l->n, 1);
         assert_int_equal(l->items[0]->vmid, 9001);
         assert_int_equal(l->items[0]->expires_at, 0);
         assert_string_equal(l->items[0]->owner, "nodeclaim/u/a");
         ledger_free(l);
+}
+
+#define RID "r-00000000000000ab"
+
+static void test_description_gives_reservation_id_and_cpus(void **state) {
+        (void)state;
+        struct ledger_rebuild_descr d;
+        assert_int_equal(ledger_rebuild_describe(DESCR "#reservation%3A " RID "\n#cpus%3A 8-9,2\ncores: 3\n", &d), 0);
+        assert_string_equal(d.owner, "nodeclaim/0b5e-11/claim-a");
+        assert_string_equal(d.id, RID);
+        assert_non_null(d.cpus);
+        assert_int_equal(cpuset_count(d.cpus), 3);
+        assert_true(cpuset_test(d.cpus, 2) && cpuset_test(d.cpus, 9));
+        ledger_rebuild_descr_done(&d);
+        /* An older description: neither. */
+        assert_int_equal(ledger_rebuild_describe(DESCR "cores: 3\n", &d), 0);
+        assert_string_equal(d.id, "");
+        assert_null(d.cpus);
+        ledger_rebuild_descr_done(&d);
+        /* Not the agent's id format, not a cpulist: ignored, the VM is still the coordinator's. */
+        assert_int_equal(ledger_rebuild_describe(DESCR "#reservation%3A r-00000000000000AB\n#cpus%3A 3-1\n", &d), 0);
+        assert_string_equal(d.id, "");
+        assert_null(d.cpus);
+        ledger_rebuild_descr_done(&d);
+        assert_int_equal(ledger_rebuild_describe(DESCR "#reservation%3A r-1\n", &d), 0);
+        assert_string_equal(d.id, "");
+        ledger_rebuild_descr_done(&d);
+        assert_int_equal(ledger_rebuild_describe("#reservation%3A " RID "\ncores: 1\n", &d), -ENOENT);
+}
+
+static void test_vcpu_map_sources_in_order(void **state) {
+        struct vm *vm = vm_of("cores: 3\nmemory: 3072\naffinity: 4-6\n");
+        struct cpuset *descr = parse("9,8,1"), *short_descr = parse("8-9");
+        int threads[] = { 7, 3, 2 }, map[3];
+        char why[256] = "";
+        /* Threads pinned one CPU each win. */
+        assert_int_equal(ledger_rebuild_vcpu_map(*state, vm, threads, descr, map, why, sizeof why),
+                         LEDGER_REBUILD_THREADS);
+        assert_memory_equal(map, threads, sizeof map);
+        /* Else the description's cpus, in node then CPU order. */
+        assert_int_equal(ledger_rebuild_vcpu_map(*state, vm, NULL, descr, map, why, sizeof why),
+                         LEDGER_REBUILD_DESCRIPTION);
+        assert_int_equal(map[0], 1);
+        assert_int_equal(map[1], 8);
+        assert_int_equal(map[2], 9);
+        /* Else (not one CPU per vCPU, or none) the affinity. */
+        assert_int_equal(ledger_rebuild_vcpu_map(*state, vm, NULL, short_descr, map, why, sizeof why),
+                         LEDGER_REBUILD_AFFINITY);
+        assert_int_equal(map[0], 4);
+        assert_int_equal(map[2], 6);
+        assert_int_equal(ledger_rebuild_vcpu_map(*state, vm, NULL, NULL, map, why, sizeof why),
+                         LEDGER_REBUILD_AFFINITY);
+        vm_free(vm);
+        /* Else none: refused, with why. */
+        vm = vm_of("cores: 3\nmemory: 3072\naffinity: 0-7\n");
+        assert_int_equal(ledger_rebuild_vcpu_map(*state, vm, NULL, short_descr, map, why, sizeof why), -EINVAL);
+        assert_non_null(strstr(why, "(2)"));
+        assert_non_null(strstr(why, "(8)"));
+        vm_free(vm);
+        cpuset_free(descr);
+        cpuset_free(short_descr);
+}
+
+/* A bound reservation of vm (its affinity as its CPUs) added to l. */
+static void add_rebuilt(struct ledger *l, const struct topology *t, int vmid, const char *conf) {
+        struct vm *vm = vm_of(conf);
+        struct placement *p = NULL;
+        char why[256] = "";
+        assert_int_equal(ledger_rebuild_placement(t, vm, NULL, &p, why, sizeof why), 0);
+        struct placement_request req = ledger_rebuild_request(vm);
+        assert_int_equal(ledger_add_bound(l, NULL, "nodeclaim/u/a", vmid, &req, p, 100), 0);
+        vm_free(vm);
+}
+
+static void test_overlap_and_memory_with_reservations_rebuilt_before(void **state) {
+        struct ledger *l = ledger_new();
+        add_rebuilt(l, *state, 9001, "cores: 2\nmemory: 12288\naffinity: 8-9\n");
+        char why[256] = "";
+        struct placement *p = NULL;
+        struct vm *vm = vm_of("cores: 2\nmemory: 4096\naffinity: 9-10\n");
+        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(ledger_rebuild_overlap(l, p), 9001);
+        assert_true(ledger_rebuild_memory_fits(l, *state, p)); /* 12 + 4 GiB of node 1's 16 */
+        placement_free(p);
+        vm_free(vm);
+        vm = vm_of("cores: 2\nmemory: 5120\naffinity: 10-11\n");
+        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(ledger_rebuild_overlap(l, p), 0);
+        assert_false(ledger_rebuild_memory_fits(l, *state, p)); /* 12 + 5 GiB */
+        placement_free(p);
+        vm_free(vm);
+        ledger_free(l);
+}
+
+static void test_a_rebuilt_reservation_keeps_its_id(void **state) {
+        (void)state;
+        struct ledger *l = ledger_new();
+        struct placement_request req = { 1, 64 * MIB, 0 };
+        assert_true(ledger_id_valid(RID));
+        assert_false(ledger_id_valid("r-00000000000000aB"));
+        assert_false(ledger_id_valid("r-00000000000000abc"));
+        assert_false(ledger_id_valid("x-00000000000000ab"));
+        assert_false(ledger_id_valid(NULL));
+        assert_int_equal(ledger_add_bound(l, RID, "nodeclaim/u/a", 9001, &req, NULL, 100), 0);
+        assert_string_equal(l->items[0]->id, RID);
+        /* Taken already, or not the agent's format: a new id. */
+        assert_int_equal(ledger_add_bound(l, RID, "nodeclaim/u/b", 9002, &req, NULL, 100), 0);
+        assert_string_not_equal(l->items[1]->id, RID);
+        assert_true(ledger_id_valid(l->items[1]->id));
+        assert_int_equal(ledger_add_bound(l, "r-1", "nodeclaim/u/c", 9003, &req, NULL, 100), 0);
+        assert_true(ledger_id_valid(l->items[2]->id));
+        ledger_free(l);
+}
+
+static void write_conf(const char *dir, int vmid, const char *text) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%d.conf", dir, vmid);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+/* Three stopped VMs: 9003 on CPUs 2-3 by its description (its id kept), 9005 (written first) on 3-4, which overlap:
+ * not rebuilt; 9004 on 8 by its affinity, the description's cpus not one per vCPU. */
+static void test_rebuild_in_vmid_order_skips_an_overlap(void **state) {
+        char dir[] = "/tmp/test-ledger-rebuild-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        write_conf(dir, 9005, DESCR "#reservation%3A r-0000000000000005\n#cpus%3A 3-4\ncores: 2\nmemory: 1024\n");
+        write_conf(dir, 9003, DESCR "#reservation%3A " RID "\n#cpus%3A 2-3\ncores: 2\nmemory: 1024\n");
+        write_conf(dir, 9004, DESCR "#cpus%3A 8-9\ncores: 1\nmemory: 512\naffinity: 8\n");
+        struct ledger *l = ledger_new();
+        assert_int_equal(ledger_rebuild(l, *state, dir, dir, "/nonexistent", 100), 2);
+        assert_int_equal(l->n, 2);
+        assert_int_equal(l->items[0]->vmid, 9003);
+        assert_string_equal(l->items[0]->id, RID);
+        assert_int_equal(l->items[0]->placement->vcpu_map[0], 2);
+        assert_int_equal(l->items[0]->placement->vcpu_map[1], 3);
+        assert_int_equal(l->items[1]->vmid, 9004);
+        assert_int_equal(l->items[1]->placement->vcpu_map[0], 8);
+        assert_null(ledger_find_vmid(l, 9005));
+        ledger_free(l);
+        for (int vmid = 9003; vmid <= 9005; vmid++) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/%d.conf", dir, vmid);
+                unlink(path);
+        }
+        rmdir(dir);
 }
 
 int main(void) {
@@ -174,6 +324,11 @@ int main(void) {
                 cmocka_unit_test(test_stopped_vm_uses_its_affinity),
                 cmocka_unit_test(test_undetermined_cpus_are_refused),
                 cmocka_unit_test(test_a_vm_is_held_once),
+                cmocka_unit_test(test_description_gives_reservation_id_and_cpus),
+                cmocka_unit_test(test_vcpu_map_sources_in_order),
+                cmocka_unit_test(test_overlap_and_memory_with_reservations_rebuilt_before),
+                cmocka_unit_test(test_a_rebuilt_reservation_keeps_its_id),
+                cmocka_unit_test(test_rebuild_in_vmid_order_skips_an_overlap),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
