@@ -416,7 +416,7 @@ static int entry_int(const json_t *e, const char *key, json_int_t min, json_int_
 static int entry_strings(const json_t *e, struct reservation *r) {
         const char *id, *owner;
         if (jsonutil_get_string(e, "id", &id) < 0 || jsonutil_get_string(e, "owner", &owner) < 0 ||
-            strlen(id) != LEDGER_ID_LEN - 1 || strncmp(id, "r-", 2) != 0 || strlen(owner) > LEDGER_OWNER_MAX)
+            !ledger_id_valid(id) || strlen(owner) > LEDGER_OWNER_MAX)
                 return -EINVAL;
         snprintf(r->id, sizeof r->id, "%s", id);
         snprintf(r->owner, sizeof r->owner, "%s", owner);
