@@ -104,15 +104,6 @@ void ledger_rebuild_descr_done(struct ledger_rebuild_descr *d) {
         d->cpus = NULL;
 }
 
-int ledger_rebuild_owner(const char *conf_text, char *owner, size_t len) {
-        struct ledger_rebuild_descr d;
-        int r = ledger_rebuild_describe(conf_text, &d);
-        if (r == 0 && (size_t)snprintf(owner, len, "%s", d.owner) >= len)
-                r = -ENOENT;
-        ledger_rebuild_descr_done(&d);
-        return r;
-}
-
 struct placement_request ledger_rebuild_request(const struct vm *vm) {
         uint64_t kib = strcmp(vm->hugepages, "2") == 0 ? 2048 : strcmp(vm->hugepages, "1024") == 0 ? 1048576 : 0;
         return (struct placement_request){ vm_vcpu_count(vm), vm->memory_mib * PLACEMENT_MIB, kib };
@@ -137,14 +128,6 @@ static int cpus_map(const struct topology *t, const struct cpuset *cpus, int *ma
                         if (cpuset_test(t->numa_nodes[i].cpus, (unsigned)c) && cpu_node(t, c) == t->numa_nodes[i].id)
                                 map[k++] = c;
         return k == n ? 0 : -ERANGE;
-}
-
-/* The config's affinity as a vCPU map (cpus_map). */
-static int affinity_map(const struct topology *t, const struct vm *vm, int *map, unsigned n, char *why, size_t len) {
-        int r = cpus_map(t, vm->affinity, map, n);
-        if (r == -E2BIG)
-                return errmsg_invalid(why, len, "not running, and its affinity does not give one CPU per vCPU");
-        return r < 0 ? errmsg_invalid(why, len, "its affinity has CPUs outside the host's NUMA nodes") : 0;
 }
 
 int ledger_rebuild_vcpu_map(const struct topology *t, const struct vm *vm, const int *thread_map,
@@ -220,16 +203,10 @@ int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, cons
         unsigned n = vm_vcpu_count(vm);
         if (n == 0 || n > PLACEMENT_MAX_VCPUS)
                 return errmsg_invalid(why, len, "%u vCPUs", n);
-        _cleanup_free_ int *map = calloc(n, sizeof *map);
-        if (!map)
-                return -ENOMEM;
-        int r = vcpu_map ? (memcpy(map, vcpu_map, n * sizeof *map), 0) : affinity_map(t, vm, map, n, why, len);
-        if (r < 0)
-                return r;
-        json_t *doc = placement_doc(t, vm, map, n);
+        json_t *doc = placement_doc(t, vm, vcpu_map, n);
         if (!doc)
                 return -ENOMEM;
-        r = placement_from_json(t, doc, ret, why, len);
+        int r = placement_from_json(t, doc, ret, why, len);
         json_decref(doc);
         return r;
 }

@@ -26,8 +26,6 @@ struct ledger_rebuild_descr {
 /* 0, -ENOENT when the VM is not the coordinator's, -ENOMEM. Free with ledger_rebuild_descr_done. Pure. */
 int ledger_rebuild_describe(const char *conf_text, struct ledger_rebuild_descr *ret);
 void ledger_rebuild_descr_done(struct ledger_rebuild_descr *d);
-/* Only the owner: 0, or -ENOENT. Pure. */
-int ledger_rebuild_owner(const char *conf_text, char *owner, size_t len);
 
 /* Where the CPUs of a rebuilt reservation come from, in this order: the vCPU threads of the running QEMU when each
  * is pinned to one CPU; else the description's cpus when they are as many as the vCPUs; else the config's affinity
@@ -43,11 +41,10 @@ enum ledger_rebuild_source {
 int ledger_rebuild_vcpu_map(const struct topology *t, const struct vm *vm, const int *thread_map,
                             const struct cpuset *descr_cpus, int *map, char *why, size_t len);
 
-/* The placement of vm: vcpu_map[i] = the host CPU of vCPU i (from its thread's affinity) when given, else the
- * config's affinity in node then CPU order. Each host NUMA node of those CPUs is a guest node (its vCPUs must
- * be contiguous); its memory is the config's numaN memory when the numaN lines name those host nodes in that
- * order, else the memory split by vCPUs. 0, or -EINVAL with why (the CPUs cannot be determined), -ENOMEM.
- * Pure. */
+/* The placement of vm: vcpu_map[i] = the host CPU of vCPU i (ledger_rebuild_vcpu_map). Each host NUMA node of
+ * those CPUs is a guest node (its vCPUs must be contiguous); its memory is the config's numaN memory when the
+ * numaN lines name those host nodes in that order, else the memory split by vCPUs. 0, or -EINVAL with why (a CPU
+ * twice or outside the host), -ENOMEM. Pure. */
 int ledger_rebuild_placement(const struct topology *t, const struct vm *vm, const int *vcpu_map,
                              struct placement **ret, char *why, size_t len);
 

@@ -52,24 +52,43 @@ static struct vm *vm_of(const char *text) {
         return vm;
 }
 
+/* The placement of vm from its config's affinity, as a stopped VM's is rebuilt: ledger_rebuild_vcpu_map, then
+ * ledger_rebuild_placement. */
+static int from_affinity(const struct topology *t, const struct vm *vm, struct placement **p, char *why, size_t len) {
+        int map[PLACEMENT_MAX_VCPUS];
+        int r = vm_vcpu_count(vm) <= PLACEMENT_MAX_VCPUS ? ledger_rebuild_vcpu_map(t, vm, NULL, NULL, map, why, len)
+                                                         : -EINVAL;
+        return r < 0 ? r : ledger_rebuild_placement(t, vm, map, p, why, len);
+}
+
+/* The owner of a config text's description: 0, or -ENOENT. */
+static int owner_of(const char *text, char *owner, size_t len) {
+        struct ledger_rebuild_descr d;
+        int r = ledger_rebuild_describe(text, &d);
+        if (r == 0)
+                snprintf(owner, len, "%s", d.owner);
+        ledger_rebuild_descr_done(&d);
+        return r;
+}
+
 static void test_owner_from_the_coordinators_description(void **state) {
         (void)state;
         char owner[LEDGER_OWNER_MAX + 1];
-        assert_int_equal(ledger_rebuild_owner(DESCR "cores: 2\nmemory: 2048\n", owner, sizeof owner), 0);
+        assert_int_equal(owner_of(DESCR "cores: 2\nmemory: 2048\n", owner, sizeof owner), 0);
         assert_string_equal(owner, "nodeclaim/0b5e-11/claim-a");
 }
 
 static void test_other_vms_have_no_owner(void **state) {
         (void)state;
         char owner[LEDGER_OWNER_MAX + 1];
-        assert_int_equal(ledger_rebuild_owner("cores: 2\n", owner, sizeof owner), -ENOENT);
-        assert_int_equal(ledger_rebuild_owner("#a web server\ncores: 2\n", owner, sizeof owner), -ENOENT);
+        assert_int_equal(owner_of("cores: 2\n", owner, sizeof owner), -ENOENT);
+        assert_int_equal(owner_of("#a web server\ncores: 2\n", owner, sizeof owner), -ENOENT);
         /* The mark must open the description, and the uid must be there. */
-        assert_int_equal(ledger_rebuild_owner("#note\n#pvescale-nodeclaim%3A x\n#uid%3A u\n", owner, sizeof owner),
+        assert_int_equal(owner_of("#note\n#pvescale-nodeclaim%3A x\n#uid%3A u\n", owner, sizeof owner),
                          -ENOENT);
-        assert_int_equal(ledger_rebuild_owner("#pvescale-nodeclaim%3A x\ncores: 2\n", owner, sizeof owner), -ENOENT);
+        assert_int_equal(owner_of("#pvescale-nodeclaim%3A x\ncores: 2\n", owner, sizeof owner), -ENOENT);
         /* Not a description: a key of the config. */
-        assert_int_equal(ledger_rebuild_owner("pvescale-nodeclaim: x\nuid: u\n", owner, sizeof owner), -ENOENT);
+        assert_int_equal(owner_of("pvescale-nodeclaim: x\nuid: u\n", owner, sizeof owner), -ENOENT);
 }
 
 static void test_request_counts_cores_sockets_and_memory(void **state) {
@@ -122,7 +141,7 @@ static void test_stopped_vm_uses_its_affinity(void **state) {
         struct vm *vm = vm_of("cores: 2\nmemory: 2048\naffinity: 9,8\n");
         struct placement *p = NULL;
         char why[256] = "";
-        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(from_affinity(*state, vm, &p, why, sizeof why), 0);
         assert_int_equal(p->vcpu_map[0], 8);
         assert_int_equal(p->vcpu_map[1], 9);
         assert_int_equal(p->n_numa, 1);
@@ -136,11 +155,11 @@ static void test_undetermined_cpus_are_refused(void **state) {
         char why[256] = "";
         struct placement *p = NULL;
         struct vm *vm = vm_of("cores: 2\nmemory: 2048\n"); /* stopped, no affinity */
-        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), -EINVAL);
+        assert_int_equal(from_affinity(*state, vm, &p, why, sizeof why), -EINVAL);
         assert_non_null(strstr(why, "affinity"));
         vm_free(vm);
         vm = vm_of("cores: 2\nmemory: 2048\naffinity: 0-3\n"); /* more CPUs than vCPUs */
-        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), -EINVAL);
+        assert_int_equal(from_affinity(*state, vm, &p, why, sizeof why), -EINVAL);
         vm_free(vm);
         vm = vm_of("cores: 2\nmemory: 2048\n");
         int twice[] = { 3, 3 }, outside[] = { 3, 40 };
@@ -232,7 +251,7 @@ static void add_rebuilt(struct ledger *l, const struct topology *t, int vmid, co
         struct vm *vm = vm_of(conf);
         struct placement *p = NULL;
         char why[256] = "";
-        assert_int_equal(ledger_rebuild_placement(t, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(from_affinity(t, vm, &p, why, sizeof why), 0);
         struct placement_request req = ledger_rebuild_request(vm);
         assert_int_equal(ledger_add_bound(l, NULL, "nodeclaim/u/a", vmid, &req, p, 100), 0);
         vm_free(vm);
@@ -244,13 +263,13 @@ static void test_overlap_and_memory_with_reservations_rebuilt_before(void **stat
         char why[256] = "";
         struct placement *p = NULL;
         struct vm *vm = vm_of("cores: 2\nmemory: 4096\naffinity: 9-10\n");
-        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(from_affinity(*state, vm, &p, why, sizeof why), 0);
         assert_int_equal(ledger_rebuild_overlap(l, p), 9001);
         assert_true(ledger_rebuild_memory_fits(l, *state, p)); /* 12 + 4 GiB of node 1's 16 */
         placement_free(p);
         vm_free(vm);
         vm = vm_of("cores: 2\nmemory: 5120\naffinity: 10-11\n");
-        assert_int_equal(ledger_rebuild_placement(*state, vm, NULL, &p, why, sizeof why), 0);
+        assert_int_equal(from_affinity(*state, vm, &p, why, sizeof why), 0);
         assert_int_equal(ledger_rebuild_overlap(l, p), 0);
         assert_false(ledger_rebuild_memory_fits(l, *state, p)); /* 12 + 5 GiB */
         placement_free(p);
