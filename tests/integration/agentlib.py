@@ -64,6 +64,23 @@ def topology_args(name):
     raise KeyError(name)
 
 
+def static_agent_setup(case, prefix, topology="32intel64-2p8co2t+8ve"):
+    """Give a test case a directory of its own with a TLS certificate, a token, a qemu-server config dir, a run dir
+    and a state dir, and case.args: the flags of one agent on them (static policy, node pve1, region lab)."""
+    case.tmp = tempfile.mkdtemp(prefix=prefix)
+    case.ca, cert, key = make_tls(case.tmp)
+    case.token_file, case.token = write_token(case.tmp)
+    case.conf_dir = os.path.join(case.tmp, "qemu-server")
+    case.run_dir = os.path.join(case.tmp, "run")
+    case.state_dir = os.path.join(case.tmp, "state")
+    for d in (case.conf_dir, case.run_dir, case.state_dir):
+        os.makedirs(d)
+    case.args = topology_args(topology) + [
+        "--config", os.devnull, "--tls-cert", cert, "--tls-key", key, "--token-file", case.token_file,
+        "--pve-config-dir", case.conf_dir, "--pve-run-dir", case.run_dir, "--state-dir", case.state_dir,
+        "--node-name", "pve1", "--region", "lab", "--node-policy", "static"]
+
+
 def topology_names():
     with open(os.path.join(TOPOLOGIES, "manifest.json")) as f:
         return [t["name"] for t in json.load(f)["topologies"]]

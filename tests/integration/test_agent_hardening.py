@@ -29,19 +29,8 @@ class AgentCase(unittest.TestCase):
     wrapper = ()
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="pvescale-hard-")
-        self.ca, cert, key = agentlib.make_tls(self.tmp)
-        self.token_file, self.token = agentlib.write_token(self.tmp)
-        self.conf_dir = os.path.join(self.tmp, "qemu-server")
-        self.run_dir = os.path.join(self.tmp, "run")
-        self.state_dir = os.path.join(self.tmp, "state")
+        agentlib.static_agent_setup(self, "pvescale-hard-")
         self.state = os.path.join(self.state_dir, "reservations.json")
-        for d in (self.conf_dir, self.run_dir, self.state_dir):
-            os.makedirs(d)
-        self.args = agentlib.topology_args("32intel64-2p8co2t+8ve") + [
-            "--config", os.devnull, "--tls-cert", cert, "--tls-key", key, "--token-file", self.token_file,
-            "--pve-config-dir", self.conf_dir, "--pve-run-dir", self.run_dir, "--state-dir", self.state_dir,
-            "--node-name", "pve1", "--region", "lab", "--node-policy", "static"]
         self.agent = None
 
     def start(self):
