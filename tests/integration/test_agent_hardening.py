@@ -11,7 +11,6 @@ import signal
 import socket
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import unittest

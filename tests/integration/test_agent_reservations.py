@@ -9,7 +9,6 @@ import shutil
 import signal
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import unittest
