@@ -218,8 +218,9 @@ bool launcher_config_tagged(const json_t *config, const char *claim) {
 /* "key: value\n" when value is given, else "". malloc'd or NULL. */
 static char *optional_line(const char *key, const char *value) {
         char *out = NULL;
-        return asprintf(&out, "%s%s%s%s", value && *value ? key : "", value && *value ? ": " : "",
-                        value ? value : "", value && *value ? "\n" : "") < 0 ? NULL : out;
+        if (!value || !*value)
+                return strdup("");
+        return asprintf(&out, "%s: %s\n", key, value) < 0 ? NULL : out;
 }
 
 char *launcher_description(const char *claim, const char *uid, int64_t created_ms, const char *reservation_id,
