@@ -109,6 +109,13 @@ class RequestsTest(AgentCase):
             self.assertIn(b"\r\nContent-Type: application/json\r\n", headers, (value, out))
             self.assertIn(b"\r\nContent-Length: %d\r\n" % len(body), headers + b"\r\n", (value, out))
             self.assertIn("Content-Length", json.loads(body)["detail"], (value, out))
+        # A reservation asked for with such a length is not taken.
+        body = json.dumps({"vcpus": 1, "memory_bytes": GIB, "owner": "cl"}).encode()
+        out = self.raw(b"POST /v1/reservations HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
+                       self.token.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: x" +
+                       b"\r\n\r\n" + body)
+        self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out)
+        self.assertEqual(self.ids(), [])
         # A number the body limit refuses: one 413 from the agent, before any body is read.
         out = self.raw(head + b"\r\nContent-Length: 99999999999\r\n\r\n{}")
         self.assertEqual(out.count(b"HTTP/1."), 1, out)
