@@ -397,6 +397,8 @@ static struct MHD_Daemon *start_daemon(struct http_server *s, const struct socka
 }
 
 static void set_limits(struct http_server_options *o) {
+        if (!o->max_body_bytes)
+                o->max_body_bytes = DEFAULT_MAX_BODY;
         if (!o->max_connections)
                 o->max_connections = HTTP_SERVER_MAX_CONNECTIONS;
         if (!o->max_connections_per_ip)
@@ -413,8 +415,6 @@ int http_server_start(const struct http_server_options *opts, struct http_server
         if (!s)
                 return -ENOMEM;
         s->opts = *opts;
-        if (!s->opts.max_body_bytes)
-                s->opts.max_body_bytes = DEFAULT_MAX_BODY;
         set_limits(&s->opts);
         s->max_connections = connection_cap(s->opts.max_connections);
         int r = s->opts.insecure_http ? 0 : load_tls(s, err, errlen);
