@@ -24,7 +24,7 @@ HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
 PODS = "/api/v1/namespaces/default/pods"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"
 TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "100"))
-SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "90"))
+SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "180"))  # consolidation steps one disruption pass (10 s) apart
 # Consolidate a few seconds after a node is Initialized, half of a pool's nodes at a time.
 CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
                "budgets": [{"nodes": "50%"}]}
