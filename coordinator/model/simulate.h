@@ -246,6 +246,5 @@ void simulate_result_free(struct sim_result *r);
 int simulate_pending_fit(const struct sim_input *in, size_t *ret);
 
 /* Helpers also used by the controller. */
-bool simulate_selector_matches(const struct sim_selector *sel, const struct sim_label *labels, size_t n);
 bool simulate_tolerates(const struct sim_toleration *tols, size_t n_tols, const struct sim_taint *taint);
 const char *simulate_label_get(const struct sim_label *labels, size_t n, const char *key);
