@@ -2,7 +2,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "api_internal.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,15 +169,14 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
 static const char *path_id(const struct http_request *req, struct http_response *resp, char buf[LEDGER_ID_LEN + 1]) {
         const char *p = req->path + strlen("/v1/reservations/");
         size_t n = strcspn(p, "/");
-        bool ok = n == LEDGER_ID_LEN - 1 && strncmp(p, "r-", 2) == 0;
-        for (size_t i = 2; ok && i < n; i++)
-                ok = isxdigit((unsigned char)p[i]) && !isupper((unsigned char)p[i]);
-        if (!ok) {
+        if (n < LEDGER_ID_LEN) {
+                memcpy(buf, p, n);
+                buf[n] = '\0';
+        }
+        if (n >= LEDGER_ID_LEN || !ledger_id_valid(buf)) {
                 api__error(resp, 400, "invalid request", "id: expected a reservation id like r-0123456789abcdef");
                 return NULL;
         }
-        memcpy(buf, p, n);
-        buf[n] = '\0';
         return buf;
 }
 
