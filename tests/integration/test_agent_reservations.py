@@ -197,7 +197,13 @@ class ReservationTest(unittest.TestCase):
         status, listing = self.client.request("GET", "/v1/reservations")
         self.assertEqual(listing["reservations"], [])
         self.assertFalse(os.path.exists(os.path.join(self.state_dir, "reservations.json")))
-        self.assertEqual(self.client.request("GET", "/v1/reservations/nope")[0], 400)
+        for bad in ("nope", "r-0123456789ABCDEF", "r-0123456789abcde", "r-0123456789abcdef0", "x-0123456789abcdef",
+                    "r-0123456789abcdeg", "r-" + "a" * 200):
+            for method, path, body in (("GET", bad, None), ("DELETE", bad, None), ("POST", bad + "/bind", {"vmid": 150})):
+                status, reply = self.client.request(method, "/v1/reservations/" + path, body)
+                self.assertEqual(status, 400, (method, path, reply))
+                self.assertTrue(reply["detail"].startswith("id: "), reply)
+        self.assertEqual(self.client.request("GET", "/v1/reservations/r-0123456789abcdef")[0], 404)
         status, reply = self.client.request("POST", "/v1/reservations/r-0000000000000000/bind", {"vmid": "x"})
         self.assertEqual(status, 400)
         self.assertIn("vmid", reply["detail"])
