@@ -239,6 +239,33 @@ static void test_pool_errors(void **state) {
         expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"schedule\": \"0 9 * * *\"}]}", "go together");
 }
 
+/* As many budgets as the CRD allows (maxItems 50, Karpenter's) are read; one more is refused. */
+static json_t *pool_with_budgets(size_t n) {
+        json_t *budgets = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(budgets, json_pack("{s:s}", "nodes", i % 2 ? "1" : "2"));
+        json_t *o = json_pack("{s:{s:s}, s:{s:{s:o}, s:{s:{s:{s:s}}}}}", "metadata", "name", "np", "spec", "disruption",
+                              "budgets", budgets, "template", "spec", "nodeClassRef", "name", "default");
+        assert_non_null(o);
+        return o;
+}
+
+static void test_pool_budgets_as_many_as_the_crd_allows(void **state) {
+        (void)state;
+        struct disrupt_pool p;
+        char err[256] = "";
+        json_t *o = pool_with_budgets(50);
+        assert_int_equal(disrupt_pool_parse(o, &p, err, sizeof err), 0);
+        assert_int_equal(p.n_budgets, 50);
+        assert_int_equal(p.budgets[48].nodes, 2);
+        assert_int_equal(p.budgets[49].nodes, 1);
+        json_decref(o);
+        o = pool_with_budgets(51);
+        assert_int_equal(disrupt_pool_parse(o, &p, err, sizeof err), -EINVAL);
+        assert_contains(err, "spec.disruption.budgets: must be a list of at most 50 budgets");
+        json_decref(o);
+}
+
 static void test_cron(void **state) {
         (void)state;
         struct disrupt_cron c;
@@ -952,6 +979,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_defaults),
                 cmocka_unit_test(test_pool_errors),
+                cmocka_unit_test(test_pool_budgets_as_many_as_the_crd_allows),
                 cmocka_unit_test(test_cron),
                 cmocka_unit_test(test_budget_schedule),
                 cmocka_unit_test(test_hashes),
