@@ -34,6 +34,7 @@ struct disrupt__trial {
         size_t n_moved;
         char unplaced_reason[DISRUPT_MESSAGE_MAX / 2]; /* the first unplaced pod's reason (a copy: the
                                                         * simulation's result is gone), "" when none */
+        bool uninitialized;                   /* the reason: a pod would go to a claim not Initialized */
         const char *target;                   /* the first existing node that takes a pod */
         size_t n_targets;                     /* distinct existing nodes that take pods */
         const struct shape *claims[DISRUPT__MAX_REPLACEMENTS];

@@ -35,6 +35,17 @@ static void note_target(struct disrupt__trial *t, const struct sim_node *n) {
         t->n_targets++;
 }
 
+/* Karpenter's UninitializedNodeError: a claim in flight (no Node yet, or one not Initialized: a startup taint may
+ * stay, the node may never join) is no place to move pods to, so a decision cannot count on it. */
+static void uninitialized(struct disrupt__trial *t, const struct sim_node *n) {
+        if (!t->all_placed)
+                return;
+        t->all_placed = false;
+        snprintf(t->unplaced_reason, sizeof t->unplaced_reason, "would schedule against uninitialized nodeclaim/%s",
+                 n->name);
+        t->uninitialized = true;
+}
+
 /* What the simulation did with the moved pods (the only pending ones in the trial). */
 static void read_result(const struct sim_input *s, const struct sim_result *r, struct disrupt__trial *t) {
         t->all_placed = true;
@@ -43,7 +54,9 @@ static void read_result(const struct sim_input *s, const struct sim_result *r, s
                 if (pl->target == SIM_TARGET_BOUND)
                         continue;
                 t->n_moved++;
-                if (pl->target == SIM_TARGET_NODE)
+                if (pl->target == SIM_TARGET_NODE && s->nodes[pl->index]->in_flight)
+                        uninitialized(t, s->nodes[pl->index]);
+                else if (pl->target == SIM_TARGET_NODE)
                         note_target(t, s->nodes[pl->index]);
                 else if (pl->target == SIM_TARGET_UNPLACED && t->all_placed) {
                         t->all_placed = false;

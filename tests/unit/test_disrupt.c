@@ -360,6 +360,33 @@ static void test_single_node_replace(void **state) {
         teardown(&f);
 }
 
+/* An in-flight claim (a Node not Initialized yet: its startup taint may stay, it may never join) is not somewhere
+ * to move pods to: Karpenter's "would schedule against uninitialized" (issue 37, 1). */
+static void test_not_onto_uninitialized(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"100%\"}]}");
+        size_t a = add_node(&f, "node-a", "t1.4VCPU-12GB"), b = add_node(&f, "node-b", "t1.4VCPU-12GB");
+        add_pod(&f, a, "web-1", 1500, 0);
+        add_pod(&f, a, "web-2", 1500, 0);
+        add_pod(&f, b, "db-1", 1500, 0);
+        add_pod(&f, b, "db-2", 1500, 0);
+        const struct shape *s = shapes_catalog_find(f.cat, "t1.4VCPU-12GB");
+        struct sim_node *y = simulate_add_node(f.sim);
+        *y = (struct sim_node){ .name = "default-young", .nodepool = "default", .capacity = s->capacity,
+                                .allocatable = s->allocatable, .in_flight = true };
+        f.sim->hosts[0]->free_cpus = 0; /* no room for a replacement either */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "would schedule against uninitialized nodeclaim/default-young");
+        /* Once it is a Node that is Initialized, the pods may go there. */
+        y->in_flight = false;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_contains(f.res->decisions[0].message, "fit on default-young");
+        teardown(&f);
+}
+
 static void test_multi_node(void **state) {
         (void)state;
         struct fixture f;
@@ -958,6 +985,7 @@ int main(void) {
                 cmocka_unit_test(test_emptiness),
                 cmocka_unit_test(test_single_node_delete),
                 cmocka_unit_test(test_single_node_replace),
+                cmocka_unit_test(test_not_onto_uninitialized),
                 cmocka_unit_test(test_multi_node),
                 cmocka_unit_test(test_blocking_pods_and_nodes),
                 cmocka_unit_test(test_budgets),
