@@ -109,6 +109,9 @@ class DisruptionTest(cl.CoordinatorTest):
         for n in names:
             self.assertEqual(self.c.sim.kube("DELETE", PODS + "/" + n, {"gracePeriodSeconds": 0}).status, 200)
 
+    def pool_usage(self):
+        return (self.c.sim.kube("GET", cl.GROUP + "/nodepools/default").json.get("status") or {}).get("resources") or {}
+
     def events(self, reason):
         return [e for e in self.c.items("/api/v1/namespaces/default/events") if e.get("reason") == reason]
 
@@ -133,6 +136,10 @@ class DisruptionTest(cl.CoordinatorTest):
         self.delete_pods(["a", "b"])
         cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 90, interval=1,
                     what="both empty nodes' claims and VMs gone")
+        # The pool's usage follows the scale-down, not only provisioning rounds (issue 37, 3).
+        cl.wait_for(lambda: self.pool_usage().get("nodes") == "0", 10, interval=0.5,
+                    what="NodePool status.resources.nodes 0 after the scale-down")
+        self.assertEqual(self.pool_usage().get("cpu"), "0")
         # Deciding on empty nodes (two passes at least: the decision and its re-check) needs no host room.
         self.assertEqual(self.room_asked(), asked, "no pass asked the agents for room")
         self.assertEqual(self.co.metric("disruption_host_room_fetches_total"), 0.0)
