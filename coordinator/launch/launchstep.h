@@ -214,7 +214,12 @@ enum launchstep_drain {
                                  * deletionTimestamp, which is the delete's time plus its grace period) */
         LAUNCHSTEP_DRAIN_EVICT, /* evict it through the Eviction API */
         LAUNCHSTEP_DRAIN_GOING, /* being deleted already: wait for it to go */
+        LAUNCHSTEP_DRAIN_HOLD,  /* annotated do-not-disrupt (pvescale.io/ or karpenter.sh/do-not-disrupt: "true"): not
+                                 * evicted, but it holds the drain until it finishes or goes, or the grace period is
+                                 * over (then deleted), as Karpenter's IsEvictable and IsDrainable */
 };
+#define LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
+#define LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 #define LAUNCHSTEP_STUCK_TERMINATING_MS 60000
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms);
 

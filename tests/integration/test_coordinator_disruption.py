@@ -274,6 +274,34 @@ class DisruptionTest(cl.CoordinatorTest):
         self.assertEqual(list(claims), [e["involvedObject"]["name"] for e in self.events("DisruptionTerminating")
                                         if e["involvedObject"]["kind"] == "NodeClaim"])
 
+    def test_expiry_keeps_a_do_not_disrupt_pod_until_the_grace_period(self):
+        """Karpenter's forceful expiry: a do-not-disrupt pod is not evicted; it holds the drain until the node's
+        terminationGracePeriod is over, then it is deleted (issue 37, 7)."""
+        c = self.c
+        keep = cl.pod("keep", cpu="500m", memory="512Mi")
+        keep["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+        c.create(PODS, keep)
+        pool = cl.nodepool()
+        pool["spec"]["template"]["spec"]["expireAfter"] = "15s"
+        pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "12s"
+        self.start(pool)
+        cl.wait_for(lambda: self.running(1) and self.initialized(1), 90, interval=0.5, what="keep on a node")
+        old = self.c.claims()[0]["metadata"]["name"]
+
+        def terminating():
+            return [e for e in self.events("DisruptionTerminating") if e["involvedObject"]["name"] == old]
+        cl.wait_for(terminating, 90, interval=0.5, what="the expired claim deleted (after its replacement)")
+        self.assertTrue(terminating()[0]["message"].startswith("Expiry: created"), terminating())
+        time.sleep(5)  # the drain runs every second or so: an eviction would have come
+        pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+        self.assertIn("keep", pods, "the do-not-disrupt pod is still there")
+        self.assertIsNone(pods["keep"]["metadata"].get("deletionTimestamp"), "and not being deleted")
+        self.assertEqual(self.co.metric('evictions_total{result="ok"}'), 0.0)
+        cl.wait_for(lambda: old not in [x["metadata"]["name"] for x in self.c.claims()], 60, interval=1,
+                    what="the expired claim gone once its grace period is over")
+        self.assertNotIn("keep", [p["metadata"]["name"] for p in c.items(PODS)], "deleted at the end")
+        self.assertEqual(self.co.metric('evictions_total{result="ok"}'), 0.0, "never evicted")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

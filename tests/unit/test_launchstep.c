@@ -455,6 +455,18 @@ static void test_pod_drain(void **state) {
                          LAUNCHSTEP_DRAIN_EVICT);
         assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"kubernetes.io/config.mirror\": \"abc\"}}}"),
                          LAUNCHSTEP_DRAIN_STAY);
+        /* do-not-disrupt: never evicted, but it holds the drain (Karpenter's IsEvictable, IsDrainable); being
+         * deleted or finished, it is like any other (issue 37, 7) */
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}}}"),
+                         LAUNCHSTEP_DRAIN_HOLD);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": \"true\"}}}"),
+                         LAUNCHSTEP_DRAIN_HOLD);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": \"false\"}}}"),
+                         LAUNCHSTEP_DRAIN_EVICT);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}, "
+                                  "\"deletionTimestamp\": \"2026-07-01T12:00:00Z\"}}"), LAUNCHSTEP_DRAIN_GOING);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}}, "
+                                  "\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Failed\"}}"), LAUNCHSTEP_DRAIN_STAY);
         /* now is 2023-11-14T22:13:20Z: a minute past its deletionTimestamp it is stuck terminating and holds nothing */
