@@ -23,6 +23,7 @@ struct disrupt__ctx {
         struct sim_pod **pending;    /* the input's pending pods */
         size_t n_pending;
         size_t n_bound;
+        unsigned char *pod_kinds;    /* per bound pod: scratch of the trials (a leaving node's pod or not) */
         size_t *pending_fit;         /* per candidate: the first pending pod (input pod) it could take, SIZE_MAX
                                       * none; NULL when no pod is pending */
         bool *pool_decided;          /* per pool: some decision of this pass takes candidates of it */
