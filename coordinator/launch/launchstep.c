@@ -312,6 +312,12 @@ static bool taint_is(const json_t *taint, const char *key, const char *effect) {
         return k && e && strcmp(k, key) == 0 && strcmp(e, effect) == 0;
 }
 
+bool launchstep_registration_taint(const json_t *taint) {
+        const char *k = json_string_value(json_object_get(taint, "key"));
+        return (k && strcmp(k, LAUNCHSTEP_TAINT_UNREGISTERED) == 0) ||
+               taint_is(taint, LAUNCHSTEP_TAINT_KARPENTER_UNREGISTERED, "NoExecute");
+}
+
 bool launchstep_node_disrupted(const json_t *taints) {
         size_t i;
         json_t *t;
