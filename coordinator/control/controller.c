@@ -449,7 +449,10 @@ static void *lease_main(void *arg) {
         struct controller *c = arg;
         struct kube_client *kube = NULL;
         struct leader l;
-        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity });
+        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity,
+                                                  .lease_duration_ms = c->o.lease_duration_ms,
+                                                  .renew_deadline_ms = c->o.renew_deadline_ms,
+                                                  .retry_ms = c->o.retry_period_ms });
         if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
                 log_error("kubernetes client for leader election: out of memory");
                 return NULL;
