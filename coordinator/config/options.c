@@ -192,11 +192,13 @@ static int one_flag(struct options *o, const struct option_def *d, const char *v
 /* client-go's rule: the lease outlasts the renew deadline, which outlasts 1.2 retry periods (its jitter). */
 static int leader_periods_ok(const struct options *o, char *err, size_t errlen) {
         if (o->renew_deadline_ms >= o->lease_duration_ms)
-                snprintf(err, errlen, "--leader-elect-renew-deadline: must be shorter than --leader-elect-lease-duration "
-                         "(%lld ms, not %lld ms)", (long long)o->lease_duration_ms, (long long)o->renew_deadline_ms);
+                snprintf(err, errlen, "--leader-elect-renew-deadline: must be shorter than "
+                         "--leader-elect-lease-duration (%lld ms, not %lld ms)", (long long)o->lease_duration_ms,
+                         (long long)o->renew_deadline_ms);
         else if (o->retry_period_ms * 12 >= o->renew_deadline_ms * 10)
-                snprintf(err, errlen, "--leader-elect-retry-period: must be shorter than --leader-elect-renew-deadline "
-                         "/ 1.2 (%lld ms, not %lld ms)", (long long)o->renew_deadline_ms, (long long)o->retry_period_ms);
+                snprintf(err, errlen, "--leader-elect-retry-period: must be shorter than "
+                         "--leader-elect-renew-deadline / 1.2 (%lld ms, not %lld ms)", (long long)o->renew_deadline_ms,
+                         (long long)o->retry_period_ms);
         else
                 return 0;
         return -EINVAL;

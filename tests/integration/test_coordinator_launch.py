@@ -248,7 +248,8 @@ class LaunchTest(cl.CoordinatorTest):
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         pool = cl.nodepool()
-        pool["spec"]["template"]["spec"]["startupTaints"] = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+        startup = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+        pool["spec"]["template"]["spec"]["startupTaints"] = startup
         c.create(cl.GROUP + "/nodepools", pool)
         c.create(PODS, cl.pod("web", cpu="500m", memory="512Mi"))
         self.co = cl.Coordinator(c)

@@ -446,7 +446,8 @@ static bool registration_taint(const char *text) {
  * startup taint; issue 37, 2), nothing else. */
 static void test_registration_taints(void **state) {
         (void)state;
-        assert_true(registration_taint("{\"key\": \"pvescale.io/unregistered\", \"value\": \"true\", \"effect\": \"NoExecute\"}"));
+        assert_true(registration_taint("{\"key\": \"pvescale.io/unregistered\", \"value\": \"true\", "
+                                       "\"effect\": \"NoExecute\"}"));
         assert_true(registration_taint("{\"key\": \"karpenter.sh/unregistered\", \"effect\": \"NoExecute\"}"));
         assert_false(registration_taint("{\"key\": \"karpenter.sh/unregistered\", \"effect\": \"NoSchedule\"}"));
         assert_false(registration_taint("{\"key\": \"node.cilium.io/agent-not-ready\", \"effect\": \"NoExecute\"}"));
@@ -601,7 +602,8 @@ int main(void) {
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted), cmocka_unit_test(test_node_taint_untaint),
-                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_registration_taints),       cmocka_unit_test(test_grace_period),
+                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_registration_taints),
+                cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
                 cmocka_unit_test(test_gc_claim),
