@@ -225,6 +225,33 @@ class DisruptionTest(cl.CoordinatorTest):
         self.assertEqual(len(self.c.claims()), 2)
         self.assertEqual(self.events("DisruptionTerminating"), [])
 
+    def test_no_consolidation_onto_a_node_not_initialized(self):
+        """Node Y of pool late still has a startup taint that nothing takes off: its claim is not Initialized. X's
+        pod fits Y, but no consolidation counts on Y (Karpenter's "would schedule against uninitialized"): X stays,
+        with an Event that says why (issue 37, 1)."""
+        c = self.c
+        self.start(cl.nodepool(requirements=ONE_SHAPE, disruption=CONSOLIDATE))
+        c.create(PODS, cl.pod("x", cpu="700m", memory="512Mi"))
+        cl.wait_for(lambda: self.running(1) and self.initialized(1), 90, interval=0.5, what="x on node X")
+        x = c.claims()[0]["metadata"]["name"]
+        big = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c1.4VCPU-8GB"]}]
+        late = cl.nodepool(name="late", requirements=big, weight=100)
+        late["spec"]["template"]["spec"]["startupTaints"] = [{"key": "example.com/never", "effect": "NoSchedule"}]
+        c.create(cl.GROUP + "/nodepools", late)
+        c.create(PODS, cl.pod("y", cpu="1300m", memory="512Mi"))  # not beside x on X: a node Y of pool late
+
+        def registered():
+            ys = [cl_ for cl_ in c.claims() if cl_["spec"]["nodePool"] == "late"]
+            return ys and (ys[0].get("status") or {}).get("launchStep") == "Registered" and ys[0]
+        y = cl.wait_for(registered, 90, interval=0.5, what="Y Registered, its startup taint staying")["metadata"]["name"]
+        cl.wait_for(lambda: any(e["involvedObject"]["name"] == x and "uninitialized nodeclaim/" + y in e["message"]
+                                for e in self.events("DisruptionBlocked")), 30, interval=0.5,
+                    what="X kept: its pod would go to the uninitialized claim")
+        time.sleep(PASSES_S)  # more passes: still nothing
+        self.assertIn(x, [cl_["metadata"]["name"] for cl_ in c.claims()])
+        self.assertEqual(self.events("DisruptionTerminating"), [])
+        self.assertTrue(self.running(1) or len(self.live()) == 2, "x is not evicted")
+
     def test_a_budget_of_one_node_takes_them_one_at_a_time(self):
         claims = self.scale_up(["a", "b", "c"], disruption=dict(WHEN_EMPTY, budgets=[{"nodes": "1"}]))
         most = [0]
