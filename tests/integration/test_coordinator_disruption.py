@@ -309,8 +309,8 @@ class DisruptionTest(cl.CoordinatorTest):
         keep["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
         c.create(PODS, keep)
         pool = cl.nodepool()
-        pool["spec"]["template"]["spec"]["expireAfter"] = "15s"
-        pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "12s"
+        pool["spec"]["template"]["spec"]["expireAfter"] = "8s"  # expired once Initialized, or soon after
+        pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "8s"
         self.start(pool)
         cl.wait_for(lambda: self.running(1) and self.initialized(1), 90, interval=0.5, what="keep on a node")
         old = self.c.claims()[0]["metadata"]["name"]
@@ -319,7 +319,7 @@ class DisruptionTest(cl.CoordinatorTest):
             return [e for e in self.events("DisruptionTerminating") if e["involvedObject"]["name"] == old]
         cl.wait_for(terminating, 90, interval=0.5, what="the expired claim deleted (after its replacement)")
         self.assertTrue(terminating()[0]["message"].startswith("Expiry: created"), terminating())
-        time.sleep(5)  # the drain runs every second or so: an eviction would have come
+        time.sleep(4)  # the drain runs every second or so: an eviction would have come
         pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
         self.assertIn("keep", pods, "the do-not-disrupt pod is still there")
         self.assertIsNone(pods["keep"]["metadata"].get("deletionTimestamp"), "and not being deleted")
