@@ -118,6 +118,10 @@ struct sim_node {
         struct resources reserved;    /* requested by pods not in the input (e.g. expected daemon set pods) */
         bool in_flight;
         bool unschedulable;           /* cordoned or being deleted: takes no pods */
+        bool leaving;                 /* marked for deletion (being deleted or disrupted, or a trial's candidate):
+                                       * does not count toward its NodePool's limits, as Karpenter's scheduler
+                                       * counts only active nodes, so it does not hold the limit against its own
+                                       * replacement */
         const char *nodepool;         /* NULL when not ours */
 };
 

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "fileio.h"
 #include "yamlconf.h"
 
 #define PATH_LEN 512
@@ -406,11 +407,69 @@ static void test_manifests(void **state) {
         }
 }
 
+/* ---- the examples of the docs ---- */
+
+static const char *crd_of_kind(const char *kind) {
+        if (kind && strcmp(kind, "NodePool") == 0)
+                return "pvescale.io_nodepools.yaml";
+        if (kind && strcmp(kind, "ProxmoxNodeClass") == 0)
+                return "pvescale.io_proxmoxnodeclasses.yaml";
+        if (kind && strcmp(kind, "NodeClaim") == 0)
+                return "pvescale.io_nodeclaims.yaml";
+        return NULL;
+}
+
+/* One ```yaml block: when it is one of our kinds, it validates against its CRD. Returns 1 when it was checked. */
+static int check_example(const char *doc, const char *text, size_t len) {
+        char err[PATH_LEN] = "";
+        json_t *obj = NULL;
+        if (yamlconf_parse(text, len, &obj, err, sizeof err) < 0)
+                return 0; /* not one document (a shell session, a values fragment with placeholders) */
+        const char *api = json_string_value(json_object_get(obj, "apiVersion"));
+        const char *crd = api && strcmp(api, "pvescale.io/v1alpha1") == 0
+                                  ? crd_of_kind(json_string_value(json_object_get(obj, "kind"))) : NULL;
+        json_t *schema = crd ? load_crd(crd) : NULL;
+        if (schema && validate(version_schema(schema), obj, "", err) < 0)
+                fail_msg("%s: the %s example does not validate against %s: %s", doc,
+                         json_string_value(json_object_get(obj, "kind")), crd, err);
+        json_decref(schema);
+        json_decref(obj);
+        return crd != NULL;
+}
+
+/* Every NodePool, ProxmoxNodeClass and NodeClaim example of the docs validates against its CRD (a user copies
+ * them). */
+static void test_docs_examples(void **state) {
+        (void)state;
+        static const char *const docs[] = { "README.md", "docs/coordinator.md", "docs/install.md",
+                                            "docs/architecture.md", "docs/cloud-init.md" };
+        const char *src = getenv("PVESCALE_SOURCE_DIR");
+        int checked = 0;
+        for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
+                char path[PATH_LEN], *text = NULL;
+                size_t len;
+                snprintf(path, sizeof path, "%s/%s", src ? src : ".", docs[d]);
+                if (fileio_read(path, 4 << 20, &text, &len) < 0)
+                        fail_msg("cannot read %s", path);
+                for (char *p = strstr(text, "```yaml\n"); p; p = strstr(p, "```yaml\n")) {
+                        p += strlen("```yaml\n");
+                        char *end = strstr(p, "\n```");
+                        if (!end)
+                                break;
+                        checked += check_example(docs[d], p, (size_t)(end - p + 1));
+                        p = end;
+                }
+                free(text);
+        }
+        assert_true(checked >= 3); /* coordinator.md has one of each kind */
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_structural),
                 cmocka_unit_test(test_described),
                 cmocka_unit_test(test_manifests),
+                cmocka_unit_test(test_docs_examples),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

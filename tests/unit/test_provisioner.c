@@ -346,6 +346,39 @@ static void test_round_registered_not_initialized(void **state) {
         fixture_done(&f);
 }
 
+/* A Node marked for deletion (the disrupted taint: the old node of a replace, or one being drained) does not hold its
+ * pool's limit: the pod evicted from it gets a node even in a pool at its node limit, as Karpenter's scheduler counts
+ * only active nodes (issue 37, 5). A Node being deleted does not either; an ordinary one does. */
+static void test_round_leaving_node_holds_no_limit(void **state) {
+        (void)state;
+        static const char *const nodes[] = {
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {"
+                "\"taints\": [{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoSchedule\"}]},"
+                " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"},"
+                " \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"}, \"spec\": {},"
+                " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {"
+                "\"unschedulable\": true}, \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+        };
+        for (size_t k = 0; k < 3; k++) {
+                struct fixture f;
+                fixture_init(&f, "[" POD("a", "u-a", "500m") "]", nodes[k], "[]",
+                             "[" POOL("default", "\"limits\": {\"nodes\": \"1\"},") "]");
+                struct provisioner_round *r;
+                struct sim_result *res;
+                assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+                assert_int_equal(r->in->n_nodes, 1);
+                assert_int_equal(r->in->nodes[0]->leaving, k < 2);
+                add_host(r, HOST("pve1"));
+                assert_int_equal(simulate_run(r->in, &res), 0);
+                assert_int_equal(res->n_claims, k < 2 ? 1 : 0); /* a cordoned node still counts */
+                simulate_result_free(res);
+                provisioner_round_free(r);
+                fixture_done(&f);
+        }
+}
+
 /* The claims watch can bring Initialized before the nodes watch brings the launcher's Node update: a cached Node
  * that still carries the unregistered taint is older than its claim, and the claim stands for it until the new
  * copy arrives. Without that, a pod that only fits there gets a second claim. */
@@ -515,6 +548,7 @@ int main(void) {
                 cmocka_unit_test(test_round_claim_object),
                 cmocka_unit_test(test_round_inflight_and_nominations),
                 cmocka_unit_test(test_round_registered_not_initialized),
+                cmocka_unit_test(test_round_leaving_node_holds_no_limit),
                 cmocka_unit_test(test_round_initialized_before_node_update),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),
