@@ -37,7 +37,7 @@ static json_t *count_offer(const struct capacity *c, const struct placement_requ
 
 static json_t *pinned_offer(const struct agent *a, const struct placement_request *shape, unsigned max_count) {
         struct placement_offer offer;
-        char reason[256] = "";
+        char reason[512] = ""; /* a refusal lists every NUMA node's free CPUs and memory */
         if (placement_offer(a->topology, a->capacity, shape, max_count, &offer, reason, sizeof reason) < 0)
                 return NULL;
         json_t *o = placement_offer_to_json(&offer);
@@ -120,7 +120,7 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
 void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
-        char reason[400];
+        char reason[640]; /* a refusal lists every NUMA node's free CPUs and memory */
         if (api__parse_body(req, resp, &body) < 0)
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);

@@ -40,6 +40,8 @@ struct placement {
         uint64_t memory_bytes;
         size_t n_numa;
         struct placement_numa numa[PLACEMENT_MAX_NUMA];
+        bool fallback;       /* no preferred layout fitted: a preference (sibling pairs, even or quarter guest
+                              * nodes, memory in proportion to vCPUs) was given up; not kept in JSON */
 };
 
 /* Check a request: 0, or -EINVAL with a reason naming the field. */
@@ -110,5 +112,7 @@ int placement_offer(const struct topology *t, const struct capacity *free, const
                     unsigned max_count, struct placement_offer *ret_offer, char *reason, size_t reasonlen);
 void placement_offer_done(struct placement_offer *o);
 
-/* {"count", "count_capped", "score", "placement": <placement_to_json> or null}. NULL on ENOMEM. */
+/* {"count", "count_capped", "score", "fallback", "placement": <placement_to_json> or null}; fallback: the
+ * placement is the fallback's (best->fallback), a host with a preferred layout should be chosen first.
+ * NULL on ENOMEM. */
 json_t *placement_offer_to_json(const struct placement_offer *o);

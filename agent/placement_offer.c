@@ -273,6 +273,6 @@ json_t *placement_offer_to_json(const struct placement_offer *o) {
         json_t *p = o->best ? placement_to_json(o->best) : json_null();
         if (!p)
                 return NULL;
-        return json_pack("{s:I, s:b, s:f, s:o}", "count", (json_int_t)o->count, "count_capped", o->count_capped,
-                         "score", o->score, "placement", p);
+        return json_pack("{s:I, s:b, s:f, s:b, s:o}", "count", (json_int_t)o->count, "count_capped", o->count_capped,
+                         "score", o->score, "fallback", o->best && o->best->fallback, "placement", p);
 }

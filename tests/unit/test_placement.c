@@ -381,7 +381,7 @@ static const struct pcase cases[] = {
         { "too much memory for the host", topo_seed2n, NULL, 0, NULL, NULL, 4, 40000, 0, -ENOSPC, NULL, NULL, NULL,
           "needs 40000 MiB" },
         { "one vCPU cannot span nodes for memory", topo_seed2n, NULL, 0, NULL, NULL, 1, 20000, 0, -ENOSPC, NULL, NULL,
-          NULL, "no set of up to 8 NUMA nodes holds 1 vCPUs with 20000 MiB" },
+          NULL, "memory: 20000 MiB needs 2 NUMA nodes but 1 vCPUs make at most 1 guest nodes" },
         { "isolated CPUs are used first", topo_flat16_iso, NULL, 0, NULL, NULL, 2, 1024, 0, 0, "12-13", "12,13",
           "0:0-1:1024", NULL },
         { "isolated CPUs serve pinned VMs when floating VMs need the rest", topo_flat16_iso, NULL, 12, NULL, NULL, 4, 1024,
@@ -417,17 +417,18 @@ static const struct pcase cases[] = {
         { "split: whole nodes before balanced thirds", topo_80, NULL, 0, NULL, NULL, 48, 49152, 0, 0,
           "0-17,20-25,40-57,60-65", NULL, "0:0-19:20480|1:20-35:16384|2:36-47:12288", NULL },
         /* 32 free CPUs in 12 + 12 + 6 + 2: every split leaves a node under a quarter (8) although memory
-         * would allow quarters: refused, the host is too scattered. */
-        { "split: scattered CPUs refuse a guest node under a quarter", topo_tioga8, "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62",
-          0, NULL, NULL, 32, 32768, 0, -ENOSPC, NULL, NULL, NULL, "less than a quarter" },
+         * would allow quarters. Quality is a preference, fitting is a rule: the fallback takes all four. */
+        { "split: scattered CPUs, the fallback takes a guest node under a quarter", topo_tioga8,
+          "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62", 0, NULL, NULL, 32, 32768, 0, 0,
+          "2-7,10-15,21-23,31,34-39,42-47,53-55,63", NULL, "3:0-1:2048|2:2-7:6144|0:8-19:12288|1:20-31:12288", NULL },
         /* Memory holds 11 + 11 + 11 + 4 vCPUs: no quarter split exists, so memory forces a small guest
          * node; it gets as much as it can (4), the others stay balanced and even. */
         { "split: memory forces a small guest node, as big as it can", topo_tioga8, NULL, 0, "12000,12000,12000,4096",
           NULL, 32, 32768, 0, 0, "0-4,8-12,16-19,24-25,32-36,40-44,48-51,56-57", NULL,
           "0:0-9:10240|1:10-19:10240|2:20-27:8192|3:28-31:4096", NULL },
-        /* No node holds the memory and the only split is 1 + 1: a guest node with half a pair is refused. */
-        { "split: no guest node with an odd count on SMT hosts", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
-          -ENOSPC, NULL, NULL, NULL, "an even count per node (sibling pairs)" },
+        /* No node holds the memory and the only split is 1 + 1: the pair is broken rather than the VM refused. */
+        { "split: the fallback breaks a pair when nothing else fits", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
+          0, "0-1", NULL, "0:0:3072|1:1:3072", NULL },
         /* Lone threads 8-10 lie in the fuller L3 group: the pairs come from whole cores of the other. */
         { "pairs: whole cores before lone threads of a fuller L3", topo_seed16, "0-2", 0, NULL, NULL, 4, 4096, 0, 0,
           "4-5,12-13", "4,12,5,13", "0:0-3:4096", NULL },
@@ -793,7 +794,8 @@ static void test_place_command(void **state) {
                 "{\"ok\":false,\"reason\":\"memory_bytes must be a non-negative integer\"}\n"
                 "{\"ok\":false,\"reason\":\"colour: unknown field\"}\n"
                 "{\"ok\":false,\"reason\":\"invalid JSON: line 1 column 3: invalid token near 'not'\"}\n"
-                "{\"ok\":false,\"reason\":\"needs 9 vCPUs but only 8 host CPUs are free\"}\n"
+                "{\"ok\":false,\"reason\":\"CPUs: needs 9 vCPUs but only 8 host CPUs are free; free per NUMA node: "
+                "node 0 8 CPUs 24576 MiB\"}\n"
                 "{\"ok\":false,\"reason\":\"request must be a JSON object\"}\n"
                 "{\"cpus\":\"4-7,12-15\",\"numa\":[{\"guest_cpus\":\"0-7\",\"memory_bytes\":4294967296,\"node\":0}],"
                 "\"ok\":true,\"vcpu_map\":[4,12,5,13,6,14,7,15]}\n";
@@ -1069,11 +1071,12 @@ static int core_of(const struct topology *t, int cpu) {
         return -1;
 }
 
-/* One placed big VM: even guest nodes on SMT hosts, none under a quarter unless memory forced it. */
+/* One placed big VM: even guest nodes on SMT hosts, none under a quarter unless memory forced it, or
+ * the layout is the fallback's (no preferred layout fitted: quality is a preference, fitting a rule). */
 static void check_big(const char *name, const struct topology *t, const struct placement *p, bool smt,
                       bool quarter_ok, unsigned *pairs, unsigned *sib) {
         assert_valid(t, p);
-        for (size_t j = 0; j < p->n_numa && p->n_numa > 1; j++) {
+        for (size_t j = 0; j < p->n_numa && p->n_numa > 1 && !p->fallback; j++) {
                 if (smt && p->numa[j].n_vcpus % 2)
                         fail_msg("%s: %u vCPUs: guest node %zu has an odd %u vCPUs", name, p->n_vcpus, j, p->numa[j].n_vcpus);
                 if (quarter_ok && 4 * p->numa[j].n_vcpus < p->n_vcpus)
