@@ -69,17 +69,30 @@ static const struct provisioner_shape *shape_of_offer(const json_t *shape, const
         return NULL;
 }
 
-/* {"offers": [{"count", "shape": {"vcpus", "memory_bytes"}}]} → [{"shape": name, "count"}] for every name. */
+/* One named offer: {"shape": name, "count", "fallback"} and the agent's "score" when it gave one (0-100). */
+static json_t *named_offer(const char *name, const json_t *o) {
+        int64_t count = int_at(o, "count", 0);
+        const json_t *score = json_object_get(o, "score");
+        json_t *out = json_pack("{s:s, s:I, s:b}", "shape", name, "count", (json_int_t)(count < 0 ? 0 : count),
+                                "fallback", json_is_true(json_object_get(o, "fallback")));
+        double v = json_is_number(score) ? json_number_value(score) : -1;
+        if (out && v >= 0 && v <= 100 && json_object_set_new(out, "score", json_real(v)) < 0) {
+                json_decref(out);
+                return NULL;
+        }
+        return out;
+}
+
+/* {"offers": [{"count", "score", "fallback", "shape": {"vcpus", "memory_bytes"}}]} → [{"shape": name, "count",
+ * "score", "fallback"}] for every name. */
 static json_t *offers_by_name(const json_t *offers, const struct provisioner_shapes *shapes) {
         json_t *out = json_array();
         size_t i;
         json_t *o;
         json_array_foreach(json_object_get(offers, "offers"), i, o) {
                 const struct provisioner_shape *s = shape_of_offer(json_object_get(o, "shape"), shapes);
-                int64_t count = int_at(o, "count", 0);
                 for (size_t k = 0; out && s && k < s->n_names; k++)
-                        if (json_array_append_new(out, json_pack("{s:s, s:I}", "shape", s->names[k], "count",
-                                                                 (json_int_t)(count < 0 ? 0 : count))) < 0) {
+                        if (json_array_append_new(out, named_offer(s->names[k], o)) < 0) {
                                 json_decref(out);
                                 out = NULL;
                         }

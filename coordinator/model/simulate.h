@@ -147,10 +147,13 @@ struct sim_numa {
         uint64_t free_memory_bytes;
 };
 
-/* An agent offer: how many VMs of this shape the host could take now. */
+/* An agent offer: how many VMs of this shape the host could take now, and how well the next one lies. */
 struct sim_offer {
         const char *shape;
         uint32_t count;
+        bool fallback; /* the agent's layout is its fallback (pairs broken, small or unbalanced guest nodes):
+                        * the shape goes to this host only where no host offers a preferred layout */
+        double score;  /* the layout's score (0-100; -1 unknown), for the reasons */
 };
 
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free

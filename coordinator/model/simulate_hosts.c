@@ -18,6 +18,22 @@ static int32_t *offers_for(struct ctx *c, const struct sim_host *h, const struct
         return left;
 }
 
+/* Per shape of the catalog: whether the host's offer for it is the agent's fallback layout. */
+static bool *poor_for(struct ctx *c, const struct sim_host *h, const struct shape_catalog *cat) {
+        bool *poor = simulate__arena_alloc(c->arena, ((cat ? cat->n : 0) + 1) * sizeof *poor);
+        for (size_t s = 0; poor && cat && s < cat->n; s++) {
+                poor[s] = false;
+                for (size_t o = 0; h->has_offers && o < h->n_offers; o++)
+                        if (h->offers[o].shape && strcmp(h->offers[o].shape, cat->items[s].name) == 0)
+                                poor[s] = h->offers[o].fallback;
+        }
+        return poor;
+}
+
+bool simulate__host_poor(const struct host_c *h, int nc, size_t si) {
+        return h->offer_poor[nc][si];
+}
+
 static bool numa_fits(const struct host_c *h, const struct shape *s, int *ret_numa) {
         const struct sim_host *src = h->src;
         int64_t biggest = 0, best_free = INT64_MAX;
@@ -127,14 +143,16 @@ static int prepare_host(struct ctx *c, size_t i) {
         h->numa_cpus = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
         h->numa_mem = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
         h->offer_left = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(int32_t *));
-        if (!h->numa_cpus || !h->numa_mem || !h->offer_left)
+        h->offer_poor = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(bool *));
+        if (!h->numa_cpus || !h->numa_mem || !h->offer_left || !h->offer_poor)
                 return c->error = -ENOMEM;
         for (size_t k = 0; k < n; k++) {
                 h->numa_cpus[k] = src->numa[k].free_cpus;
                 h->numa_mem[k] = (int64_t)src->numa[k].free_memory_bytes;
         }
         for (size_t nc = 0; nc < c->n_ncs; nc++)
-                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)))
+                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)) ||
+                    !(h->offer_poor[nc] = poor_for(c, src, c->ncs[nc].shapes)))
                         return c->error = -ENOMEM;
         h->room_at_start = h->room_now = any_shape_fits(c, h);
         return 0;
