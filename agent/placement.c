@@ -1181,6 +1181,13 @@ static int explain_max_nodes(const struct fit *f, uint64_t *cpu_v, uint64_t *mem
                         (unsigned long long)(f->units * mib));
 }
 
+static bool free_cpus_anywhere(const struct fit *f) {
+        for (size_t i = 0; i < f->t->n_numa_nodes; i++)
+                if (f->node_free[i] && cpuset_count(f->node_free[i]) > 0)
+                        return true;
+        return false;
+}
+
 /* Why no layout exists, naming the resource that is short: CPUs (host-wide or after floating VMs),
  * memory (on the nodes with free CPUs, or more nodes than the VM has vCPUs), or the 8 guest NUMA nodes
  * Proxmox allows. */
@@ -1197,8 +1204,8 @@ static int explain_short(const struct fit *f, char *reason, size_t len) {
         }
         unsigned cpus = iso + (non < f->budget ? non : f->budget);
         size_t need_nodes = nodes_for(mem_v, f->n_cand, f->units);
-        if (f->n_cand == 0)
-                return snprintf(reason, len, "no NUMA node has both free CPUs and free memory");
+        if (f->n_cand == 0 && free_cpus_anywhere(f))
+                return snprintf(reason, len, "memory: no NUMA node has both free CPUs and free memory");
         if (f->vcpus > cpus && f->c->floating_vcpus == 0)
                 return snprintf(reason, len, "CPUs: needs %u vCPUs but only %u host CPUs are free", f->vcpus, cpus);
         if (f->vcpus > cpus)

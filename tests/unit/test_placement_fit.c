@@ -188,7 +188,7 @@ static void check_placed(const char *name, const struct topology *t, const struc
 
 /* A refusal names the resource that is short. */
 static void check_refusal(const char *name, const char *why) {
-        static const char *const starts[] = { "CPUs: ", "memory: ", "NUMA nodes: ", "no NUMA node has", NULL };
+        static const char *const starts[] = { "CPUs: ", "memory: ", "NUMA nodes: ", NULL };
         for (size_t i = 0; starts[i]; i++)
                 if (strncmp(why, starts[i], strlen(starts[i])) == 0 && strstr(why, "free per NUMA node:"))
                         return;
