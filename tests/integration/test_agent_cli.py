@@ -75,6 +75,7 @@ class AgentCliTest(unittest.TestCase):
                                     [{"vcpus": 2, "memory_bytes": 4 * GIB}, {"vcpus": 1, "memory_bytes": GIB}])
         self.assertEqual(code, 0, err)
         self.assertTrue(all(o["ok"] for o in out[:3]), out)
+        self.assertEqual([o.get("fallback", False) for o in out[:3]], [False, False, True])
         self.assertEqual([n["guest_cpus"] for n in out[2]["numa"]], ["0", "1"])
         self.assertEqual(sum(n["memory_bytes"] for n in out[2]["numa"]), 4 * GIB)
         # The host is full: the refusal names the resource and what each NUMA node has free.
