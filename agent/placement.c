@@ -658,8 +658,9 @@ static void any_add(unsigned *v, unsigned room, unsigned *left, unsigned *budget
 }
 
 /* vCPUs per node of the set (fill order): one each, then free isolated CPUs, then the others within
- * the budget. It uses the fewest non-isolated CPUs any layout on the set could, so it fails only when
- * no layout on the set holds the vCPUs. */
+ * the budget, first as far as the node has CPUs in free pairs of sibling threads (so pairs stay whole
+ * where they can), then any. It uses the fewest non-isolated CPUs any layout on the set could, so it
+ * fails only when no layout on the set holds the vCPUs. */
 static bool any_vcpus(const struct fit *f, const size_t *idx, size_t k, unsigned *v) {
         unsigned left = f->vcpus, forced = 0;
         if (k > left)
@@ -675,6 +676,10 @@ static bool any_vcpus(const struct fit *f, const size_t *idx, size_t k, unsigned
         for (size_t j = 0; j < k; j++) {
                 unsigned iso = f->cand[idx[j]].n_iso;
                 any_add(&v[j], iso > v[j] ? iso - v[j] : 0, &left, NULL);
+        }
+        for (size_t j = 0; j < k; j++) {
+                unsigned pairs = f->cand[idx[j]].n_pair;
+                any_add(&v[j], pairs > v[j] ? pairs - v[j] : 0, &left, &budget_left);
         }
         for (size_t j = 0; j < k; j++)
                 any_add(&v[j], cand_free(&f->cand[idx[j]]) - v[j], &left, &budget_left);
