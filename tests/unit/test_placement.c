@@ -1125,6 +1125,195 @@ static void run_big_stream(const char *name, const struct topology *t) {
         cap_free(c);
 }
 
+/* ---------- issue 39: the VM fits whenever a valid layout exists (property test) ---------- */
+
+/* Method. On each reference topology, seeded streams of requests (1 vCPU up to twice the largest node,
+ * 1-8 GiB per vCPU, now and then a few vCPUs with more memory than one node has) come and go (each VM
+ * leaves 2 to 7 requests later), some with floating vCPUs that pinned VMs must leave room for. Before each
+ * request an oracle, written apart from the allocator, decides whether any valid layout exists: a set of
+ * at most 8 host NUMA nodes (and no more than the VM has vCPUs or MiB), each with a free CPU and a free
+ * MiB, whose free CPUs and free memory add up to the VM, with the vCPUs within what the floating VMs
+ * leave. It tries every node set on hosts with up to 12 such nodes, and a first fit in node order beyond.
+ * A layout exists <=> the allocator places the VM, validly and within what was free. */
+
+#define FIT_REQUESTS 150
+#define FIT_SEEDS 3
+#define FIT_SUBSET_NODES 12 /* eligible nodes up to which the oracle tries every node set */
+#define FIT_MAX_NODES 64
+
+
+struct fit_room {
+        size_t n;                             /* nodes with a free CPU and a free MiB */
+        unsigned cpus[FIT_MAX_NODES];             /* their free CPUs */
+        uint64_t mib[FIT_MAX_NODES];              /* their free MiB */
+        unsigned pinnable;                    /* free CPUs host-wide minus the floating vCPUs */
+};
+
+static void fit_room_of(const struct topology *t, const struct capacity *c, struct fit_room *r) {
+        struct cpuset *node = cpuset_new();
+        r->n = 0;
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                cpuset_zero(node);
+                node_cores_cpus(t, i, node);
+                cpuset_and(node, c->free_cpus);
+                cpuset_and(node, c->numa[i].free_cpus);
+                unsigned cpus = cpuset_count(node);
+                uint64_t mib = c->numa[i].memory_free_bytes / MIB;
+                if (cpus > 0 && mib > 0 && r->n < FIT_MAX_NODES) {
+                        r->cpus[r->n] = cpus;
+                        r->mib[r->n++] = mib;
+                }
+        }
+        unsigned all = cpuset_count(c->free_cpus);
+        r->pinnable = all > c->floating_vcpus ? all - c->floating_vcpus : 0;
+        cpuset_free(node);
+}
+
+static bool fit_set_holds(const struct fit_room *r, unsigned mask, const struct placement_request *req) {
+        unsigned long cpus = 0, k = 0;
+        uint64_t mib = 0, want = req->memory_bytes / MIB;
+        for (size_t i = 0; i < r->n; i++)
+                if (mask >> i & 1) {
+                        cpus += r->cpus[i];
+                        mib += r->mib[i];
+                        k++;
+                }
+        return k >= 1 && k <= PLACEMENT_MAX_NUMA && k <= req->vcpus && k <= want && cpus >= req->vcpus && mib >= want;
+}
+
+/* First fit in node order: each node adds its CPUs and memory until both suffice. */
+static bool fit_first_fit(const struct fit_room *r, const struct placement_request *req) {
+        unsigned mask = 0;
+        for (size_t i = 0; i < r->n && i < 32; i++) {
+                mask |= 1u << i;
+                if (fit_set_holds(r, mask, req))
+                        return true;
+        }
+        return false;
+}
+
+static bool fit_layout_exists(const struct topology *t, const struct capacity *c, const struct placement_request *req) {
+        static struct fit_room r;
+        fit_room_of(t, c, &r);
+        if (req->vcpus > r.pinnable)
+                return false;
+        if (r.n > FIT_SUBSET_NODES)
+                return fit_first_fit(&r, req);
+        for (unsigned mask = 1; mask < 1u << r.n; mask++)
+                if (fit_set_holds(&r, mask, req))
+                        return true;
+        return false;
+}
+
+/* ---------- checking a placement ---------- */
+
+/* Valid, on CPUs that were free on their nodes, memory within each node's free memory, floating VMs
+ * still covered. */
+static void fit_check_placed(const char *name, const struct topology *t, const struct capacity *c,
+                         const struct placement *p) {
+        char why[512];
+        if (placement_validate(t, p, why, sizeof why) < 0)
+                fail_msg("%s: invalid placement: %s", name, why);
+        if (!cpuset_is_subset(p->cpus, c->free_cpus))
+                fail_msg("%s: %u vCPUs on CPUs that are not free", name, p->n_vcpus);
+        for (size_t j = 0; j < p->n_numa; j++)
+                for (size_t i = 0; i < c->n_numa; i++)
+                        if (c->numa[i].id == p->numa[j].node && p->numa[j].memory_bytes > c->numa[i].memory_free_bytes)
+                                fail_msg("%s: node %d gets %llu bytes, has %llu free", name, p->numa[j].node,
+                                         (unsigned long long)p->numa[j].memory_bytes,
+                                         (unsigned long long)c->numa[i].memory_free_bytes);
+        if (cpuset_count(c->free_cpus) - p->n_vcpus < c->floating_vcpus)
+                fail_msg("%s: %u vCPUs leave too few CPUs for %u floating vCPUs", name, p->n_vcpus, c->floating_vcpus);
+}
+
+/* A refusal names the resource that is short. */
+static void fit_check_refusal(const char *name, const char *why) {
+        static const char *const starts[] = { "CPUs: ", "memory: ", "NUMA nodes: ", NULL };
+        for (size_t i = 0; starts[i]; i++)
+                if (strncmp(why, starts[i], strlen(starts[i])) == 0 && strstr(why, "free per NUMA node:"))
+                        return;
+        fail_msg("%s: refusal names no resource: %s", name, why);
+}
+
+/* ---------- streams ---------- */
+
+struct fit_sizes {
+        unsigned biggest;     /* CPUs of the largest node */
+        uint64_t biggest_mem; /* memory of the largest node */
+};
+
+static struct placement_request fit_draw(unsigned *seed, const struct fit_sizes *z) {
+        struct placement_request req;
+        if (rnd(seed, 6) == 0) {
+                req.vcpus = 1 + rnd(seed, 4);
+                req.memory_bytes = (z->biggest_mem / GIB + 1 + rnd(seed, 8)) * GIB;
+                return req;
+        }
+        req.vcpus = 1 + rnd(seed, rnd(seed, 3) == 0 ? 2 * z->biggest : z->biggest);
+        req.memory_bytes = (uint64_t)req.vcpus * (1 + rnd(seed, 8)) * GIB;
+        return req;
+}
+
+static void fit_sizes_of(const struct capacity *c, struct fit_sizes *z) {
+        *z = (struct fit_sizes){ 0 };
+        for (size_t i = 0; i < c->n_numa; i++) {
+                unsigned n = cpuset_count(c->numa[i].free_cpus);
+                z->biggest = n > z->biggest ? n : z->biggest;
+                if (n > 0 && c->numa[i].memory_free_bytes > z->biggest_mem)
+                        z->biggest_mem = c->numa[i].memory_free_bytes;
+        }
+}
+
+struct fit_tally {
+        unsigned placed, refused, fallback;
+};
+
+static void fit_request(const char *name, const struct topology *t, struct capacity *c,
+                        const struct placement_request *req, struct placement **slot, struct fit_tally *ty) {
+        bool exists = fit_layout_exists(t, c, req);
+        char why[640] = "";
+        int r = placement_place(t, c, req, slot, why, sizeof why);
+        if (r == -ENOSPC) {
+                if (exists)
+                        fail_msg("%s: refused %u vCPUs with %llu MiB although a valid layout exists: %s", name,
+                                 req->vcpus, (unsigned long long)(req->memory_bytes / MIB), why);
+                fit_check_refusal(name, why);
+                ty->refused++;
+                return;
+        }
+        assert_int_equal(r, 0);
+        if (!exists)
+                fail_msg("%s: placed %u vCPUs with %llu MiB where the oracle found no layout", name, req->vcpus,
+                         (unsigned long long)(req->memory_bytes / MIB));
+        fit_check_placed(name, t, c, *slot);
+        assert_int_equal(placement_charge(c, *slot), 0);
+        ty->placed++;
+        ty->fallback += (*slot)->fallback;
+}
+
+static void fit_stream(const char *name, const struct topology *t, unsigned seed, struct fit_tally *ty) {
+        struct capacity *c = cap_from_cores(t);
+        struct placement *live[FIT_REQUESTS] = { 0 };
+        unsigned leave[FIT_REQUESTS] = { 0 };
+        struct fit_sizes z;
+        fit_sizes_of(c, &z);
+        c->floating_vcpus = rnd(&seed, 3) == 0 ? rnd(&seed, z.biggest + 1) : 0;
+        for (size_t i = 0; i < FIT_REQUESTS && z.biggest > 0; i++) {
+                for (size_t j = 0; j < i; j++)
+                        if (live[j] && leave[j] == i) {
+                                cap_uncharge(t, c, live[j]);
+                                placement_free(live[j]);
+                                live[j] = NULL;
+                        }
+                struct placement_request req = fit_draw(&seed, &z);
+                leave[i] = (unsigned)i + 2 + rnd(&seed, 6);
+                fit_request(name, t, c, &req, &live[i], ty);
+        }
+        for (size_t i = 0; i < FIT_REQUESTS; i++)
+                placement_free(live[i]);
+        cap_free(c);
+}
+
 static int load_reference(const char *dir, const char *tmp, json_t *e, struct topology **ret_t) {
         const char *file = json_string_value(json_object_get(e, "file"));
         const char *sub = json_string_value(json_object_get(json_object_get(e, "load"), "fsroot_subdir"));
@@ -1145,11 +1334,23 @@ static int load_reference(const char *dir, const char *tmp, json_t *e, struct to
         return r;
 }
 
-static void test_reference_topologies(void **state) {
-        (void)state;
+/* The reference topologies, loaded once for the tests that use them (extracting the sysfs tarballs is
+ * the slow part). */
+static struct reference {
+        char name[128];
+        struct topology *t;
+} refs[32];
+static size_t n_refs;
+
+/* Load the reference topologies on first use (inside a test, so that a failure fails that test);
+ * false without PVESCALE_SHARED. */
+static bool references(void) {
+        static bool loaded;
         const char *shared = getenv("PVESCALE_SHARED");
         if (!shared)
-                skip();
+                return false;
+        if (loaded)
+                return true;
         char dir[1024], manifest[1100], tmp[] = "/tmp/test-placement-XXXXXX";
         snprintf(dir, sizeof dir, "%s/topologies", shared);
         snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
@@ -1159,14 +1360,45 @@ static void test_reference_topologies(void **state) {
         json_t *e;
         size_t i;
         json_array_foreach(json_object_get(m, "topologies"), i, e) {
-                struct topology *t = NULL;
-                assert_int_equal(load_reference(dir, tmp, e, &t), 0);
-                run_real_stream(json_string_value(json_object_get(e, "name")), t, 7 + (unsigned)i);
-                run_big_stream(json_string_value(json_object_get(e, "name")), t);
-                topology_free(t);
+                assert_true(n_refs < sizeof refs / sizeof refs[0]);
+                assert_int_equal(load_reference(dir, tmp, e, &refs[n_refs].t), 0);
+                snprintf(refs[n_refs++].name, sizeof refs[0].name, "%s", json_string_value(json_object_get(e, "name")));
         }
-        assert_int_equal(test_rmtree(tmp), 0);
         json_decref(m);
+        assert_int_equal(test_rmtree(tmp), 0);
+        loaded = true;
+        return true;
+}
+
+static int free_references(void **state) {
+        (void)state;
+        for (size_t i = 0; i < n_refs; i++)
+                topology_free(refs[i].t);
+        n_refs = 0;
+        return 0;
+}
+
+static void test_reference_topologies(void **state) {
+        (void)state;
+        if (!references())
+                skip();
+        for (size_t i = 0; i < n_refs; i++) {
+                run_real_stream(refs[i].name, refs[i].t, 7 + (unsigned)i);
+                run_big_stream(refs[i].name, refs[i].t);
+        }
+}
+
+static void test_fits_whenever_a_layout_exists(void **state) {
+        (void)state;
+        if (!references())
+                skip();
+        for (size_t i = 0; i < n_refs; i++) {
+                struct fit_tally ty = { 0 };
+                for (unsigned s = 0; s < FIT_SEEDS; s++)
+                        fit_stream(refs[i].name, refs[i].t, 39 + 1000 * s + (unsigned)i, &ty);
+                print_message("%s: %u placed (%u by the fallback), %u refused\n", refs[i].name, ty.placed,
+                              ty.fallback, ty.refused);
+        }
 }
 
 int main(void) {
@@ -1183,6 +1415,7 @@ int main(void) {
                 cmocka_unit_test(test_random_streams),
                 cmocka_unit_test(test_fewest_nodes_one_package),
                 cmocka_unit_test(test_reference_topologies),
+                cmocka_unit_test(test_fits_whenever_a_layout_exists),
         };
-        return cmocka_run_group_tests(tests, NULL, NULL);
+        return cmocka_run_group_tests(tests, NULL, free_references);
 }
