@@ -157,7 +157,8 @@ struct sim_offer {
 };
 
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free
- * room; larger VMs may span. With offers, a shape must also be offered (count > claims planned on it). */
+ * room; larger VMs may span. With offers, a shape must be offered instead (count > claims planned on it):
+ * the agent spans a VM no node has room for in its fallback layout. */
 struct sim_host {
         const char *name;   /* the zone */
         const char *region; /* the PVE cluster */

@@ -65,7 +65,9 @@ enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const s
                 return ROOM_MEMORY;
         if (h->offer_left[nc][si] == 0)
                 return ROOM_OFFER;
-        if (h->src->n_numa && !numa_fits(h, s, ret_numa))
+        /* An agent's offer is its allocator's word: where one NUMA node has no room, the VM spans nodes
+         * (the agent's fallback layout when the shape would fit one node). */
+        if (h->src->n_numa && !numa_fits(h, s, ret_numa) && h->offer_left[nc][si] < 0)
                 return ROOM_NUMA;
         return ROOM_OK;
 }

@@ -905,11 +905,14 @@ static void test_host_offer_quality(void **state) {
         run();
         assert_string_equal(claim_of("p")->shape->name, "c1.2VCPU-4GB");
         assert_string_equal(claim_label(claim_of("p"), ZONE), "pve2");
-        /* Only pve1 has room: its poor layout is used rather than no node at all. */
+        /* Only pve1 has room, one lone CPU on each NUMA node: its agent's poor layout (the VM split, although
+         * it would fit one node) is used rather than no node at all. */
         reset();
-        a = add_host("pve1", 64, 256);
+        a = add_host("pve1", 2, 256);
         b = add_host("pve2", 8, 256);
+        static struct sim_numa lone[] = { { 0, 1, 16, 100 * GIB }, { 1, 1, 16, 100 * GIB } };
         static struct sim_offer none[] = { { "c1.2VCPU-4GB", 0, false, -1 } };
+        a->numa = lone, a->n_numa = 2;
         a->offers = poor, a->n_offers = 1, a->has_offers = true;
         b->offers = none, b->n_offers = 1, b->has_offers = true;
         add_pool("default", "");
