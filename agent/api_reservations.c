@@ -31,7 +31,8 @@ static unsigned count_fit(const struct capacity *c, const struct placement_reque
 
 static json_t *count_offer(const struct capacity *c, const struct placement_request *shape, unsigned max_count) {
         unsigned n = count_fit(c, shape);
-        return json_pack("{s:i, s:b, s:f, s:b, s:n}", "count", n > max_count ? max_count : n, "count_capped",
+        unsigned count = n > max_count ? max_count : n;
+        return json_pack("{s:i, s:i, s:b, s:f, s:b, s:n}", "count", count, "preferred_count", count, "count_capped",
                          n > max_count, "score", 0.0, "fallback", 0, "placement");
 }
 

@@ -99,6 +99,7 @@ double placement_score(const struct topology *t, const struct capacity *before, 
 /* What a host offers for one VM shape. */
 struct placement_offer {
         unsigned count;         /* how many such VMs could be placed now, one after the other (greedy) */
+        unsigned preferred;     /* how many of those, from the first, get a preferred layout (not the fallback) */
         bool count_capped;      /* counting stopped at max_count */
         struct placement *best; /* the placement the next such VM gets; NULL when count == 0 */
         double score;           /* placement_score of best, 0 when count == 0 */
@@ -112,7 +113,7 @@ int placement_offer(const struct topology *t, const struct capacity *free, const
                     unsigned max_count, struct placement_offer *ret_offer, char *reason, size_t reasonlen);
 void placement_offer_done(struct placement_offer *o);
 
-/* {"count", "count_capped", "score", "fallback", "placement": <placement_to_json> or null}; fallback: the
- * placement is the fallback's (best->fallback), a host with a preferred layout should be chosen first.
- * NULL on ENOMEM. */
+/* {"count", "preferred_count", "count_capped", "score", "fallback", "placement": <placement_to_json> or
+ * null}; fallback: the placement is the fallback's (best->fallback), a host with a preferred layout should
+ * be chosen first. NULL on ENOMEM. */
 json_t *placement_offer_to_json(const struct placement_offer *o);

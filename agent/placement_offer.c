@@ -234,6 +234,7 @@ static int offer_count(const struct topology *t, struct capacity *work, const st
                 if (r < 0)
                         return r;
                 r = placement_charge(work, p);
+                o->preferred += !p->fallback && o->preferred == o->count;
                 placement_free(p);
                 if (r < 0)
                         return r;
@@ -273,6 +274,7 @@ json_t *placement_offer_to_json(const struct placement_offer *o) {
         json_t *p = o->best ? placement_to_json(o->best) : json_null();
         if (!p)
                 return NULL;
-        return json_pack("{s:I, s:b, s:f, s:b, s:o}", "count", (json_int_t)o->count, "count_capped", o->count_capped,
-                         "score", o->score, "fallback", o->best && o->best->fallback, "placement", p);
+        return json_pack("{s:I, s:I, s:b, s:f, s:b, s:o}", "count", (json_int_t)o->count, "preferred_count",
+                         (json_int_t)o->preferred, "count_capped", o->count_capped, "score", o->score, "fallback",
+                         o->best && o->best->fallback, "placement", p);
 }

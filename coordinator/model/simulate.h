@@ -151,9 +151,11 @@ struct sim_numa {
 struct sim_offer {
         const char *shape;
         uint32_t count;
-        bool fallback; /* the agent's layout is its fallback (pairs broken, small or unbalanced guest nodes):
-                        * the shape goes to this host only where no host offers a preferred layout */
-        double score;  /* the layout's score (0-100; -1 unknown), for the reasons */
+        uint32_t preferred; /* how many of count get the agent's preferred layout, the first ones; the rest its
+                             * fallback (pairs broken, small or unbalanced guest nodes), which the shape gets
+                             * only where no host offers a preferred layout */
+        bool fallback;      /* the next VM's layout is the fallback (preferred == 0) */
+        double score;       /* the next VM's layout score (0-100; -1 unknown) */
 };
 
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free

@@ -926,14 +926,19 @@ static int host_offers(struct jp *p, const json_t *arr, struct sim_host *h) {
                 uint64_t count = 0;
                 idx(b, "offers", i);
                 const json_t *fallback, *score;
+                uint64_t preferred = UINT64_MAX;
                 if (get_str(p, o, "shape", b, &h->offers[i].shape) < 0 ||
                     u64_member(p, o, "count", b, true, &count) < 0 ||
+                    u64_member(p, o, "preferred_count", b, false, &preferred) < 0 ||
                     member(p, o, "fallback", JSON_TRUE, b, &fallback) < 0 || offer_score(p, o, b, &score) < 0)
                         return -EINVAL;
                 if (!h->offers[i].shape)
                         return bad(p, b, "shape is required");
                 h->offers[i].count = (uint32_t)count;
                 h->offers[i].fallback = fallback && json_is_true(fallback);
+                if (preferred == UINT64_MAX)
+                        preferred = h->offers[i].fallback ? 0 : count;
+                h->offers[i].preferred = (uint32_t)(preferred < count ? preferred : count);
                 h->offers[i].score = score ? json_number_value(score) : -1;
         }
         h->n_offers = n;

@@ -226,9 +226,9 @@ class ReservationTest(unittest.TestCase):
             {"vcpus": 2, "memory_bytes": 4 * GIB}, {"vcpus": 1, "memory_bytes": GIB}]})
         self.assertEqual(status, 200, body)
         pair, one = body["offers"]
-        self.assertEqual((pair["count"], pair["fallback"]), (1, True), pair)
+        self.assertEqual((pair["count"], pair["preferred_count"], pair["fallback"]), (1, 0, True), pair)
         self.assertEqual(len(pair["placement"]["numa"]), 2)
-        self.assertEqual((one["count"], one["fallback"]), (2, False), one)
+        self.assertEqual((one["count"], one["preferred_count"], one["fallback"]), (2, 2, False), one)
         self.assertGreater(one["score"], pair["score"])
         status, res = self.reserve(vcpus=2, mem=4 * GIB, owner="claim-c")
         self.assertEqual(status, 201, res)

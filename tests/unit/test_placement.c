@@ -703,6 +703,7 @@ static void test_offer(void **state) {
 
         assert_int_equal(placement_offer(t, c, &req, 2, &o, why, sizeof why), 0);
         assert_int_equal(o.count, 2);
+        assert_int_equal(o.preferred, 2);
         assert_true(o.count_capped);
         placement_offer_done(&o);
 
@@ -723,6 +724,39 @@ static void test_offer(void **state) {
 }
 
 /* A clean one-node placement scores above a split one and above one on broken cores. */
+/* Issue 39: an offer counts the VMs that get a preferred layout before the first fallback one. 2 vCPUs with
+ * 6 GiB: the first on node 0 (8 GiB free); then no node has 6 GiB, and only the fallback's 1 + 1 split
+ * (the pair broken) holds the second. */
+static void test_offer_preferred_count(void **state) {
+        (void)state;
+        struct topology *t = topo_ds_ht();
+        struct capacity *c = cap_new(t, NULL, 0, "8192,4096");
+        struct placement_request req = { .vcpus = 2, .memory_bytes = 6144 * MIB };
+        struct placement_offer o;
+        char why[512];
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 2);
+        assert_int_equal(o.preferred, 1);
+        assert_false(o.best->fallback);
+        json_t *j = placement_offer_to_json(&o);
+        assert_int_equal(json_integer_value(json_object_get(j, "preferred_count")), 1);
+        assert_true(json_is_false(json_object_get(j, "fallback")));
+        json_decref(j);
+        placement_offer_done(&o);
+        /* With node 0's memory taken, the next VM is the fallback's: the offer says so. */
+        c->numa[0].memory_free_bytes = 2048 * MIB;
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 1);
+        assert_int_equal(o.preferred, 0);
+        assert_true(o.best->fallback);
+        j = placement_offer_to_json(&o);
+        assert_true(json_is_true(json_object_get(j, "fallback")));
+        json_decref(j);
+        placement_offer_done(&o);
+        cap_free(c);
+        topology_free(t);
+}
+
 static void test_score_order(void **state) {
         (void)state;
         struct topology *t = topo_ds_ht();
@@ -1410,6 +1444,7 @@ int main(void) {
                 cmocka_unit_test(test_json_roundtrip),
                 cmocka_unit_test(test_validate_defect1),
                 cmocka_unit_test(test_offer),
+                cmocka_unit_test(test_offer_preferred_count),
                 cmocka_unit_test(test_score_order),
                 cmocka_unit_test(test_place_command),
                 cmocka_unit_test(test_random_streams),

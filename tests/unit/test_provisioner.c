@@ -52,7 +52,7 @@ static void test_host_from_agent(void **state) {
         json_t *cap = parse("{\"node\": \"pve1\", \"cpus_free\": 20, \"memory_free_bytes\": 68719476736, \"numa_nodes\": ["
                             "{\"id\": 0, \"cpus_free\": 4, \"memory_free_bytes\": 8589934592},"
                             "{\"id\": 1, \"cpus_free\": 16, \"memory_free_bytes\": 60129542144}]}");
-        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"score\": 81.5, \"fallback\": false,"
+        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"preferred_count\": 5, \"score\": 81.5, \"fallback\": false,"
                                " \"shape\": {\"vcpus\": 2, \"memory_bytes\": 4294967296}},"
                                "{\"count\": 1, \"score\": 42.0, \"fallback\": true,"
                                " \"shape\": {\"vcpus\": 4, \"memory_bytes\": 34359738368}},"
@@ -78,6 +78,8 @@ static void test_host_from_agent(void **state) {
         assert_true(json_real_value(json_object_get(offer_named(h, "x1.2VCPU-4GB"), "score")) == 81.5);
         assert_true(json_is_false(json_object_get(offer_named(h, "c1.2VCPU-4GB"), "fallback")));
         assert_true(json_is_true(json_object_get(offer_named(h, "m1.4VCPU-32GB"), "fallback")));
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "preferred_count"), 5);
+        assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "preferred_count"), 0); /* fallback, none given */
         /* The result is valid simulation input. */
         struct sim_input *in = simulate_input_new();
         char err[256];
@@ -88,6 +90,7 @@ static void test_host_from_agent(void **state) {
         for (size_t i = 0; i < sh->n_offers; i++) {
                 bool big = strcmp(sh->offers[i].shape, "m1.4VCPU-32GB") == 0;
                 assert_int_equal(sh->offers[i].fallback, big);
+                assert_int_equal(sh->offers[i].preferred, big ? 0 : 5);
                 assert_true(sh->offers[i].score == (big ? 42.0 : 81.5));
         }
         simulate_input_free(in);

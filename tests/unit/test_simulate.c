@@ -878,7 +878,7 @@ static void test_host_room_reasons(void **state) {
 static void test_host_offers(void **state) {
         (void)state;
         struct sim_host *h = add_host("pve1", 64, 256);
-        static struct sim_offer offers[] = { { "c1.2VCPU-4GB", 1 } };
+        static struct sim_offer offers[] = { { .shape = "c1.2VCPU-4GB", .count = 1, .preferred = 1 } };
         h->offers = offers;
         h->n_offers = 1;
         h->has_offers = true;
@@ -894,8 +894,8 @@ static void test_host_offers(void **state) {
  * has room, the poor layout is used. */
 static void test_host_offer_quality(void **state) {
         (void)state;
-        static struct sim_offer poor[] = { { "c1.2VCPU-4GB", 4, true, 40.0 } };
-        static struct sim_offer good[] = { { "c1.2VCPU-4GB", 4, false, 85.0 } };
+        static struct sim_offer poor[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .fallback = true, .score = 40 } };
+        static struct sim_offer good[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .preferred = 4, .score = 85 } };
         /* pve1 has more free CPUs (the next preference) but only a poor layout: pve2 is chosen. */
         struct sim_host *a = add_host("pve1", 64, 256), *b = add_host("pve2", 8, 256);
         a->offers = poor, a->n_offers = 1, a->has_offers = true;
@@ -911,7 +911,7 @@ static void test_host_offer_quality(void **state) {
         a = add_host("pve1", 2, 256);
         b = add_host("pve2", 8, 256);
         static struct sim_numa lone[] = { { 0, 1, 16, 100 * GIB }, { 1, 1, 16, 100 * GIB } };
-        static struct sim_offer none[] = { { "c1.2VCPU-4GB", 0, false, -1 } };
+        static struct sim_offer none[] = { { .shape = "c1.2VCPU-4GB", .count = 0, .score = -1 } };
         a->numa = lone, a->n_numa = 2;
         a->offers = poor, a->n_offers = 1, a->has_offers = true;
         b->offers = none, b->n_offers = 1, b->has_offers = true;
@@ -919,6 +919,20 @@ static void test_host_offer_quality(void **state) {
         add_pod("p", "1", "1Gi", "", "");
         run();
         assert_string_equal(claim_label(claim_of("p"), ZONE), "pve1");
+        /* pve1's agent has one preferred layout left, then only its fallback; pve2 only its fallback. The
+         * first claim takes pve1's preferred layout; then both are poor and the fewest planned claims
+         * decides: pve2. */
+        reset();
+        a = add_host("pve1", 64, 256);
+        b = add_host("pve2", 8, 256);
+        static struct sim_offer one_good[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .preferred = 1, .score = 90 } };
+        a->offers = one_good, a->n_offers = 1, a->has_offers = true;
+        b->offers = poor, b->n_offers = 1, b->has_offers = true;
+        add_pool("default", "");
+        add_pods("a", 2, "1", "'app': 'a'", ANTI(HOST, "a"));
+        run();
+        assert_string_equal(claim_label(claim_of("a0"), ZONE), "pve1");
+        assert_string_equal(claim_label(claim_of("a1"), ZONE), "pve2");
 }
 
 static void test_host_room_is_consumed(void **state) {
