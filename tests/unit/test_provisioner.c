@@ -52,7 +52,8 @@ static void test_host_from_agent(void **state) {
         json_t *cap = parse("{\"node\": \"pve1\", \"cpus_free\": 20, \"memory_free_bytes\": 68719476736, \"numa_nodes\": ["
                             "{\"id\": 0, \"cpus_free\": 4, \"memory_free_bytes\": 8589934592},"
                             "{\"id\": 1, \"cpus_free\": 16, \"memory_free_bytes\": 60129542144}]}");
-        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"preferred_count\": 5, \"score\": 81.5, \"fallback\": false,"
+        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"preferred_count\": 5, \"score\": 81.5,"
+                               " \"fallback\": false,"
                                " \"shape\": {\"vcpus\": 2, \"memory_bytes\": 4294967296}},"
                                "{\"count\": 1, \"score\": 42.0, \"fallback\": true,"
                                " \"shape\": {\"vcpus\": 4, \"memory_bytes\": 34359738368}},"
