@@ -135,12 +135,14 @@ static void test_host_from_pve(void **state) {
 static void test_host_charge(void **state) {
         (void)state;
         json_t *h = parse("{\"name\": \"pve1\", \"free_cpus\": 10, \"free_memory_bytes\": 40802189312,"
-                          " \"offers\": [{\"shape\": \"c1.2VCPU-4GB\", \"count\": 5}, {\"shape\": \"m1.4VCPU-32GB\", \"count\": 1},"
+                          " \"offers\": [{\"shape\": \"c1.2VCPU-4GB\", \"count\": 5, \"preferred_count\": 4},"
+                          " {\"shape\": \"m1.4VCPU-32GB\", \"count\": 1},"
                           " {\"shape\": \"unknown\", \"count\": 3}]}");
         provisioner_host_charge(h, 4, 8 * GIB, &shapes); /* 6 CPUs, 30 GiB left */
         assert_int_equal(int_at(h, "free_cpus"), 6);
         assert_int_equal(int_at(h, "free_memory_bytes"), 30 * GIB);
         assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 3);  /* min(5, 6/2, 30/4) */
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "preferred_count"), 3); /* never above count */
         assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "count"), 0); /* 30 GiB < 32 GiB */
         assert_int_equal(int_at(offer_named(h, "unknown"), "count"), 3);
         provisioner_host_charge(h, 100, 100 * GIB, &shapes);
