@@ -1135,17 +1135,19 @@ static bool fit_enough(const struct fit *f) {
         return iso + (non < f->budget ? non : f->budget) >= f->vcpus && mem >= f->units;
 }
 
-/* ", free per NUMA node: 0: 2 CPUs 4096 MiB, 1: ..." (every node with CPUs; memory in the request's unit). */
+/* "; free per NUMA node: node 0 2 CPUs 4096 MiB, node 1 ..." (every node with CPUs; memory as the request
+ * counts it: ordinary or hugepages of its size). */
 static void explain_nodes(const struct fit *f, const struct placement_request *req, char *buf, size_t len) {
         size_t at = (size_t)snprintf(buf, len, "; free per NUMA node:");
         uint64_t mib = f->unit / PLACEMENT_MIB;
+        const char *sep = "";
         for (size_t i = 0; i < f->t->n_numa_nodes && at < len; i++) {
                 unsigned cpus = f->node_free[i] ? cpuset_count(f->node_free[i]) : 0;
                 if (f->node_core_start[i] == f->node_core_start[i + 1])
                         continue; /* a node without CPUs never holds a guest node */
-                at += (size_t)snprintf(buf + at, len - at, "%s node %d %u CPUs %llu MiB", i ? "," : "",
-                                       f->t->numa_nodes[i].id, cpus,
-                                       (unsigned long long)(node_mem_units(f, req, i) * mib));
+                at += (size_t)snprintf(buf + at, len - at, "%s node %d %u CPUs %llu MiB", sep, f->t->numa_nodes[i].id,
+                                       cpus, (unsigned long long)(node_mem_units(f, req, i) * mib));
+                sep = ",";
         }
 }
 
@@ -1208,7 +1210,7 @@ static int explain_short(const struct fit *f, char *reason, size_t len) {
                 mem_v[i] = f->cand[i].mem_units;
         }
         unsigned cpus = iso + (non < f->budget ? non : f->budget);
-        size_t need_nodes = nodes_for(mem_v, f->n_cand, f->units);
+        size_t need_nodes = nodes_for(mem_v, f->n_cand, f->units), cpu_nodes = nodes_for(cpu_v, f->n_cand, f->vcpus);
         if (f->n_cand == 0 && free_cpus_anywhere(f))
                 return snprintf(reason, len, "memory: no NUMA node has both free CPUs and free memory");
         if (f->vcpus > cpus && f->c->floating_vcpus == 0)
@@ -1226,6 +1228,11 @@ static int explain_short(const struct fit *f, char *reason, size_t len) {
                                 "memory: %llu MiB needs %zu NUMA nodes but %u vCPUs make at most %u guest nodes "
                                 "(each holds a vCPU)",
                                 f->units * mib, need_nodes, f->vcpus, f->vcpus);
+        if (cpu_nodes <= PLACEMENT_MAX_NUMA && cpu_nodes > f->units)
+                return snprintf(reason, len,
+                                "memory: %u vCPUs need %zu NUMA nodes but %llu MiB make at most %llu guest nodes "
+                                "(each holds memory)",
+                                f->vcpus, cpu_nodes, f->units * mib, (unsigned long long)f->units);
         return explain_max_nodes(f, cpu_v, mem_v, reason, len);
 }
 

@@ -380,6 +380,8 @@ static const struct pcase cases[] = {
           "needs 17 vCPUs but only 16" },
         { "too much memory for the host", topo_seed2n, NULL, 0, NULL, NULL, 4, 40000, 0, -ENOSPC, NULL, NULL, NULL,
           "needs 40000 MiB" },
+        { "one MiB cannot span nodes for CPUs", topo_seed2n, NULL, 0, NULL, NULL, 12, 1, 0, -ENOSPC, NULL, NULL, NULL,
+          "memory: 12 vCPUs need 2 NUMA nodes but 1 MiB make at most 1 guest nodes" },
         { "one vCPU cannot span nodes for memory", topo_seed2n, NULL, 0, NULL, NULL, 1, 20000, 0, -ENOSPC, NULL, NULL,
           NULL, "memory: 20000 MiB needs 2 NUMA nodes but 1 vCPUs make at most 1 guest nodes" },
         { "isolated CPUs are used first", topo_flat16_iso, NULL, 0, NULL, NULL, 2, 1024, 0, 0, "12-13", "12,13",
@@ -1264,7 +1266,7 @@ static void fit_check_placed(const char *name, const struct topology *t, const s
 static void fit_check_refusal(const char *name, const char *why) {
         static const char *const starts[] = { "CPUs: ", "memory: ", "NUMA nodes: ", NULL };
         for (size_t i = 0; starts[i]; i++)
-                if (strncmp(why, starts[i], strlen(starts[i])) == 0 && strstr(why, "free per NUMA node:"))
+                if (strncmp(why, starts[i], strlen(starts[i])) == 0 && strstr(why, "; free per NUMA node: node "))
                         return;
         fail_msg("%s: refusal names no resource: %s", name, why);
 }
