@@ -1238,6 +1238,8 @@ static int explain_short(const struct fit *f, char *reason, size_t len) {
 
 /* The refusal: the short resource, then every node's free CPUs and memory. */
 static void fit_explain(const struct fit *f, const struct placement_request *req, char *reason, size_t len) {
+        if (len == 0)
+                return; /* the caller wants no reason (an offer's count) */
         char nodes[320];
         explain_nodes(f, req, nodes, sizeof nodes);
         int at = explain_short(f, reason, len);

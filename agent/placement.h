@@ -52,7 +52,7 @@ int placement_request_check(const struct placement_request *req, char *reason, s
 int placement_request_from_json(const json_t *obj, struct placement_request *ret_req, char *reason,
                                 size_t reasonlen);
 
-/* Place one VM on what is free. `free` is the host's capacity: free_cpus, floating_vcpus and per-node
+/* Place one VM on what is free (reasonlen 0: no reason is written). `free` is the host's capacity: free_cpus, floating_vcpus and per-node
  * free_cpus / memory_free_bytes; the caller has already removed reserved CPUs, pinned VMs and live
  * reservations. Isolated CPUs (t->isolated) may be given to the VM; the other free CPUs left afterwards
  * still cover floating_vcpus. Hugepage requests use the free pages of that size in t->numa_nodes.

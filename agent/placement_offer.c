@@ -225,10 +225,10 @@ void placement_offer_done(struct placement_offer *o) {
 /* Place copies of req one after the other on work until one does not fit or max_count is reached. */
 static int offer_count(const struct topology *t, struct capacity *work, const struct placement_request *req,
                        unsigned max_count, struct placement_offer *o) {
-        char why[256];
+        char why[1];
         while (o->count < max_count) {
                 struct placement *p = NULL;
-                int r = placement_place(t, work, req, &p, why, sizeof(why));
+                int r = placement_place(t, work, req, &p, why, 0); /* the count needs no reason */
                 if (r == -ENOSPC)
                         return 0;
                 if (r < 0)
