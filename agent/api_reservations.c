@@ -30,13 +30,14 @@ static unsigned count_fit(const struct capacity *c, const struct placement_reque
 
 static json_t *count_offer(const struct capacity *c, const struct placement_request *shape, unsigned max_count) {
         unsigned n = count_fit(c, shape);
-        return json_pack("{s:i, s:b, s:f, s:n}", "count", n > max_count ? max_count : n, "count_capped",
-                         n > max_count, "score", 0.0, "placement");
+        unsigned count = n > max_count ? max_count : n;
+        return json_pack("{s:i, s:i, s:b, s:f, s:b, s:n}", "count", count, "preferred_count", count, "count_capped",
+                         n > max_count, "score", 0.0, "fallback", 0, "placement");
 }
 
 static json_t *pinned_offer(const struct agent *a, const struct placement_request *shape, unsigned max_count) {
         struct placement_offer offer;
-        char reason[256] = "";
+        char reason[512] = ""; /* a refusal lists every NUMA node's free CPUs and memory */
         if (placement_offer(a->topology, a->capacity, shape, max_count, &offer, reason, sizeof reason) < 0)
                 return NULL;
         json_t *o = placement_offer_to_json(&offer);
@@ -119,7 +120,7 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
 void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
-        char reason[400];
+        char reason[640]; /* a refusal lists every NUMA node's free CPUs and memory */
         if (api__parse_body(req, resp, &body) < 0)
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);

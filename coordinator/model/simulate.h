@@ -151,14 +151,20 @@ struct sim_numa {
         uint64_t free_memory_bytes;
 };
 
-/* An agent offer: how many VMs of this shape the host could take now. */
+/* An agent offer: how many VMs of this shape the host could take now, and how well the next one lies. */
 struct sim_offer {
         const char *shape;
         uint32_t count;
+        uint32_t preferred; /* how many of count get the agent's preferred layout, the first ones; the rest its
+                             * fallback (pairs broken, small or unbalanced guest nodes), which the shape gets
+                             * only where no host offers a preferred layout */
+        bool fallback;      /* the next VM's layout is the fallback (preferred == 0) */
+        double score;       /* the next VM's layout score (0-100; -1 unknown) */
 };
 
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free
- * room; larger VMs may span. With offers, a shape must also be offered (count > claims planned on it). */
+ * room; larger VMs may span. With offers, a shape must be offered instead (count > claims planned on it):
+ * the agent spans a VM no node has room for in its fallback layout. */
 struct sim_host {
         const char *name;   /* the zone */
         const char *region; /* the PVE cluster */

@@ -223,6 +223,26 @@ class ReservationTest(unittest.TestCase):
         self.assertEqual(status, 400)
         self.assertIn("shapes[0]", body["detail"])
 
+    def test_offer_says_fallback_and_refusal_says_why(self):
+        # Two 15-vCPU reservations leave one lone thread per NUMA node: a 2-vCPU VM still fits, but only
+        # in the fallback layout (one vCPU per guest node, the pair broken); one vCPU fits as preferred.
+        for owner in ("claim-a", "claim-b"):
+            self.assertEqual(self.reserve(vcpus=15, mem=4 * GIB, owner=owner)[0], 201)
+        status, body = self.client.request("POST", "/v1/offers", {"shapes": [
+            {"vcpus": 2, "memory_bytes": 4 * GIB}, {"vcpus": 1, "memory_bytes": GIB}]})
+        self.assertEqual(status, 200, body)
+        pair, one = body["offers"]
+        self.assertEqual((pair["count"], pair["preferred_count"], pair["fallback"]), (1, 0, True), pair)
+        self.assertEqual(len(pair["placement"]["numa"]), 2)
+        self.assertEqual((one["count"], one["preferred_count"], one["fallback"]), (2, 2, False), one)
+        self.assertGreater(one["score"], pair["score"])
+        status, res = self.reserve(vcpus=2, mem=4 * GIB, owner="claim-c")
+        self.assertEqual(status, 201, res)
+        status, reply = self.reserve(vcpus=1, mem=GIB, owner="claim-d")
+        self.assertEqual(status, 409, reply)
+        self.assertTrue(reply["detail"].startswith("CPUs: "), reply)
+        self.assertIn("node 0 0 CPUs", reply["detail"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
