@@ -370,7 +370,7 @@ static int allowed(const json_t *rules, const char *group, const char *resource,
                 const json_t *rn = json_object_get(r, "resourceNames");
                 if (names && !rn)
                         return -1;
-                if (!rn || has(rn, names))
+                if (!rn || (names && has(rn, names))) /* resourceNames never allow a call on any name */
                         found = 1;
         }
         return found;
