@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+# The simulator with --kube real: its kubelets join a real control plane as kubeadm does (cluster-info's JWS for the
+# token, TLS bootstrap through a CSR the real controller manager approves and signs), register their Nodes as
+# themselves (labels, taints, providerID, capacity), run the pods the real scheduler binds, delete them when they are
+# deleted, and stop heartbeating when their VM stops (the real node lifecycle controller marks the Node Unknown).
+# SPDX-License-Identifier: Apache-2.0
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import simtest  # noqa: E402
+from simtest import pod, wait_for  # noqa: E402
+
+USER_DATA = """#cloud-config
+write_files:
+  - path: /etc/default/kubelet
+    content: |
+      KUBELET_EXTRA_ARGS="--provider-id=proxmox://r1/{vmid} --node-labels=pvescale.io/pool=general,node.kubernetes.io/instance-type=c1.4x8 --register-with-taints=dedicated=x:NoSchedule --max-pods=20 --kube-reserved=cpu=100m,memory=256Mi"
+runcmd:
+  - kubeadm join 127.0.0.1:6443 --token {token} --discovery-token-unsafe-skip-ca-verification
+"""
+FILE_DISCOVERY = """#cloud-config
+write_files:
+  - path: /etc/pvescale/discovery.conf
+    content: |
+      clusters:
+        - cluster:
+            certificate-authority-data: {ca}
+            server: {server}
+      users:
+        - user:
+            token: {token}
+"""
+TOLERATE = [{"key": "dedicated", "operator": "Exists"}]
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+class RealKubeletTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", kube="real")
+        cls.tmp = tempfile.mkdtemp(prefix="sim-kubelet-real-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def secret(self, tid, tsecret):
+        exp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+        s = {"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+             "metadata": {"name": "bootstrap-token-" + tid, "namespace": "kube-system"},
+             "data": {"token-id": b64(tid), "token-secret": b64(tsecret), "expiration": b64(exp),
+                      "usage-bootstrap-authentication": b64("true"), "usage-bootstrap-signing": b64("true"),
+                      "auth-extra-groups": b64("system:bootstrappers:kubeadm:default-node-token")}}
+        r = self.sim.kube("POST", "/api/v1/namespaces/kube-system/secrets", s)
+        self.assertEqual(r.status, 201, r)
+
+    def boot_vm(self, vmid, name, user_data, node="pve1", cores=4, memory=8192):
+        self.sim.clone(vmid, name, node)
+        iso = os.path.join(self.tmp, "%s.iso" % name)
+        data = simtest.make_iso(iso, {"user-data": user_data, "meta-data": "instance-id: %s\n" % name})
+        r = self.sim.upload_iso(node, "%s-cidata.iso" % name, data)
+        self.assertEqual(self.sim.wait_task(r.data)["exitstatus"], "OK")
+        r = self.sim.pve("PUT", "/nodes/%s/qemu/%d/config" % (node, vmid), {
+            "cores": cores, "memory": str(memory), "ide2": "local:iso/%s-cidata.iso,media=cdrom" % name})
+        self.assertEqual(r.status, 200, r)
+        st = self.sim.wait_task(self.sim.pve("POST", "/nodes/%s/qemu/%d/status/start" % (node, vmid)).data)
+        self.assertEqual(st["exitstatus"], "OK")
+
+    def node(self, name):
+        r = self.sim.kube("GET", "/api/v1/nodes/" + name)
+        return r.json if r.status == 200 else None
+
+    def ready(self, name):
+        n = self.node(name)
+        if not n:
+            return None
+        return next((c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"), None)
+
+    def kubelet_state(self, vmid):
+        return self.sim.admin("GET", "/state").json["kubelets"].get("r1/%d" % vmid) or {}
+
+    def audit_users(self, verb, uri_part):
+        with open(self.sim.ep["kube"]["audit_log"]) as f:
+            evs = [json.loads(line) for line in f if line.strip()]
+        return {e["user"]["username"] for e in evs if e["verb"] == verb and uri_part in e["requestURI"]}
+
+    def test_join_run_and_delete_a_pod_then_vm_stops(self):
+        self.secret("abc123", "0123456789abcdef")
+        self.boot_vm(301, "worker-a", USER_DATA.format(token="abc123.0123456789abcdef", vmid=301))
+        wait_for(lambda: self.ready("worker-a") == "True", 90, 0.2, "node Ready")
+        n = self.node("worker-a")
+        self.assertEqual(n["spec"]["providerID"], "proxmox://r1/301")
+        labels = n["metadata"]["labels"]
+        self.assertEqual((labels["pvescale.io/pool"], labels["node.kubernetes.io/instance-type"]),
+                         ("general", "c1.4x8"))
+        self.assertEqual(labels["topology.kubernetes.io/zone"], "pve1")
+        self.assertIn({"key": "dedicated", "value": "x", "effect": "NoSchedule"}, n["spec"]["taints"])
+        self.assertEqual((n["status"]["capacity"]["cpu"], n["status"]["capacity"]["pods"]), ("4", "20"))
+        self.assertEqual(n["status"]["allocatable"]["cpu"], "3900m")
+        # The TLS bootstrap: one CSR of the bootstrap token's user, approved and signed by kube-controller-manager.
+        csrs = self.sim.kube("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests").json["items"]
+        mine = [c for c in csrs if c["spec"]["username"] == "system:bootstrap:abc123"]
+        self.assertEqual(len(mine), 1, csrs)
+        self.assertEqual(mine[0]["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet")
+        self.assertIn("Approved", [c["type"] for c in mine[0]["status"]["conditions"]])
+        self.assertTrue(mine[0]["status"].get("certificate"))
+        lease = self.sim.kube("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/worker-a")
+        self.assertEqual((lease.status, lease.json["spec"]["holderIdentity"]), (200, "worker-a"))
+        self.assertEqual(self.audit_users("create", "/api/v1/nodes"), {"system:node:worker-a"})
+
+        # The real scheduler binds the pod; the kubelet runs it, as its node.
+        p = pod("web", tolerations=TOLERATE)
+        p["metadata"]["annotations"] = {"sim.pvescale.io/exit-on-term": "true"}
+        self.assertEqual(self.sim.kube("POST", "/api/v1/namespaces/default/pods", p).status, 201)
+
+        def running():
+            got = self.sim.kube("GET", "/api/v1/namespaces/default/pods/web").json
+            return (got.get("status") or {}).get("phase") == "Running" and got
+        got = wait_for(running, 60, 0.2, "pod Running")
+        self.assertEqual(got["spec"]["nodeName"], "worker-a")
+        self.assertTrue(got["status"]["containerStatuses"][0]["ready"])
+        self.assertEqual(self.audit_users("patch", "/pods/web/status"), {"system:node:worker-a"})
+        rep = self.sim.admin("GET", "/report").json
+        rec = [r for r in rep["pods"] if r["name"] == "web"][0]
+        self.assertTrue(rec["pending"] is not None and rec["running"] >= rec["pending"], rec)
+        self.assertEqual(rec["node"], "worker-a")
+
+        # Deleted with a 30 s grace period: the container exits on SIGTERM, the kubelet deletes it at once.
+        began = time.monotonic()
+        self.assertEqual(self.sim.kube("DELETE", "/api/v1/namespaces/default/pods/web").status, 200)
+        wait_for(lambda: self.sim.kube("GET", "/api/v1/namespaces/default/pods/web").status == 404, 20, 0.2,
+                 "pod gone")
+        self.assertLess(time.monotonic() - began, 20)
+        self.assertIn("system:node:worker-a", self.audit_users("delete", "/pods/web"))
+
+        # The VM stops: no more Lease renewals; kube-controller-manager marks the Node Unknown (grace 16 s).
+        st = self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/301/status/stop").data)
+        self.assertEqual(st["exitstatus"], "OK")
+        wait_for(lambda: self.ready("worker-a") == "Unknown", 60, 0.5, "node Unknown")
+        taints = [t["key"] for t in self.node("worker-a")["spec"]["taints"]]
+        self.assertIn("node.kubernetes.io/unreachable", taints)
+
+    def test_wrong_token_secret_fails_the_discovery(self):
+        self.secret("bad456", "0123456789abcdef")
+        self.boot_vm(302, "worker-b", USER_DATA.format(token="bad456.ffffffffffffffff", vmid=302), node="pve2")
+        wait_for(lambda: "JWS" in (self.kubelet_state(302).get("reason") or ""), 60, 0.2, "the JWS refused")
+        self.assertIsNone(self.node("worker-b"))
+
+    def test_file_discovery_with_a_foreign_ca_fails_tls(self):
+        self.secret("ccc789", "0123456789abcdef")
+        key, crt = os.path.join(self.tmp, "foreign.key"), os.path.join(self.tmp, "foreign.crt")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=foreign-ca"],
+                       check=True, capture_output=True)
+        with open(crt) as f:
+            foreign = f.read()
+        ud = FILE_DISCOVERY.format(ca=b64(foreign), server=self.sim.ep["kube"]["url"], token="ccc789.0123456789abcdef")
+        self.boot_vm(303, "worker-c", ud, node="pve2", cores=2, memory=2048)
+        wait_for(lambda: "CERTIFICATE_VERIFY_FAILED" in (self.kubelet_state(303).get("reason") or ""), 60, 0.2,
+                 "join refused")
+        self.assertIsNone(self.node("worker-c"))
+
+    def test_unsupported_admin_endpoint_says_so(self):
+        r = self.sim.admin("POST", "/actions/disconnect-watches", {})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("--kube real", r.json["error"])
+        r = self.sim.admin("POST", "/actions/pods", {"pods": [pod("burst-0"), {"metadata": {"name": "bad"}}]})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("pods[1]", r.json["error"])
+        self.assertEqual(self.sim.kube("GET", "/api/v1/namespaces/default/pods/burst-0").status, 404)
+
+
+if __name__ == "__main__":
+    unittest.main()
