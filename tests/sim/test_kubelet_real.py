@@ -145,6 +145,16 @@ class RealKubeletTest(unittest.TestCase):
         self.assertLess(time.monotonic() - began, 20)
         self.assertIn("system:node:worker-a", self.audit_users("delete", "/pods/web"))
 
+        # kube-apiserver restarts (etcd keeps the data); the kubelet rides it out and runs the next pod, created
+        # through the admin endpoint.
+        r = self.sim.admin("POST", "/actions/kube-restart", {})
+        self.assertEqual(r.status, 200, r)
+        r = self.sim.admin("POST", "/actions/pods", {"pods": [pod("web2", tolerations=TOLERATE)]})
+        self.assertEqual((r.status, r.json), (201, {"created": ["web2"]}))
+        wait_for(lambda: (self.sim.kube("GET", "/api/v1/namespaces/default/pods/web2").json.get("status") or {})
+                 .get("phase") == "Running", 60, 0.2, "web2 Running after the restart")
+        self.assertEqual(self.ready("worker-a"), "True")
+
         # The VM stops: no more Lease renewals; kube-controller-manager marks the Node Unknown (grace 16 s).
         st = self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/301/status/stop").data)
         self.assertEqual(st["exitstatus"], "OK")

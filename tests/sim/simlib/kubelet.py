@@ -192,7 +192,12 @@ class Kubelet:
                 if self.api is None:
                     time.sleep(0.5)
             while self.alive():
-                self._tick()
+                try:
+                    self._tick()
+                except (OSError, ValueError, kubeclient.ApiError) as e:  # e.g. kube-apiserver restarting
+                    self.reason = "API server: %s" % e
+                    util.log("kubelet %s: %s" % (self.node, e), 2)
+                    time.sleep(0.5)
                 time.sleep(0.2)
         except Exception as e:  # noqa: BLE001 - a kubelet bug is logged, the simulator goes on
             import traceback
@@ -241,14 +246,18 @@ class Kubelet:
             server, ca = self._discover(ud, m.group(1), m.group(2))
             name = self._node_name(ud)
             cert, key = self._tls_bootstrap(server, ca, name, m.group(1) + "." + m.group(2))
-        except (JoinError, kubeclient.ApiError, OSError) as e:
+        except (JoinError, kubeclient.ApiError, OSError, ValueError) as e:
             self.reason = "kubeadm join: %s" % e
             return
         self.flags, self.node = flags, name
         pid = re.search(r"--provider-id[= ]([^\s\"']+)", ud)
         self.provider_id = pid.group(1) if pid else "proxmox://%s/%d" % (self.vm.host.region, self.vm.vmid)
         self.api = kubeclient.Client(server, ca, cert, key)
-        self._register()
+        try:
+            self._register()
+        except (OSError, ValueError, kubeclient.ApiError) as e:
+            self.api = None
+            self.reason = "registering node %s: %s" % (name, e)
 
     def _discover(self, ud, tid, secret):
         """(server URL, CA file). File discovery (the user-data's kubeconfig names the server and CA): TLS verified
