@@ -14,6 +14,16 @@ from . import util
 
 # Admin endpoints of the imitation that real mode has no counterpart for.
 UNSUPPORTED = {"/actions/disconnect-watches": "a real kube-apiserver's watches cannot be cut from outside"}
+# Knobs of the imitation's API server and controllers: the real ones have no such switch at run time (POST /knobs
+# answers 400); set at start (--set), node_monitor_grace_seconds and node_monitor_seconds become
+# kube-controller-manager's --node-monitor-grace-period and --node-monitor-period.
+IMITATION_ONLY = ("kube_error_rate", "kube_timeout_rate", "kube_error_next", "kube_timeout_next", "timeout_hold_seconds",
+                  "watch_history_size", "watch_timeout_seconds", "watch_disconnect_seconds", "bookmark_interval_seconds",
+                  "crd_establish_seconds", "notready_delay_seconds", "podgc_seconds", "pdb_disruption_timeout_seconds",
+                  "disruption_controller", "node_monitor_grace_seconds", "scheduler_retry_seconds",
+                  "controller_interval_seconds", "node_monitor_seconds", "scheduler_backoff_seconds",
+                  "scheduler_max_backoff_seconds")
+KCM_KNOBS = {"node_monitor_grace_seconds": "node-monitor-grace-period", "node_monitor_seconds": "node-monitor-period"}
 COMPONENT_AGENTS = ("kube-controller-manager/", "kube-scheduler/", "kube-apiserver/", kubeclient.USER_AGENT)
 
 
@@ -25,7 +35,7 @@ class RealKube:
     """The control plane (owned or attached), the admin client, the kubelets and the audit-log offset of
     POST /calls/reset."""
 
-    def __init__(self, world, state_dir, attach=None, cluster_info=True):
+    def __init__(self, world, state_dir, attach=None, cluster_info=True, knobs_set=()):
         self.w = world
         self.cp = None
         if attach:
@@ -36,7 +46,10 @@ class RealKube:
             except (OSError, ValueError) as e:
                 raise UsageError("--kube-attach: cannot read %s: %s" % (path, e))
         else:
-            self.cp = controlplane.ControlPlane(os.path.join(state_dir, "k8s"), cluster_info=cluster_info)
+            kcm = {flag: "%gs" % float(world.knob(k)) for k, flag in KCM_KNOBS.items()
+                   if k in knobs_set and float(world.knob(k)) > 0}
+            self.cp = controlplane.ControlPlane(os.path.join(state_dir, "k8s"), kcm_flags=kcm,
+                                                cluster_info=cluster_info)
             self.cp.prepare()
             self.info = {"ca": self.cp.ca, "ca_key": os.path.join(self.cp.pki, "ca.key")}
         self.state_dir = state_dir
@@ -72,6 +85,14 @@ class RealKube:
     def stop(self):
         if self.cp is not None:
             self.cp.stop()
+
+    @staticmethod
+    def check_knobs(d):
+        """UsageError for a run-time change of a knob only the imitation has."""
+        bad = sorted(k for k in d if k in IMITATION_ONLY)
+        if bad:
+            raise UsageError("knob(s) %s: not supported with --kube real (the real control plane's settings are "
+                             "flags, fixed at start)" % ", ".join(bad))
 
     # ---- objects ------------------------------------------------------------------------------------------------
     def collection(self, obj):

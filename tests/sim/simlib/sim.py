@@ -110,6 +110,8 @@ class World:
         unknown = [k for k in d if k not in KNOBS]
         if unknown:
             raise UsageError("unknown knob(s): %s" % ", ".join(sorted(unknown)))
+        if apply and self.real is not None:
+            self.real.check_knobs(d)
         with self.lock if hasattr(self, "lock") else _nolock():
             old_down = set(self.knobs.get("hosts_down") or [])
             for k, v in d.items():
@@ -651,7 +653,8 @@ def build(args):
                                                            os.path.join(state, "topologies")))
     extract.start()
     if args.kube == "real":
-        w.real = realkube.RealKube(w, state, attach=args.kube_attach, cluster_info=not args.no_cluster_info)
+        w.real = realkube.RealKube(w, state, attach=args.kube_attach, cluster_info=not args.no_cluster_info,
+                                   knobs_set=[kv.partition("=")[0] for kv in args.set or []])
         _PARTIAL.append(w.real)
         if w.real.cp is not None:
             w.real.start_async()
