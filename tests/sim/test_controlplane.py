@@ -76,7 +76,7 @@ class ControlPlaneTest(unittest.TestCase):
             boot = kubeclient.Client(cp.url, cp.ca, token=tid + "." + secret)
             self.assertEqual(boot.raw("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests")[0], 200)
             self.assertEqual(boot.raw("GET", "/api/v1/pods")[0], 403)
-            self.assertTrue(any(x["uri"] == "/api/v1/pods" for x in controlplane.denials(cp.audit_log)))
+            self.assertTrue(any(x["path"] == "/api/v1/pods" for x in controlplane.denials(cp.audit_log)))
             # kube-apiserver alone restarts; etcd keeps the data.
             ready_after = cp.restart_apiserver()
             sys.stderr.write("kube-apiserver restart: ready after %.2f s\n" % ready_after)

@@ -273,7 +273,7 @@ class ControlPlane:
         self.supervisor.start()
         try:
             self._do(lambda: (self._spawn("etcd"), self._spawn("apiserver")))
-            self._wait(lambda: self._readyz(), timeout, "kube-apiserver /readyz", "apiserver")
+            self._wait(self._readyz, timeout, "kube-apiserver /readyz")
             self.times["apiserver_ready_s"] = round(time.monotonic() - t0, 2)
             self._do(lambda: (self._spawn("kcm"), self._spawn("scheduler")))
             if self.cluster_info:
@@ -377,7 +377,7 @@ class ControlPlane:
             self.wake.clear()
         self._stop_all()
 
-    def _wait(self, ok, timeout, what, proc=None):
+    def _wait(self, ok, timeout, what):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if ok():
@@ -452,7 +452,7 @@ class ControlPlane:
             self._end(self.procs["apiserver"], 5)
             self._spawn("apiserver")
         self._do(restart)
-        self._wait(self._readyz, timeout, "kube-apiserver /readyz after the restart", "apiserver")
+        self._wait(self._readyz, timeout, "kube-apiserver /readyz after the restart")
         return round(time.monotonic() - t0, 2)
 
     # ---- stop -----------------------------------------------------------------------------------------------------
@@ -519,12 +519,16 @@ def audit_events(path, offset=0):
     return out, offset + end
 
 
+def denial(e):
+    """An audit event of a 403 as the imitation's GET /kube-denials has it: time, user, verb, path, message."""
+    return {"time": e.get("stageTimestamp"), "user": (e.get("user") or {}).get("username"), "verb": e.get("verb"),
+            "path": e.get("requestURI"), "message": (e.get("annotations") or {}).get("authorization.k8s.io/reason", "")}
+
+
 def denials(path, offset=0):
-    """The 403 answers in the audit log: user, verb, URI, the reason."""
+    """The 403 answers in the audit log."""
     evs, _ = audit_events(path, offset)
-    return [{"user": (e.get("user") or {}).get("username"), "verb": e.get("verb"), "uri": e.get("requestURI"),
-             "reason": (e.get("annotations") or {}).get("authorization.k8s.io/reason", "")}
-            for e in evs if (e.get("responseStatus") or {}).get("code") == 403]
+    return [denial(e) for e in evs if (e.get("responseStatus") or {}).get("code") == 403]
 
 
 def main(argv=None):

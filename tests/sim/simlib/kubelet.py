@@ -132,8 +132,9 @@ class Informer:
         for o in lst["items"]:
             if self.on_event:
                 self.on_event("ADDED", o)
-        for k, o in old.items():
-            if k not in self.objs and self.on_event:
+        for k, o in old.items():  # gone while the watch was down (or made again under the same name)
+            now = self.objs.get(k)
+            if self.on_event and (now is None or now["metadata"]["uid"] != o["metadata"]["uid"]):
                 self.on_event("DELETED", o)
         self.synced.set()
         return lst["metadata"]["resourceVersion"]
@@ -449,7 +450,7 @@ class Kubelet:
 
     # ---- pods ----------------------------------------------------------------------------------------------------------
     def _pods(self, now):
-        mine = [p for p in self.mgr.pods.items() if (p.get("spec") or {}).get("nodeName") == self.node]
+        mine = self.mgr.pods_on(self.node)
         uids = set()
         for pod in mine:
             md = pod["metadata"]
@@ -559,6 +560,8 @@ class Kubelets:
         self.admin = kubeclient.Client(info["url"], info["ca"], info["client_cert"], info["client_key"])
         self.kubelets = {}
         self.iso_cache = {}
+        self.by_node = {}  # node name -> {uid: pod}, kept by the pods informer's events
+        self.by_node_lock = threading.Lock()
         self.pods = Informer(self.admin, "/api/v1/pods", self._pod_event)
         self.thread = threading.Thread(target=self._loop, name="kubelets", daemon=True)
 
@@ -594,8 +597,25 @@ class Kubelets:
             self.iso_cache[key] = read_user_data(iso)
         return self.iso_cache[key]
 
+    def pods_on(self, node):
+        with self.by_node_lock:
+            return list(self.by_node.get(node, {}).values())
+
+    def _index(self, kind, pod):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return
+        with self.by_node_lock:
+            pods = self.by_node.setdefault(node, {})
+            if kind == "DELETED":
+                pods.pop(pod["metadata"]["uid"], None)
+            else:
+                pods[pod["metadata"]["uid"]] = pod
+
     def _pod_event(self, kind, pod):
-        """Pod timings for the report, from the admin's watch of the real API."""
+        """The pods by node for the kubelets, and pod timings for the report, from the admin's watch of the real
+        API."""
+        self._index(kind, pod)
         rep = self.w.report
         with self.w.lock:
             node = (pod.get("spec") or {}).get("nodeName")

@@ -175,9 +175,7 @@ class RealKube:
         """403 answers to clients other than the control plane's own (kube-apiserver answers 403 to them for a moment
         after it restarts, until its RBAC cache is synced), from the audit log."""
         evs, _ = controlplane.audit_events(self.info["audit_log"])
-        return [{"user": (e.get("user") or {}).get("username"), "verb": e.get("verb"), "uri": e.get("requestURI"),
-                 "reason": (e.get("annotations") or {}).get("authorization.k8s.io/reason", "")}
-                for e in evs if (e.get("responseStatus") or {}).get("code") == 403
+        return [controlplane.denial(e) for e in evs if (e.get("responseStatus") or {}).get("code") == 403
                 and not (e.get("userAgent") or "").startswith(COMPONENT_AGENTS)]
 
     def restart_apiserver(self):
