@@ -13,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from simlib import controlplane, kubeclient, kubelet  # noqa: E402
+import simtest  # noqa: E402
 from simtest import wait_for  # noqa: E402
 
 
@@ -77,6 +78,18 @@ class ControlPlaneTest(unittest.TestCase):
             self.assertEqual(boot.raw("GET", "/apis/certificates.k8s.io/v1/certificatesigningrequests")[0], 200)
             self.assertEqual(boot.raw("GET", "/api/v1/pods")[0], 403)
             self.assertTrue(any(x["path"] == "/api/v1/pods" for x in controlplane.denials(cp.audit_log)))
+            # The simulator attaches to it (as a test module sharing one would), and leaves it running at its stop.
+            sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", kube="real", args=["--kube-attach", cp.dir])
+            try:
+                self.assertEqual(sim.ep["kube"]["url"], cp.url)
+                self.assertEqual(sim.kube("GET", "/api/v1/namespaces/default/serviceaccounts/default").status, 200)
+                self.assertEqual(sim.pve("GET", "/nodes").status, 200)  # its PVE certificate: signed by the same CA
+                r = sim.admin("POST", "/actions/kube-restart", {})
+                self.assertEqual(r.status, 400, r)
+                self.assertIn("attached", r.json["error"])
+            finally:
+                sim.stop()
+            self.assertEqual(admin.raw("GET", "/readyz")[0], 200)
             # kube-apiserver alone restarts; etcd keeps the data.
             ready_after = cp.restart_apiserver()
             sys.stderr.write("kube-apiserver restart: ready after %.2f s\n" % ready_after)

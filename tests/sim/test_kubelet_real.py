@@ -162,6 +162,31 @@ class RealKubeletTest(unittest.TestCase):
         taints = [t["key"] for t in self.node("worker-a")["spec"]["taints"]]
         self.assertIn("node.kubernetes.io/unreachable", taints)
 
+    def test_kubelet_knobs(self):
+        """kubelet_not_ready: registered, Lease renewed, Ready=False (runtime down); once off the list, Ready.
+        kubelet_stopped: no more heartbeats, so kube-controller-manager marks the Node Unknown. never_join: no Node."""
+        self.secret("kno123", "0123456789abcdef")
+        self.sim.knobs(kubelet_not_ready=["worker-k"], never_join=[305])
+        self.boot_vm(304, "worker-k", USER_DATA.format(token="kno123.0123456789abcdef", vmid=304), node="pve2",
+                     cores=2, memory=4096)
+        self.boot_vm(305, "worker-n", USER_DATA.format(token="kno123.0123456789abcdef", vmid=305), node="pve2",
+                     cores=2, memory=4096)
+        def runtime_down():  # registered NotReady (no network yet), then the runtime's message
+            n = self.node("worker-k")
+            ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"] if n else []
+            return ready and ready[0]["status"] == "False" and "container runtime is down" in ready[0]["message"]
+        wait_for(runtime_down, 60, 0.2, "node NotReady, its runtime down")
+        wait_for(lambda: self.sim.kube("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
+                                               "worker-k").status == 200, 30, 0.2, "the Lease")
+        self.sim.knobs(kubelet_not_ready=[])
+        wait_for(lambda: self.ready("worker-k") == "True", 30, 0.2, "Ready once the runtime is back")
+        self.sim.knobs(kubelet_stopped=["worker-k"])
+        wait_for(lambda: self.ready("worker-k") == "Unknown", 60, 0.5, "node Unknown with its kubelet stopped")
+        self.assertEqual(self.kubelet_state(305).get("reason"), "fault injection: never_join")
+        self.assertIsNone(self.node("worker-n"))
+        self.sim.knobs(kubelet_stopped=[])
+        wait_for(lambda: self.ready("worker-k") == "True", 30, 0.2, "Ready again once the kubelet posts")
+
     def test_wrong_token_secret_fails_the_discovery(self):
         self.secret("bad456", "0123456789abcdef")
         self.boot_vm(302, "worker-b", USER_DATA.format(token="bad456.ffffffffffffffff", vmid=302), node="pve2")

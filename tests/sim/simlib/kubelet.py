@@ -392,7 +392,7 @@ class Kubelet:
         self.node_uid = obj["metadata"]["uid"] if status == 201 else None
         self._post_status(node["status"])
         self.registered_at = time.time()
-        self.ready_posted, self.last_lease, self.last_status = False, 0.0, time.time()
+        self.ready_posted, self.message_posted, self.last_lease, self.last_status = False, None, 0.0, time.time()
         self.state, self.reason = "registered", "registered"
         self.w.report.node_event(self.node, "registered", self.vm)
         util.log("kubelet: VM %d registered node %s" % (self.vm.vmid, self.node))
@@ -410,23 +410,35 @@ class Kubelet:
     def _tick(self):
         if self.listed("kubelet_stopped"):
             self.reason = "fault injection: kubelet_stopped"
+            self.last_status = 0.0  # back, it posts its status at once
             return
         now = time.time()
+        if now - self.last_lease >= float(self.knob("lease_interval_seconds")) and not self._status_holds():
+            self.last_status = 0.0
         want_ready = not self.listed("kubelet_not_ready") and now - self.registered_at >= float(
             self.knob("ready_delay_seconds"))
-        if want_ready != self.ready_posted or now - self.last_status >= 60:
-            msg = RUNTIME_DOWN if self.listed("kubelet_not_ready") else None
+        msg = RUNTIME_DOWN if self.listed("kubelet_not_ready") else None
+        if (want_ready, msg) != (self.ready_posted, self.message_posted) or now - self.last_status >= 60:
             if not self._post_status({"conditions": node_conditions(want_ready, msg)}):
                 return self._node_gone()
             if want_ready != self.ready_posted:
                 self.w.report.node_event(self.node, "ready" if want_ready else "notready", self.vm)
-            self.ready_posted, self.last_status = want_ready, now
+            self.ready_posted, self.message_posted, self.last_status = want_ready, msg, now
             self.state = "ready" if want_ready else "registered"
         self.reason = "fault injection: kubelet_not_ready" if self.listed("kubelet_not_ready") else "registered"
         if now - self.last_lease >= float(self.knob("lease_interval_seconds")):
             self._renew_lease()
             self.last_lease = now
         self._pods(now)
+
+    def _status_holds(self):
+        """Does the Node's Ready condition say what this kubelet last posted (kube-controller-manager may have set
+        it Unknown meanwhile)? Read as the node, once a Lease period, as the kubelet's status loop does."""
+        st, node, _ = self.api.raw("GET", "/api/v1/nodes/" + self.node)
+        if st != 200:
+            return st != 404
+        ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        return bool(ready) and ready[0].get("status") == ("True" if self.ready_posted else "False")
 
     def _node_gone(self):
         """The Node was deleted under the running kubelet: it re-registers only with knob kubelet_reregister (as a
