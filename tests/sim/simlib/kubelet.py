@@ -530,8 +530,6 @@ class Kubelet:
         after pod_termination_seconds) or is killed when the grace period ends; the terminal phase is written and the
         pod deleted with grace 0 (uid precondition), all as this node."""
         md = pod["metadata"]
-        if not self.ready_posted and (pod.get("status") or {}).get("phase") == "Pending":
-            pass  # never started: nothing to kill
         started = rec.setdefault("term", now)
         graceful = (md.get("annotations") or {}).get(EXIT_ON_TERM) == "true"
         grace = float(md.get("deletionGracePeriodSeconds", 0))
