@@ -42,6 +42,19 @@ class ControlPlaneTest(unittest.TestCase):
             self.assertIn(os.path.join(d, "no-such-k8s", "SHA256SUMS"), str(e.exception))
             self.assertEqual(cp.pids(), [])
 
+    def test_simulator_without_k8s_exits_2_naming_the_path(self):
+        shared = os.path.dirname(controlplane.shared_k8s_dir())
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "shared")
+            os.makedirs(fake)
+            for sub in ("topologies", "data"):  # everything but k8s/
+                os.symlink(os.path.join(shared, sub), os.path.join(fake, sub))
+            env = dict(os.environ, PVESCALE_SHARED=fake)
+            r = subprocess.run([sys.executable, simtest.RUN, "--state-dir", os.path.join(d, "state"), "--kube", "real",
+                                "--hosts", "pve1=eas-tioga"], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(os.path.join(fake, "k8s", "SHA256SUMS"), r.stderr)
+
     def test_start_join_objects_restart_stop(self):
         d = tempfile.mkdtemp(prefix="pvescale-cp-test-")
         cp = controlplane.ControlPlane(os.path.join(d, "cp"))

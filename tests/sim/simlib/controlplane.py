@@ -203,7 +203,9 @@ class ControlPlane:
     ready and the default ServiceAccount exists; stop() ends every process by PID. Processes are started from a
     supervisor thread that lives as long as the control plane (their parent-death signal follows that thread),
     which also restarts the two controllers when they exit (they do when they lose their lease while
-    kube-apiserver is away) and restarts kube-apiserver on request."""
+    kube-apiserver is away) and restarts kube-apiserver on request. kcm_flags and apiserver_flags add or replace
+    flags (without the leading --), e.g. {"pod-eviction-timeout": "30s"} or, for the tolerations the
+    DefaultTolerationSeconds admission plugin gives pods, {"default-unreachable-toleration-seconds": "30"}."""
 
     def __init__(self, workdir, kcm_flags=None, apiserver_flags=None, cluster_info=True, log_v=1, k8s_dir=None):
         self.dir = os.path.abspath(workdir)

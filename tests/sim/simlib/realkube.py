@@ -50,7 +50,10 @@ class RealKube:
                    if k in knobs_set and float(world.knob(k)) > 0}
             self.cp = controlplane.ControlPlane(os.path.join(state_dir, "k8s"), kcm_flags=kcm,
                                                 cluster_info=cluster_info)
-            self.cp.prepare()
+            try:
+                self.cp.prepare()
+            except controlplane.ControlPlaneError as e:
+                raise UsageError(str(e))
             self.info = {"ca": self.cp.ca, "ca_key": os.path.join(self.cp.pki, "ca.key")}
         self.state_dir = state_dir
         self.calls_offset = 0
