@@ -159,8 +159,9 @@ class RealKubeletTest(unittest.TestCase):
         st = self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/301/status/stop").data)
         self.assertEqual(st["exitstatus"], "OK")
         wait_for(lambda: self.ready("worker-a") == "Unknown", 60, 0.5, "node Unknown")
-        taints = [t["key"] for t in self.node("worker-a")["spec"]["taints"]]
-        self.assertIn("node.kubernetes.io/unreachable", taints)
+        # the node lifecycle controller taints it at its next pass (--node-monitor-period 1 s)
+        wait_for(lambda: "node.kubernetes.io/unreachable" in [t["key"] for t in self.node("worker-a")["spec"]["taints"]],
+                 10, 0.2, "the unreachable taint")
 
     def test_kubelet_knobs(self):
         """kubelet_not_ready: registered, Lease renewed, Ready=False (runtime down); once off the list, Ready.
