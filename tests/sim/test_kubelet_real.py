@@ -91,10 +91,17 @@ class RealKubeletTest(unittest.TestCase):
     def kubelet_state(self, vmid):
         return self.sim.admin("GET", "/state").json["kubelets"].get("r1/%d" % vmid) or {}
 
-    def audit_users(self, verb, uri_part):
+    def audit_users(self, verb, resource, name):
+        """Who did verb on the object (resource: e.g. "pods/status"), by the audit log."""
         with open(self.sim.ep["kube"]["audit_log"]) as f:
             evs = [json.loads(line) for line in f if line.strip()]
-        return {e["user"]["username"] for e in evs if e["verb"] == verb and uri_part in e["requestURI"]}
+        out = set()
+        for e in evs:
+            ref = e.get("objectRef") or {}
+            res = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+            if e["verb"] == verb and res == resource and ref.get("name") == name:
+                out.add(e["user"]["username"])
+        return out
 
     def test_join_run_and_delete_a_pod_then_vm_stops(self):
         self.secret("abc123", "0123456789abcdef")
@@ -118,7 +125,7 @@ class RealKubeletTest(unittest.TestCase):
         self.assertTrue(mine[0]["status"].get("certificate"))
         lease = self.sim.kube("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/worker-a")
         self.assertEqual((lease.status, lease.json["spec"]["holderIdentity"]), (200, "worker-a"))
-        self.assertEqual(self.audit_users("create", "/api/v1/nodes"), {"system:node:worker-a"})
+        self.assertEqual(self.audit_users("create", "nodes", "worker-a"), {"system:node:worker-a"})
 
         # The real scheduler binds the pod; the kubelet runs it, as its node.
         p = pod("web", tolerations=TOLERATE)
@@ -131,7 +138,7 @@ class RealKubeletTest(unittest.TestCase):
         got = wait_for(running, 60, 0.2, "pod Running")
         self.assertEqual(got["spec"]["nodeName"], "worker-a")
         self.assertTrue(got["status"]["containerStatuses"][0]["ready"])
-        self.assertEqual(self.audit_users("patch", "/pods/web/status"), {"system:node:worker-a"})
+        self.assertEqual(self.audit_users("patch", "pods/status", "web"), {"system:node:worker-a"})
         rep = self.sim.admin("GET", "/report").json
         rec = [r for r in rep["pods"] if r["name"] == "web"][0]
         self.assertTrue(rec["pending"] is not None and rec["running"] >= rec["pending"], rec)
@@ -143,7 +150,8 @@ class RealKubeletTest(unittest.TestCase):
         wait_for(lambda: self.sim.kube("GET", "/api/v1/namespaces/default/pods/web").status == 404, 20, 0.2,
                  "pod gone")
         self.assertLess(time.monotonic() - began, 20)
-        self.assertIn("system:node:worker-a", self.audit_users("delete", "/pods/web"))
+        wait_for(lambda: "system:node:worker-a" in self.audit_users("delete", "pods", "web"), 10, 0.2,
+                 "the kubelet's delete in the audit log")
 
         # kube-apiserver restarts (etcd keeps the data); the kubelet rides it out and runs the next pod, created
         # through the admin endpoint.
