@@ -253,9 +253,12 @@ def run(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keep", action="store_true",
                     help="leave the simulator, the agents and the coordinator running and print where to look")
+    ap.add_argument("--kube", choices=("sim", "real"), default="sim",
+                    help="the simulator's imitation of the Kubernetes API (default) or a real control plane "
+                         "(../shared/k8s) with simulated kubelets")
     args = ap.parse_args(argv)
     print("Starting the simulated Proxmox cluster (%s), Kubernetes API and one pvescale-agent per host ..." % HOSTS)
-    c = cl.Cluster(HOSTS, knobs=KNOBS)
+    c = cl.Cluster(HOSTS, knobs=KNOBS, kube=args.kube)
     co = None
     try:
         setup_objects(c)

@@ -65,17 +65,26 @@ def make_tls(dirpath, ips):
 
 class Cluster:
     """The simulator with the pvescale CRDs, optionally one real agent per host (HTTPS, each on its own
-    loopback address and a shared port), and config.yaml for the coordinator."""
+    loopback address and a shared port), and config.yaml for the coordinator. kube="real": the simulator runs a real
+    control plane (../shared/k8s) and its kubelets instead of the imitation; as the imitation, it starts without
+    kube-public/cluster-info (the tests publish it); the coordinator uses the admin's client certificate until
+    run_as_chart()."""
 
-    def __init__(self, hosts, agents=True, knobs=()):
+    def __init__(self, hosts, agents=True, knobs=(), kube="sim"):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
-        self.sim = simtest.Sim(hosts=hosts, knobs=knobs)
+        args = ["--no-cluster-info"] if kube == "real" else []
+        self.sim = simtest.Sim(hosts=hosts, knobs=knobs, kube=kube, args=args)
         self.agents = {}
         self.procs = []
         try:
             for crd in yaml_docs(*CRDS):
                 r = self.sim.kube("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
                 assert r.status == 201, r
+            if kube == "real":  # a real API server serves the new kinds a moment later
+                for crd in yaml_docs(*CRDS):
+                    path = "/apis/%s/%s/%s" % (crd["spec"]["group"], crd["spec"]["versions"][0]["name"],
+                                               crd["spec"]["names"]["plural"])
+                    wait_for(lambda: self.sim.kube("GET", path).status == 200, 30, 0.1, what="CRD served: " + path)
             if agents:
                 self._start_agents()
             self.config = self.write_config()
@@ -153,7 +162,11 @@ class Cluster:
         assert r.status == 201, r
         path = os.path.join(self.tmp, "kubeconfig-sa")
         with open(self.sim.ep["kube"]["kubeconfig"]) as f:
-            text = re.sub(r"(?m)^(\s+token: ).*$", lambda m: m.group(1) + r.json["status"]["token"], f.read())
+            text = f.read()
+        if self.sim.real:  # the admin's client certificate gives way to the token
+            text = re.sub(r"(?m)^\s+client-(certificate|key)-data: .*\n", "", text)
+            text = re.sub(r"(?m)^(\s+)user:\s*$", lambda m: m.group(0) + "\n" + m.group(1) + "  token: x", text)
+        text = re.sub(r"(?m)^(\s+token: ).*$", lambda m: m.group(1) + r.json["status"]["token"], text)
         with open(path, "w") as f:
             f.write(text)
         # The Deployment's downward-API env: the Lease lives in the release namespace, where its Role is.
@@ -161,7 +174,8 @@ class Cluster:
         return objs
 
     def denials(self):
-        """The simulator's 403s (GET /kube-denials): only a ServiceAccount's calls can be denied."""
+        """The simulator's 403s (GET /kube-denials): only a ServiceAccount's calls can be denied (real mode: the
+        audit log's 403s to clients other than the control plane and the simulated kubelets)."""
         r = self.sim.admin("GET", "/kube-denials")
         assert r.status == 200, r
         return r.json

@@ -61,8 +61,9 @@ def compiled_standin():
 
 
 class Sim:
-    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False, standin="compiled"):
-        """standin: "compiled" (the build's standin-kvm when there is one) or "python"."""
+    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False, standin="compiled", kube="sim"):
+        """standin: "compiled" (the build's standin-kvm when there is one) or "python". kube: "sim" (the imitation)
+        or "real" (a real control plane; then args may add --kube-attach DIR or --no-cluster-info)."""
         self.dir = tempfile.mkdtemp(prefix="pvescale-sim-test-")
         self.state = os.path.join(self.dir, "state")
         cmd = [sys.executable, RUN, "--state-dir", self.state]
@@ -80,12 +81,16 @@ class Sim:
             cmd += ["--standin", compiled]
         for k in list(FAST) + list(knobs):
             cmd += ["--set", k]
+        if kube == "real":
+            cmd += ["--kube", "real"]
         cmd += list(args)
         self.log = open(os.path.join(self.dir, "sim.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         ep = os.path.join(self.state, "endpoints.json")
         try:
-            wait_for(lambda: os.path.exists(ep) or self.proc.poll() is not None, 30, what="endpoints.json")
+            # a real control plane takes 7-10 s to start on an idle machine, several times that under load
+            wait_for(lambda: os.path.exists(ep) or self.proc.poll() is not None, 30 if kube == "sim" else 180,
+                     what="endpoints.json")
         except AssertionError:
             self.stop()
             raise
@@ -94,6 +99,11 @@ class Sim:
         with open(ep) as f:
             self.ep = json.load(f)
         self.ctx = ssl.create_default_context(cafile=self.ep["ca_file"])
+        self.kube_ctx = self.ctx
+        self.real = self.ep["kube"].get("mode") == "real"
+        if self.real:  # the admin's client certificate (O=system:masters); the one CA signs both APIs' certificates
+            self.kube_ctx = ssl.create_default_context(cafile=self.ep["kube"]["ca"])
+            self.kube_ctx.load_cert_chain(self.ep["kube"]["client_cert"], self.ep["kube"]["client_key"])
         r1 = next(iter(self.ep["pve"]))
         self.region = r1
 
@@ -120,10 +130,10 @@ class Sim:
         return self.proc.returncode
 
     # ---- raw HTTP ---------------------------------------------------------------
-    def _request(self, url, method, path, body=None, headers=None, timeout=30):
+    def _request(self, url, method, path, body=None, headers=None, timeout=30, ctx=None):
         u = urllib.parse.urlsplit(url)
         if u.scheme == "https":
-            conn = http.client.HTTPSConnection(u.hostname, u.port, context=self.ctx, timeout=timeout)
+            conn = http.client.HTTPSConnection(u.hostname, u.port, context=ctx or self.ctx, timeout=timeout)
         else:
             conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
         try:
@@ -192,22 +202,29 @@ class Sim:
     # ---- Kubernetes -------------------------------------------------------------------
     def kube(self, method, path, body=None, ctype="application/json", token=None, timeout=30,
              accept="application/json"):
-        headers = {"Authorization": "Bearer %s" % (token if token is not None else self.ep["kube"]["token"]),
-                   "Accept": accept}
+        headers = self._kube_auth(token)
+        headers["Accept"] = accept
         data = None
         if body is not None:
             data = json.dumps(body) if not isinstance(body, (bytes, str)) else body
             headers["Content-Type"] = ctype
-        return self._request(self.ep["kube"]["url"], method, path, data, headers, timeout)
+        return self._request(self.ep["kube"]["url"], method, path, data, headers, timeout, self.kube_ctx)
+
+    def _kube_auth(self, token=None):
+        """The Authorization header: the token given, else the imitation's admin token; none in real mode, where
+        the client certificate of kube_ctx is the admin's credential."""
+        if token is None and self.real:
+            return {}
+        return {"Authorization": "Bearer %s" % (token if token is not None else self.ep["kube"]["token"])}
 
     def kube_conn(self):
         u = urllib.parse.urlsplit(self.ep["kube"]["url"])
-        return http.client.HTTPSConnection(u.hostname, u.port, context=self.ctx, timeout=30)
+        return http.client.HTTPSConnection(u.hostname, u.port, context=self.kube_ctx, timeout=30)
 
     def watch(self, path, timeout=30, accept=None):
         """Open a watch; returns (connection, response) to read JSON lines from."""
         conn = self.kube_conn()
-        headers = {"Authorization": "Bearer %s" % self.ep["kube"]["token"]}
+        headers = self._kube_auth()
         if accept:
             headers["Accept"] = accept
         conn.request("GET", path, headers=headers)

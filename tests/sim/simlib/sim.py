@@ -24,6 +24,7 @@ from . import kubehooks
 from . import pve
 from . import pveacl
 from . import pveschema
+from . import realkube
 from . import report as reportmod
 from . import tls
 from . import topology
@@ -56,8 +57,7 @@ KNOBS = {
 }
 
 
-class UsageError(Exception):
-    pass
+UsageError = realkube.UsageError
 
 
 def parse_hosts(spec):
@@ -100,6 +100,7 @@ class World:
         self.report = reportmod.Report()
         self.watchers_opened = 0
         self.ctl = None
+        self.real = None  # realkube.RealKube with --kube real
 
     # ---- knobs / faults ------------------------------------------------------------
     def knob(self, name):
@@ -109,6 +110,8 @@ class World:
         unknown = [k for k in d if k not in KNOBS]
         if unknown:
             raise UsageError("unknown knob(s): %s" % ", ".join(sorted(unknown)))
+        if apply and self.real is not None:
+            self.real.check_knobs(d)
         with self.lock if hasattr(self, "lock") else _nolock():
             old_down = set(self.knobs.get("hosts_down") or [])
             for k, v in d.items():
@@ -226,6 +229,9 @@ class World:
                      "pid": v.pid, "template": v.is_template(), "lock": v.conf.get("lock")}
                     for v in sorted(r.vms.values(), key=lambda v: v.vmid)],
                     "tasks_running": sum(1 for t in r.tasks.values() if t.status == "running")}
+            if self.real is not None:
+                return {"regions": regions, "kubelets": self.real.kubelets.state(), "knobs": self.knobs,
+                        "hosts_down": [h for h, x in self.hosts.items() if x.down], "kube": self.real.state()}
             kubelets = {}
             for uid, ks in self.ctl.kubelets.items():
                 vm = ks["vm"]
@@ -348,6 +354,12 @@ class AdminApp:
         w = self.w
         if m == "GET" and p == "/healthz":
             return {"ok": True}
+        if w.real is not None:
+            out = w.real.admin_route(m, p, body)
+            if isinstance(out, tuple):
+                return Created(out[1])
+            if out is not None:
+                return out
         if m == "GET" and p in ("/knobs", "/faults"):
             with w.lock:
                 return dict(w.knobs)
@@ -460,7 +472,7 @@ class ScenarioRunner:
         return [base] if n == 1 else ["%s-%d" % (base, i) for i in range(n)]
 
     def _do_pods(self, p):
-        prt = self.w.kube.types[("", "pods")]
+        prt = self.w.kube.types[("", "pods")] if self.w.real is None else None
         for name in self._pod_names(p):
             spec = json.loads(json.dumps(p.get("spec") or {}))
             if not spec.get("containers"):
@@ -478,9 +490,17 @@ class ScenarioRunner:
                    "metadata": {"name": name, "namespace": p.get("namespace", "default"), "labels": labels,
                                 "annotations": dict({EXIT_ON_TERM: "true"}, **(p.get("annotations") or {}))},
                    "spec": spec}
-            self.w.kube.create(prt, obj["metadata"]["namespace"], obj)
+            if self.w.real is not None:
+                self.w.real.create_objects([obj])
+            else:
+                self.w.kube.create(prt, obj["metadata"]["namespace"], obj)
 
     def _do_leave(self, p):
+        if self.w.real is not None:
+            for name in self._pod_names(p):
+                self.w.real.admin.call("DELETE", "/api/v1/namespaces/%s/pods/%s" % (p.get("namespace", "default"),
+                                                                                    name), ok=(200, 202, 404))
+            return
         prt = self.w.kube.types[("", "pods")]
         for name in self._pod_names(p):
             try:
@@ -491,6 +511,8 @@ class ScenarioRunner:
     def _do_event(self, e):
         if "knobs" in e or "faults" in e:
             self.w.set_knobs(e.get("knobs") or e.get("faults"))
+        if self.w.real is not None:
+            return self._do_real_event(e)
         if e.get("action") == "disconnect-watches":
             for wt in list(self.w.kube.watchers):
                 wt.closed = True
@@ -509,6 +531,22 @@ class ScenarioRunner:
                 self.w.kube.delete(prt, o["metadata"]["namespace"], o["metadata"]["name"], {})
         if e.get("objects"):
             create_objects(self.w, e["objects"])
+
+
+    def _do_real_event(self, e):
+        real = self.w.real
+        if e.get("action") == "disconnect-watches":
+            raise UsageError("action disconnect-watches: %s" % realkube.UNSUPPORTED["/actions/disconnect-watches"])
+        if e.get("action") == "kube-restart":
+            real.restart_apiserver()
+        if e.get("host_down"):
+            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) | {e["host_down"]})})
+        if e.get("host_up"):
+            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) - {e["host_up"]})})
+        if e.get("delete_pods"):
+            real.delete_pods(e["delete_pods"].get("namespace"), e["delete_pods"].get("labelSelector", ""))
+        if e.get("objects"):
+            real.create_objects(e["objects"])
 
 
 def create_objects(world, objs):
@@ -614,7 +652,14 @@ def build(args):
     extract = threading.Thread(target=lib.extract, args=([h["topology"] for h in host_list],
                                                            os.path.join(state, "topologies")))
     extract.start()
-    ca, crt, key = tls.make_certs(os.path.join(state, "tls"))  # runs while tar unpacks
+    if args.kube == "real":
+        w.real = realkube.RealKube(w, state, attach=args.kube_attach, cluster_info=not args.no_cluster_info,
+                                   knobs_set=[kv.partition("=")[0] for kv in args.set or []])
+        _PARTIAL.append(w.real)
+        if w.real.cp is not None:
+            w.real.start_async()
+    ca_pair = (w.real.info["ca"], w.real.info["ca_key"]) if w.real is not None else None
+    ca, crt, key = tls.make_certs(os.path.join(state, "tls"), ca_pair)  # runs while tar unpacks
     w.ssl_fingerprint = tls.fingerprint(crt)
     ctx = httpserv.make_ssl_ctx(crt, key)
     shared = lib.shared
@@ -646,6 +691,8 @@ def build(args):
                 os.makedirs(d, exist_ok=True)
                 util.atomic_write(os.path.join(d, "corosync.conf"), text)
     apply_pve_access(w, scenario)
+    if w.real is not None:
+        return build_real(w, args, scenario, state, ctx, ca, base_id, tcfg)
     w.kube = kube.Store(w)
     w.kube_hooks = kubehooks.KubeHooks(w)
     w.kube_token = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
@@ -692,6 +739,53 @@ def build(args):
     return w
 
 
+def build_real(w, args, scenario, state, ctx, ca, base_id, tcfg):
+    """The rest of build() with --kube real: PVE servers and the admin endpoint as ever; the Kubernetes side is the
+    real control plane (waited for here) with the simulated kubelets."""
+    w.stop_event = threading.Event()
+    servers = []
+    for rn, region in w.regions.items():
+        region.server = httpserv.Server(pve.PveApp(w, region), "pve-" + rn, ctx).start()
+        servers.append(region.server)
+    w.ca_file = ca
+    try:
+        kube_ep = w.real.wait()
+    except UsageError:
+        for s in servers:
+            s.shutdown()
+        raise
+    realkube.log_times(w.real)
+    asrv = httpserv.Server(AdminApp(w), "admin", None).start()
+    w.servers = servers + [asrv]
+    objs = list(scenario.get("objects") or [])
+    objs += list(scenario.get("nodeClasses") or []) + list(scenario.get("nodePools") or [])
+    crds = [o for o in objs if o.get("kind") == "CustomResourceDefinition"]
+    w.real.create_objects(crds + [o for o in objs if o.get("kind") != "CustomResourceDefinition"])
+    threading.Thread(target=_reaper, args=(w,), daemon=True).start()
+    ep = {"ca_file": ca, "state_dir": state, "pid": os.getpid(),
+          "pve": {rn: {"url": "https://127.0.0.1:%d/api2/json" % r.server.port, "token_id": r.token_id,
+                       "token_secret": r.token_secret, "readonly_token_id": r.ro_token_id,
+                       "readonly_token_secret": r.ro_token_secret, "nodes": list(r.hosts),
+                       "templates": {hn: base_id + i for i, hn in enumerate(r.hosts)} if tcfg.get("enabled", True) else {}}
+                  for rn, r in w.regions.items()},
+          "kube": kube_ep,
+          "admin": {"url": "http://127.0.0.1:%d" % asrv.port},
+          "hosts": {hn: h.endpoint_entry() for hn, h in w.hosts.items()}}
+    util.write_json(os.path.join(state, "endpoints.json"), ep)
+    ScenarioRunner(w, scenario).start()
+    return w
+
+
+_PARTIAL = []  # the control plane a failed build() must stop
+
+
+def _stop_partial(args):
+    for rk in _PARTIAL:
+        if rk.started is not None:
+            rk.started.join()
+        rk.stop()
+
+
 def _reaper(w):
     while not w.stopping:
         time.sleep(0.2)
@@ -726,10 +820,11 @@ def write_kubeconfig(path, ca, port, token):
 
 def shutdown(w, report_path):
     w.stopping = True
-    with w.lock:
-        for wt in list(w.kube.watchers):
-            wt.closed = True
-            wt.q.put(None)
+    if w.real is None:
+        with w.lock:
+            for wt in list(w.kube.watchers):
+                wt.closed = True
+                wt.q.put(None)
     w.procs.kill_all()
     with w.lock:
         for vm in w.all_vms():
@@ -744,6 +839,8 @@ def shutdown(w, report_path):
             s.server_close()
         except OSError:
             pass
+    if w.real is not None:
+        w.real.stop()
 
 
 def main(argv=None):
@@ -758,7 +855,16 @@ def main(argv=None):
                     help="the compiled stand-in for VM processes (build/tests/sim/standin-kvm) instead of the Python one")
     ap.add_argument("--report")
     ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
+    ap.add_argument("--kube", choices=("sim", "real"), default="sim",
+                    help="sim: the Python imitation of the Kubernetes API (default); real: a real control plane from "
+                         "../shared/k8s with simulated kubelets")
+    ap.add_argument("--kube-attach", metavar="DIR",
+                    help="with --kube real: use the running control plane whose controlplane.json is in DIR")
+    ap.add_argument("--no-cluster-info", action="store_true",
+                    help="with --kube real: no kube-public/cluster-info (the tests publish their own)")
     args = ap.parse_args(argv)
+    if args.kube_attach:
+        args.kube = "real"
     if args.prepare:
         lib = topology.Library()
         tmp = tempfile.mkdtemp(prefix="sim-prepare-")
@@ -771,11 +877,15 @@ def main(argv=None):
         sys.stderr.write("sim: --state-dir is required\n")
         return 2
     t0 = time.time()
+    w = None
     try:
         w = build(args)
     except UsageError as e:
         sys.stderr.write("sim: %s\n" % e)
         return 2
+    finally:
+        if w is None and sys.exc_info()[0] is not None:
+            _stop_partial(args)
     util.log("ready in %.3fs: %s" % (time.time() - t0, os.path.join(os.path.abspath(args.state_dir), "endpoints.json")))
 
     def on_signal(signum, frame):

@@ -14,9 +14,12 @@ def _start(args, cwd):
     return subprocess.Popen(["openssl"] + args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def make_certs(tls_dir):
-    """Returns (ca.pem, server.pem, server.key); reuses existing files in tls_dir."""
+def make_certs(tls_dir, ca_pair=None):
+    """Returns (ca.pem, server.pem, server.key); reuses existing files in tls_dir. ca_pair: (certificate, key) of
+    an existing CA to sign with (real mode: the Kubernetes cluster's, so one CA file trusts both APIs)."""
     os.makedirs(tls_dir, exist_ok=True)
+    if ca_pair:
+        return _sign_with(tls_dir, *ca_pair)
     ca, crt, key = (os.path.join(tls_dir, n) for n in ("ca.pem", "server.pem", "server.key"))
     if all(os.path.exists(p) for p in (ca, crt, key)):
         return ca, crt, key
@@ -39,6 +42,19 @@ def make_certs(tls_dir):
     _run(["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
           "-CAcreateserial", "-out", "server.pem", "-days", "3650", "-extfile", "server.ext"], tls_dir)
     return ca, crt, key
+
+
+def _sign_with(tls_dir, ca_crt, ca_key):
+    crt, key = os.path.join(tls_dir, "server.pem"), os.path.join(tls_dir, "server.key")
+    with open(os.path.join(tls_dir, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    _run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key",
+          "-out", "server.csr", "-subj", "/CN=localhost"], tls_dir)
+    _run(["x509", "-req", "-in", "server.csr", "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial",
+          "-CAserial", os.path.join(tls_dir, "ca.srl"), "-out", "server.pem", "-days", "3650",
+          "-extfile", "server.ext"], tls_dir)
+    return ca_crt, crt, key
 
 
 def fingerprint(cert):
