@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(SRC, "tests", "sim"))
 sys.path.insert(0, HERE)
 import agentlib  # noqa: E402
 import simtest  # noqa: E402
+from simlib import kubeclient  # noqa: E402
 from simtest import wait_for  # noqa: E402,F401
 
 COORDINATOR = os.path.join(BUILD, "coordinator", "pvescale-coordinator")
@@ -63,23 +64,150 @@ def make_tls(dirpath, ips):
     return agentlib.make_tls(dirpath, ips)
 
 
+# ---- a real control plane shared by the tests of a module -----------------------------------------------------
+
+# What tests (and the coordinator and kubelets they run) create, as (API prefix, resource), listed over every
+# namespace; owners before what they own, namespaces last.
+CLEANED = [("/apis/apps/v1", "deployments"), ("/apis/apps/v1", "daemonsets"), ("/apis/apps/v1", "statefulsets"),
+           ("/apis/apps/v1", "replicasets"), ("/apis/batch/v1", "jobs"), ("/apis/policy/v1", "poddisruptionbudgets"),
+           ("/api/v1", "pods"), ("/api/v1", "configmaps"), ("/api/v1", "secrets"), ("/api/v1", "serviceaccounts"),
+           ("/api/v1", "services"), ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+           ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+           ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
+           ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"), ("/apis/coordination.k8s.io/v1", "leases"),
+           ("/apis/scheduling.k8s.io/v1", "priorityclasses"), (GROUP, "nodeclaims"), (GROUP, "nodepools"),
+           (GROUP, "proxmoxnodeclasses"), ("/api/v1", "nodes"), ("/apis/certificates.k8s.io/v1",
+                                                                 "certificatesigningrequests"),
+           ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"), ("/api/v1", "namespaces")]
+# The CRDs every Cluster creates stay from one test to the next.
+KEPT_CRDS = {"nodepools.pvescale.io", "proxmoxnodeclasses.pvescale.io", "nodeclaims.pvescale.io"}
+
+
+def _kept(resource, ns, name):
+    """Objects the control plane makes and remakes itself: every namespace's default ServiceAccount and CA bundle,
+    the controllers' and kube-apiserver's Leases, and the CRDs all tests use."""
+    return ((resource, name) in (("serviceaccounts", "default"), ("configmaps", "kube-root-ca.crt")) or
+            (resource == "leases" and ns == "kube-system" and
+             (name in ("kube-controller-manager", "kube-scheduler") or name.startswith("kube-apiserver-"))) or
+            (resource == "customresourcedefinitions" and name in KEPT_CRDS))
+
+
+class ControlPlane:
+    """A real Kubernetes control plane (../shared/k8s: `python3 -m simlib.controlplane DIR --no-cluster-info`) that
+    the tests of a module or class share: each test's Cluster(kube=cp) attaches its simulator to it (--kube-attach)
+    and, when it stops, deletes what the test made (clean()), so the next test starts on what the control plane had
+    when it was ready (checked: leftovers fail the next Cluster). kcm_flags: kube-controller-manager flags fixed for
+    its life, e.g. {"node-monitor-period": "4s"}. Stopped by PID (stop()); use start_for() in setUpClass."""
+
+    def __init__(self, kcm_flags=None):
+        self.dir = tempfile.mkdtemp(prefix="pvescale-cp-")
+        cmd = [sys.executable, "-m", "simlib.controlplane", self.dir, "--no-cluster-info"]
+        for k, v in sorted((kcm_flags or {}).items()):
+            cmd += ["--kcm-flag", "%s=%s" % (k, v)]
+        self.log_path = os.path.join(self.dir, "controlplane.log")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=os.path.join(SRC, "tests", "sim"), stdout=log,
+                                         stderr=subprocess.STDOUT)
+        info = os.path.join(self.dir, "controlplane.json")
+        try:  # 8-10 s on an idle machine, several times that under load (or with the binaries still to unpack)
+            wait_for(lambda: os.path.exists(info) or self.proc.poll() is not None, 240, what="control plane ready")
+            assert self.proc.poll() is None, "control plane exited: " + self.logtext()[-3000:]
+            with open(info) as f:
+                self.info = json.load(f)
+            self.admin = kubeclient.Client(self.info["url"], self.info["ca"], self.info["client_cert"],
+                                           self.info["client_key"])
+            self.baseline = self.objects()
+        except BaseException:
+            self.stop()
+            raise
+
+    @classmethod
+    def start_for(cls, test_class, **kw):
+        """Start one for test_class's tests (call from setUpClass): stopped at the class's end even when a test or
+        setUpClass fails."""
+        cp = cls(**kw)
+        test_class.addClassCleanup(cp.stop)
+        return cp
+
+    def logtext(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def objects(self):
+        """{(resource, namespace, name): object} of every listed resource, leaving out what _kept() names."""
+        out = {}
+        for prefix, resource in CLEANED:
+            status, body, _ = self.admin.raw("GET", "%s/%s" % (prefix, resource))
+            if status == 404 and prefix == GROUP:  # the CRDs are not there (yet)
+                continue
+            assert status == 200, (prefix, resource, status, body)
+            for o in body["items"]:
+                md = o["metadata"]
+                if not _kept(resource, md.get("namespace"), md["name"]):
+                    out[(resource, md.get("namespace"), md["name"])] = (prefix, o)
+        return out
+
+    def leftovers(self):
+        """What is there now and was not when the control plane was ready: "resource ns/name" strings."""
+        return sorted("%s %s/%s" % (r, ns or "", n) for (r, ns, n) in self.objects() if (r, ns, n) not in
+                      self.baseline)
+
+    def clean(self, timeout=60):
+        """Delete everything made since the control plane was ready (finalizers removed first: the coordinator that
+        would take its own off is gone; pods at once: their kubelets are gone) and every Event; wait until it is
+        gone. AssertionError naming what stays."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [(k, v) for k, v in self.objects().items() if k not in self.baseline]
+            if not left:
+                break
+            assert time.monotonic() < deadline, "left after the test: %s" % self.leftovers()
+            for (resource, ns, name), (prefix, obj) in left:
+                path = "%s/%s%s/%s" % (prefix, "namespaces/%s/" % ns if ns else "", resource, name)
+                if obj["metadata"].get("finalizers"):
+                    self.admin.raw("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+                if not obj["metadata"].get("deletionTimestamp") or resource == "pods":
+                    self.admin.raw("DELETE", path + "?gracePeriodSeconds=0")
+            time.sleep(0.3)
+        for ns in self.admin.get("/api/v1/namespaces")["items"]:
+            self.admin.call("DELETE", "/api/v1/namespaces/%s/events" % ns["metadata"]["name"])
+
+    def stop(self):
+        """SIGTERM to the control plane's supervisor (which ends its processes by PID), SIGKILL after 60 s."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not os.environ.get("PVESCALE_KEEP_TMP"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Cluster:
     """The simulator with the pvescale CRDs, optionally one real agent per host (HTTPS, each on its own
     loopback address and a shared port), and config.yaml for the coordinator. kube="real": the simulator runs a real
     control plane (../shared/k8s) and its kubelets instead of the imitation; as the imitation, it starts without
     kube-public/cluster-info (the tests publish it); the coordinator uses the admin's client certificate until
-    run_as_chart()."""
+    run_as_chart(). kube=a ControlPlane: the simulator attaches to that shared one (which must be as clean as when it
+    was ready), and stop() cleans it for the next test."""
 
     def __init__(self, hosts, agents=True, knobs=(), kube="sim"):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
+        self.shared = kube if isinstance(kube, ControlPlane) else None
         args = ["--no-cluster-info"] if kube == "real" else []
+        if self.shared:
+            left = self.shared.leftovers()
+            assert not left, "the shared control plane is not clean: %s" % left
+            args, kube = ["--kube-attach", self.shared.dir], "real"
         self.sim = simtest.Sim(hosts=hosts, knobs=knobs, kube=kube, args=args)
         self.agents = {}
         self.procs = []
         try:
             for crd in yaml_docs(*CRDS):
                 r = self.sim.kube("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-                assert r.status == 201, r
+                assert r.status == 201 or (self.shared and r.status == 409), r
             if kube == "real":  # a real API server serves the new kinds a moment later
                 for crd in yaml_docs(*CRDS):
                     path = "/apis/%s/%s/%s" % (crd["spec"]["group"], crd["spec"]["versions"][0]["name"],
@@ -230,8 +358,12 @@ class Cluster:
         try:
             return self.sim.stop() if hasattr(self, "sim") else None
         finally:
-            if not os.environ.get("PVESCALE_KEEP_TMP"):  # set it to look at the logs after a failure
-                shutil.rmtree(self.tmp, ignore_errors=True)
+            try:
+                if self.shared:  # the simulator's kubelets are gone: what they and the test made goes too
+                    self.shared.clean()
+            finally:
+                if not os.environ.get("PVESCALE_KEEP_TMP"):  # set it to look at the logs after a failure
+                    shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Coordinator:
@@ -331,6 +463,22 @@ class CoordinatorTest(unittest.TestCase):
         finally:
             self.c.stop()
         self.assertEqual(rc, 0, "coordinator exit code after SIGTERM")
+
+
+class SharedControlPlaneTest(CoordinatorTest):
+    """Base for a class whose tests share one real control plane (ControlPlane, started in setUpClass with the class's
+    kcm_flags, stopped at its end): each test gets self.c, a Cluster of the class's hosts attached to it."""
+    hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
+    kcm_flags = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags)
+
+    def setUp(self):
+        self.c = Cluster(self.hosts, kube=self.cp)
+        self.co = None
 
 
 # ---- objects ---------------------------------------------------------------------------------------

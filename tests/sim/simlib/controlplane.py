@@ -543,13 +543,21 @@ def denials(path, offset=0):
 
 
 def main(argv=None):
-    """python3 -m simlib.controlplane WORKDIR: start one, print controlplane.json, wait for SIGTERM."""
+    """python3 -m simlib.controlplane WORKDIR [--no-cluster-info] [--kcm-flag NAME=VALUE]...: start one, print
+    controlplane.json, wait for SIGTERM."""
+    import argparse
     import sys
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.stderr.write("usage: controlplane.py WORKDIR\n")
+    ap = argparse.ArgumentParser(prog="controlplane.py")
+    ap.add_argument("workdir")
+    ap.add_argument("--no-cluster-info", action="store_true", help="no kube-public/cluster-info")
+    ap.add_argument("--kcm-flag", action="append", default=[], metavar="NAME=VALUE",
+                    help="a kube-controller-manager flag (without --), e.g. node-monitor-period=4s")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    kcm = dict(kv.partition("=")[::2] for kv in args.kcm_flag)
+    if any(not k or not v for k, v in kcm.items()):
+        sys.stderr.write("controlplane: --kcm-flag wants NAME=VALUE\n")
         return 2
-    cp = ControlPlane(argv[0])
+    cp = ControlPlane(args.workdir, kcm_flags=kcm, cluster_info=not args.no_cluster_info)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

@@ -56,7 +56,14 @@ class RealKube:
                 raise UsageError(str(e))
             self.info = {"ca": self.cp.ca, "ca_key": os.path.join(self.cp.pki, "ca.key")}
         self.state_dir = state_dir
-        self.calls_offset = 0
+        # An attached control plane's audit log holds earlier runs' calls: this run's calls and denials start here.
+        self.audit_offset = 0
+        if attach:
+            try:
+                self.audit_offset = os.path.getsize(self.info["audit_log"])
+            except OSError:
+                pass
+        self.calls_offset = self.audit_offset
         self.started = None
 
     def start_async(self):
@@ -176,8 +183,8 @@ class RealKube:
 
     def denials(self):
         """403 answers to clients other than the control plane's own (kube-apiserver answers 403 to them for a moment
-        after it restarts, until its RBAC cache is synced), from the audit log."""
-        evs, _ = controlplane.audit_events(self.info["audit_log"])
+        after it restarts, until its RBAC cache is synced), from the audit log since this run started."""
+        evs, _ = controlplane.audit_events(self.info["audit_log"], self.audit_offset)
         return [controlplane.denial(e) for e in evs if (e.get("responseStatus") or {}).get("code") == 403
                 and not (e.get("userAgent") or "").startswith(COMPONENT_AGENTS)]
 
