@@ -2,7 +2,9 @@
 # pvescale-coordinator with its launcher (the default --launch=true) against the simulator and real agents: the
 # controller hands the NodeClaims it creates to its worker pool, which drives them to pinned VMs that join; the
 # pending pods end up Running on them, the coordinator running as the Helm chart's ServiceAccount (its token from
-# the TokenRequest API): the simulator authorizes every call by the chart's RBAC and refuses none.
+# the TokenRequest API): the real kube-apiserver authorizes every call by the chart's RBAC and refuses none. On a
+# real control plane (../shared/k8s) shared by the tests of LaunchTest; the two tests of NotReadyTaintTest stay on
+# the imitation (see there).
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import calendar
@@ -40,10 +42,10 @@ def claim_history(sim, rv):
         conn.close()
 
 
-class LaunchTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
-        self.co = None
+class LaunchTest(cl.SharedControlPlaneTest):
+    """On one real control plane (kube-apiserver, kube-controller-manager, kube-scheduler v1.26 from ../shared/k8s)
+    shared by the class's tests: Nodes join through kubeadm's bootstrap-token TLS bootstrap (the simulated kubelets),
+    the real scheduler binds the pods."""
 
     def test_pending_pods_end_up_running_on_launched_nodes(self):
         c = self.c
@@ -175,71 +177,6 @@ class LaunchTest(cl.CoordinatorTest):
             p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
-    def test_no_second_claim_while_the_not_ready_taint_lingers(self):
-        """Ready comes before the node lifecycle controller takes its not-ready taint off (its monitor period). A
-        claim is Initialized only once that taint is gone too, as in Karpenter, so a round in that window keeps
-        the waiting pods on their claims instead of making new ones."""
-        c = self.c
-        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 4}).status, 200)
-        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
-        c.create(cl.GROUP + "/nodepools", cl.nodepool())
-        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-        for i in range(2):
-            c.create(PODS, cl.pod("anti-%d" % i, cpu="500m", memory="512Mi", labels={"app": "anti"}, affinity=anti))
-        self.co = cl.Coordinator(c)
-
-        def lingering():  # every Node Ready, each still with the not-ready taint
-            nodes = c.items("/api/v1/nodes")
-            return len(nodes) == 2 and all(
-                {x["type"]: x["status"] for x in n["status"].get("conditions", [])}.get("Ready") == "True" and
-                "node.kubernetes.io/not-ready" in [t["key"] for t in n["spec"].get("taints", [])] for n in nodes)
-        cl.wait_for(lingering, 90, interval=0.2, what="two Nodes Ready with the not-ready taint")
-        for claim in c.claims():
-            conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
-            self.assertNotEqual(conds.get("Initialized"), "True", claim["status"])
-        # A new pod opens a round while the anti-affinity pods wait for the taint to go.
-        c.create(PODS, cl.pod("small", cpu="100m", memory="64Mi"))
-
-        def running():
-            return all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))
-        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
-        claims = c.claims()
-        self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
-        self.assertEqual(len(c.vms()), 2)
-
-    def test_registered_when_the_not_ready_taint_never_goes(self):
-        """A Ready Node whose not-ready taint stays (a node lifecycle controller that does not run) does not keep
-        its claim short of Registered for ever: after 10 s Ready the claim is recorded Registered and waits for
-        Initialized, still in flight, so the pod gets no second claim."""
-        c = self.c
-        # Ready as it registers, so the launcher first sees it Ready with the taint
-        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 3600, "ready_delay_seconds": 0}).status,
-                         200)
-        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
-        c.create(cl.GROUP + "/nodepools", cl.nodepool())
-        c.create(PODS, cl.pod("stuck", cpu="500m", memory="512Mi"))
-        self.co = cl.Coordinator(c)
-
-        def registered():
-            claims = c.claims()
-            st = (claims[0].get("status") or {}) if claims else {}  # none yet between create and first write
-            conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
-            return conds.get("Registered") == "True" and claims[0]
-        claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
-        st = claim["status"]
-        conds = {x["type"]: x["status"] for x in st["conditions"]}
-        self.assertEqual((st["launchStep"], conds.get("Initialized")), ("Registered", "Unknown"), st)
-        node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
-        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
-        waited = time.time() - calendar.timegm(time.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
-        self.assertGreaterEqual(waited, 9, "recorded before the settle window ended: %s %s" % (node, self.co.logtext()[-3000:]))
-        self.assertIn("node.kubernetes.io/not-ready", [t["key"] for t in node["spec"]["taints"]])
-        time.sleep(3)  # a round or two more: the pod stays on its claim
-        self.assertEqual(len(c.claims()), 1)
-
     def test_karpenters_unregistered_taint_as_a_startup_taint_goes_at_registration(self):
         """A NodePool copied from a Karpenter one lists Karpenter's registration taint karpenter.sh/unregistered:
         NoExecute as a startup taint. As Karpenter's registration does, the launcher takes it off with its own
@@ -362,6 +299,83 @@ class LaunchTest(cl.CoordinatorTest):
         claims = c.claims()
         self.assertEqual(len(claims), 3)
         self.assertEqual(sorted(v["vmid"] for v in c.vms()), sorted(x["status"]["vmid"] for x in claims))
+
+
+
+class NotReadyTaintTest(cl.CoordinatorTest):
+    """On the imitation: these two need a Node that is Ready and still has the not-ready taint for seconds. A real
+    kube-controller-manager (v1.26) takes node.kubernetes.io/not-ready:NoSchedule off on the very Node update that
+    reports Ready (its node lifecycle controller's update queue), whatever --node-monitor-period says (tried: with 4 s
+    the window was never seen in 90 s; with 3600 s the claim was Initialized at once), so no real setting makes it."""
+
+    def setUp(self):
+        self.c = cl.Cluster(LaunchTest.hosts)
+        self.co = None
+
+    def test_no_second_claim_while_the_not_ready_taint_lingers(self):
+        """Ready comes before the node lifecycle controller takes its not-ready taint off (its monitor period). A
+        claim is Initialized only once that taint is gone too, as in Karpenter, so a round in that window keeps
+        the waiting pods on their claims instead of making new ones."""
+        c = self.c
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 4}).status, 200)
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        for i in range(2):
+            c.create(PODS, cl.pod("anti-%d" % i, cpu="500m", memory="512Mi", labels={"app": "anti"}, affinity=anti))
+        self.co = cl.Coordinator(c)
+
+        def lingering():  # every Node Ready, each still with the not-ready taint
+            nodes = c.items("/api/v1/nodes")
+            return len(nodes) == 2 and all(
+                {x["type"]: x["status"] for x in n["status"].get("conditions", [])}.get("Ready") == "True" and
+                "node.kubernetes.io/not-ready" in [t["key"] for t in n["spec"].get("taints", [])] for n in nodes)
+        cl.wait_for(lingering, 90, interval=0.2, what="two Nodes Ready with the not-ready taint")
+        for claim in c.claims():
+            conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
+            self.assertNotEqual(conds.get("Initialized"), "True", claim["status"])
+        # A new pod opens a round while the anti-affinity pods wait for the taint to go.
+        c.create(PODS, cl.pod("small", cpu="100m", memory="64Mi"))
+
+        def running():
+            return all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))
+        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+        claims = c.claims()
+        self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
+        self.assertEqual(len(c.vms()), 2)
+
+    def test_registered_when_the_not_ready_taint_never_goes(self):
+        """A Ready Node whose not-ready taint stays (a node lifecycle controller that does not run) does not keep
+        its claim short of Registered for ever: after 10 s Ready the claim is recorded Registered and waits for
+        Initialized, still in flight, so the pod gets no second claim."""
+        c = self.c
+        # Ready as it registers, so the launcher first sees it Ready with the taint
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 3600, "ready_delay_seconds": 0}).status,
+                         200)
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        c.create(PODS, cl.pod("stuck", cpu="500m", memory="512Mi"))
+        self.co = cl.Coordinator(c)
+
+        def registered():
+            claims = c.claims()
+            st = (claims[0].get("status") or {}) if claims else {}  # none yet between create and first write
+            conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
+            return conds.get("Registered") == "True" and claims[0]
+        claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
+        st = claim["status"]
+        conds = {x["type"]: x["status"] for x in st["conditions"]}
+        self.assertEqual((st["launchStep"], conds.get("Initialized")), ("Registered", "Unknown"), st)
+        node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
+        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+        waited = time.time() - calendar.timegm(time.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+        self.assertGreaterEqual(waited, 9, "recorded before the settle window ended: %s %s" % (node, self.co.logtext()[-3000:]))
+        self.assertIn("node.kubernetes.io/not-ready", [t["key"] for t in node["spec"]["taints"]])
+        time.sleep(3)  # a round or two more: the pod stays on its claim
+        self.assertEqual(len(c.claims()), 1)
 
 
 if __name__ == "__main__":
