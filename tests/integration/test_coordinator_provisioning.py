@@ -2,7 +2,7 @@
 # pvescale-coordinator --launch=false against the simulator and real agents: a batch of pending pods becomes the
 # expected NodeClaims (no VM launched), with Nominated events on the pods and a reason on the one that cannot be
 # placed (run as the Helm chart's ServiceAccount: its RBAC refuses none of the calls); a NodePool at its limit leaves
-# pods pending with the limit reason until the limit is raised.
+# pods pending with the limit reason until the limit is raised. On a real control plane (../shared/k8s).
 # SPDX-License-Identifier: Apache-2.0
 import os
 import subprocess
@@ -42,10 +42,9 @@ def anti_pod(i):
             {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}})
 
 
-class ProvisioningTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster(HOSTS)
-        self.co = None
+class ProvisioningTest(cl.SharedControlPlaneTest):
+    """On one real control plane shared by the tests (the real scheduler marks the pods Unschedulable)."""
+    hosts = HOSTS
 
     def pods_pending(self, names):
         def check():
