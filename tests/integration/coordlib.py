@@ -193,7 +193,7 @@ class Cluster:
     run_as_chart(). kube=a ControlPlane: the simulator attaches to that shared one (which must be as clean as when it
     was ready), and stop() cleans it for the next test."""
 
-    def __init__(self, hosts, agents=True, knobs=(), kube="sim"):
+    def __init__(self, hosts, agents=True, knobs=(), kube="sim", crds=True):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
         self.shared = kube if isinstance(kube, ControlPlane) else None
         args = ["--no-cluster-info"] if kube == "real" else []
@@ -205,14 +205,8 @@ class Cluster:
         self.agents = {}
         self.procs = []
         try:
-            for crd in yaml_docs(*CRDS):
-                r = self.sim.kube("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-                assert r.status == 201 or (self.shared and r.status == 409), r
-            if kube == "real":  # a real API server serves the new kinds a moment later
-                for crd in yaml_docs(*CRDS):
-                    path = "/apis/%s/%s/%s" % (crd["spec"]["group"], crd["spec"]["versions"][0]["name"],
-                                               crd["spec"]["names"]["plural"])
-                    wait_for(lambda: self.sim.kube("GET", path).status == 200, 30, 0.1, what="CRD served: " + path)
+            if crds:
+                self.create_crds()
             if agents:
                 self._start_agents()
             self.config = self.write_config()
@@ -221,6 +215,18 @@ class Cluster:
         except BaseException:
             self.stop()
             raise
+
+    def create_crds(self):
+        """The pvescale CRDs (done at start unless crds=False); with a real control plane, until they are served."""
+        real = self.sim.real
+        for crd in yaml_docs(*CRDS):
+            r = self.sim.kube("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            assert r.status == 201 or (self.shared and r.status == 409), r
+        if real:  # a real API server serves the new kinds a moment later
+            for crd in yaml_docs(*CRDS):
+                path = "/apis/%s/%s/%s" % (crd["spec"]["group"], crd["spec"]["versions"][0]["name"],
+                                           crd["spec"]["names"]["plural"])
+                wait_for(lambda: self.sim.kube("GET", path).status == 200, 30, 0.1, what="CRD served: " + path)
 
     # ---- agents ----------------------------------------------------------------------------
     def _start_agents(self):
