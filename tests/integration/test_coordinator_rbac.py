@@ -87,7 +87,7 @@ class ChartRbacTest(cl.CoordinatorTest):
         d = refused[0]
         pod = d["path"].split("/")[-2]
         self.assertEqual((d["user"], d["verb"], d["path"]), (SA, "create", PODS + "/%s/eviction" % pod))
-        self.assertEqual(d["message"], 'pods/eviction "%s" is forbidden: User "%s" cannot create resource '
+        self.assertEqual(d["message"], 'pods "%s" is forbidden: User "%s" cannot create resource '
                                        '"pods/eviction" in API group "" in the namespace "default"' % (pod, SA))
         deleting = [x for x in c.claims() if x["metadata"].get("deletionTimestamp")]
         self.assertEqual(len(deleting), 1, c.claims())

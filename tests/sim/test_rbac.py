@@ -136,7 +136,7 @@ class MessageTest(unittest.TestCase):
     def test_forbidden_texts(self):
         a = rbac.attrs_for("POST", "/api/v1/namespaces/a/pods/p/eviction", {})
         self.assertEqual(rbac.forbidden_message(a, SA),
-                         'pods/eviction "p" is forbidden: User "%s" cannot create resource "pods/eviction" '
+                         'pods "p" is forbidden: User "%s" cannot create resource "pods/eviction" '
                          'in API group "" in the namespace "a"' % SA)
         a = rbac.attrs_for("GET", "/api/v1/nodes", {})
         self.assertEqual(rbac.forbidden_message(a, SA),

@@ -4,6 +4,7 @@
 import base64
 import ctypes
 import hashlib
+import datetime
 import json
 import os
 import shutil
@@ -531,9 +532,21 @@ def audit_events(path, offset=0):
 
 
 def denial(e):
-    """An audit event of a 403 as the imitation's GET /kube-denials has it: time, user, verb, path, message."""
-    return {"time": e.get("stageTimestamp"), "user": (e.get("user") or {}).get("username"), "verb": e.get("verb"),
-            "path": e.get("requestURI"), "message": (e.get("annotations") or {}).get("authorization.k8s.io/reason", "")}
+    """An audit event of a 403 as the imitation's GET /kube-denials has it: time, user, verb, path, message (the
+    message the client was answered, which the audit log keeps at level Metadata too; else the authorizer's reason,
+    empty for RBAC)."""
+    message = (e.get("responseStatus") or {}).get("message") or \
+        (e.get("annotations") or {}).get("authorization.k8s.io/reason", "")
+    return {"time": _epoch(e.get("stageTimestamp")), "user": (e.get("user") or {}).get("username"),
+            "verb": e.get("verb"), "path": e.get("requestURI"), "message": message}
+
+
+def _epoch(stamp):
+    """Seconds since the epoch (as the imitation's denials have them) of an audit timestamp such as
+    2026-11-29T03:54:21.938123Z; None when there is none."""
+    if not stamp:
+        return None
+    return datetime.datetime.strptime(stamp.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def denials(path, offset=0):

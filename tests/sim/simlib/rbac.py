@@ -131,7 +131,9 @@ def forbidden_message(a, user):
     if not a.resource_request:
         return 'forbidden: User "%s" cannot %s path "%s"' % (user, a.verb, a.path)
     res = a.resource + ("/" + a.sub if a.sub else "")
-    head = "%s \"%s\" is forbidden" % (res, a.name) if a.name else "%s is forbidden" % res
+    # the head names the group resource (resource.group) without the subresource, as apierrors.NewForbidden does
+    gr = a.resource + ("." + a.group if a.group else "")
+    head = "%s \"%s\" is forbidden" % (gr, a.name) if a.name else "%s is forbidden" % gr
     msg = '%s: User "%s" cannot %s resource "%s" in API group "%s"' % (head, user, a.verb, res, a.group)
     if a.ns:
         msg += ' in the namespace "%s"' % a.ns
