@@ -29,10 +29,9 @@ def is_eviction(rule):
     return "pods/eviction" in rule.get("resources", [])
 
 
-class ChartRbacTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
-        self.co = None
+class ChartRbacTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests."""
+    hosts = "pve1=32intel64-2p8co2t+8ve"
 
     def live(self, app=None):
         return self.c.live_pods(app)
