@@ -59,10 +59,9 @@ class Watcher(cl.FirstSeen):
 
 
 
-class TerminationTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=eas-tioga")
-        self.co = None
+class TerminationTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests."""
+    hosts = "pve1=eas-tioga"
 
     def scale_up(self, args=()):
         c = self.c
