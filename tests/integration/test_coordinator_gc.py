@@ -23,10 +23,9 @@ def initialized(claim):
                for x in (claim.get("status") or {}).get("conditions", []))
 
 
-class GarbageCollectionTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
-        self.co = None
+class GarbageCollectionTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests."""
+    hosts = "pve1=32intel64-2p8co2t+8ve"
 
     def orphan_vm(self):
         sim = self.c.sim
