@@ -8,22 +8,25 @@ import time
 import urllib.parse
 
 from . import controlplane
+from . import faultproxy
 from . import kubeclient
 from . import kubelet
 from . import util
 
 # Admin endpoints of the imitation that real mode has no counterpart for.
-UNSUPPORTED = {"/actions/disconnect-watches": "a real kube-apiserver's watches cannot be cut from outside"}
+UNSUPPORTED = {}
 # Knobs of the imitation's API server and controllers: the real ones have no such switch at run time (POST /knobs
 # answers 400); set at start (--set), node_monitor_grace_seconds and node_monitor_seconds become
 # kube-controller-manager's --node-monitor-grace-period and --node-monitor-period.
 IMITATION_ONLY = ("kube_error_rate", "kube_timeout_rate", "kube_error_next", "kube_timeout_next", "timeout_hold_seconds",
-                  "watch_history_size", "watch_timeout_seconds", "watch_disconnect_seconds", "bookmark_interval_seconds",
+                  "watch_history_size", "watch_timeout_seconds", "bookmark_interval_seconds",
                   "crd_establish_seconds", "notready_delay_seconds", "podgc_seconds", "pdb_disruption_timeout_seconds",
                   "disruption_controller", "node_monitor_grace_seconds", "scheduler_retry_seconds",
                   "controller_interval_seconds", "node_monitor_seconds", "scheduler_backoff_seconds",
                   "scheduler_max_backoff_seconds")
 KCM_KNOBS = {"node_monitor_grace_seconds": "node-monitor-grace-period", "node_monitor_seconds": "node-monitor-period"}
+# The knob that becomes a fault of the proxy in front of kube-apiserver (connections older than that are closed).
+PROXY_KNOBS = {"watch_disconnect_seconds": "drop_after_seconds"}
 COMPONENT_AGENTS = ("kube-controller-manager/", "kube-scheduler/", "kube-apiserver/", kubeclient.USER_AGENT)
 
 
@@ -88,11 +91,32 @@ class RealKube:
         self.admin = kubeclient.Client(self.info["url"], self.info["ca"], self.info["client_cert"],
                                        self.info["client_key"])
         self.kubelets = kubelet.Kubelets(self.w, self.info, os.path.join(self.state_dir, "kubelets")).start()
-        return {"url": self.info["url"], "ca": self.info["ca"], "kubeconfig": self.info["kubeconfig"],
-                "client_cert": self.info["client_cert"], "client_key": self.info["client_key"], "mode": "real",
-                "audit_log": self.info["audit_log"]}
+        # The clients given endpoints.json's kubeconfig (the coordinator) reach kube-apiserver through a fault proxy,
+        # which /actions/disconnect-watches and watch_disconnect_seconds act on; TLS passes through it.
+        u = urllib.parse.urlsplit(self.info["url"])
+        self.proxy = faultproxy.FaultProxy(u.hostname, u.port).start()
+        self.apply_knobs({k: self.w.knob(k) for k in PROXY_KNOBS})
+        proxy_url = "https://127.0.0.1:%d" % self.proxy.port
+        kubeconfig = os.path.join(self.state_dir, "kubeconfig-proxy")
+        util.atomic_write(kubeconfig, controlplane.kubeconfig_text(
+            proxy_url, self.info["ca"], "kubernetes-admin", self.info["client_cert"], self.info["client_key"]), 0o600)
+        return {"url": self.info["url"], "ca": self.info["ca"], "kubeconfig": kubeconfig, "proxy_url": proxy_url,
+                "direct_kubeconfig": self.info["kubeconfig"], "client_cert": self.info["client_cert"],
+                "client_key": self.info["client_key"], "mode": "real", "audit_log": self.info["audit_log"]}
+
+    def apply_knobs(self, d):
+        """The proxy's faults of the knobs in d that have one."""
+        faults = {PROXY_KNOBS[k]: float(v) for k, v in d.items() if k in PROXY_KNOBS}
+        if faults and getattr(self, "proxy", None) is not None:
+            self.proxy.set_faults(**faults)
+
+    def disconnect_watches(self):
+        """Every connection through the proxy closed now (the coordinator's watches end mid-stream)."""
+        return {"ok": True, "dropped": self.proxy.drop_all()}
 
     def stop(self):
+        if getattr(self, "proxy", None) is not None:
+            self.proxy.stop()
         if self.cp is not None:
             self.cp.stop()
 
@@ -209,6 +233,8 @@ class RealKube:
             return {"ok": True}
         if m == "POST" and p == "/actions/kube-restart":
             return self.restart_apiserver()
+        if m == "POST" and p == "/actions/disconnect-watches":
+            return self.disconnect_watches()
         if m == "POST" and p == "/actions/pods":
             return "created", self.create_pods(body)
         return None

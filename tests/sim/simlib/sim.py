@@ -131,6 +131,8 @@ class World:
                     self.host_down(h, True)
                 for h in old_down - new_down:
                     self.host_down(h, False)
+                if self.real is not None:
+                    self.real.apply_knobs(d)
                 self.kick()
 
     def take_fault(self, name):
@@ -536,7 +538,7 @@ class ScenarioRunner:
     def _do_real_event(self, e):
         real = self.w.real
         if e.get("action") == "disconnect-watches":
-            raise UsageError("action disconnect-watches: %s" % realkube.UNSUPPORTED["/actions/disconnect-watches"])
+            real.disconnect_watches()
         if e.get("action") == "kube-restart":
             real.restart_apiserver()
         if e.get("host_down"):
