@@ -475,6 +475,7 @@ class SharedControlPlaneTest(CoordinatorTest):
     """Base for a class whose tests share one real control plane (ControlPlane, started in setUpClass with the class's
     kcm_flags, stopped at its end): each test gets self.c, a Cluster of the class's hosts attached to it."""
     hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
+    agents = True
     kcm_flags = None
 
     @classmethod
@@ -483,7 +484,7 @@ class SharedControlPlaneTest(CoordinatorTest):
         cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags)
 
     def setUp(self):
-        self.c = Cluster(self.hosts, kube=self.cp)
+        self.c = Cluster(self.hosts, agents=self.agents, kube=self.cp)
         self.co = None
 
 
