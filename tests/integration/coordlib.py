@@ -1,5 +1,6 @@
 """coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
 # SPDX-License-Identifier: Apache-2.0
+import ctypes
 import json
 import os
 import re
@@ -92,6 +93,11 @@ def _kept(resource, ns, name):
             (resource == "customresourcedefinitions" and name in KEPT_CRDS))
 
 
+def _term_with_parent():
+    """In the child: SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class ControlPlane:
     """A real Kubernetes control plane (../shared/k8s: `python3 -m simlib.controlplane DIR --no-cluster-info`) that
     the tests of a module or class share: each test's Cluster(kube=cp) attaches its simulator to it (--kube-attach)
@@ -105,9 +111,9 @@ class ControlPlane:
         for k, v in sorted((kcm_flags or {}).items()):
             cmd += ["--kcm-flag", "%s=%s" % (k, v)]
         self.log_path = os.path.join(self.dir, "controlplane.log")
-        with open(self.log_path, "w") as log:
+        with open(self.log_path, "w") as log:  # it stops its processes when the test is killed too
             self.proc = subprocess.Popen(cmd, cwd=os.path.join(SRC, "tests", "sim"), stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, preexec_fn=_term_with_parent)
         info = os.path.join(self.dir, "controlplane.json")
         try:  # 8-10 s on an idle machine, several times that under load (or with the binaries still to unpack)
             wait_for(lambda: os.path.exists(info) or self.proc.poll() is not None, 240, what="control plane ready")
