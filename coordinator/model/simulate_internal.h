@@ -12,6 +12,7 @@
  *   simulate.c           the run: pods onto nodes, in-flight claims, planned claims, then new claims
  *   simulate_claims.c    new claims: pool, requirements, shape, limits, host, and the reasons
  *   simulate_topology.c  affinity, anti-affinity and spread; spread domains ask which pools a class can use
+ *   simulate_index.c     the room of every slot and the slots of every zone: what a scan may skip
  *   simulate_pools.c     which pools a class can use: taints, what a new node can satisfy, shapes per term
  *   simulate_compile.c   the input in interned, indexed form: classes, groups, slots, pools, node classes
  *   simulate_hosts.c     the room of PVE hosts
@@ -188,6 +189,16 @@ struct claim_c {
         size_t n_pods, cap_pods;
 };
 
+/* Room of a slot (or the most of a subtree) for more requests. */
+struct slot_room {
+        int64_t cpu, mem;
+};
+
+struct zone_slots {
+        uint32_t *slots; /* slot indexes in increasing order */
+        size_t n, cap;
+};
+
 struct ctx {
         const struct sim_input *in;
         struct sim_arena *arena; /* scratch for the run */
@@ -226,6 +237,11 @@ struct ctx {
         size_t n_claims, cap_claims;
         int32_t *host_of_zone; /* zone index -> host index or -1 */
         int32_t only_zone;     /* >= 0 while placing the first pod of a zone-affine set: its anchor zone */
+        /* the slot index (simulate_index.c) */
+        struct slot_room *room;     /* max tree: node 1 the root, leaves room_cap.. (one per slot) */
+        size_t room_cap, room_n; /* leaves; slots indexed so far */
+        struct zone_slots *zone_slots;
+        size_t zone_slots_cap;
         char msg[512];
         int error; /* first allocation failure */
 };
@@ -299,6 +315,14 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
+
+/* simulate_index.c: kept in step by land(); a slot's room changes only when a pod lands. */
+int simulate__index_sync(struct ctx *c);          /* index the slots added since */
+int simulate__index_update(struct ctx *c, size_t s); /* slot s changed */
+/* The first slot >= from whose room holds the cpu and memory of req (a necessary condition), or SIZE_MAX. */
+size_t simulate__index_next(const struct ctx *c, size_t from, const struct resources *req);
+bool simulate__index_room(const struct ctx *c, size_t s, const struct resources *req);
+void simulate__index_free(struct ctx *c);
 
 /* simulate_claims.c */
 int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,
