@@ -511,6 +511,66 @@ static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
         return false;
 }
 
+/* ---- the same choice without scanning every host ---- */
+
+#define ORDERED_TRIES 64 /* hosts tried in order before the scan of every host takes over */
+
+/* Does the host choice follow ctx.host_order for this class? better_host ranks by zone spread counts first. */
+static bool host_order_applies(const struct ctx *c, const struct pclass *pc) {
+        for (uint32_t i = 0; i < pc->n_spread; i++)
+                if (pc->spread[i].topo == TOPO_ZONE)
+                        return false;
+        return c->only_zone < 0;
+}
+
+/* For one shape: the first host in ctx.host_order that filter_hosts would keep and pick_host would take, which
+ * is the one pick_host picks; -1 when none is among the first ORDERED_TRIES that pass the filter. */
+static long ordered_host(struct ctx *c, const struct pclass *pc, const struct sim_pod *pod, const struct pool_c *p,
+                         size_t pool, const struct cterm *t, const int32_t *mins, bool soft, size_t si,
+                         int *ret_numa) {
+        const struct shape *s = &c->ncs[p->nc].shapes->items[si];
+        size_t tries = 0;
+        for (size_t k = 0; k < c->n_hosts && tries < ORDERED_TRIES; k++) {
+                size_t h = c->host_order[k];
+                struct host_c *hc = &c->hosts[h];
+                if (!host_place_ok(c, p, t, hc) ||
+                    simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, hc->zone) != FIT_OK)
+                        continue;
+                tries++;
+                struct resources need = pod->requests;
+                resources_add(&need, ds_overhead(c, pool, hc));
+                if (resources_fit(&need, &(struct resources){ 0 }, &s->allocatable) &&
+                    simulate__host_fits(hc, p->nc, si, s, ret_numa) == ROOM_OK)
+                        return (long)h;
+        }
+        return -1;
+}
+
+/* try_shapes' choice by host order: true with ch filled, false when it must scan every host (it may still
+ * find one, or it notes why not). */
+static bool try_shapes_ordered(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, struct choice *ch,
+                               const int32_t *mins, bool soft) {
+        const struct pool_c *p = &c->pools[ch->pool];
+        const struct shape_catalog *cat = c->ncs[p->nc].shapes;
+        if (!host_order_applies(c, pc))
+                return false;
+        simulate__host_order_sync(c);
+        for (size_t si = 0; si < cat->n; si++) {
+                int which;
+                if (!(ch->mask[si / 64] >> (si % 64) & 1) ||
+                    !resources_fit(&pod->requests, &(struct resources){ 0 }, &cat->items[si].allocatable) ||
+                    !limits_ok(p, NULL, &cat->items[si], 1, &which))
+                        continue;
+                long h = ordered_host(c, pc, pod, p, ch->pool, &pc->terms[ch->term], mins, soft, si, &ch->numa);
+                if (h < 0)
+                        return false;
+                ch->shape = si;
+                ch->host = (size_t)h;
+                return true;
+        }
+        return false;
+}
+
 static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t pool, bool soft,
                      const int32_t *mins, struct why *w, size_t *ret_slot) {
         const struct pool_c *p = &c->pools[pool];
@@ -545,9 +605,11 @@ static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod
         int t = simulate__pick_term(c, pc, p, ch.mask, buf, sizeof buf);
         if (t < 0)
                 note(w, ST_REQ, buf);
+        ch.term = (uint32_t)(t < 0 ? 0 : t);
+        if (t >= 0 && try_shapes_ordered(c, pc, pod, &ch, mins, soft))
+                return create_claim(c, pc, pod, &ch, ret_slot) == 0;
         if (t < 0 || filter_hosts(c, pc, p, &pc->terms[t], mins, soft, &hs, w) == 0)
                 return false;
-        ch.term = (uint32_t)t;
         if (!try_shapes(c, pc, pod, &ch, &hs, w))
                 return false;
         return create_claim(c, pc, pod, &ch, ret_slot) == 0;

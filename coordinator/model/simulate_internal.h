@@ -172,6 +172,9 @@ struct host_c {
         bool room_at_start;
         bool room_now, room_dirty; /* room for some shape now; recomputed lazily after take/release */
         uint32_t planned;
+        bool order_dirty;          /* planned or free_cpus changed since its place in ctx.host_order */
+        uint32_t order_planned;    /* the key it has that place by */
+        int64_t order_free_cpus;
 };
 
 struct claim_c {
@@ -236,6 +239,7 @@ struct ctx {
         struct claim_c *claims;
         size_t n_claims, cap_claims;
         int32_t *host_of_zone; /* zone index -> host index or -1 */
+        uint32_t *host_order;  /* host indexes, fewest planned claims first, then most free cpus, then index */
         int32_t only_zone;     /* >= 0 while placing the first pod of a zone-affine set: its anchor zone */
         /* the slot index (simulate_index.c) */
         struct slot_room *room;     /* max tree: node 1 the root, leaves room_cap.. (one per slot) */
@@ -268,6 +272,8 @@ void simulate__host_release(struct host_c *h, int nc, size_t si, const struct sh
 int simulate__prepare_hosts(struct ctx *c);
 /* Does any shape of any node class fit host h now? */
 bool simulate__host_has_room(struct ctx *c, size_t h);
+/* ctx.host_order brought up to date (h->planned changes mark order_dirty too). */
+void simulate__host_order_sync(struct ctx *c);
 
 /* simulate_compile.c */
 int simulate__compile(struct ctx *c);
