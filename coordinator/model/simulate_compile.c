@@ -432,11 +432,13 @@ int simulate__add_slot(struct ctx *c, struct slot **ret) {
         if (simulate__grow(&c->slots, &c->cap_slots, c->n_slots + 1, sizeof(struct slot)) < 0 ||
             simulate__ensure_counts(c, c->n_slots + 1) < 0)
                 return c->error = -ENOMEM;
-        for (size_t i = 0; i < c->n_classes; i++) {
+        for (size_t i = 0; c->fail_cap < c->n_slots + 1 && i < c->n_classes; i++) {
                 struct pclass *pc = &c->classes[i];
-                if (simulate__grow(&pc->slot_fail, &pc->slot_fail_cap, c->n_slots + 1, 1) < 0)
+                if (simulate__grow(&pc->slot_fail, &pc->slot_fail_cap, c->cap_slots, 1) < 0)
                         return c->error = -ENOMEM;
         }
+        if (c->fail_cap < c->n_slots + 1)
+                c->fail_cap = c->cap_slots;
         *ret = &c->slots[c->n_slots++];
         **ret = (struct slot){ .zone = -1 };
         return 0;

@@ -76,6 +76,8 @@ int simulate__index_sync(struct ctx *c) {
 }
 
 int simulate__index_update(struct ctx *c, size_t s) {
+        if (!c->room)
+                return 0; /* built by the first scan, after the bound pods have landed */
         if (simulate__index_sync(c) < 0)
                 return c->error;
         tree_set(c, s, room_of(c, s));

@@ -229,6 +229,7 @@ struct ctx {
         struct slot *slots;
         size_t n_slots, cap_slots;
         size_t counts_cap; /* slots the per-group arrays hold */
+        size_t fail_cap;   /* slots every class's slot_fail holds (grown with cap_slots, not slot by slot) */
         struct nodeclass_c *ncs;
         size_t n_ncs;
         struct pool_c *pools;

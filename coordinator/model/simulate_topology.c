@@ -124,7 +124,8 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
                         continue; /* a new node always opens a hostname domain with 0 pods */
                 const struct group *g = &c->groups[st->group];
                 int32_t min = INT32_MAX, domains = 0;
-                for (size_t z = 0; z < c->n_zones; z++)
+                /* counts are never negative: once a domain has none, the minimum is 0 whatever the rest */
+                for (size_t z = 0; z < c->n_zones && min > 0; z++)
                         if (simulate__zone_eligible(c, pc, (int32_t)z)) {
                                 domains++;
                                 if (g->zone_cnt[z] < min)
