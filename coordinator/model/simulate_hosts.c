@@ -178,11 +178,13 @@ static size_t order_bound(const struct ctx *c, size_t n, uint32_t h) {
 /* Take host h out of the order and put it back by its current keys. */
 static void order_move(struct ctx *c, uint32_t h) {
         struct host_c *hc = &c->hosts[h];
+        hc->order_dirty = false;
+        if (hc->order_planned == hc->planned && hc->order_free_cpus == hc->free_cpus)
+                return; /* a claim tried a shape and gave the room back */
         size_t n = c->n_hosts, at = order_bound(c, n, h);
         memmove(&c->host_order[at], &c->host_order[at + 1], (n - at - 1) * sizeof *c->host_order);
         hc->order_planned = hc->planned;
         hc->order_free_cpus = hc->free_cpus;
-        hc->order_dirty = false;
         at = order_bound(c, n - 1, h);
         memmove(&c->host_order[at + 1], &c->host_order[at], (n - 1 - at) * sizeof *c->host_order);
         c->host_order[at] = h;
