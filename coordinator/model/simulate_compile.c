@@ -368,6 +368,18 @@ static bool is_member(const struct pclass *pc, uint32_t group) {
         return false;
 }
 
+/* Per-slot counts cost groups x slots of memory: only the groups a hostname term reads get them. */
+static void mark_per_node(struct ctx *c, const struct pclass *pc) {
+        for (uint32_t t = 0; t < pc->n_aff; t++)
+                c->groups[pc->aff[t].group].per_node |= pc->aff[t].topo == TOPO_HOST;
+        for (uint32_t t = 0; t < pc->n_anti; t++) {
+                c->groups[pc->anti[t].group].per_node |= pc->anti[t].topo == TOPO_HOST;
+                c->groups[pc->anti[t].group].per_node_anti |= pc->anti[t].topo == TOPO_HOST;
+        }
+        for (uint32_t t = 0; t < pc->n_spread; t++)
+                c->groups[pc->spread[t].group].per_node |= pc->spread[t].topo == TOPO_HOST;
+}
+
 static void compile_membership(struct ctx *c) {
         for (size_t i = 0; i < c->n_classes && !c->error; i++) {
                 struct pclass *pc = &c->classes[i];
@@ -382,6 +394,7 @@ static void compile_membership(struct ctx *c) {
                         pc->anti[t].self = is_member(pc, pc->anti[t].group);
                 for (uint32_t t = 0; t < pc->n_spread; t++)
                         pc->spread[t].self = is_member(pc, pc->spread[t].group);
+                mark_per_node(c, pc);
         }
 }
 
@@ -411,8 +424,8 @@ int simulate__ensure_counts(struct ctx *c, size_t slots) {
         for (size_t g = 0; g < c->n_groups; g++) {
                 struct group *gr = &c->groups[g];
                 size_t old = c->counts_cap, old2 = c->counts_cap;
-                if (simulate__grow(&gr->node_cnt, &old, cap, sizeof(int32_t)) < 0 ||
-                    simulate__grow(&gr->anti_node, &old2, cap, sizeof(int32_t)) < 0)
+                if ((gr->per_node && simulate__grow(&gr->node_cnt, &old, cap, sizeof(int32_t)) < 0) ||
+                    (gr->per_node_anti && simulate__grow(&gr->anti_node, &old2, cap, sizeof(int32_t)) < 0))
                         return c->error = -ENOMEM;
         }
         c->counts_cap = cap;
@@ -449,7 +462,8 @@ void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, in
         int32_t zone = c->slots[slot].zone;
         for (uint32_t i = 0; i < pc->n_member; i++) {
                 struct group *g = &c->groups[pc->member[i]];
-                g->node_cnt[slot] += delta;
+                if (g->node_cnt)
+                        g->node_cnt[slot] += delta;
                 g->total += delta;
                 if (zone >= 0)
                         g->zone_cnt[zone] += delta;

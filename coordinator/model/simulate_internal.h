@@ -76,6 +76,7 @@ struct group {
         const struct sim_selector *src; /* for messages */
         int32_t *node_cnt, *zone_cnt;   /* matching pods per slot / per zone */
         int32_t *anti_node, *anti_zone; /* pods owning an anti-affinity term on this group */
+        bool per_node, per_node_anti;   /* a hostname term reads node_cnt / an anti one anti_node: else NULL */
         int64_t total;
 };
 

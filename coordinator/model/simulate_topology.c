@@ -137,9 +137,10 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
         }
 }
 
-/* slot == SIZE_MAX: a new node in zone. */
+/* slot == SIZE_MAX: a new node in zone. per_slot NULL: no term counts the group per node, so none is read but
+ * the symmetric anti-affinity check's, for which no pod has a hostname anti-affinity term on the group. */
 static int32_t node_count(const int32_t *per_slot, size_t slot) {
-        return slot == SIZE_MAX ? 0 : per_slot[slot];
+        return slot == SIZE_MAX || !per_slot ? 0 : per_slot[slot];
 }
 
 static enum fit anti_fits(const struct ctx *c, const struct pclass *pc, size_t slot, int32_t zone) {
