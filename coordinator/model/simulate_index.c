@@ -92,23 +92,23 @@ bool simulate__index_room(const struct ctx *c, size_t s, const struct resources 
         return room_holds(c->room[c->room_cap + s], req);
 }
 
-/* The first leaf >= from under node n (leaves lo..hi-1) with room for req, or SIZE_MAX. */
-static size_t first_under(const struct ctx *c, size_t n, size_t lo, size_t hi, size_t from,
-                          const struct resources *req) {
-        if (hi <= from || !room_holds(c->room[n], req))
-                return SIZE_MAX;
-        if (hi - lo == 1)
-                return lo;
-        size_t mid = lo + (hi - lo) / 2;
-        size_t r = first_under(c, 2 * n, lo, mid, from, req);
-        return r != SIZE_MAX ? r : first_under(c, 2 * n + 1, mid, hi, from, req);
-}
-
+/* From the leaf of slot from: up while the subtrees to the right hold no room for req, then down the leftmost
+ * path that does. O(log distance). */
 size_t simulate__index_next(const struct ctx *c, size_t from, const struct resources *req) {
         if (from >= c->n_slots)
                 return SIZE_MAX;
-        size_t s = first_under(c, 1, 0, c->room_cap, from, req);
-        return s < c->n_slots ? s : SIZE_MAX;
+        size_t n = c->room_cap + from;
+        if (!room_holds(c->room[n], req)) {
+                do {
+                        while (n & 1) /* a right child: its parent has nothing more to the right */
+                                if ((n >>= 1) == 0)
+                                        return SIZE_MAX;
+                        n++; /* the right sibling */
+                } while (!room_holds(c->room[n], req));
+                while (n < c->room_cap)
+                        n = room_holds(c->room[2 * n], req) ? 2 * n : 2 * n + 1;
+        }
+        return n - c->room_cap < c->n_slots ? n - c->room_cap : SIZE_MAX;
 }
 
 void simulate__index_free(struct ctx *c) {
