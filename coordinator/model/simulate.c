@@ -75,30 +75,11 @@ static bool slot_takes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
         return false;
 }
 
-#define ZONE_SCAN_MAX 8 /* zone-affine pods scan the slots of at most this many zones, else all slots */
-
-/* The zones a zone affinity term of the class confines the pod to (those running matching pods), into zones;
- * -1 when no term confines it or more than ZONE_SCAN_MAX zones remain. */
-static int affinity_zones(const struct ctx *c, const struct pclass *pc, int32_t *zones) {
-        for (uint32_t i = 0; i < pc->n_aff; i++) {
-                const struct group *g = &c->groups[pc->aff[i].group];
-                int n = 0;
-                if (pc->aff[i].topo != TOPO_ZONE || (g->total == 0 && pc->aff[i].self))
-                        continue;
-                for (size_t z = 0; z < c->n_zones && n <= ZONE_SCAN_MAX; z++)
-                        if (g->zone_cnt[z] > 0 && n++ < ZONE_SCAN_MAX)
-                                zones[n - 1] = (int32_t)z;
-                if (n <= ZONE_SCAN_MAX)
-                        return n;
-        }
-        return -1;
-}
-
 /* The slots of the given zones in increasing order (the order of a scan of all slots) from the cursor on:
  * slots elsewhere fail the affinity, which comes before any claim is tried. */
 static size_t scan_zones(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
                          bool soft, const int32_t *zones, int n) {
-        size_t pos[ZONE_SCAN_MAX] = { 0 };
+        size_t pos[SIM_ZONES_MAX] = { 0 };
         for (;;) {
                 int best = -1;
                 size_t best_s = SIZE_MAX;
@@ -126,10 +107,10 @@ static size_t scan_zones(struct ctx *c, struct pclass *pc, const struct sim_pod 
  * and memory are skipped: they fail the resource check, which comes before any claim is tried. */
 static size_t scan_slots(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
                          bool soft) {
-        int32_t zones[ZONE_SCAN_MAX];
+        int32_t zones[SIM_ZONES_MAX];
         if (simulate__index_sync(c) < 0)
                 return SIZE_MAX;
-        int n = affinity_zones(c, pc, zones);
+        int n = simulate__affinity_zones(c, pc, zones);
         if (n >= 0)
                 return scan_zones(c, pc, pod, mins, soft, zones, n);
         size_t s = pc->cursor;

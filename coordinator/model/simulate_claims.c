@@ -335,11 +335,27 @@ static const char *topology_text(const struct ctx *c, const struct pclass *pc, e
         return buf;
 }
 
-/* Candidate hosts for pool p, term t and the pod's zone topology. 0 when none, with a reason noted. */
+/* A host filter_hosts keeps? */
+static bool host_candidate(struct ctx *c, struct pclass *pc, const struct pool_c *p, const struct cterm *t,
+                           const int32_t *mins, bool soft, size_t h) {
+        return (c->only_zone < 0 || c->hosts[h].zone == c->only_zone) && host_place_ok(c, p, t, &c->hosts[h]) &&
+               simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, c->hosts[h].zone) == FIT_OK;
+}
+
+/* Candidate hosts for pool p, term t and the pod's zone topology. 0 when none, with a reason noted. A class
+ * that zone affinity confines tries the hosts of those zones first: no other host passes; when none of them
+ * does, the scan of every host finds the reason. */
 static size_t filter_hosts(struct ctx *c, struct pclass *pc, const struct pool_c *p, const struct cterm *t,
                            const int32_t *mins, bool soft, struct hostscan *hs, struct why *w) {
         enum fit worst = FIT_OK;
         size_t placed = 0;
+        int32_t zones[SIM_ZONES_MAX];
+        int n_zones = simulate__affinity_zones(c, pc, zones);
+        for (size_t h = 0; n_zones > 0 && h < c->n_hosts; h++)
+                if (simulate__zone_in(zones, n_zones, c->hosts[h].zone) && host_candidate(c, pc, p, t, mins, soft, h))
+                        hs->cand[hs->n_cand++] = h;
+        if (hs->n_cand)
+                return hs->n_cand;
         for (size_t h = 0; h < c->n_hosts; h++) {
                 if ((c->only_zone >= 0 && c->hosts[h].zone != c->only_zone) || !host_place_ok(c, p, t, &c->hosts[h]))
                         continue;
@@ -530,10 +546,13 @@ static long ordered_host(struct ctx *c, const struct pclass *pc, const struct si
                          int *ret_numa) {
         const struct shape *s = &c->ncs[p->nc].shapes->items[si];
         size_t tries = 0;
+        int32_t zones[SIM_ZONES_MAX];
+        int n_zones = simulate__affinity_zones(c, pc, zones);
         for (size_t k = 0; k < c->n_hosts && tries < ORDERED_TRIES; k++) {
                 size_t h = c->host_order[k];
                 struct host_c *hc = &c->hosts[h];
-                if (!host_place_ok(c, p, t, hc) ||
+                if ((n_zones >= 0 && !simulate__zone_in(zones, n_zones, hc->zone)) ||
+                    !host_place_ok(c, p, t, hc) ||
                     simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, hc->zone) != FIT_OK)
                         continue;
                 tries++;

@@ -323,6 +323,12 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
+#define SIM_ZONES_MAX 8 /* zone-affine pods look at the slots and hosts of at most this many zones, else all */
+/* The zones a zone affinity term of the class confines its pods to (those running matching pods: no node or
+ * host elsewhere passes the term), into zones (SIM_ZONES_MAX); -1 when no term confines them or more than
+ * SIM_ZONES_MAX zones remain. */
+int simulate__affinity_zones(const struct ctx *c, const struct pclass *pc, int32_t *zones);
+bool simulate__zone_in(const int32_t *zones, int n, int32_t zone);
 
 /* simulate_index.c: kept in step by land(); a slot's room changes only when a pod lands. */
 int simulate__index_sync(struct ctx *c);          /* index the slots added since */

@@ -201,3 +201,25 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
                 f = spread_fits(c, pc, mins, soft, slot, zone);
         return f;
 }
+
+int simulate__affinity_zones(const struct ctx *c, const struct pclass *pc, int32_t *zones) {
+        for (uint32_t i = 0; i < pc->n_aff; i++) {
+                const struct group *g = &c->groups[pc->aff[i].group];
+                int n = 0;
+                if (pc->aff[i].topo != TOPO_ZONE || (g->total == 0 && pc->aff[i].self))
+                        continue;
+                for (size_t z = 0; z < c->n_zones && n <= SIM_ZONES_MAX; z++)
+                        if (g->zone_cnt[z] > 0 && n++ < SIM_ZONES_MAX)
+                                zones[n - 1] = (int32_t)z;
+                if (n <= SIM_ZONES_MAX)
+                        return n;
+        }
+        return -1;
+}
+
+bool simulate__zone_in(const int32_t *zones, int n, int32_t zone) {
+        for (int k = 0; k < n; k++)
+                if (zones[k] == zone)
+                        return true;
+        return false;
+}
