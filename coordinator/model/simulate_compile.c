@@ -104,7 +104,7 @@ static void sig_put(struct sigbuf *b, const char *s) {
         char t[24];
         const char *d = sig_digits(t, len);
         size_t nd = (size_t)(t + sizeof t - d);
-        if (simulate__grow(&b->s, &b->cap, b->n + len + 24, 1) < 0)
+        if (b->n + len + 24 > b->cap && simulate__grow(&b->s, &b->cap, b->n + len + 24, 1) < 0)
                 return;
         memcpy(b->s + b->n, d, nd);
         b->s[b->n + nd] = ':';
