@@ -2,7 +2,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "api_internal.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,13 +30,14 @@ static unsigned count_fit(const struct capacity *c, const struct placement_reque
 
 static json_t *count_offer(const struct capacity *c, const struct placement_request *shape, unsigned max_count) {
         unsigned n = count_fit(c, shape);
-        return json_pack("{s:i, s:b, s:f, s:n}", "count", n > max_count ? max_count : n, "count_capped",
-                         n > max_count, "score", 0.0, "placement");
+        unsigned count = n > max_count ? max_count : n;
+        return json_pack("{s:i, s:i, s:b, s:f, s:b, s:n}", "count", count, "preferred_count", count, "count_capped",
+                         n > max_count, "score", 0.0, "fallback", 0, "placement");
 }
 
 static json_t *pinned_offer(const struct agent *a, const struct placement_request *shape, unsigned max_count) {
         struct placement_offer offer;
-        char reason[256] = "";
+        char reason[512] = ""; /* a refusal lists every NUMA node's free CPUs and memory */
         if (placement_offer(a->topology, a->capacity, shape, max_count, &offer, reason, sizeof reason) < 0)
                 return NULL;
         json_t *o = placement_offer_to_json(&offer);
@@ -120,7 +120,7 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
 void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
-        char reason[400];
+        char reason[640]; /* a refusal lists every NUMA node's free CPUs and memory */
         if (api__parse_body(req, resp, &body) < 0)
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);
@@ -170,15 +170,14 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
 static const char *path_id(const struct http_request *req, struct http_response *resp, char buf[LEDGER_ID_LEN + 1]) {
         const char *p = req->path + strlen("/v1/reservations/");
         size_t n = strcspn(p, "/");
-        bool ok = n == LEDGER_ID_LEN - 1 && strncmp(p, "r-", 2) == 0;
-        for (size_t i = 2; ok && i < n; i++)
-                ok = isxdigit((unsigned char)p[i]) && !isupper((unsigned char)p[i]);
-        if (!ok) {
+        if (n < LEDGER_ID_LEN) {
+                memcpy(buf, p, n);
+                buf[n] = '\0';
+        }
+        if (n >= LEDGER_ID_LEN || !ledger_id_valid(buf)) {
                 api__error(resp, 400, "invalid request", "id: expected a reservation id like r-0123456789abcdef");
                 return NULL;
         }
-        memcpy(buf, p, n);
-        buf[n] = '\0';
         return buf;
 }
 

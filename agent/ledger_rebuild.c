@@ -54,11 +54,20 @@ struct descr_lines {
         char name[LEDGER_OWNER_MAX + 1], uid[LEDGER_OWNER_MAX + 1], id[LEDGER_ID_LEN + 1], cpus[DESCR_LINE_MAX];
 };
 
+/* dst = v when it fits whole; a value cut short would name something else, so a longer one is not taken. */
+static bool copy_whole(char *dst, size_t len, const char *v) {
+        size_t n = strlen(v);
+        if (n >= len)
+                return false;
+        memcpy(dst, v, n + 1);
+        return true;
+}
+
 /* dst = the value of "key: value" in line, unless dst has one already. */
 static void take(char *dst, size_t len, const char *line, const char *key) {
         const char *v = line_value(line, key);
         if (!*dst && v)
-                snprintf(dst, len, "%s", v);
+                copy_whole(dst, len, v);
 }
 
 static int descr_lines(const char *conf_text, struct descr_lines *d) {
@@ -71,7 +80,8 @@ static int descr_lines(const char *conf_text, struct descr_lines *d) {
                 if (first) {
                         if (!(v = line_value(line, LEDGER_REBUILD_MARK)))
                                 return -ENOENT;
-                        snprintf(d->name, sizeof d->name, "%s", v);
+                        if (!copy_whole(d->name, sizeof d->name, v))
+                                return -ENOENT; /* longer than any Node name: not one of the coordinator's */
                         continue;
                 }
                 take(d->uid, sizeof d->uid, line, "uid");

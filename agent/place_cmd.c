@@ -58,7 +58,12 @@ static int answer(const struct topology *t, struct capacity *free_cap, const cha
         }
         r = placement_charge(free_cap, p);
         json_t *o = r >= 0 ? placement_to_json(p) : NULL;
+        bool fallback = p->fallback;
         placement_free(p);
+        if (o && fallback && json_object_set_new(o, "fallback", json_true()) < 0) {
+                json_decref(o);
+                o = NULL;
+        }
         if (!o || json_object_set_new(o, "ok", json_true()) < 0) {
                 json_decref(o);
                 return r < 0 ? r : -ENOMEM;

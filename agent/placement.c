@@ -57,6 +57,7 @@ struct fit {
         size_t n_groups;
         bool small_ok;             /* a guest node may hold less than a quarter of the VM (memory forces it) */
         /* the result */
+        bool fallback;             /* made by choose_any: a preference was given up so that the VM fits */
         size_t n_share;
         struct share share[PLACEMENT_MAX_NUMA];
 };
@@ -622,16 +623,214 @@ static bool small_forced(const struct fit *f) {
         return true;
 }
 
-/* Pairs and quarters first; smaller guest nodes only where memory forces them; any CPUs last (sets with
- * a guest node under a quarter only where forced). Otherwise the VM is refused: the free CPUs are too
- * scattered to hold it well. */
+/* ---- the fallback: any valid layout ---- */
+
+/* What one layout of the fallback looks like, to pick the best of them. */
+struct any_eval {
+        size_t n;
+        struct share share[PLACEMENT_MAX_NUMA];
+        bool proportional; /* memory follows vCPUs */
+        unsigned odd;      /* guest nodes with an odd vCPU count (SMT hosts) */
+        unsigned small;    /* guest nodes under a quarter of the VM */
+        bool one_package;
+        unsigned free;
+};
+
+/* Non-isolated CPUs the vCPU counts v take (free isolated CPUs of each node go first). */
+static unsigned any_budget_use(const struct fit *f, const size_t *idx, size_t k, const unsigned *v) {
+        unsigned non = 0;
+        for (size_t j = 0; j < k; j++) {
+                unsigned iso = f->cand[idx[j]].n_iso;
+                non += v[j] > iso ? v[j] - iso : 0;
+        }
+        return non;
+}
+
+/* Add up to *left vCPUs to node j, at most room more, and (with budget) within the budget left. */
+static void any_add(unsigned *v, unsigned room, unsigned *left, unsigned *budget_left) {
+        unsigned t = room < *left ? room : *left;
+        if (budget_left) {
+                t = t < *budget_left ? t : *budget_left;
+                *budget_left -= t;
+        }
+        *v += t;
+        *left -= t;
+}
+
+/* vCPUs per node of the set (fill order): one each, then free isolated CPUs, then the others within
+ * the budget, first as far as the node has CPUs in free pairs of sibling threads (so pairs stay whole
+ * where they can), then any. It uses the fewest non-isolated CPUs any layout on the set could, so it
+ * fails only when no layout on the set holds the vCPUs. */
+static bool any_vcpus(const struct fit *f, const size_t *idx, size_t k, unsigned *v) {
+        unsigned left = f->vcpus, forced = 0;
+        if (k > left)
+                return false;
+        for (size_t j = 0; j < k; j++) {
+                v[j] = 1;
+                forced += f->cand[idx[j]].n_iso == 0;
+        }
+        left -= (unsigned)k;
+        if (forced > f->budget)
+                return false;
+        unsigned budget_left = f->budget - forced;
+        for (size_t j = 0; j < k; j++) {
+                unsigned iso = f->cand[idx[j]].n_iso;
+                any_add(&v[j], iso > v[j] ? iso - v[j] : 0, &left, NULL);
+        }
+        for (size_t j = 0; j < k; j++) {
+                unsigned pairs = f->cand[idx[j]].n_pair;
+                any_add(&v[j], pairs > v[j] ? pairs - v[j] : 0, &left, &budget_left);
+        }
+        for (size_t j = 0; j < k; j++)
+                any_add(&v[j], cand_free(&f->cand[idx[j]]) - v[j], &left, &budget_left);
+        return left == 0;
+}
+
+/* Whether v[from] can give one vCPU to v[to]. */
+static bool any_can_move(const struct fit *f, const size_t *idx, size_t k, unsigned *v, size_t from, size_t to) {
+        if (v[from] < 2 || v[to] >= cand_free(&f->cand[idx[to]]))
+                return false;
+        v[from]--;
+        v[to]++;
+        bool ok = any_budget_use(f, idx, k, v) <= f->budget;
+        v[from]++;
+        v[to]--;
+        return ok;
+}
+
+/* On SMT hosts, pair up odd counts (one vCPU moves from one odd node to another) where room allows. */
+static void any_parity(const struct fit *f, const size_t *idx, size_t k, unsigned *v) {
+        for (size_t j = 0; f->smt && j < k; j++)
+                for (size_t l = j + 1; v[j] % 2 && l < k; l++) {
+                        if (v[l] % 2 == 0)
+                                continue;
+                        if (any_can_move(f, idx, k, v, j, l)) {
+                                v[j]--;
+                                v[l]++;
+                        } else if (any_can_move(f, idx, k, v, l, j)) {
+                                v[l]--;
+                                v[j]++;
+                        }
+                }
+}
+
+/* Memory in proportion to vCPUs when the nodes have it; otherwise each node at least one unit and at
+ * most its free memory, as close to proportion as the nodes allow. false when the set lacks memory. */
+static bool any_memory(const struct fit *f, struct any_eval *e) {
+        e->proportional = split_memory(f, e->share, e->n);
+        if (e->proportional)
+                return true;
+        uint64_t given = 0;
+        for (size_t j = 0; j < e->n; j++) {
+                uint64_t have = f->cand[e->share[j].cand].mem_units, u = f->units * e->share[j].vcpus / f->vcpus;
+                u = u < 1 ? 1 : u;
+                e->share[j].units = u < have ? u : have;
+                given += e->share[j].units;
+        }
+        for (size_t j = 0; j < e->n && given < f->units; j++) {
+                uint64_t room = f->cand[e->share[j].cand].mem_units - e->share[j].units, need = f->units - given;
+                uint64_t t = room < need ? room : need;
+                e->share[j].units += t;
+                given += t;
+        }
+        for (size_t j = 0; j < e->n && given > f->units; j++) {
+                uint64_t spare = e->share[j].units - 1, over = given - f->units;
+                uint64_t t = spare < over ? spare : over;
+                e->share[j].units -= t;
+                given -= t;
+        }
+        return given == f->units;
+}
+
+/* Guest order: even counts first, odd ones last, so that guest pairs 2k, 2k+1 stay within one node. */
+static void any_shares(const struct fit *f, const size_t *idx, size_t k, const unsigned *v, struct any_eval *e) {
+        e->n = 0;
+        e->odd = e->small = 0;
+        for (int odd = 0; odd < 2; odd++)
+                for (size_t j = 0; j < k; j++)
+                        if ((int)(v[j] % 2) == odd)
+                                e->share[e->n++] = (struct share){ .cand = idx[j], .vcpus = v[j] };
+        for (size_t j = 0; j < k; j++) {
+                e->odd += f->smt && v[j] % 2;
+                e->small += 4 * v[j] < f->vcpus;
+        }
+        if (f->vcpus % 2 && e->odd > 0)
+                e->odd--; /* an odd VM has one odd node anyway */
+}
+
+static bool eval_any(const struct fit *f, const size_t *combo, size_t k, struct any_eval *e) {
+        size_t idx[PLACEMENT_MAX_NUMA];
+        unsigned v[PLACEMENT_MAX_NUMA];
+        if (k > f->units)
+                return false;
+        memcpy(idx, combo, k * sizeof(size_t));
+        sort_fill_order(f, idx, k);
+        if (!any_vcpus(f, idx, k, v))
+                return false;
+        any_parity(f, idx, k, v);
+        any_shares(f, idx, k, v, e);
+        if (!any_memory(f, e))
+                return false;
+        int pkg = f->t->numa_nodes[f->cand[idx[0]].idx].package;
+        e->one_package = pkg >= 0;
+        e->free = 0;
+        for (size_t j = 0; j < k; j++) {
+                e->free += cand_free(&f->cand[idx[j]]);
+                e->one_package &= f->t->numa_nodes[f->cand[idx[j]].idx].package == pkg;
+        }
+        return true;
+}
+
+/* Among fallback layouts on as many nodes: memory in proportion, then fewest odd guest nodes (pairs
+ * kept), then fewest small ones, then one package, then the fullest set. */
+static bool any_better(const struct any_eval *a, const struct any_eval *b) {
+        if (a->proportional != b->proportional)
+                return a->proportional;
+        if (a->odd != b->odd)
+                return a->odd < b->odd;
+        if (a->small != b->small)
+                return a->small < b->small;
+        if (a->one_package != b->one_package)
+                return a->one_package;
+        return a->free < b->free;
+}
+
+/* Any valid layout: every guest node at least one vCPU and one memory unit, within what its host node
+ * has free, the budget kept; the fewest nodes first. Bounded like the other searches. */
+static bool choose_any(struct fit *f) {
+        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
+        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
+                struct any_eval best = { 0 }, e;
+                bool found = false;
+                size_t combo[PLACEMENT_MAX_NUMA];
+                for (size_t j = 0; j < k; j++)
+                        combo[j] = j;
+                unsigned evals = 0;
+                do {
+                        if (eval_any(f, combo, k, &e) && (!found || any_better(&e, &best))) {
+                                best = e;
+                                found = true;
+                        }
+                } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
+                if (found) {
+                        f->n_share = best.n;
+                        memcpy(f->share, best.share, best.n * sizeof(struct share));
+                        f->fallback = true;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* Pairs and quarters first; smaller guest nodes only where memory forces them; then the fill (pairs
+ * may break); then any valid layout: quality is a preference, fitting is a rule. */
 static bool choose_multi(struct fit *f) {
         if (choose_tier(f, TIER_QUARTER))
                 return true;
         f->small_ok = small_forced(f);
         if (f->small_ok && choose_tier(f, TIER_PAIRS))
                 return true;
-        return choose_fill(f);
+        return choose_fill(f) || choose_any(f);
 }
 
 /* ---- choosing CPUs inside one node ---- */
@@ -910,6 +1109,7 @@ static int fit_build(struct fit *f, struct placement **ret_p) {
         if (!p)
                 return -ENOMEM;
         p->memory_bytes = f->units * f->unit;
+        p->fallback = f->fallback;
         unsigned budget = f->budget;
         for (size_t j = 0; j < f->n_share; j++) {
                 int r = build_share(f, &f->share[j], &budget, p);
@@ -922,40 +1122,129 @@ static int fit_build(struct fit *f, struct placement **ret_p) {
         return 0;
 }
 
-static void fit_explain(const struct fit *f, char *reason, size_t len) {
-        unsigned iso = 0, non = 0, max_cpu = 0;
-        uint64_t mem = 0, max_mem = 0, mib = f->unit / PLACEMENT_MIB;
+/* Whether the free CPUs (within the budget) and the free memory of the nodes with free CPUs add up to the
+ * VM: when they do not, no layout exists and the searches are skipped. */
+static bool fit_enough(const struct fit *f) {
+        unsigned iso = 0, non = 0;
+        uint64_t mem = 0;
         for (size_t i = 0; i < f->n_cand; i++) {
-                const struct cand *cd = &f->cand[i];
-                iso += cd->n_iso;
-                non += cd->n_non;
-                mem += cd->mem_units;
-                max_cpu = cand_free(cd) > max_cpu ? cand_free(cd) : max_cpu;
-                max_mem = cd->mem_units > max_mem ? cd->mem_units : max_mem;
+                iso += f->cand[i].n_iso;
+                non += f->cand[i].n_non;
+                mem += f->cand[i].mem_units;
+        }
+        return iso + (non < f->budget ? non : f->budget) >= f->vcpus && mem >= f->units;
+}
+
+/* "; free per NUMA node: node 0 2 CPUs 4096 MiB, node 1 ..." (every node with CPUs; memory as the request
+ * counts it: ordinary or hugepages of its size). */
+static void explain_nodes(const struct fit *f, const struct placement_request *req, char *buf, size_t len) {
+        size_t at = (size_t)snprintf(buf, len, "; free per NUMA node:");
+        uint64_t mib = f->unit / PLACEMENT_MIB;
+        const char *sep = "";
+        for (size_t i = 0; i < f->t->n_numa_nodes && at < len; i++) {
+                unsigned cpus = f->node_free[i] ? cpuset_count(f->node_free[i]) : 0;
+                if (f->node_core_start[i] == f->node_core_start[i + 1])
+                        continue; /* a node without CPUs never holds a guest node */
+                at += (size_t)snprintf(buf + at, len - at, "%s node %d %u CPUs %llu MiB", sep, f->t->numa_nodes[i].id,
+                                       cpus, (unsigned long long)(node_mem_units(f, req, i) * mib));
+                sep = ",";
+        }
+}
+
+/* The sum of the n largest of vals[0..k). */
+static uint64_t largest_sum(uint64_t *vals, size_t k, size_t n) {
+        uint64_t sum = 0;
+        for (size_t m = 0; m < n && m < k; m++) {
+                size_t best = m;
+                for (size_t j = m + 1; j < k; j++)
+                        best = vals[j] > vals[best] ? j : best;
+                uint64_t x = vals[m];
+                vals[m] = vals[best];
+                vals[best] = x;
+                sum += vals[m];
+        }
+        return sum;
+}
+
+/* The fewest of vals[0..k) that add up to need (largest first); k + 1 when all of them do not. */
+static size_t nodes_for(const uint64_t *vals, size_t k, uint64_t need) {
+        uint64_t sorted[k + 1];
+        memcpy(sorted, vals, k * sizeof(uint64_t));
+        for (size_t n = 1; n <= k; n++)
+                if (largest_sum(sorted, k, n) >= need)
+                        return n;
+        return k + 1;
+}
+
+/* The 8-node limit: what the 8 nodes with the most free CPUs, and those with the most memory, have. */
+static int explain_max_nodes(const struct fit *f, uint64_t *cpu_v, uint64_t *mem_v, char *reason, size_t len) {
+        uint64_t mib = f->unit / PLACEMENT_MIB;
+        unsigned long long cpus = largest_sum(cpu_v, f->n_cand, PLACEMENT_MAX_NUMA);
+        unsigned long long mem = largest_sum(mem_v, f->n_cand, PLACEMENT_MAX_NUMA) * mib;
+        return snprintf(reason, len,
+                        "NUMA nodes: at most %d guest nodes, and the %d with the most free CPUs have %llu, "
+                        "those with the most memory %llu MiB, for %u vCPUs and %llu MiB",
+                        PLACEMENT_MAX_NUMA, PLACEMENT_MAX_NUMA, cpus, mem, f->vcpus,
+                        (unsigned long long)(f->units * mib));
+}
+
+static bool free_cpus_anywhere(const struct fit *f) {
+        for (size_t i = 0; i < f->t->n_numa_nodes; i++)
+                if (f->node_free[i] && cpuset_count(f->node_free[i]) > 0)
+                        return true;
+        return false;
+}
+
+/* Why no layout exists, naming the resource that is short: CPUs (host-wide or after floating VMs),
+ * memory (on the nodes with free CPUs, or more nodes than the VM has vCPUs), or the 8 guest NUMA nodes
+ * Proxmox allows. */
+static int explain_short(const struct fit *f, char *reason, size_t len) {
+        unsigned iso = 0, non = 0;
+        uint64_t mem = 0, cpu_v[f->n_cand + 1], mem_v[f->n_cand + 1];
+        unsigned long long mib = f->unit / PLACEMENT_MIB;
+        for (size_t i = 0; i < f->n_cand; i++) {
+                iso += f->cand[i].n_iso;
+                non += f->cand[i].n_non;
+                mem += f->cand[i].mem_units;
+                cpu_v[i] = cand_free(&f->cand[i]);
+                mem_v[i] = f->cand[i].mem_units;
         }
         unsigned cpus = iso + (non < f->budget ? non : f->budget);
-        if (f->n_cand == 0)
-                snprintf(reason, len, "no NUMA node has both free CPUs and free memory");
-        else if (f->vcpus > cpus && f->c->floating_vcpus == 0)
-                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs are free", f->vcpus, cpus);
-        else if (f->vcpus > cpus)
-                snprintf(reason, len, "needs %u vCPUs but only %u host CPUs can be pinned (floating VMs need %u vCPUs)",
-                         f->vcpus, cpus, f->c->floating_vcpus);
-        else if (f->units > mem)
-                snprintf(reason, len, "needs %llu MiB but NUMA nodes with free CPUs have only %llu MiB free",
-                         (unsigned long long)(f->units * mib), (unsigned long long)(mem * mib));
-        else if (!f->small_ok && f->vcpus > 1)
-                snprintf(reason, len,
-                         "the free CPUs are too scattered: every split of %u vCPUs would leave a guest NUMA node with "
-                         "less than a quarter of them (largest node: %u free CPUs)",
-                         f->vcpus, max_cpu);
-        else
-                snprintf(reason, len,
-                         "no set of up to %d NUMA nodes holds %u vCPUs with %llu MiB split in proportion to vCPUs%s "
-                         "(largest node: %u free CPUs, %llu MiB free)",
-                         PLACEMENT_MAX_NUMA, f->vcpus, (unsigned long long)(f->units * mib),
-                         f->smt ? ", an even count per node (sibling pairs)" : "", max_cpu,
-                         (unsigned long long)(max_mem * mib));
+        size_t need_nodes = nodes_for(mem_v, f->n_cand, f->units), cpu_nodes = nodes_for(cpu_v, f->n_cand, f->vcpus);
+        if (f->n_cand == 0 && free_cpus_anywhere(f))
+                return snprintf(reason, len, "memory: no NUMA node has both free CPUs and free memory");
+        if (f->vcpus > cpus && f->c->floating_vcpus == 0)
+                return snprintf(reason, len, "CPUs: needs %u vCPUs but only %u host CPUs are free", f->vcpus, cpus);
+        if (f->vcpus > cpus)
+                return snprintf(reason, len,
+                                "CPUs: needs %u vCPUs but only %u host CPUs can be pinned (floating VMs need %u vCPUs)",
+                                f->vcpus, cpus, f->c->floating_vcpus);
+        if (f->units > mem)
+                return snprintf(reason, len,
+                                "memory: needs %llu MiB but NUMA nodes with free CPUs have only %llu MiB free",
+                                f->units * mib, mem * mib);
+        if (need_nodes > f->vcpus)
+                return snprintf(reason, len,
+                                "memory: %llu MiB needs %zu NUMA nodes but %u vCPUs make at most %u guest nodes "
+                                "(each holds a vCPU)",
+                                f->units * mib, need_nodes, f->vcpus, f->vcpus);
+        if (cpu_nodes <= PLACEMENT_MAX_NUMA && cpu_nodes > f->units)
+                return snprintf(reason, len,
+                                "memory: %u vCPUs need %zu NUMA nodes but %llu MiB make at most %llu guest nodes "
+                                "(each holds memory)",
+                                f->vcpus, cpu_nodes, f->units * mib, (unsigned long long)f->units);
+        return explain_max_nodes(f, cpu_v, mem_v, reason, len);
+}
+
+/* The refusal: the short resource, then every node's free CPUs and memory. */
+static void fit_explain(const struct fit *f, const struct placement_request *req, char *reason, size_t len) {
+        if (len == 0)
+                return; /* the caller wants no reason (an offer's count) */
+        char nodes[320];
+        explain_nodes(f, req, nodes, sizeof nodes);
+        int at = explain_short(f, reason, len);
+        if (at >= 0 && (size_t)at < len)
+                snprintf(reason + at, len - at, "%s", nodes);
 }
 
 int placement_place(const struct topology *t, const struct capacity *free_cap, const struct placement_request *req,
@@ -965,8 +1254,8 @@ int placement_place(const struct topology *t, const struct capacity *free_cap, c
                 return r;
         struct fit f;
         r = fit_init(&f, t, free_cap, req);
-        if (r >= 0 && !choose_single(&f) && !choose_multi(&f)) {
-                fit_explain(&f, reason, reasonlen);
+        if (r >= 0 && (!fit_enough(&f) || (!choose_single(&f) && !choose_multi(&f)))) {
+                fit_explain(&f, req, reason, reasonlen);
                 r = -ENOSPC;
         }
         struct placement *p = NULL;

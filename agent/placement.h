@@ -40,6 +40,8 @@ struct placement {
         uint64_t memory_bytes;
         size_t n_numa;
         struct placement_numa numa[PLACEMENT_MAX_NUMA];
+        bool fallback;       /* no preferred layout fitted: a preference (sibling pairs, even or quarter guest
+                              * nodes, memory in proportion to vCPUs) was given up; not kept in JSON */
 };
 
 /* Check a request: 0, or -EINVAL with a reason naming the field. */
@@ -50,7 +52,7 @@ int placement_request_check(const struct placement_request *req, char *reason, s
 int placement_request_from_json(const json_t *obj, struct placement_request *ret_req, char *reason,
                                 size_t reasonlen);
 
-/* Place one VM on what is free. `free` is the host's capacity: free_cpus, floating_vcpus and per-node
+/* Place one VM on what is free (reasonlen 0: no reason is written). `free` is the host's capacity: free_cpus, floating_vcpus and per-node
  * free_cpus / memory_free_bytes; the caller has already removed reserved CPUs, pinned VMs and live
  * reservations. Isolated CPUs (t->isolated) may be given to the VM; the other free CPUs left afterwards
  * still cover floating_vcpus. Hugepage requests use the free pages of that size in t->numa_nodes.
@@ -97,6 +99,7 @@ double placement_score(const struct topology *t, const struct capacity *before, 
 /* What a host offers for one VM shape. */
 struct placement_offer {
         unsigned count;         /* how many such VMs could be placed now, one after the other (greedy) */
+        unsigned preferred;     /* how many of those, from the first, get a preferred layout (not the fallback) */
         bool count_capped;      /* counting stopped at max_count */
         struct placement *best; /* the placement the next such VM gets; NULL when count == 0 */
         double score;           /* placement_score of best, 0 when count == 0 */
@@ -110,5 +113,7 @@ int placement_offer(const struct topology *t, const struct capacity *free, const
                     unsigned max_count, struct placement_offer *ret_offer, char *reason, size_t reasonlen);
 void placement_offer_done(struct placement_offer *o);
 
-/* {"count", "count_capped", "score", "placement": <placement_to_json> or null}. NULL on ENOMEM. */
+/* {"count", "preferred_count", "count_capped", "score", "fallback", "placement": <placement_to_json> or
+ * null}; fallback: the placement is the fallback's (best->fallback), a host with a preferred layout should
+ * be chosen first. NULL on ENOMEM. */
 json_t *placement_offer_to_json(const struct placement_offer *o);

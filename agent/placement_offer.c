@@ -225,15 +225,16 @@ void placement_offer_done(struct placement_offer *o) {
 /* Place copies of req one after the other on work until one does not fit or max_count is reached. */
 static int offer_count(const struct topology *t, struct capacity *work, const struct placement_request *req,
                        unsigned max_count, struct placement_offer *o) {
-        char why[256];
+        char why[1];
         while (o->count < max_count) {
                 struct placement *p = NULL;
-                int r = placement_place(t, work, req, &p, why, sizeof(why));
+                int r = placement_place(t, work, req, &p, why, 0); /* the count needs no reason */
                 if (r == -ENOSPC)
                         return 0;
                 if (r < 0)
                         return r;
                 r = placement_charge(work, p);
+                o->preferred += !p->fallback && o->preferred == o->count;
                 placement_free(p);
                 if (r < 0)
                         return r;
@@ -273,6 +274,7 @@ json_t *placement_offer_to_json(const struct placement_offer *o) {
         json_t *p = o->best ? placement_to_json(o->best) : json_null();
         if (!p)
                 return NULL;
-        return json_pack("{s:I, s:b, s:f, s:o}", "count", (json_int_t)o->count, "count_capped", o->count_capped,
-                         "score", o->score, "placement", p);
+        return json_pack("{s:I, s:I, s:b, s:f, s:b, s:o}", "count", (json_int_t)o->count, "preferred_count",
+                         (json_int_t)o->preferred, "count_capped", o->count_capped, "score", o->score, "fallback",
+                         o->best && o->best->fallback, "placement", p);
 }

@@ -27,11 +27,12 @@
  *   unforced     of those, the ones in VMs that free memory did not force: at most 8 nodes, each able to
  *                hold a quarter of the VM by its free memory (memory following vCPUs) and its CPUs were
  *                they all free, could have held the VM
+ *   fallback     VMs placed by the allocator's fallback (no preferred layout fitted; ours only)
  *   x-seed       ours / baseline vCPUs-valid of the stream ("-" when the baseline starts none)
  * RESULT: min_vcpu_ratio = min over every topology and stream (the big one included) of ours / baseline
  * startable vCPUs, where the baseline starts some; total_vcpu_ratio = the same over all of them summed;
  * smt_pair_pct = our sibling pairs over the big stream on SMT hosts (all_smt_pair_pct: every stream);
- * odd_nodes, small_nodes, small_unforced = the columns above summed over every stream (ours);
+ * odd_nodes, small_nodes, small_unforced, fallback_vms = the columns above summed over every stream (ours);
  * invalid_numa = our placements failing placement_validate or overlapping; numa_local_pct = our VMs on
  * one node among those one node could hold when they came; us_per_alloc = our mean time per
  * placement_place call (refusals included) on the topology with the most CPUs; max_us_per_alloc = the
@@ -60,7 +61,7 @@ struct tally {
         unsigned fifo_vcpus;  /* vCPUs placed before the placer's first refusal */
         bool refused;
         unsigned local_possible, local_done; /* VMs one node could hold / of those, placed on one node */
-        unsigned split, odd_nodes, small_nodes, small_unforced;
+        unsigned split, odd_nodes, small_nodes, small_unforced, fallback;
         bool quarter_possible; /* set before each measure: memory let the VM split in quarters or more */
         unsigned calls;
         double ns;
@@ -80,7 +81,7 @@ struct host {
 struct totals {
         double min_ratio, max_us;
         unsigned valid_base, valid_ours;
-        unsigned big_pairs, big_sib, all_pairs, all_sib, odd_nodes, small_nodes, small_unforced;
+        unsigned big_pairs, big_sib, all_pairs, all_sib, odd_nodes, small_nodes, small_unforced, fallback;
         unsigned invalid_ours, invalid_base, local_possible, local_done;
         double us_largest;
         unsigned largest_cpus;
@@ -447,6 +448,7 @@ static void ours_record(const struct host *h, const struct placement *p, struct 
         struct bench_vm vm = { .cpus = p->cpus, .vcpu_map = p->vcpu_map, .n_vcpus = p->n_vcpus,
                                .memory_bytes = p->memory_bytes, .n_numa = p->n_numa, .numa_sum = bad ? 0 : sum };
         measure(h, &vm, ty);
+        ty->fallback += p->fallback;
         cpuset_or(used, p->cpus);
 }
 
@@ -500,7 +502,7 @@ static void pct(char *buf, size_t len, unsigned num, unsigned den, bool applicab
 
 static void print_row(const struct host *h, const char *stream, const char *placer, const struct tally *ty,
                       const struct tally *base) {
-        char numa[16], sib[16], l3[16], us[16], odd[16], ratio[16];
+        char numa[16], sib[16], l3[16], us[16], odd[16], ratio[16], fb[16];
         pct(numa, sizeof numa, ty->one_numa, ty->vms, true);
         pct(sib, sizeof sib, ty->sib_pairs, ty->pairs, h->smt);
         pct(l3, sizeof l3, ty->one_l3, ty->vms, h->has_l3);
@@ -512,13 +514,17 @@ static void print_row(const struct host *h, const char *stream, const char *plac
                 snprintf(odd, sizeof odd, "%u", ty->odd_nodes);
         else
                 snprintf(odd, sizeof odd, "-");
+        if (base)
+                snprintf(fb, sizeof fb, "%u", ty->fallback);
+        else
+                snprintf(fb, sizeof fb, "-");
         if (base && base->valid_vcpus)
                 snprintf(ratio, sizeof ratio, "%.3f", (double)ty->valid_vcpus / base->valid_vcpus);
         else
                 snprintf(ratio, sizeof ratio, "-");
-        printf("%-6s %-9s %5u %6u %11u %15u %10s %15s %8s %13u %9s %6u %9s %11u %8u %7s\n", stream, placer, ty->vms,
-               ty->vcpus, ty->valid_vcpus, ty->fifo_vcpus, numa, sib, l3, ty->invalid, us, ty->split, odd,
-               ty->small_nodes, ty->small_unforced, ratio);
+        printf("%-6s %-9s %5u %6u %11u %15u %10s %15s %8s %13u %9s %6u %9s %11u %8u %8s %7s\n", stream, placer,
+               ty->vms, ty->vcpus, ty->valid_vcpus, ty->fifo_vcpus, numa, sib, l3, ty->invalid, us, ty->split, odd,
+               ty->small_nodes, ty->small_unforced, fb, ratio);
 }
 
 static void print_header(const struct host *h) {
@@ -526,9 +532,9 @@ static void print_header(const struct host *h) {
                h->n_cpus, h->nodes_with_cpus, h->t->n_l3_caches, h->smt ? "SMT" : "no SMT", h->max_node_cpus,
                (unsigned long long)(h->max_node_mem / GIB),
                h->synthetic_mem ? " (memory synthetic: 4 GiB per CPU, the topology has none)" : "");
-        printf("%-6s %-9s %5s %6s %11s %15s %10s %15s %8s %13s %9s %6s %9s %11s %8s %7s\n", "stream", "placer", "VMs",
-               "vCPUs", "vCPUs-valid", "vCPUs-to-1st-no", "one-NUMA%", "sibling-pairs%", "one-L3%", "invalid-numa",
-               "us/alloc", "split", "odd-nodes", "small-nodes", "unforced", "x-seed");
+        printf("%-6s %-9s %5s %6s %11s %15s %10s %15s %8s %13s %9s %6s %9s %11s %8s %8s %7s\n", "stream", "placer",
+               "VMs", "vCPUs", "vCPUs-valid", "vCPUs-to-1st-no", "one-NUMA%", "sibling-pairs%", "one-L3%",
+               "invalid-numa", "us/alloc", "split", "odd-nodes", "small-nodes", "unforced", "fallback", "x-seed");
 }
 
 /* ---------- per topology ---------- */
@@ -547,6 +553,7 @@ static void add_case(const struct host *h, const struct req_stream *s, const str
         tot->odd_nodes += h->smt ? ours->odd_nodes : 0;
         tot->small_nodes += ours->small_nodes;
         tot->small_unforced += ours->small_unforced;
+        tot->fallback += ours->fallback;
         if (h->smt) {
                 tot->all_pairs += ours->pairs;
                 tot->all_sib += ours->sib_pairs;
@@ -671,10 +678,11 @@ int main(int argc, char **argv) {
         printf("\nbaseline invalid numaN memory sums: %u (defect 1); topologies that failed to load: %d\n",
                tot.invalid_base, failed);
         printf("RESULT name=placement min_vcpu_ratio=%.3f total_vcpu_ratio=%.3f smt_pair_pct=%.1f all_smt_pair_pct=%.1f "
-               "odd_nodes=%u small_nodes=%u small_unforced=%u invalid_numa=%u numa_local_pct=%.1f us_per_alloc=%.2f max_us_per_alloc=%.2f\n",
+               "odd_nodes=%u small_nodes=%u small_unforced=%u fallback_vms=%u invalid_numa=%u numa_local_pct=%.1f "
+               "us_per_alloc=%.2f max_us_per_alloc=%.2f\n",
                tot.min_ratio > 1e8 ? 0.0 : tot.min_ratio, tot.valid_base ? (double)tot.valid_ours / tot.valid_base : 0.0,
                tot.big_pairs ? 100.0 * tot.big_sib / tot.big_pairs : 100.0,
                tot.all_pairs ? 100.0 * tot.all_sib / tot.all_pairs : 100.0, tot.odd_nodes, tot.small_nodes, tot.small_unforced,
-               tot.invalid_ours, local, tot.us_largest, tot.max_us);
+               tot.fallback, tot.invalid_ours, local, tot.us_largest, tot.max_us);
         return failed || tot.invalid_ours ? 1 : 0;
 }

@@ -234,10 +234,6 @@ int agents_release(struct agents_client *c, const char *id) {
         return call_id(c, "DELETE", "/v1/reservations/", id, "", NULL, NULL);
 }
 
-int agents_vms(struct agents_client *c, json_t **ret) {
-        return call(c, "GET", "/v1/vms", NULL, ret);
-}
-
 static int vm_call(struct agents_client *c, const char *method, uint32_t vmid, const char *suffix, json_t **ret) {
         char path[64];
         snprintf(path, sizeof path, "/v1/vms/%" PRIu32 "%s", vmid, suffix);
@@ -248,6 +244,3 @@ int agents_vm_get(struct agents_client *c, uint32_t vmid, json_t **ret) {
         return vm_call(c, "GET", vmid, "", ret);
 }
 
-int agents_vm_pin(struct agents_client *c, uint32_t vmid, json_t **ret) {
-        return vm_call(c, "POST", vmid, "/pin", ret);
-}

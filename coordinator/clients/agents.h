@@ -74,8 +74,5 @@ int agents_reservation_get(struct agents_client *c, const char *id, json_t **ret
 int agents_bind(struct agents_client *c, const char *id, uint32_t vmid, json_t **ret);
 /* DELETE /v1/reservations/{id}. -ENOENT when it is already gone. */
 int agents_release(struct agents_client *c, const char *id);
-int agents_vms(struct agents_client *c, json_t **ret);
 /* GET /v1/vms/{vmid}: the VM with its reservation and pinning (wanted and real affinity per thread). */
 int agents_vm_get(struct agents_client *c, uint32_t vmid, json_t **ret);
-/* POST /v1/vms/{vmid}/pin: pin now and return the report. */
-int agents_vm_pin(struct agents_client *c, uint32_t vmid, json_t **ret);

@@ -83,10 +83,6 @@ bool config_agent_fallback_proxmox(const struct config *cfg) {
         return cfg->node_policy == CONFIG_NODE_POLICY_SIMPLE;
 }
 
-const char *config_node_policy_name(enum config_node_policy p) {
-        return p == CONFIG_NODE_POLICY_SIMPLE ? "simple" : "static";
-}
-
 /* ---- scalar parsers ---- */
 
 struct duration_unit {

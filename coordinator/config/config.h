@@ -122,8 +122,6 @@ int config_load(int argc, char *const *argv, const char *const *envp, struct con
 /* Help text for --help (static). */
 const char *config_usage(void);
 
-/* "static" / "simple". */
-const char *config_node_policy_name(enum config_node_policy p);
 /* Is a host whose agent does not answer placed by Proxmox's accounting (true) or left out (false)? agents.fallback
  * when given, else true under the simple policy only. Pure. */
 bool config_agent_fallback_proxmox(const struct config *cfg);

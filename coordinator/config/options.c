@@ -1,5 +1,6 @@
 /* options: the controller's own flags (--launch, --leader-elect, --disruption, --node-repair, --workers, the
- * periods of the scale-down pass and the launch timeouts), taken out of argv before config. */
+ * periods of the scale-down pass, the launch timeouts and leader election's periods), taken out of argv before
+ * config. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "options.h"
 #include "config.h"
@@ -26,6 +27,9 @@ enum option_id {
         OPT_REGISTRATION_TIMEOUT,
         OPT_TASK_TIMEOUT,
         OPT_DRAIN_TIMEOUT,
+        OPT_LEASE_DURATION,
+        OPT_RENEW_DEADLINE,
+        OPT_RETRY_PERIOD,
 };
 
 enum option_kind { KIND_BOOL, KIND_COUNT, KIND_DURATION };
@@ -50,6 +54,9 @@ static const struct option_def DEFS[] = {
         { OPT_REGISTRATION_TIMEOUT, "registration-timeout", "REGISTRATION_TIMEOUT", KIND_DURATION },
         { OPT_TASK_TIMEOUT, "task-timeout", "TASK_TIMEOUT", KIND_DURATION },
         { OPT_DRAIN_TIMEOUT, "drain-timeout", "DRAIN_TIMEOUT", KIND_DURATION },
+        { OPT_LEASE_DURATION, "leader-elect-lease-duration", "LEADER_ELECT_LEASE_DURATION", KIND_DURATION },
+        { OPT_RENEW_DEADLINE, "leader-elect-renew-deadline", "LEADER_ELECT_RENEW_DEADLINE", KIND_DURATION },
+        { OPT_RETRY_PERIOD, "leader-elect-retry-period", "LEADER_ELECT_RETRY_PERIOD", KIND_DURATION },
 };
 
 #define N_DEFS (sizeof DEFS / sizeof DEFS[0])
@@ -65,7 +72,10 @@ void options_init(struct options *o) {
                                .replacement_timeout_ms = OPTIONS_DEFAULT_REPLACEMENT_TIMEOUT_MS,
                                .clone_timeout_ms = OPTIONS_DEFAULT_CLONE_TIMEOUT_MS,
                                .registration_timeout_ms = OPTIONS_DEFAULT_REGISTRATION_TIMEOUT_MS,
-                               .task_timeout_ms = OPTIONS_DEFAULT_TASK_TIMEOUT_MS };
+                               .task_timeout_ms = OPTIONS_DEFAULT_TASK_TIMEOUT_MS,
+                               .lease_duration_ms = OPTIONS_DEFAULT_LEASE_DURATION_MS,
+                               .renew_deadline_ms = OPTIONS_DEFAULT_RENEW_DEADLINE_MS,
+                               .retry_period_ms = OPTIONS_DEFAULT_RETRY_PERIOD_MS };
 }
 
 static int parse_bool(const char *s, bool *ret) {
@@ -122,7 +132,10 @@ static int apply_duration(struct options *o, const struct option_def *d, const c
                               [OPT_CLONE_TIMEOUT] = &o->clone_timeout_ms,
                               [OPT_REGISTRATION_TIMEOUT] = &o->registration_timeout_ms,
                               [OPT_TASK_TIMEOUT] = &o->task_timeout_ms,
-                              [OPT_DRAIN_TIMEOUT] = &o->drain_timeout_ms };
+                              [OPT_DRAIN_TIMEOUT] = &o->drain_timeout_ms,
+                              [OPT_LEASE_DURATION] = &o->lease_duration_ms,
+                              [OPT_RENEW_DEADLINE] = &o->renew_deadline_ms,
+                              [OPT_RETRY_PERIOD] = &o->retry_period_ms };
         *fields[d->id] = (int64_t)ms;
         return 0;
 }
@@ -176,6 +189,21 @@ static int one_flag(struct options *o, const struct option_def *d, const char *v
         return apply(o, d, name, value, err, errlen);
 }
 
+/* client-go's rule: the lease outlasts the renew deadline, which outlasts 1.2 retry periods (its jitter). */
+static int leader_periods_ok(const struct options *o, char *err, size_t errlen) {
+        if (o->renew_deadline_ms >= o->lease_duration_ms)
+                snprintf(err, errlen, "--leader-elect-renew-deadline: must be shorter than "
+                         "--leader-elect-lease-duration (%lld ms, not %lld ms)", (long long)o->lease_duration_ms,
+                         (long long)o->renew_deadline_ms);
+        else if (o->retry_period_ms * 12 >= o->renew_deadline_ms * 10)
+                snprintf(err, errlen, "--leader-elect-retry-period: must be shorter than "
+                         "--leader-elect-renew-deadline / 1.2 (%lld ms, not %lld ms)", (long long)o->renew_deadline_ms,
+                         (long long)o->retry_period_ms);
+        else
+                return 0;
+        return -EINVAL;
+}
+
 int options_parse(struct options *o, int *argc, char **argv, const char *const *envp, char *err, size_t errlen) {
         for (size_t k = 0; k < N_DEFS; k++) {
                 const char *v = config_env_value(envp, DEFS[k].env);
@@ -197,7 +225,7 @@ int options_parse(struct options *o, int *argc, char **argv, const char *const *
         }
         argv[out] = NULL;
         *argc = out;
-        return 0;
+        return leader_periods_ok(o, err, errlen);
 }
 
 const char *options_usage(void) {
@@ -226,5 +254,11 @@ const char *options_usage(void) {
                "                              start, stop, delete (2m)\n"
                "  --drain-timeout D           [DRAIN_TIMEOUT] the termination grace period of a node whose NodeClaim\n"
                "                              and NodePool set none: its pods left then are deleted (none: wait)\n"
+               "  --leader-elect-lease-duration D  [LEADER_ELECT_LEASE_DURATION] another replica takes the Lease\n"
+               "                              over this long after it last changed (15s)\n"
+               "  --leader-elect-renew-deadline D  [LEADER_ELECT_RENEW_DEADLINE] a leader that cannot renew for\n"
+               "                              this long stops acting (10s; shorter than the lease duration)\n"
+               "  --leader-elect-retry-period D    [LEADER_ELECT_RETRY_PERIOD] how often the Lease is renewed or\n"
+               "                              tried (2s; under the renew deadline / 1.2)\n"
                "  (D: a Go duration, 100ms to 24h: 500ms, 10s, 1m30s, 2h)\n";
 }

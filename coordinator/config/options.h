@@ -16,6 +16,10 @@
 #define OPTIONS_DEFAULT_CLONE_TIMEOUT_MS (10 * 60 * 1000)
 #define OPTIONS_DEFAULT_REGISTRATION_TIMEOUT_MS (15 * 60 * 1000)
 #define OPTIONS_DEFAULT_TASK_TIMEOUT_MS (2 * 60 * 1000)
+/* client-go's leader election defaults (kube-controller-manager's --leader-elect-* flags) */
+#define OPTIONS_DEFAULT_LEASE_DURATION_MS 15000
+#define OPTIONS_DEFAULT_RENEW_DEADLINE_MS 10000
+#define OPTIONS_DEFAULT_RETRY_PERIOD_MS 2000
 
 struct options {
         bool launch;       /* --launch / LAUNCH (default true): false stops after NodeClaims are created */
@@ -34,6 +38,13 @@ struct options {
         int64_t task_timeout_ms;         /* --task-timeout / TASK_TIMEOUT (2m): other Proxmox tasks (start, stop...) */
         int64_t drain_timeout_ms;        /* --drain-timeout / DRAIN_TIMEOUT (0: none): the grace period of a node
                                           * whose claim and pool set no terminationGracePeriod */
+        /* Leader election, as client-go's (lease duration > renew deadline > 1.2 x retry period): */
+        int64_t lease_duration_ms; /* --leader-elect-lease-duration / LEADER_ELECT_LEASE_DURATION (15s): another
+                                    * replica takes the Lease over this long after it last changed */
+        int64_t renew_deadline_ms; /* --leader-elect-renew-deadline / LEADER_ELECT_RENEW_DEADLINE (10s): a leader
+                                    * that could not renew for this long stops acting */
+        int64_t retry_period_ms;   /* --leader-elect-retry-period / LEADER_ELECT_RETRY_PERIOD (2s): how often the
+                                    * Lease is renewed or tried */
 };
 
 void options_init(struct options *o);

@@ -96,6 +96,8 @@ static bool own_write(struct controller *c, enum kube_watch_event ev, const json
 
 static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {
         bool was = prev && initialized(prev);
+        if (ev != KUBE_EVENT_MODIFIED || initialized(claim) != was)
+                c->usage_stale = true;
         if (ev == KUBE_EVENT_DELETED) {
                 if (!was)
                         stats_add(c->stats, STATS_LAUNCH_FAILED, 1);
@@ -115,6 +117,8 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
 /* A Node came, changed or went: reconcile the claim that launched it. */
 static void node_changed(struct controller *c, enum kube_watch_event ev, const json_t *node) {
         const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
+        if (ev != KUBE_EVENT_MODIFIED)
+                c->usage_stale = true;
         if (ev == KUBE_EVENT_DELETED)
                 trigger_locked(c);
         const json_t *claim = pid && *pid ? controller__by_provider_id_locked(c, K_CLAIMS, pid) : NULL;
@@ -327,6 +331,22 @@ static void disruption_locked(struct controller *c, struct disruption *dis) {
         c->last_disruption_ms = monotime_ms();
 }
 
+/* NodePool usage after claims or Nodes came or went (leader only; at most once a loop tick). */
+static void usage_locked(struct controller *c, struct provisioner *p) {
+        struct snapshot s;
+        c->usage_stale = false;
+        snapshot_take_locked(c, &s);
+        pthread_mutex_unlock(&c->mu);
+        if (provisioner_update_usage(p, &s.s) < 0) {
+                pthread_mutex_lock(&c->mu);
+                c->usage_stale = true; /* tried again next tick */
+                pthread_mutex_unlock(&c->mu);
+        }
+        snapshot_done(&s);
+        pthread_mutex_lock(&c->mu);
+        c->last_usage_ms = monotime_ms();
+}
+
 static bool disruption_due_locked(const struct controller *c, const struct disruption *dis, int64_t now) {
         return dis && c->leader && all_synced_locked(c) && !c->batch.open &&
                now - c->last_disruption_ms >= c->o.disruption_interval_ms;
@@ -348,6 +368,10 @@ static void loop_locked(struct controller *c, struct provisioner *p, struct disr
                 now = monotime_ms();
                 if (disruption_due_locked(c, dis, now))
                         disruption_locked(c, dis);
+                now = monotime_ms();
+                if (c->usage_stale && c->leader && all_synced_locked(c) && !c->batch.open &&
+                    now - c->last_usage_ms >= LOOP_TICK_MS)
+                        usage_locked(c, p);
                 now = monotime_ms();
                 /* Pods still pending after a round are looked at again: they may have been left unplaced, or
                  * kube-scheduler may have put other pods on the room planned for them (it does not honour
@@ -425,7 +449,10 @@ static void *lease_main(void *arg) {
         struct controller *c = arg;
         struct kube_client *kube = NULL;
         struct leader l;
-        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity });
+        leader_init(&l, &(struct leader_options){ .namespace = c->lease_namespace, .identity = c->identity,
+                                                  .lease_duration_ms = c->o.lease_duration_ms,
+                                                  .renew_deadline_ms = c->o.renew_deadline_ms,
+                                                  .retry_ms = c->o.retry_period_ms });
         if (kube_client_new(c->kcfg, NULL, &kube) < 0) {
                 log_error("kubernetes client for leader election: out of memory");
                 return NULL;
@@ -440,6 +467,7 @@ static void *lease_main(void *arg) {
                 pthread_mutex_lock(&c->mu);
                 if (lead != c->leader && !atomic_load(&c->stop)) {
                         c->leader = lead;
+                        c->usage_stale = c->usage_stale || lead; /* the last leader may have left it behind */
                         stats_set(c->stats, STATS_LEADER, lead);
                         pthread_cond_broadcast(&c->cond);
                         controller__wake_workers_locked(c);

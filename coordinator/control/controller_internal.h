@@ -78,6 +78,8 @@ struct controller {
         size_t last_unplaced;
         int64_t last_round_ms;
         int64_t last_disruption_ms;
+        bool usage_stale;          /* a claim or Node came, went or was Initialized: NodePool usage to update */
+        int64_t last_usage_ms;
 
         struct ctl_watcher watchers[K_N];
         struct ctl_worker *workers;

@@ -145,8 +145,8 @@ static void reconcile(struct controller *c, const char *name, const json_t *clai
         int64_t requeue = 0;
         int r = c->ops->reconcile(c->launcher, claim, &requeue);
         stats_add(c->stats, r < 0 ? STATS_RECONCILE_ERROR : STATS_RECONCILE_OK, 1);
-        if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop))
-                log_error_errno(r, "NodeClaim %s: launch step failed", name);
+        if (r < 0 && r != -ECANCELED && !atomic_load(&c->stop)) /* logged by the launcher, once per change */
+                log_debug("NodeClaim %s: launch step failed (%s); tried again later", name, strerror(-r));
         *ret_r = r;
         *ret_requeue = requeue;
 }

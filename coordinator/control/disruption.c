@@ -161,6 +161,11 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
                 return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
                                        kube_client_error(d->env.kube));
         log_info("disruption: NodeClaim %s: %s", name, message);
+        /* Its Node keeps the taint (it was put on for this decision, by this process or by one before a restart): not
+         * a stale one to take off, whatever this pass's snapshot, taken before the delete, still says. */
+        const char *node_name = meta_str(node, "name");
+        if (node_name)
+                json_object_set_new(d->tainted, node_name, json_string(name));
         return 0;
 }
 

@@ -754,6 +754,17 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         return rc;
 }
 
+int provisioner_update_usage(struct provisioner *p, const struct provisioner_snapshot *snap) {
+        struct provisioner_round *r;
+        struct provisioner_outcome out = { 0 };
+        int rc = provisioner_round_new(snap, &r);
+        if (rc < 0)
+                return log_error_errno(rc, "NodePool usage: cannot build the simulation input");
+        update_pools(p, r, NULL, &out);
+        provisioner_round_free(r);
+        return out.failures ? -EIO : 0;
+}
+
 /* ---- replacements (the scale-down pass) ---- */
 
 int provisioner_add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap) {

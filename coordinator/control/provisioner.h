@@ -209,6 +209,11 @@ void provisioner_free(struct provisioner *p);
 int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *snap,
                     struct provisioner_outcome *ret);
 
+/* NodePool status.resources from the snapshot alone (its Nodes and in-flight claims), patched where it changed: as
+ * Karpenter's NodePool counter, after a claim or Node came or went, not only in provisioning rounds. 0, or a
+ * negative errno (already logged). */
+int provisioner_update_usage(struct provisioner *p, const struct provisioner_snapshot *snap);
+
 /* Host room into r (built from snap by provisioner_round_new), as a round adds it: each region's online hosts, from
  * their agents or Proxmox, less what planned claims take; pools kept off hosts where their launches pause. 0 or
  * -ENOMEM. */

@@ -10,6 +10,7 @@
 #include "cloudinit.h"
 #include "disrupt.h"
 #include "kube.h"
+#include "launchstep.h"
 #include "nodeclaim.h"
 #include "provisioner.h"
 #include "quantity.h"
@@ -208,7 +209,11 @@ static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) 
                 const char *nc = str_at(json_object_get(json_object_get(obj, "spec"), "nodeClassRef"), "name");
                 rc = simulate_json_nodeclaim(r->in, obj, provisioner_round_catalog(r, nc), NULL, err, sizeof err);
         } else {
-                rc = simulate_json_node(r->in, obj, NULL, err, sizeof err);
+                struct sim_node *n = NULL;
+                rc = simulate_json_node(r->in, obj, &n, err, sizeof err);
+                if (rc == 0) /* marked for deletion: it holds no limit against its replacement */
+                        n->leaving = deleting(obj) ||
+                                     launchstep_node_disrupted(json_object_get(json_object_get(obj, "spec"), "taints"));
         }
         rc = verdict(r, rc, claim ? "NodeClaim" : "Node", obj, err);
         if (rc == 0)

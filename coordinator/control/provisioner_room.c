@@ -69,17 +69,35 @@ static const struct provisioner_shape *shape_of_offer(const json_t *shape, const
         return NULL;
 }
 
-/* {"offers": [{"count", "shape": {"vcpus", "memory_bytes"}}]} → [{"shape": name, "count"}] for every name. */
+/* One named offer: {"shape": name, "count", "preferred_count", "fallback"} and the agent's "score" when it
+ * gave one (0-100). An agent that gives no preferred_count: all of count, or none when fallback. */
+static json_t *named_offer(const char *name, const json_t *o) {
+        int64_t count = int_at(o, "count", 0);
+        bool fallback = json_is_true(json_object_get(o, "fallback"));
+        int64_t preferred = int_at(o, "preferred_count", fallback ? 0 : count);
+        const json_t *score = json_object_get(o, "score");
+        count = count < 0 ? 0 : count;
+        preferred = preferred < 0 ? 0 : preferred > count ? count : preferred;
+        json_t *out = json_pack("{s:s, s:I, s:I, s:b}", "shape", name, "count", (json_int_t)count, "preferred_count",
+                                (json_int_t)preferred, "fallback", fallback);
+        double v = json_is_number(score) ? json_number_value(score) : -1;
+        if (out && v >= 0 && v <= 100 && json_object_set_new(out, "score", json_real(v)) < 0) {
+                json_decref(out);
+                return NULL;
+        }
+        return out;
+}
+
+/* {"offers": [{"count", "preferred_count", "score", "fallback", "shape": {"vcpus", "memory_bytes"}}]} →
+ * [{"shape": name, "count", "preferred_count", "score", "fallback"}] for every name. */
 static json_t *offers_by_name(const json_t *offers, const struct provisioner_shapes *shapes) {
         json_t *out = json_array();
         size_t i;
         json_t *o;
         json_array_foreach(json_object_get(offers, "offers"), i, o) {
                 const struct provisioner_shape *s = shape_of_offer(json_object_get(o, "shape"), shapes);
-                int64_t count = int_at(o, "count", 0);
                 for (size_t k = 0; out && s && k < s->n_names; k++)
-                        if (json_array_append_new(out, json_pack("{s:s, s:I}", "shape", s->names[k], "count",
-                                                                 (json_int_t)(count < 0 ? 0 : count))) < 0) {
+                        if (json_array_append_new(out, named_offer(s->names[k], o)) < 0) {
                                 json_decref(out);
                                 out = NULL;
                         }
@@ -160,6 +178,8 @@ static void cap_offers(json_t *host, int64_t cpus, int64_t mem, const struct pro
                 int64_t cap = by_cpu < by_mem ? by_cpu : by_mem;
                 if (count > cap)
                         json_object_set_new(o, "count", json_integer(cap));
+                if (int_at(o, "preferred_count", 0) > cap)
+                        json_object_set_new(o, "preferred_count", json_integer(cap));
         }
 }
 

@@ -19,7 +19,7 @@
 #define DISRUPT_HASH_LEN 17 /* 16 hex digits and the NUL */
 
 #define DISRUPT_NAME_MAX 254
-#define DISRUPT_MAX_BUDGETS 16
+#define DISRUPT_MAX_BUDGETS 50 /* the CRD's maxItems, as Karpenter's */
 #define DISRUPT_MESSAGE_MAX 256
 #define DISRUPT_REPAIR_AFTER_MS (15 * 60 * 1000)  /* NotReady or Unknown this long: repair */
 #define DISRUPT_REPAIR_MAX_PERCENT 20             /* no repair when more of a pool is unhealthy */

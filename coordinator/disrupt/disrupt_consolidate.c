@@ -212,6 +212,8 @@ static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list
                         disrupt__need_hosts(ctx, &t, ctx->in->candidates[i].price);
                 if (may && saves(&t, ctx->in->candidates[i].price))
                         return take(ctx, pool, DISRUPT_METHOD_SINGLE_NODE, &i, 1, &t);
+                if (may && t.uninitialized)
+                        disrupt__note(ctx, i, "not disrupted: its pods %s", t.unplaced_reason);
                 if (tried >= DISRUPT_SINGLE_MAX_TRIALS && !may)
                         disrupt__note(ctx, i, "not disrupted: not tried this pass (at most %d single-node "
                                       "consolidation simulations a pass)", DISRUPT_SINGLE_MAX_TRIALS);

@@ -23,6 +23,7 @@ struct disrupt__ctx {
         struct sim_pod **pending;    /* the input's pending pods */
         size_t n_pending;
         size_t n_bound;
+        unsigned char *pod_kinds;    /* per bound pod: scratch of the trials (a leaving node's pod or not) */
         size_t *pending_fit;         /* per candidate: the first pending pod (input pod) it could take, SIZE_MAX
                                       * none; NULL when no pod is pending */
         bool *pool_decided;          /* per pool: some decision of this pass takes candidates of it */
@@ -34,6 +35,7 @@ struct disrupt__trial {
         size_t n_moved;
         char unplaced_reason[DISRUPT_MESSAGE_MAX / 2]; /* the first unplaced pod's reason (a copy: the
                                                         * simulation's result is gone), "" when none */
+        bool uninitialized;                   /* the reason: a pod would go to a claim not Initialized */
         const char *target;                   /* the first existing node that takes a pod */
         size_t n_targets;                     /* distinct existing nodes that take pods */
         const struct shape *claims[DISRUPT__MAX_REPLACEMENTS];

@@ -162,8 +162,11 @@ static int budgets_at(const struct field *f, const json_t *disruption, struct di
                 p->n_budgets = 1;
                 return 0;
         }
-        if (!json_is_array(list) || json_array_size(list) > DISRUPT_MAX_BUDGETS)
-                return bad(f, "spec.disruption.budgets", "must be a list of at most 16 budgets");
+        if (!json_is_array(list) || json_array_size(list) > DISRUPT_MAX_BUDGETS) {
+                char why[64];
+                snprintf(why, sizeof why, "must be a list of at most %d budgets", DISRUPT_MAX_BUDGETS);
+                return bad(f, "spec.disruption.budgets", why);
+        }
         p->n_budgets = 0;
         json_array_foreach(list, i, o) {
                 if (budget_at(f, o, i, &p->budgets[p->n_budgets++]) < 0)

@@ -73,7 +73,8 @@ static int split_pods(struct disrupt__ctx *ctx) {
         const struct sim_input *s = ctx->in->sim;
         ctx->bound = calloc(s->n_pods + 1, sizeof *ctx->bound);
         ctx->pending = calloc(s->n_pods + 1, sizeof *ctx->pending);
-        if (!ctx->bound || !ctx->pending)
+        ctx->pod_kinds = calloc(s->n_pods + 1, sizeof *ctx->pod_kinds);
+        if (!ctx->bound || !ctx->pending || !ctx->pod_kinds)
                 return -ENOMEM;
         for (size_t i = 0; i < s->n_pods; i++) {
                 if (s->pods[i]->node_name)
@@ -169,6 +170,7 @@ void disrupt__ctx_done(struct disrupt__ctx *ctx) {
         free(ctx->reschedulable);
         free(ctx->notes);
         free(ctx->bound);
+        free(ctx->pod_kinds);
         free(ctx->pending);
         free(ctx->pending_fit);
         free(ctx->pool_decided);

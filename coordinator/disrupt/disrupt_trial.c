@@ -9,18 +9,40 @@
 
 #include "disrupt_internal.h"
 
+#define TRIAL_LEAVING 2
+
 static bool moves(const struct disrupt_pod *p) {
         return p->sim && !(p->flags & (DISRUPT_POD_DAEMONSET | DISRUPT_POD_MIRROR));
 }
 
-/* Cordon the nodes and make their pods pending (off = false), or put them back (off = true). */
-static void cordon(const struct disrupt_input *in, const size_t *cands, size_t n, bool *saved, bool undo) {
+/* Cordon the nodes and make their pods pending (undo = false), or put them back (undo = true). A trial's nodes do
+ * not count toward their pools' limits either (leaving), as Karpenter simulates without them. saved: per node, its
+ * unschedulable (bit 0) and leaving (bit 1) before. */
+static void cordon(const struct disrupt_input *in, const size_t *cands, size_t n, unsigned char *saved, bool undo) {
         for (size_t k = 0; k < n; k++) {
                 struct disrupt_candidate *c = &in->candidates[cands[k]];
-                if (undo)
-                        c->sim->unschedulable = saved[k];
-                else
-                        saved[k] = c->sim->unschedulable, c->sim->unschedulable = true;
+                if (undo) {
+                        c->sim->unschedulable = saved[k] & 1;
+                        c->sim->leaving = saved[k] & 2;
+                } else {
+                        saved[k] = (unsigned char)(c->sim->unschedulable | (c->sim->leaving << 1));
+                        c->sim->unschedulable = c->sim->leaving = true;
+                }
+                for (size_t p = 0; p < c->n_pods; p++)
+                        if (moves(&c->pods[p]))
+                                c->pods[p].sim->node_name = undo ? c->sim->name : NULL;
+        }
+}
+
+/* Karpenter counts the pods of nodes marked for deletion as pending in every simulation: the pods of the other
+ * candidates that are leaving (being deleted, or tainted by a decision: the old nodes of a replace under way) are
+ * pending too (undo = false) or put back, so that no decision takes the room they are to move to. Runs before the
+ * trial's own cordon, and undone after it. */
+static void leaving_pending(const struct disrupt_input *in, bool undo) {
+        for (size_t i = 0; i < in->n_candidates; i++) {
+                struct disrupt_candidate *c = &in->candidates[i];
+                if (!c->sim->leaving)
+                        continue;
                 for (size_t p = 0; p < c->n_pods; p++)
                         if (moves(&c->pods[p]))
                                 c->pods[p].sim->node_name = undo ? c->sim->name : NULL;
@@ -35,15 +57,44 @@ static void note_target(struct disrupt__trial *t, const struct sim_node *n) {
         t->n_targets++;
 }
 
-/* What the simulation did with the moved pods (the only pending ones in the trial). */
-static void read_result(const struct sim_input *s, const struct sim_result *r, struct disrupt__trial *t) {
+/* Karpenter's UninitializedNodeError: a claim in flight (no Node yet, or one not Initialized: a startup taint may
+ * stay, the node may never join) is no place to move pods to, so a decision cannot count on it. */
+static void uninitialized(struct disrupt__trial *t, const struct sim_node *n) {
+        if (!t->all_placed)
+                return;
+        t->all_placed = false;
+        snprintf(t->unplaced_reason, sizeof t->unplaced_reason, "would schedule against uninitialized nodeclaim/%s",
+                 n->name);
+        t->uninitialized = true;
+}
+
+/* What the simulation did with the pods of a leaving node (not the trial's): they may go anywhere, a claim in flight
+ * too (the replacement launched for them), but they must go somewhere. */
+static void leaving_placed(struct disrupt__trial *t, const struct sim_pod *p, const struct sim_placement *pl) {
+        if (pl->target != SIM_TARGET_UNPLACED || !t->all_placed)
+                return;
+        t->all_placed = false;
+        snprintf(t->unplaced_reason, sizeof t->unplaced_reason, "pod %s/%s of a node being disrupted would not fit: %s",
+                 p->namespace ? p->namespace : "", p->name ? p->name : "", pl->reason ? pl->reason : "");
+}
+
+/* What the simulation did with the moved pods (the only pending ones in the trial). kinds (may be NULL): per input
+ * pod, TRIAL_LEAVING for the pods of a leaving node. */
+static void read_result(const struct sim_input *s, struct sim_pod *const *pods, const unsigned char *kinds,
+                        const struct sim_result *r, struct disrupt__trial *t) {
         t->all_placed = true;
         for (size_t i = 0; i < r->n_placements; i++) {
                 const struct sim_placement *pl = &r->placements[i];
                 if (pl->target == SIM_TARGET_BOUND)
                         continue;
+                if (kinds && kinds[i] == TRIAL_LEAVING) {
+                        leaving_placed(t, pods[i], pl);
+                        continue;
+                }
                 t->n_moved++;
-                if (pl->target == SIM_TARGET_NODE)
+                if (pl->target == SIM_TARGET_NODE && s->nodes[pl->index]->in_flight)
+                        uninitialized(t, s->nodes[pl->index]);
+                else if (pl->target == SIM_TARGET_NODE)
                         note_target(t, s->nodes[pl->index]);
                 else if (pl->target == SIM_TARGET_UNPLACED && t->all_placed) {
                         t->all_placed = false;
@@ -59,15 +110,19 @@ static void read_result(const struct sim_input *s, const struct sim_result *r, s
                 t->all_placed = false;
 }
 
-/* The simulation with the candidates cordoned, their pods pending and only these pods in the input. */
+/* The simulation with the candidates cordoned, their pods and those of leaving nodes pending, and only these pods in
+ * the input. kinds (may be NULL): per pod of bound, TRIAL_LEAVING for a leaving node's pods, else 0. */
 static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, size_t n_bound, const size_t *cands,
-                        size_t n, struct sim_result **ret) {
+                        size_t n, unsigned char *kinds, struct sim_result **ret) {
         struct sim_input *s = in->sim;
         struct sim_pod **pods = s->pods;
         size_t n_pods = s->n_pods;
-        bool *saved = calloc(n + 1, sizeof *saved);
+        unsigned char *saved = calloc(n + 1, sizeof *saved);
         if (!saved)
                 return -ENOMEM;
+        leaving_pending(in, false);
+        for (size_t i = 0; kinds && i < n_bound; i++)
+                kinds[i] = bound[i]->node_name ? 0 : TRIAL_LEAVING;
         cordon(in, cands, n, saved, false);
         s->pods = bound;
         s->n_pods = n_bound;
@@ -75,6 +130,7 @@ static int run_cordoned(const struct disrupt_input *in, struct sim_pod **bound, 
         s->pods = pods;
         s->n_pods = n_pods;
         cordon(in, cands, n, saved, true);
+        leaving_pending(in, true);
         free(saved);
         return rc;
 }
@@ -134,10 +190,10 @@ static void host_facts(const struct disrupt__ctx *ctx, const size_t *cands, size
 int disrupt__trial(struct disrupt__ctx *ctx, const size_t *cands, size_t n, struct disrupt__trial *ret) {
         struct sim_result *r = NULL;
         *ret = (struct disrupt__trial){ .floor_price = HUGE_VAL };
-        int rc = run_cordoned(ctx->in, ctx->bound, ctx->n_bound, cands, n, &r);
+        int rc = run_cordoned(ctx->in, ctx->bound, ctx->n_bound, cands, n, ctx->pod_kinds, &r);
         ctx->res->simulations++;
         if (rc == 0)
-                read_result(ctx->in->sim, r, ret);
+                read_result(ctx->in->sim, ctx->bound, ctx->pod_kinds, r, ret);
         if (rc == 0 && ctx->in->hosts_unknown)
                 host_facts(ctx, cands, n, r, ret);
         simulate_result_free(r);
@@ -159,7 +215,7 @@ int disrupt_replay(const struct disrupt_input *in, const size_t *cands, size_t n
         for (size_t i = 0; i < in->sim->n_pods; i++)
                 if (in->sim->pods[i]->node_name)
                         bound[n_bound++] = in->sim->pods[i];
-        int rc = run_cordoned(in, bound, n_bound, cands, n, ret);
+        int rc = run_cordoned(in, bound, n_bound, cands, n, NULL, ret);
         free(bound);
         return rc;
 }

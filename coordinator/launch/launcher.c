@@ -175,6 +175,49 @@ static const char *claim_rv(const json_t *claim) {
         return json_string_value(json_object_get(json_object_get(claim, "metadata"), "resourceVersion"));
 }
 
+/* A claim's reconcile error is logged when it starts, when its message changes and when it ends (a drain refused
+ * by RBAC, say, is tried every few seconds): how many in a row so far, 0 when the message is new (log it), or the
+ * count that just ended when message is NULL (a success). */
+static long long note_failure(struct launcher *l, const char *name, const char *message) {
+        pthread_mutex_lock(&l->mu);
+        json_t *f = json_object_get(l->failing, name);
+        const char *last = json_string_value(json_object_get(f, "message"));
+        long long n = json_integer_value(json_object_get(f, "n"));
+        if (!message)
+                json_object_del(l->failing, name);
+        else if (last && strcmp(last, message) == 0)
+                json_object_set_new(f, "n", json_integer(++n));
+        else {
+                json_object_set_new(l->failing, name, json_pack("{s:s, s:i}", "message", message, "n", 1));
+                n = 0;
+        }
+        pthread_mutex_unlock(&l->mu);
+        return n;
+}
+
+static void log_failure_of(struct launcher *l, const char *name, const char *message) {
+        long long n = note_failure(l, name, message);
+        if (n == 0)
+                log_error("launcher: NodeClaim %s: %s", name, message);
+        else
+                log_debug("launcher: NodeClaim %s: %s (again: %lld in a row)", name, message, n);
+}
+
+static void log_failure(const struct launcher__ctx *c, const char *message) {
+        log_failure_of(c->l, c->name, message);
+}
+
+/* A failed read of the claim itself, logged as its other failures are: once per change. Returns r. */
+static int log_read_failure(struct launcher *l, const char *name, struct kube_client *kube, int r) {
+        char message[512];
+        snprintf(message, sizeof message, "GET NodeClaim: %s", kube_client_error(kube));
+        if (name)
+                log_failure_of(l, name, message);
+        else
+                log_error_errno(r, "launcher: GET NodeClaim ?: %s", kube_client_error(kube));
+        return r;
+}
+
 /* The claim as the API server has it now: the caller's copy may lag behind our own last status write, and a
  * step must never run twice from an old status. The caller's copy will do when it is our last write (a newer
  * write by someone else would fail ours with a conflict), and when this process has not begun the launch: what
@@ -200,36 +243,8 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         if (r == -ECANCELED)
                 *ret_err = r;
         else if (r < 0 && r != -ENOENT)
-                *ret_err = log_error_errno(r, "launcher: GET NodeClaim %s: %s", name ? name : "?", kube_client_error(kube));
+                *ret_err = log_read_failure(l, name, kube, r);
         return fresh;
-}
-
-/* A claim's reconcile error is logged when it starts, when its message changes and when it ends (a drain refused
- * by RBAC, say, is tried every few seconds): how many in a row so far, 0 when the message is new (log it), or the
- * count that just ended when message is NULL (a success). */
-static long long note_failure(struct launcher *l, const char *name, const char *message) {
-        pthread_mutex_lock(&l->mu);
-        json_t *f = json_object_get(l->failing, name);
-        const char *last = json_string_value(json_object_get(f, "message"));
-        long long n = json_integer_value(json_object_get(f, "n"));
-        if (!message)
-                json_object_del(l->failing, name);
-        else if (last && strcmp(last, message) == 0)
-                json_object_set_new(f, "n", json_integer(++n));
-        else {
-                json_object_set_new(l->failing, name, json_pack("{s:s, s:i}", "message", message, "n", 1));
-                n = 0;
-        }
-        pthread_mutex_unlock(&l->mu);
-        return n;
-}
-
-static void log_failure(const struct launcher__ctx *c, const char *message) {
-        long long n = note_failure(c->l, c->name, message);
-        if (n == 0)
-                log_error("launcher: NodeClaim %s: %s", c->name, message);
-        else
-                log_debug("launcher: NodeClaim %s: %s (again: %lld in a row)", c->name, message, n);
 }
 
 static void log_recovery(const struct launcher__ctx *c) {

@@ -52,7 +52,7 @@ struct launchstep_result launcher__taint_node(struct launcher__ctx *c) {
 /* ---- drain ---- */
 
 struct drain_count {
-        unsigned evicted, going, blocked, deleted;
+        unsigned evicted, going, blocked, held, deleted;
 };
 
 /* The grace period of the claim, else of its NodePool (-1: none; a pool that is gone has none). The pool is read
@@ -107,6 +107,9 @@ static int drain_pod(struct launcher__ctx *c, const json_t *pod, bool grace_over
                 r = delete_pod(c, ns, name, pod);
         } else if (d == LAUNCHSTEP_DRAIN_GOING) {
                 n->going++;
+                return 0;
+        } else if (d == LAUNCHSTEP_DRAIN_HOLD) {
+                n->held++; /* do-not-disrupt: left alone until the grace period is over */
                 return 0;
         } else {
                 r = kube_evict(c->kube, ns, name, NULL);
@@ -165,10 +168,11 @@ struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
         int r = drain_pods(c, node, over, &n);
         if (r < 0)
                 return launchstep_error(r, "drain Node %s: %s", node, kube_client_error(c->kube));
-        if (!n.evicted && !n.going && !n.blocked && !n.deleted)
+        if (!n.evicted && !n.going && !n.blocked && !n.held && !n.deleted)
                 return launchstep_done();
         log_info("launcher: NodeClaim %s: draining Node %s: %u evicted, %u leaving, %u refused by a disruption budget, "
-                 "%u deleted", c->name, node, n.evicted, n.going, n.blocked, n.deleted);
+                 "%u kept (do-not-disrupt), %u deleted", c->name, node, n.evicted, n.going, n.blocked, n.held,
+                 n.deleted);
         return launchstep_wait(launchstep_drain_requeue(c->st->term_started_ms, c->now));
 }
 

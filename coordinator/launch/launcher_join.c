@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cloudinit.h"
 #include "log.h"
 
 /* ---- the Node ---- */
@@ -42,7 +41,8 @@ struct node_edit {
         json_t *labels, *taints;
 };
 
-/* Set the wanted labels, add missing wanted taints and drop the unregistered taint. */
+/* Set the wanted labels, add missing wanted taints and drop the unregistered taints (ours, and Karpenter's, which a
+ * pool copied from Karpenter may list: launchstep_registration_taint), as Karpenter's registration does. */
 static int node_apply(json_t *node, void *userdata) {
         const struct node_edit *e = userdata;
         json_t *meta = json_object_get(node, "metadata"), *spec = json_object_get(node, "spec"), *v;
@@ -60,8 +60,7 @@ static int node_apply(json_t *node, void *userdata) {
         json_t *out = json_array();
         size_t i;
         json_array_foreach(taints, i, v) {
-                const char *key = json_string_value(json_object_get(v, "key"));
-                if (key && strcmp(key, CLOUDINIT_UNREGISTERED_TAINT_KEY) == 0)
+                if (launchstep_registration_taint(v))
                         changed = true;
                 else
                         json_array_append(out, v);
@@ -69,7 +68,7 @@ static int node_apply(json_t *node, void *userdata) {
         json_array_foreach(e->taints, i, v) {
                 size_t j;
                 json_t *w;
-                bool present = false;
+                bool present = launchstep_registration_taint(v);
                 json_array_foreach(out, j, w)
                         present = present || same_taint(v, w);
                 if (!present) {

@@ -312,6 +312,12 @@ static bool taint_is(const json_t *taint, const char *key, const char *effect) {
         return k && e && strcmp(k, key) == 0 && strcmp(e, effect) == 0;
 }
 
+bool launchstep_registration_taint(const json_t *taint) {
+        const char *k = json_string_value(json_object_get(taint, "key"));
+        return (k && strcmp(k, LAUNCHSTEP_TAINT_UNREGISTERED) == 0) ||
+               taint_is(taint, LAUNCHSTEP_TAINT_KARPENTER_UNREGISTERED, "NoExecute");
+}
+
 bool launchstep_node_disrupted(const json_t *taints) {
         size_t i;
         json_t *t;
@@ -396,12 +402,21 @@ static bool stuck_terminating(const json_t *meta, int64_t now_ms) {
         return s && rfc3339_parse(s, &at) == 0 && now_ms - at > LAUNCHSTEP_STUCK_TERMINATING_MS;
 }
 
+static bool do_not_disrupt(const json_t *meta) {
+        const json_t *a = json_object_get(meta, "annotations");
+        const char *ours = json_string_value(json_object_get(a, LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT));
+        const char *karpenter = json_string_value(json_object_get(a, LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT));
+        return (ours && strcmp(ours, "true") == 0) || (karpenter && strcmp(karpenter, "true") == 0);
+}
+
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
         if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
             owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
-        return json_object_get(meta, "deletionTimestamp") ? LAUNCHSTEP_DRAIN_GOING : LAUNCHSTEP_DRAIN_EVICT;
+        if (json_object_get(meta, "deletionTimestamp"))
+                return LAUNCHSTEP_DRAIN_GOING;
+        return do_not_disrupt(meta) ? LAUNCHSTEP_DRAIN_HOLD : LAUNCHSTEP_DRAIN_EVICT;
 }
 
 int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *ret_ms, char *err, size_t errlen) {

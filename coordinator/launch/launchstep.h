@@ -197,6 +197,14 @@ int launchstep_failed(struct nodeclaim_status *st, const char *reason, const cha
 #define LAUNCHSTEP_DRAIN_MIN_MS 1000  /* the first pause of a drain that waits (pods leaving, a PDB said 429) */
 #define LAUNCHSTEP_DRAIN_MAX_MS 10000 /* the longest pause */
 
+#define LAUNCHSTEP_TAINT_UNREGISTERED "pvescale.io/unregistered"            /* ours (cloudinit.h), NoExecute */
+#define LAUNCHSTEP_TAINT_KARPENTER_UNREGISTERED "karpenter.sh/unregistered" /* Karpenter's, NoExecute */
+
+/* Is this taint one that registration takes off the Node: ours (any effect), or Karpenter's
+ * karpenter.sh/unregistered:NoExecute, which a NodePool copied from Karpenter may list as a startup taint and which
+ * Karpenter's registration removes as its own (after adding the claim's taints and startup taints)? */
+bool launchstep_registration_taint(const json_t *taint);
+
 /* Does a Node's spec.taints carry the disrupted taint (pvescale.io/disrupted or karpenter.sh/disrupted) with effect
  * NoSchedule? */
 bool launchstep_node_disrupted(const json_t *taints);
@@ -214,7 +222,12 @@ enum launchstep_drain {
                                  * deletionTimestamp, which is the delete's time plus its grace period) */
         LAUNCHSTEP_DRAIN_EVICT, /* evict it through the Eviction API */
         LAUNCHSTEP_DRAIN_GOING, /* being deleted already: wait for it to go */
+        LAUNCHSTEP_DRAIN_HOLD,  /* annotated do-not-disrupt (pvescale.io/ or karpenter.sh/do-not-disrupt: "true"): not
+                                 * evicted, but it holds the drain until it finishes or goes, or the grace period is
+                                 * over (then deleted), as Karpenter's IsEvictable and IsDrainable */
 };
+#define LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
+#define LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 #define LAUNCHSTEP_STUCK_TERMINATING_MS 60000
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms);
 

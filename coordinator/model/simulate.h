@@ -118,6 +118,10 @@ struct sim_node {
         struct resources reserved;    /* requested by pods not in the input (e.g. expected daemon set pods) */
         bool in_flight;
         bool unschedulable;           /* cordoned or being deleted: takes no pods */
+        bool leaving;                 /* marked for deletion (being deleted or disrupted, or a trial's candidate):
+                                       * does not count toward its NodePool's limits, as Karpenter's scheduler
+                                       * counts only active nodes, so it does not hold the limit against its own
+                                       * replacement */
         const char *nodepool;         /* NULL when not ours */
 };
 
@@ -147,14 +151,20 @@ struct sim_numa {
         uint64_t free_memory_bytes;
 };
 
-/* An agent offer: how many VMs of this shape the host could take now. */
+/* An agent offer: how many VMs of this shape the host could take now, and how well the next one lies. */
 struct sim_offer {
         const char *shape;
         uint32_t count;
+        uint32_t preferred; /* how many of count get the agent's preferred layout, the first ones; the rest its
+                             * fallback (pairs broken, small or unbalanced guest nodes), which the shape gets
+                             * only where no host offers a preferred layout */
+        bool fallback;      /* the next VM's layout is the fallback (preferred == 0) */
+        double score;       /* the next VM's layout score (0-100; -1 unknown) */
 };
 
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free
- * room; larger VMs may span. With offers, a shape must also be offered (count > claims planned on it). */
+ * room; larger VMs may span. With offers, a shape must be offered instead (count > claims planned on it):
+ * the agent spans a VM no node has room for in its fallback layout. */
 struct sim_host {
         const char *name;   /* the zone */
         const char *region; /* the PVE cluster */
@@ -246,6 +256,5 @@ void simulate_result_free(struct sim_result *r);
 int simulate_pending_fit(const struct sim_input *in, size_t *ret);
 
 /* Helpers also used by the controller. */
-bool simulate_selector_matches(const struct sim_selector *sel, const struct sim_label *labels, size_t n);
 bool simulate_tolerates(const struct sim_toleration *tols, size_t n_tols, const struct sim_taint *taint);
 const char *simulate_label_get(const struct sim_label *labels, size_t n, const char *key);

@@ -452,13 +452,19 @@ static void shape_reason(const struct ctx *c, const struct pool_c *p, const uint
         note(w, ST_SHAPE, buf);
 }
 
-static bool better_host(const struct ctx *c, const struct pclass *pc, const struct host_c *a, const struct host_c *b) {
+/* a is the better host for shape si of node class nc: the zone spread first, then a host whose agent offers
+ * a preferred layout over one that offers only its fallback (quality is a preference: a poor layout is
+ * used only where no host has better), then the fewest claims planned, then the most free CPUs. */
+static bool better_host(const struct ctx *c, const struct pclass *pc, int nc, size_t si, const struct host_c *a,
+                        const struct host_c *b) {
         for (uint32_t i = 0; i < pc->n_spread; i++)
                 if (pc->spread[i].topo == TOPO_ZONE) {
                         const struct group *g = &c->groups[pc->spread[i].group];
                         if (g->zone_cnt[a->zone] != g->zone_cnt[b->zone])
                                 return g->zone_cnt[a->zone] < g->zone_cnt[b->zone];
                 }
+        if (simulate__host_poor(a, nc, si) != simulate__host_poor(b, nc, si))
+                return !simulate__host_poor(a, nc, si);
         if (a->planned != b->planned)
                 return a->planned < b->planned;
         return a->free_cpus > b->free_cpus;
@@ -483,7 +489,7 @@ static long pick_host(struct ctx *c, const struct pclass *pc, const struct sim_p
                         scan_note(hs, h, r);
                         continue;
                 }
-                if (best < 0 || better_host(c, pc, h, &c->hosts[best])) {
+                if (best < 0 || better_host(c, pc, p->nc, si, h, &c->hosts[best])) {
                         best = (long)hs->cand[i];
                         *ret_numa = numa;
                 }

@@ -589,7 +589,7 @@ static void classify_pool_req(struct ctx *c, struct pool_c *pc, const struct cre
 static void pool_usage(struct ctx *c, struct pool_c *pc) {
         for (size_t i = 0; i < c->in->n_nodes; i++) {
                 const struct sim_node *n = c->in->nodes[i];
-                if (!n->nodepool || strcmp(n->nodepool, pc->src->name) != 0)
+                if (!n->nodepool || n->leaving || strcmp(n->nodepool, pc->src->name) != 0)
                         continue;
                 pc->used_cpu += n->capacity.v[RESOURCE_CPU];
                 pc->used_mem += n->capacity.v[RESOURCE_MEMORY];

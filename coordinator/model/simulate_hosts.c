@@ -18,6 +18,22 @@ static int32_t *offers_for(struct ctx *c, const struct sim_host *h, const struct
         return left;
 }
 
+/* Per shape of the catalog: how many VMs get the agent's preferred layout (-1 without offers). */
+static int32_t *good_for(struct ctx *c, const struct sim_host *h, const struct shape_catalog *cat) {
+        int32_t *good = simulate__arena_alloc(c->arena, ((cat ? cat->n : 0) + 1) * sizeof *good);
+        for (size_t s = 0; good && cat && s < cat->n; s++) {
+                good[s] = h->has_offers ? 0 : -1;
+                for (size_t o = 0; h->has_offers && o < h->n_offers; o++)
+                        if (h->offers[o].shape && strcmp(h->offers[o].shape, cat->items[s].name) == 0)
+                                good[s] = (int32_t)h->offers[o].preferred;
+        }
+        return good;
+}
+
+bool simulate__host_poor(const struct host_c *h, int nc, size_t si) {
+        return h->offer_good[nc][si] == 0;
+}
+
 static bool numa_fits(const struct host_c *h, const struct shape *s, int *ret_numa) {
         const struct sim_host *src = h->src;
         int64_t biggest = 0, best_free = INT64_MAX;
@@ -49,7 +65,9 @@ enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const s
                 return ROOM_MEMORY;
         if (h->offer_left[nc][si] == 0)
                 return ROOM_OFFER;
-        if (h->src->n_numa && !numa_fits(h, s, ret_numa))
+        /* An agent's offer is its allocator's word: where one NUMA node has no room, the VM spans nodes
+         * (the agent's fallback layout when the shape would fit one node). */
+        if (h->src->n_numa && !numa_fits(h, s, ret_numa) && h->offer_left[nc][si] < 0)
                 return ROOM_NUMA;
         return ROOM_OK;
 }
@@ -82,6 +100,9 @@ void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape
         h->free_mem -= (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] > 0)
                 h->offer_left[nc][si]--;
+        cl->good = h->offer_good[nc][si] > 0;
+        if (cl->good)
+                h->offer_good[nc][si]--;
         if (cl->numa >= 0) {
                 h->numa_cpus[cl->numa] -= s->vcpus;
                 h->numa_mem[cl->numa] -= (int64_t)s->vm_memory_bytes;
@@ -97,6 +118,9 @@ void simulate__host_release(struct host_c *h, int nc, size_t si, const struct sh
         h->free_mem += (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] >= 0)
                 h->offer_left[nc][si]++;
+        if (cl->good)
+                h->offer_good[nc][si]++;
+        cl->good = false;
         if (cl->numa >= 0) {
                 h->numa_cpus[cl->numa] += s->vcpus;
                 h->numa_mem[cl->numa] += (int64_t)s->vm_memory_bytes;
@@ -127,14 +151,16 @@ static int prepare_host(struct ctx *c, size_t i) {
         h->numa_cpus = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
         h->numa_mem = simulate__arena_alloc(c->arena, (n + 1) * sizeof(int64_t));
         h->offer_left = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(int32_t *));
-        if (!h->numa_cpus || !h->numa_mem || !h->offer_left)
+        h->offer_good = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(int32_t *));
+        if (!h->numa_cpus || !h->numa_mem || !h->offer_left || !h->offer_good)
                 return c->error = -ENOMEM;
         for (size_t k = 0; k < n; k++) {
                 h->numa_cpus[k] = src->numa[k].free_cpus;
                 h->numa_mem[k] = (int64_t)src->numa[k].free_memory_bytes;
         }
         for (size_t nc = 0; nc < c->n_ncs; nc++)
-                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)))
+                if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)) ||
+                    !(h->offer_good[nc] = good_for(c, src, c->ncs[nc].shapes)))
                         return c->error = -ENOMEM;
         h->room_at_start = h->room_now = any_shape_fits(c, h);
         return 0;

@@ -167,43 +167,6 @@ const char *simulate_label_get(const struct sim_label *labels, size_t n, const c
         return NULL;
 }
 
-static bool value_in(const char *v, const struct sim_requirement *r) {
-        for (size_t i = 0; i < r->n_values; i++)
-                if (strcmp(v, r->values[i]) == 0)
-                        return true;
-        return false;
-}
-
-static bool expr_matches(const struct sim_requirement *r, const struct sim_label *labels, size_t n) {
-        const char *v = simulate_label_get(labels, n, r->key);
-        switch (r->op) {
-        case SIM_OP_IN:
-                return v && value_in(v, r);
-        case SIM_OP_NOT_IN:
-                return !v || !value_in(v, r);
-        case SIM_OP_EXISTS:
-                return v != NULL;
-        case SIM_OP_DOES_NOT_EXIST:
-                return v == NULL;
-        default:
-                return false; /* Gt/Lt are not valid in label selectors */
-        }
-}
-
-bool simulate_selector_matches(const struct sim_selector *sel, const struct sim_label *labels, size_t n) {
-        if (sel->match_none)
-                return false;
-        for (size_t i = 0; i < sel->n_match_labels; i++) {
-                const char *v = simulate_label_get(labels, n, sel->match_labels[i].key);
-                if (!v || strcmp(v, sel->match_labels[i].value) != 0)
-                        return false;
-        }
-        for (size_t i = 0; i < sel->n_exprs; i++)
-                if (!expr_matches(&sel->exprs[i], labels, n))
-                        return false;
-        return true;
-}
-
 static bool toleration_matches(const struct sim_toleration *t, const struct sim_taint *taint) {
         if (t->effect != SIM_EFFECT_ANY && t->effect != taint->effect)
                 return false;

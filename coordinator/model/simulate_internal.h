@@ -170,6 +170,7 @@ struct host_c {
         int64_t free_cpus, free_mem;
         int64_t *numa_cpus, *numa_mem; /* free room per NUMA node, as claims take it */
         int32_t **offer_left;          /* [nodeclass][shape]: -1 = not limited by offers */
+        int32_t **offer_good;          /* [nodeclass][shape]: preferred layouts left; -1 = no offers */
         bool room_at_start;
         bool room_now, room_dirty; /* room for some shape now; recomputed lazily after take/release */
         uint32_t planned;
@@ -184,6 +185,7 @@ struct claim_c {
         uint64_t *mask;
         size_t shape;    /* index in the node class catalog */
         int numa;        /* NUMA node index taken, -1 when spanning */
+        bool good;       /* took one of its host's preferred layouts (offer_good) */
         int64_t *span;   /* when spanning: cpus then memory taken per NUMA node */
         struct resources packed, ds;
         struct resources maxalloc; /* per resource, the most any shape in mask offers */
@@ -271,6 +273,8 @@ enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
 enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa);
 void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl);
 void simulate__host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl);
+/* The host's agent has only its fallback layout (a poor one) left for shape si of node class nc. */
+bool simulate__host_poor(const struct host_c *h, int nc, size_t si);
 int simulate__prepare_hosts(struct ctx *c);
 /* Does any shape of any node class fit host h now? */
 bool simulate__host_has_room(struct ctx *c, size_t h);

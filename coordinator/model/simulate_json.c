@@ -902,6 +902,19 @@ static int host_numa(struct jp *p, const json_t *arr, struct sim_host *h) {
         return 0;
 }
 
+/* An offer's optional "score": a number from 0 to 100. */
+static int offer_score(struct jp *p, const json_t *o, const char *path, const json_t **ret) {
+        char b[PATH_MAX_LEN];
+        const json_t *v = json_object_get(o, "score");
+        *ret = NULL;
+        if (!v || json_is_null(v))
+                return 0;
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 100)
+                return bad(p, sub(b, path, "score"), "a number from 0 to 100 is required");
+        *ret = v;
+        return 0;
+}
+
 static int host_offers(struct jp *p, const json_t *arr, struct sim_host *h) {
         char b[PATH_MAX_LEN];
         size_t n = arr ? json_array_size(arr) : 0;
@@ -912,11 +925,21 @@ static int host_offers(struct jp *p, const json_t *arr, struct sim_host *h) {
                 const json_t *o = json_array_get(arr, i);
                 uint64_t count = 0;
                 idx(b, "offers", i);
-                if (get_str(p, o, "shape", b, &h->offers[i].shape) < 0 || u64_member(p, o, "count", b, true, &count) < 0)
+                const json_t *fallback, *score;
+                uint64_t preferred = UINT64_MAX;
+                if (get_str(p, o, "shape", b, &h->offers[i].shape) < 0 ||
+                    u64_member(p, o, "count", b, true, &count) < 0 ||
+                    u64_member(p, o, "preferred_count", b, false, &preferred) < 0 ||
+                    member(p, o, "fallback", JSON_TRUE, b, &fallback) < 0 || offer_score(p, o, b, &score) < 0)
                         return -EINVAL;
                 if (!h->offers[i].shape)
                         return bad(p, b, "shape is required");
                 h->offers[i].count = (uint32_t)count;
+                h->offers[i].fallback = fallback && json_is_true(fallback);
+                if (preferred == UINT64_MAX)
+                        preferred = h->offers[i].fallback ? 0 : count;
+                h->offers[i].preferred = (uint32_t)(preferred < count ? preferred : count);
+                h->offers[i].score = score ? json_number_value(score) : -1;
         }
         h->n_offers = n;
         h->has_offers = arr != NULL;

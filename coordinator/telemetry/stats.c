@@ -123,10 +123,6 @@ void stats_set(struct stats *s, enum stats_gauge g, int64_t v) {
                 atomic_store(&s->gauges[g], v);
 }
 
-uint64_t stats_get(const struct stats *s, enum stats_counter c) {
-        return (unsigned)c < STATS_N_COUNTERS ? atomic_load(&s->counters[c]) : 0;
-}
-
 void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds) {
         if (!s || (unsigned)h >= STATS_N_HISTOGRAMS)
                 return;

@@ -156,7 +156,6 @@ struct stats {
 void stats_init(struct stats *s);
 void stats_add(struct stats *s, enum stats_counter c, uint64_t n);
 void stats_set(struct stats *s, enum stats_gauge g, int64_t v);
-uint64_t stats_get(const struct stats *s, enum stats_counter c);
 void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds);
 void stats_vm_created(struct stats *s, enum stats_vm_created_reason reason);
 void stats_vm_deleted(struct stats *s, enum stats_vm_deleted_reason reason);

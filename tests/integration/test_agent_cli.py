@@ -68,6 +68,23 @@ class AgentCliTest(unittest.TestCase):
         self.assertEqual(sum(n["memory_bytes"] for n in o["numa"]), 70 * GIB)
         self.assertTrue(all(n["memory_bytes"] % (1 << 20) == 0 for n in o["numa"]))
 
+    def test_place_falls_back_before_refusing_and_says_why(self):
+        # Two 15-vCPU VMs leave one lone thread on each NUMA node. A 2-vCPU VM has no preferred layout
+        # (its pair cannot be siblings, each guest node gets one vCPU) but a valid one: it is placed.
+        code, out, err = self.place([{"vcpus": 15, "memory_bytes": 4 * GIB}] * 2 +
+                                    [{"vcpus": 2, "memory_bytes": 4 * GIB}, {"vcpus": 1, "memory_bytes": GIB}])
+        self.assertEqual(code, 0, err)
+        self.assertTrue(all(o["ok"] for o in out[:3]), out)
+        self.assertEqual([o.get("fallback", False) for o in out[:3]], [False, False, True])
+        self.assertEqual([n["guest_cpus"] for n in out[2]["numa"]], ["0", "1"])
+        self.assertEqual(sum(n["memory_bytes"] for n in out[2]["numa"]), 4 * GIB)
+        # The host is full: the refusal names the resource and what each NUMA node has free.
+        self.assertFalse(out[3]["ok"])
+        reason = out[3]["reason"]
+        self.assertTrue(reason.startswith("CPUs: needs 1 vCPUs but only 0 host CPUs are free"), reason)
+        self.assertIn("node 0 0 CPUs", reason)
+        self.assertIn("node 1 0 CPUs", reason)
+
     def test_place_bad_line_names_the_field_and_goes_on(self):
         code, out, err = self.place(['{"vcpus": "four", "memory_bytes": 1073741824}\n',
                                      {"vcpus": 2, "memory_bytes": GIB}])

@@ -197,7 +197,13 @@ class ReservationTest(unittest.TestCase):
         status, listing = self.client.request("GET", "/v1/reservations")
         self.assertEqual(listing["reservations"], [])
         self.assertFalse(os.path.exists(os.path.join(self.state_dir, "reservations.json")))
-        self.assertEqual(self.client.request("GET", "/v1/reservations/nope")[0], 400)
+        for bad in ("nope", "r-0123456789ABCDEF", "r-0123456789abcde", "r-0123456789abcdef0", "x-0123456789abcdef",
+                    "r-0123456789abcdeg", "r-" + "a" * 200):
+            for method, path, body in (("GET", bad, None), ("DELETE", bad, None), ("POST", bad + "/bind", {"vmid": 150})):
+                status, reply = self.client.request(method, "/v1/reservations/" + path, body)
+                self.assertEqual(status, 400, (method, path, reply))
+                self.assertTrue(reply["detail"].startswith("id: "), reply)
+        self.assertEqual(self.client.request("GET", "/v1/reservations/r-0123456789abcdef")[0], 404)
         status, reply = self.client.request("POST", "/v1/reservations/r-0000000000000000/bind", {"vmid": "x"})
         self.assertEqual(status, 400)
         self.assertIn("vmid", reply["detail"])
@@ -216,6 +222,26 @@ class ReservationTest(unittest.TestCase):
         status, body = self.client.request("POST", "/v1/offers", {"shapes": [{"vcpus": 0, "memory_bytes": 1}]})
         self.assertEqual(status, 400)
         self.assertIn("shapes[0]", body["detail"])
+
+    def test_offer_says_fallback_and_refusal_says_why(self):
+        # Two 15-vCPU reservations leave one lone thread per NUMA node: a 2-vCPU VM still fits, but only
+        # in the fallback layout (one vCPU per guest node, the pair broken); one vCPU fits as preferred.
+        for owner in ("claim-a", "claim-b"):
+            self.assertEqual(self.reserve(vcpus=15, mem=4 * GIB, owner=owner)[0], 201)
+        status, body = self.client.request("POST", "/v1/offers", {"shapes": [
+            {"vcpus": 2, "memory_bytes": 4 * GIB}, {"vcpus": 1, "memory_bytes": GIB}]})
+        self.assertEqual(status, 200, body)
+        pair, one = body["offers"]
+        self.assertEqual((pair["count"], pair["preferred_count"], pair["fallback"]), (1, 0, True), pair)
+        self.assertEqual(len(pair["placement"]["numa"]), 2)
+        self.assertEqual((one["count"], one["preferred_count"], one["fallback"]), (2, 2, False), one)
+        self.assertGreater(one["score"], pair["score"])
+        status, res = self.reserve(vcpus=2, mem=4 * GIB, owner="claim-c")
+        self.assertEqual(status, 201, res)
+        status, reply = self.reserve(vcpus=1, mem=GIB, owner="claim-d")
+        self.assertEqual(status, 409, reply)
+        self.assertTrue(reply["detail"].startswith("CPUs: "), reply)
+        self.assertIn("node 0 0 CPUs", reply["detail"])
 
 
 if __name__ == "__main__":

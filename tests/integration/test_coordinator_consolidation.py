@@ -287,6 +287,9 @@ class ConsolidationTest(cl.CoordinatorTest):
         self.assertEqual(added, [new["metadata"]["name"]], "one replacement claim across the restart")
         self.assertIn("NodeClaim %s replaces %s, as before the restart" % (new["metadata"]["name"], name),
                       self.co.logtext())
+        # The old Node keeps its taint from the decision to its end: the new leader did not take it off as a stale
+        # one when it deleted the claim (issue 37, 6).
+        self.assertNotIn("its claim %s is not being disrupted" % name, self.co.logtext())
         self.assertEqual(len(self.events("DisruptionTerminating", "NodeClaim", name)), 1)
         self.assertEqual(self.co.metric('disruption_actions_total{method="consolidation",reason="replace"}'), 1.0)
         calls = c.sim.admin("GET", "/calls").json

@@ -109,6 +109,9 @@ class DisruptionTest(cl.CoordinatorTest):
         for n in names:
             self.assertEqual(self.c.sim.kube("DELETE", PODS + "/" + n, {"gracePeriodSeconds": 0}).status, 200)
 
+    def pool_usage(self):
+        return (self.c.sim.kube("GET", cl.GROUP + "/nodepools/default").json.get("status") or {}).get("resources") or {}
+
     def events(self, reason):
         return [e for e in self.c.items("/api/v1/namespaces/default/events") if e.get("reason") == reason]
 
@@ -133,6 +136,10 @@ class DisruptionTest(cl.CoordinatorTest):
         self.delete_pods(["a", "b"])
         cl.wait_for(lambda: not self.c.claims() and not self.c.vms(), 90, interval=1,
                     what="both empty nodes' claims and VMs gone")
+        # The pool's usage follows the scale-down, not only provisioning rounds (issue 37, 3).
+        cl.wait_for(lambda: self.pool_usage().get("nodes") == "0", 10, interval=0.5,
+                    what="NodePool status.resources.nodes 0 after the scale-down")
+        self.assertEqual(self.pool_usage().get("cpu"), "0")
         # Deciding on empty nodes (two passes at least: the decision and its re-check) needs no host room.
         self.assertEqual(self.room_asked(), asked, "no pass asked the agents for room")
         self.assertEqual(self.co.metric("disruption_host_room_fetches_total"), 0.0)
@@ -218,6 +225,33 @@ class DisruptionTest(cl.CoordinatorTest):
         self.assertEqual(len(self.c.claims()), 2)
         self.assertEqual(self.events("DisruptionTerminating"), [])
 
+    def test_no_consolidation_onto_a_node_not_initialized(self):
+        """Node Y of pool late still has a startup taint that nothing takes off: its claim is not Initialized. X's
+        pod fits Y, but no consolidation counts on Y (Karpenter's "would schedule against uninitialized"): X stays,
+        with an Event that says why (issue 37, 1)."""
+        c = self.c
+        self.start(cl.nodepool(requirements=ONE_SHAPE, disruption=CONSOLIDATE))
+        c.create(PODS, cl.pod("x", cpu="700m", memory="512Mi"))
+        cl.wait_for(lambda: self.running(1) and self.initialized(1), 90, interval=0.5, what="x on node X")
+        x = c.claims()[0]["metadata"]["name"]
+        big = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c1.4VCPU-8GB"]}]
+        late = cl.nodepool(name="late", requirements=big, weight=100)
+        late["spec"]["template"]["spec"]["startupTaints"] = [{"key": "example.com/never", "effect": "NoSchedule"}]
+        c.create(cl.GROUP + "/nodepools", late)
+        c.create(PODS, cl.pod("y", cpu="1300m", memory="512Mi"))  # not beside x on X: a node Y of pool late
+
+        def registered():
+            ys = [cl_ for cl_ in c.claims() if cl_["spec"]["nodePool"] == "late"]
+            return ys and (ys[0].get("status") or {}).get("launchStep") == "Registered" and ys[0]
+        y = cl.wait_for(registered, 90, interval=0.5, what="Y Registered, its startup taint staying")["metadata"]["name"]
+        cl.wait_for(lambda: any(e["involvedObject"]["name"] == x and "uninitialized nodeclaim/" + y in e["message"]
+                                for e in self.events("DisruptionBlocked")), 30, interval=0.5,
+                    what="X kept: its pod would go to the uninitialized claim")
+        time.sleep(PASSES_S)  # more passes: still nothing
+        self.assertIn(x, [cl_["metadata"]["name"] for cl_ in c.claims()])
+        self.assertEqual(self.events("DisruptionTerminating"), [])
+        self.assertTrue(self.running(1) or len(self.live()) == 2, "x is not evicted")
+
     def test_a_budget_of_one_node_takes_them_one_at_a_time(self):
         claims = self.scale_up(["a", "b", "c"], disruption=dict(WHEN_EMPTY, budgets=[{"nodes": "1"}]))
         most = [0]
@@ -266,6 +300,34 @@ class DisruptionTest(cl.CoordinatorTest):
         self.assertIn("expireAfter is 15s", told[0])
         self.assertEqual(list(claims), [e["involvedObject"]["name"] for e in self.events("DisruptionTerminating")
                                         if e["involvedObject"]["kind"] == "NodeClaim"])
+
+    def test_expiry_keeps_a_do_not_disrupt_pod_until_the_grace_period(self):
+        """Karpenter's forceful expiry: a do-not-disrupt pod is not evicted; it holds the drain until the node's
+        terminationGracePeriod is over, then it is deleted (issue 37, 7)."""
+        c = self.c
+        keep = cl.pod("keep", cpu="500m", memory="512Mi")
+        keep["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+        c.create(PODS, keep)
+        pool = cl.nodepool()
+        pool["spec"]["template"]["spec"]["expireAfter"] = "8s"  # expired once Initialized, or soon after
+        pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "8s"
+        self.start(pool)
+        cl.wait_for(lambda: self.running(1) and self.initialized(1), 90, interval=0.5, what="keep on a node")
+        old = self.c.claims()[0]["metadata"]["name"]
+
+        def terminating():
+            return [e for e in self.events("DisruptionTerminating") if e["involvedObject"]["name"] == old]
+        cl.wait_for(terminating, 90, interval=0.5, what="the expired claim deleted (after its replacement)")
+        self.assertTrue(terminating()[0]["message"].startswith("Expiry: created"), terminating())
+        time.sleep(4)  # the drain runs every second or so: an eviction would have come
+        pods = {p["metadata"]["name"]: p for p in c.items(PODS)}
+        self.assertIn("keep", pods, "the do-not-disrupt pod is still there")
+        self.assertIsNone(pods["keep"]["metadata"].get("deletionTimestamp"), "and not being deleted")
+        self.assertEqual(self.co.metric('evictions_total{result="ok"}'), 0.0)
+        cl.wait_for(lambda: old not in [x["metadata"]["name"] for x in self.c.claims()], 60, interval=1,
+                    what="the expired claim gone once its grace period is over")
+        self.assertNotIn("keep", [p["metadata"]["name"] for p in c.items(PODS)], "deleted at the end")
+        self.assertEqual(self.co.metric('evictions_total{result="ok"}'), 0.0, "never evicted")
 
 
 if __name__ == "__main__":

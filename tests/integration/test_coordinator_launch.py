@@ -240,6 +240,30 @@ class LaunchTest(cl.CoordinatorTest):
         time.sleep(3)  # a round or two more: the pod stays on its claim
         self.assertEqual(len(c.claims()), 1)
 
+    def test_karpenters_unregistered_taint_as_a_startup_taint_goes_at_registration(self):
+        """A NodePool copied from a Karpenter one lists Karpenter's registration taint karpenter.sh/unregistered:
+        NoExecute as a startup taint. As Karpenter's registration does, the launcher takes it off with its own
+        (pvescale.io/unregistered), so the node becomes Initialized and its pod Running (issue 37, 2)."""
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        pool = cl.nodepool()
+        startup = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+        pool["spec"]["template"]["spec"]["startupTaints"] = startup
+        c.create(cl.GROUP + "/nodepools", pool)
+        c.create(PODS, cl.pod("web", cpu="500m", memory="512Mi"))
+        self.co = cl.Coordinator(c)
+
+        def initialized():
+            claims = c.claims()
+            st = (claims[0].get("status") or {}) if claims else {}
+            return st.get("launchStep") == "Initialized" and st
+        st = cl.wait_for(initialized, 90, interval=0.5, what="the claim Initialized")
+        node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
+        self.assertNotIn("karpenter.sh/unregistered", [t["key"] for t in node["spec"].get("taints", [])])
+        cl.wait_for(lambda: (c.sim.kube("GET", PODS + "/web").json.get("status") or {}).get("phase") == "Running", 30,
+                    interval=0.5, what="web Running")
+
     def test_join_without_cluster_info(self):
         """k3s and Talos create no kube-public/cluster-info. Without it, and with no join section in the config, the
         claim says what to set; with join.api_server and join.ca_file the VMs get them (the simulated kubelet checks the

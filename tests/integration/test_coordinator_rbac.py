@@ -102,6 +102,11 @@ class ChartRbacTest(cl.CoordinatorTest):
         self.assertTrue(all("/eviction" in x["path"] for x in c.denials()), c.denials())
         refusal = "drain Node %s: POST %s: 403 Forbidden: %s" % (node, d["path"], d["message"])
         self.assertEqual(self.co.logtext().count(refusal), 1, "a refusal that repeats is logged once, when it starts")
+        claim = deleting[0]["metadata"]["name"]
+        errors = [ln for ln in self.co.logtext().splitlines() if ": error: " in ln and claim in ln]
+        self.assertEqual(errors, [ln for ln in errors if refusal in ln],
+                         "every error line about the claim is the refusal: no second layer logs it again")
+        self.assertEqual(len(errors), 1, errors)
 
         # The rule back: the same drain completes, and nothing more is refused.
         self.put_clusterrole(rules)

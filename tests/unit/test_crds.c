@@ -1,6 +1,6 @@
 /* Tests for deploy/crds: each CRD is a structural schema (every node typed, objects list their properties,
- * no preserve-unknown-fields), its defaults and enums match their types, and the seed's manifests (and
- * ours) validate after changing only their apiVersion. */
+ * no preserve-unknown-fields), every field has a description (what `kubectl explain` shows), its defaults and
+ * enums match their types, and the seed's manifests (and ours) validate after changing only their apiVersion. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <regex.h>
@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "fileio.h"
 #include "yamlconf.h"
 
 #define PATH_LEN 512
@@ -248,6 +249,73 @@ static void test_structural(void **state) {
         check_crd("pvescale.io_nodeclaims.yaml", "NodeClaim", "nodeclaims");
 }
 
+/* ---- descriptions ---- */
+
+struct described_count {
+        size_t fields, bare;
+};
+
+static bool described(const json_t *s) {
+        const char *d = json_string_value(json_object_get(s, "description"));
+        return d && d[strspn(d, " \t\n")] != '\0';
+}
+
+/* Count the fields under s (the root, and every property at any depth, inside array items and map values too),
+ * and print the path of each without a description. metadata at the top is the API server's ObjectMeta. */
+static void walk_descriptions(const json_t *s, const char *path, bool field, bool top, struct described_count *b) {
+        const json_t *x;
+        const char *key;
+        char sub[PATH_LEN];
+        if (field) {
+                b->fields++;
+                if (!described(s)) {
+                        b->bare++;
+                        print_error("no description: %s\n", path);
+                }
+        }
+        json_object_foreach((json_t *)json_object_get(s, "properties"), key, x) {
+                snprintf(sub, sizeof sub, "%s.%s", path, key);
+                if (top && strcmp(key, "metadata") == 0)
+                        continue;
+                walk_descriptions(x, sub, true, false, b);
+        }
+        if (json_is_object(json_object_get(s, "items"))) {
+                snprintf(sub, sizeof sub, "%s[]", path);
+                walk_descriptions(json_object_get(s, "items"), sub, false, false, b);
+        }
+        if (json_is_object(json_object_get(s, "additionalProperties"))) {
+                snprintf(sub, sizeof sub, "%s.*", path);
+                walk_descriptions(json_object_get(s, "additionalProperties"), sub, false, false, b);
+        }
+}
+
+static size_t check_described(const char *file, const char *kind) {
+        json_t *crd = load_crd(file);
+        const json_t *v;
+        size_t i;
+        struct described_count b = { 0, 0 };
+        char root[PATH_LEN];
+        json_array_foreach(json_object_get(json_object_get(crd, "spec"), "versions"), i, v) {
+                snprintf(root, sizeof root, "%s/%s", kind, json_string_value(json_object_get(v, "name")));
+                const json_t *schema = json_object_get(json_object_get(v, "schema"), "openAPIV3Schema");
+                walk_descriptions(schema, root, true, true, &b);
+        }
+        if (b.bare)
+                print_error("%s: %zu of %zu fields have no description\n", file, b.bare, b.fields);
+        assert_true(b.fields > 3);
+        json_decref(crd);
+        return b.bare;
+}
+
+static void test_described(void **state) {
+        (void)state;
+        size_t bare = check_described("pvescale.io_nodepools.yaml", "NodePool") +
+                      check_described("pvescale.io_proxmoxnodeclasses.yaml", "ProxmoxNodeClass") +
+                      check_described("pvescale.io_nodeclaims.yaml", "NodeClaim");
+        if (bare)
+                fail_msg("%zu CRD fields have no description (listed above)", bare);
+}
+
 /* ---- manifests ---- */
 
 struct manifest {
@@ -339,10 +407,69 @@ static void test_manifests(void **state) {
         }
 }
 
+/* ---- the examples of the docs ---- */
+
+static const char *crd_of_kind(const char *kind) {
+        if (kind && strcmp(kind, "NodePool") == 0)
+                return "pvescale.io_nodepools.yaml";
+        if (kind && strcmp(kind, "ProxmoxNodeClass") == 0)
+                return "pvescale.io_proxmoxnodeclasses.yaml";
+        if (kind && strcmp(kind, "NodeClaim") == 0)
+                return "pvescale.io_nodeclaims.yaml";
+        return NULL;
+}
+
+/* One ```yaml block: when it is one of our kinds, it validates against its CRD. Returns 1 when it was checked. */
+static int check_example(const char *doc, const char *text, size_t len) {
+        char err[PATH_LEN] = "";
+        json_t *obj = NULL;
+        if (yamlconf_parse(text, len, &obj, err, sizeof err) < 0)
+                return 0; /* not one document (a shell session, a values fragment with placeholders) */
+        const char *api = json_string_value(json_object_get(obj, "apiVersion"));
+        const char *crd = api && strcmp(api, "pvescale.io/v1alpha1") == 0
+                                  ? crd_of_kind(json_string_value(json_object_get(obj, "kind"))) : NULL;
+        json_t *schema = crd ? load_crd(crd) : NULL;
+        if (schema && validate(version_schema(schema), obj, "", err) < 0)
+                fail_msg("%s: the %s example does not validate against %s: %s", doc,
+                         json_string_value(json_object_get(obj, "kind")), crd, err);
+        json_decref(schema);
+        json_decref(obj);
+        return crd != NULL;
+}
+
+/* Every NodePool, ProxmoxNodeClass and NodeClaim example of the docs validates against its CRD (a user copies
+ * them). */
+static void test_docs_examples(void **state) {
+        (void)state;
+        static const char *const docs[] = { "README.md", "docs/coordinator.md", "docs/install.md",
+                                            "docs/architecture.md", "docs/cloud-init.md" };
+        const char *src = getenv("PVESCALE_SOURCE_DIR");
+        int checked = 0;
+        for (size_t d = 0; d < sizeof docs / sizeof docs[0]; d++) {
+                char path[PATH_LEN], *text = NULL;
+                size_t len;
+                snprintf(path, sizeof path, "%s/%s", src ? src : ".", docs[d]);
+                if (fileio_read(path, 4 << 20, &text, &len) < 0)
+                        fail_msg("cannot read %s", path);
+                for (char *p = strstr(text, "```yaml\n"); p; p = strstr(p, "```yaml\n")) {
+                        p += strlen("```yaml\n");
+                        char *end = strstr(p, "\n```");
+                        if (!end)
+                                break;
+                        checked += check_example(docs[d], p, (size_t)(end - p + 1));
+                        p = end;
+                }
+                free(text);
+        }
+        assert_true(checked >= 3); /* coordinator.md has one of each kind */
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_structural),
+                cmocka_unit_test(test_described),
                 cmocka_unit_test(test_manifests),
+                cmocka_unit_test(test_docs_examples),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -239,6 +239,33 @@ static void test_pool_errors(void **state) {
         expect_bad("{\"budgets\": [{\"nodes\": \"1\", \"schedule\": \"0 9 * * *\"}]}", "go together");
 }
 
+/* As many budgets as the CRD allows (maxItems 50, Karpenter's) are read; one more is refused. */
+static json_t *pool_with_budgets(size_t n) {
+        json_t *budgets = json_array();
+        for (size_t i = 0; i < n; i++)
+                json_array_append_new(budgets, json_pack("{s:s}", "nodes", i % 2 ? "1" : "2"));
+        json_t *o = json_pack("{s:{s:s}, s:{s:{s:o}, s:{s:{s:{s:s}}}}}", "metadata", "name", "np", "spec", "disruption",
+                              "budgets", budgets, "template", "spec", "nodeClassRef", "name", "default");
+        assert_non_null(o);
+        return o;
+}
+
+static void test_pool_budgets_as_many_as_the_crd_allows(void **state) {
+        (void)state;
+        struct disrupt_pool p;
+        char err[256] = "";
+        json_t *o = pool_with_budgets(50);
+        assert_int_equal(disrupt_pool_parse(o, &p, err, sizeof err), 0);
+        assert_int_equal(p.n_budgets, 50);
+        assert_int_equal(p.budgets[48].nodes, 2);
+        assert_int_equal(p.budgets[49].nodes, 1);
+        json_decref(o);
+        o = pool_with_budgets(51);
+        assert_int_equal(disrupt_pool_parse(o, &p, err, sizeof err), -EINVAL);
+        assert_contains(err, "spec.disruption.budgets: must be a list of at most 50 budgets");
+        json_decref(o);
+}
+
 static void test_cron(void **state) {
         (void)state;
         struct disrupt_cron c;
@@ -357,6 +384,82 @@ static void test_single_node_replace(void **state) {
         assert_int_equal(d->n_replacements, 1);
         assert_true(disrupt_price(d->replacements[0]) < f.cands[a].price);
         assert_contains(d->message, "Consolidation: replace node-a, its 2 pods fit on one cheaper ");
+        teardown(&f);
+}
+
+/* An in-flight claim (a Node not Initialized yet: its startup taint may stay, it may never join) is not somewhere
+ * to move pods to: Karpenter's "would schedule against uninitialized" (issue 37, 1). */
+static void test_not_onto_uninitialized(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"100%\"}]}");
+        size_t a = add_node(&f, "node-a", "t1.4VCPU-12GB"), b = add_node(&f, "node-b", "t1.4VCPU-12GB");
+        add_pod(&f, a, "web-1", 1500, 0);
+        add_pod(&f, a, "web-2", 1500, 0);
+        add_pod(&f, b, "db-1", 1500, 0);
+        add_pod(&f, b, "db-2", 1500, 0);
+        const struct shape *s = shapes_catalog_find(f.cat, "t1.4VCPU-12GB");
+        struct sim_node *y = simulate_add_node(f.sim);
+        *y = (struct sim_node){ .name = "default-young", .nodepool = "default", .capacity = s->capacity,
+                                .allocatable = s->allocatable, .in_flight = true };
+        f.sim->hosts[0]->free_cpus = 0; /* no room for a replacement either */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, a), "would schedule against uninitialized nodeclaim/default-young");
+        /* Once it is a Node that is Initialized, the pods may go there. */
+        y->in_flight = false;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_contains(f.res->decisions[0].message, "fit on default-young");
+        teardown(&f);
+}
+
+/* The old node of a replace under way (tainted: leaving) and its replacement, Initialized, with room for its pods:
+ * those pods are pending in every trial, as Karpenter counts the pods of nodes marked for deletion, so no other
+ * decision takes the room they are to move to (issue 37, 5). */
+static void test_room_of_a_replacement_is_kept(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{\"budgets\": [{\"nodes\": \"100%\"}]}");
+        size_t x = add_node(&f, "node-x", "t1.4VCPU-12GB"), r = add_node(&f, "node-r", "t1.4VCPU-12GB");
+        size_t d = add_node(&f, "node-d", "t1.4VCPU-12GB");
+        add_pod(&f, x, "x-1", 1500, 0);
+        add_pod(&f, x, "x-2", 1500, 0);
+        add_pod(&f, d, "d-1", 1500, 0);
+        f.cands[x].deleting = f.cands[r].deleting = true; /* the replace holds both */
+        static struct sim_taint disrupted = { "pvescale.io/disrupted", NULL, SIM_EFFECT_NO_SCHEDULE };
+        f.cands[x].sim->taints = &disrupted;               /* the old one carries the disrupted taint */
+        f.cands[x].sim->n_taints = 1;
+        f.cands[x].sim->leaving = true;
+        f.sim->hosts[0]->free_cpus = 0;                    /* and no new node fits anywhere */
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, d), "fit neither");
+        /* Without the old node's pods to place, node-r has room for node-d's pod. */
+        f.cands[x].sim->leaving = false;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_string_equal(f.res->decisions[0].message, "Consolidation: delete node-d, its 1 pods fit on node-r");
+        /* The trials left the input as it was. */
+        assert_string_equal(f.cands[x].pods[0].sim->node_name, "node-x");
+        teardown(&f);
+}
+
+/* A node being replaced does not hold its pool's node limit against its own replacement (issue 37, 5). */
+static void test_limit_not_held_against_the_replacement(void **state) {
+        (void)state;
+        struct fixture f;
+        setup(&f, "{}");
+        size_t a = add_node(&f, "node-a", "t1.4VCPU-12GB");
+        add_pod(&f, a, "web-1", 1500, 0);
+        add_pod(&f, a, "web-2", 1500, 0);
+        f.cands[a].created_ms = NOW_MS - 721 * HOUR_MS;
+        f.sim->pools[0]->limit_nodes = 1;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_int_equal(f.res->decisions[0].method, DISRUPT_METHOD_EXPIRY);
+        assert_int_equal(f.res->decisions[0].n_replacements, 1);
+        assert_false(f.cands[a].sim->leaving); /* put back after the trial */
         teardown(&f);
 }
 
@@ -952,12 +1055,16 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_defaults),
                 cmocka_unit_test(test_pool_errors),
+                cmocka_unit_test(test_pool_budgets_as_many_as_the_crd_allows),
                 cmocka_unit_test(test_cron),
                 cmocka_unit_test(test_budget_schedule),
                 cmocka_unit_test(test_hashes),
                 cmocka_unit_test(test_emptiness),
                 cmocka_unit_test(test_single_node_delete),
                 cmocka_unit_test(test_single_node_replace),
+                cmocka_unit_test(test_not_onto_uninitialized),
+                cmocka_unit_test(test_room_of_a_replacement_is_kept),
+                cmocka_unit_test(test_limit_not_held_against_the_replacement),
                 cmocka_unit_test(test_multi_node),
                 cmocka_unit_test(test_blocking_pods_and_nodes),
                 cmocka_unit_test(test_budgets),

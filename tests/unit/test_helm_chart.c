@@ -134,7 +134,7 @@ static void test_flags_parse(void **state) {
         (void)state;
         json_t *docs = render("{\"settings\": {\"launch\": false, \"workers\": 7, \"batchIdleDuration\": \"2s\","
                               " \"nodeRepair\": true, \"gcInterval\": \"30s\", \"cloneTimeout\": \"20m\","
-                              " \"drainTimeout\": \"45m\"},"
+                              " \"drainTimeout\": \"45m\", \"leaderElectLeaseDuration\": \"30s\"},"
                               " \"logVerbosityLevel\": \"debug\", \"metrics\": {\"port\": 9100}}");
         json_t *c = container(docs);
         struct options o;
@@ -153,6 +153,9 @@ static void test_flags_parse(void **state) {
         assert_int_equal(o.registration_timeout_ms, 15 * 60 * 1000);
         assert_int_equal(o.task_timeout_ms, 2 * 60 * 1000);
         assert_int_equal(o.drain_timeout_ms, 45 * 60 * 1000);
+        assert_int_equal(o.lease_duration_ms, 30000);
+        assert_int_equal(o.renew_deadline_ms, 10000);
+        assert_int_equal(o.retry_period_ms, 2000);
         assert_int_equal(cfg.batch_idle_ms, 2000);
         assert_int_equal(cfg.batch_max_ms, 10000);
         assert_int_equal(cfg.metrics_port, 9100);
@@ -367,7 +370,7 @@ static int allowed(const json_t *rules, const char *group, const char *resource,
                 const json_t *rn = json_object_get(r, "resourceNames");
                 if (names && !rn)
                         return -1;
-                if (!rn || has(rn, names))
+                if (!rn || (names && has(rn, names))) /* resourceNames never allow a call on any name */
                         found = 1;
         }
         return found;

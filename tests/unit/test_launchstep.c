@@ -435,6 +435,25 @@ static void test_node_taint_untaint(void **state) {
         json_decref(node);
 }
 
+static bool registration_taint(const char *text) {
+        json_t *t = test_json_parse(text);
+        bool r = launchstep_registration_taint(t);
+        json_decref(t);
+        return r;
+}
+
+/* Registration takes off ours and Karpenter's unregistered taint (a pool copied from Karpenter may list it as a
+ * startup taint; issue 37, 2), nothing else. */
+static void test_registration_taints(void **state) {
+        (void)state;
+        assert_true(registration_taint("{\"key\": \"pvescale.io/unregistered\", \"value\": \"true\", "
+                                       "\"effect\": \"NoExecute\"}"));
+        assert_true(registration_taint("{\"key\": \"karpenter.sh/unregistered\", \"effect\": \"NoExecute\"}"));
+        assert_false(registration_taint("{\"key\": \"karpenter.sh/unregistered\", \"effect\": \"NoSchedule\"}"));
+        assert_false(registration_taint("{\"key\": \"node.cilium.io/agent-not-ready\", \"effect\": \"NoExecute\"}"));
+        assert_false(registration_taint("{\"effect\": \"NoExecute\"}"));
+}
+
 static enum launchstep_drain drain_of(const char *pod_json) {
         json_t *pod = test_json_parse(pod_json);
         enum launchstep_drain d = launchstep_pod_drain(pod, 1700000000000);
@@ -455,6 +474,18 @@ static void test_pod_drain(void **state) {
                          LAUNCHSTEP_DRAIN_EVICT);
         assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"kubernetes.io/config.mirror\": \"abc\"}}}"),
                          LAUNCHSTEP_DRAIN_STAY);
+        /* do-not-disrupt: never evicted, but it holds the drain (Karpenter's IsEvictable, IsDrainable); being
+         * deleted or finished, it is like any other (issue 37, 7) */
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}}}"),
+                         LAUNCHSTEP_DRAIN_HOLD);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": \"true\"}}}"),
+                         LAUNCHSTEP_DRAIN_HOLD);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": \"false\"}}}"),
+                         LAUNCHSTEP_DRAIN_EVICT);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}, "
+                                  "\"deletionTimestamp\": \"2026-07-01T12:00:00Z\"}}"), LAUNCHSTEP_DRAIN_GOING);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}}, "
+                                  "\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Succeeded\"}}"), LAUNCHSTEP_DRAIN_STAY);
         assert_int_equal(drain_of("{\"status\": {\"phase\": \"Failed\"}}"), LAUNCHSTEP_DRAIN_STAY);
         /* now is 2023-11-14T22:13:20Z: a minute past its deletionTimestamp it is stuck terminating and holds nothing */
@@ -571,7 +602,8 @@ int main(void) {
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted), cmocka_unit_test(test_node_taint_untaint),
-                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_grace_period),
+                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_registration_taints),
+                cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
                 cmocka_unit_test(test_gc_claim),

@@ -158,8 +158,46 @@ static void test_duration_flags(void **state) {
         assert_non_null(strstr(options_usage(), "--node-repair-after"));
 }
 
+/* Leader election's periods (client-go's and kube-controller-manager's names and defaults), so that a test need not
+ * wait 15 s for a takeover; a renew deadline not under the lease, or a retry period not under it / 1.2, exits 2. */
+static void test_leader_election_flags(void **state) {
+        (void)state;
+        struct options o;
+        char err[256] = "";
+        options_init(&o);
+        assert_int_equal(o.lease_duration_ms, 15000);
+        assert_int_equal(o.renew_deadline_ms, 10000);
+        assert_int_equal(o.retry_period_ms, 2000);
+        char *argv[5] = { "pvescale-coordinator", "--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline",
+                          "4s", NULL };
+        const char *env[] = { "LEADER_ELECT_RETRY_PERIOD=1s", NULL };
+        int argc = 4;
+        assert_int_equal(options_parse(&o, &argc, argv, env, err, sizeof err), 0);
+        assert_int_equal(argc, 1);
+        assert_int_equal(o.lease_duration_ms, 6000);
+        assert_int_equal(o.renew_deadline_ms, 4000);
+        assert_int_equal(o.retry_period_ms, 1000);
+        static const char *const bad[][3] = {
+                { "--leader-elect-lease-duration=10s", NULL, "--leader-elect-renew-deadline: must be shorter than" },
+                { "--leader-elect-retry-period=9s", NULL, "--leader-elect-retry-period: must be shorter than" },
+                { "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=2500ms", "retry-period: must be" },
+                { "--leader-elect-lease-duration=1d", NULL, "--leader-elect-lease-duration: expected a duration" },
+        };
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+                char *a[4] = { "pvescale-coordinator", (char *)bad[k][0], (char *)bad[k][1], NULL };
+                const char *no_env[] = { NULL };
+                options_init(&o);
+                argc = bad[k][1] ? 3 : 2;
+                assert_int_equal(options_parse(&o, &argc, a, no_env, err, sizeof err), -EINVAL);
+                if (!strstr(err, bad[k][2]))
+                        fail_msg("%s: error \"%s\" lacks \"%s\"", bad[k][0], err, bad[k][2]);
+        }
+        assert_non_null(strstr(options_usage(), "--leader-elect-retry-period"));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(test_options_table), cmocka_unit_test(test_disruption_flags),
-                                            cmocka_unit_test(test_duration_flags) };
+                                            cmocka_unit_test(test_duration_flags),
+                                            cmocka_unit_test(test_leader_election_flags) };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -380,8 +380,10 @@ static const struct pcase cases[] = {
           "needs 17 vCPUs but only 16" },
         { "too much memory for the host", topo_seed2n, NULL, 0, NULL, NULL, 4, 40000, 0, -ENOSPC, NULL, NULL, NULL,
           "needs 40000 MiB" },
+        { "one MiB cannot span nodes for CPUs", topo_seed2n, NULL, 0, NULL, NULL, 12, 1, 0, -ENOSPC, NULL, NULL, NULL,
+          "memory: 12 vCPUs need 2 NUMA nodes but 1 MiB make at most 1 guest nodes" },
         { "one vCPU cannot span nodes for memory", topo_seed2n, NULL, 0, NULL, NULL, 1, 20000, 0, -ENOSPC, NULL, NULL,
-          NULL, "no set of up to 8 NUMA nodes holds 1 vCPUs with 20000 MiB" },
+          NULL, "memory: 20000 MiB needs 2 NUMA nodes but 1 vCPUs make at most 1 guest nodes" },
         { "isolated CPUs are used first", topo_flat16_iso, NULL, 0, NULL, NULL, 2, 1024, 0, 0, "12-13", "12,13",
           "0:0-1:1024", NULL },
         { "isolated CPUs serve pinned VMs when floating VMs need the rest", topo_flat16_iso, NULL, 12, NULL, NULL, 4, 1024,
@@ -417,17 +419,18 @@ static const struct pcase cases[] = {
         { "split: whole nodes before balanced thirds", topo_80, NULL, 0, NULL, NULL, 48, 49152, 0, 0,
           "0-17,20-25,40-57,60-65", NULL, "0:0-19:20480|1:20-35:16384|2:36-47:12288", NULL },
         /* 32 free CPUs in 12 + 12 + 6 + 2: every split leaves a node under a quarter (8) although memory
-         * would allow quarters: refused, the host is too scattered. */
-        { "split: scattered CPUs refuse a guest node under a quarter", topo_tioga8, "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62",
-          0, NULL, NULL, 32, 32768, 0, -ENOSPC, NULL, NULL, NULL, "less than a quarter" },
+         * would allow quarters. Quality is a preference, fitting is a rule: the fallback takes all four. */
+        { "split: scattered CPUs, the fallback takes a guest node under a quarter", topo_tioga8,
+          "0-1,32-33,8-9,40-41,16-20,48-52,24-30,56-62", 0, NULL, NULL, 32, 32768, 0, 0,
+          "2-7,10-15,21-23,31,34-39,42-47,53-55,63", NULL, "3:0-1:2048|2:2-7:6144|0:8-19:12288|1:20-31:12288", NULL },
         /* Memory holds 11 + 11 + 11 + 4 vCPUs: no quarter split exists, so memory forces a small guest
          * node; it gets as much as it can (4), the others stay balanced and even. */
         { "split: memory forces a small guest node, as big as it can", topo_tioga8, NULL, 0, "12000,12000,12000,4096",
           NULL, 32, 32768, 0, 0, "0-4,8-12,16-19,24-25,32-36,40-44,48-51,56-57", NULL,
           "0:0-9:10240|1:10-19:10240|2:20-27:8192|3:28-31:4096", NULL },
-        /* No node holds the memory and the only split is 1 + 1: a guest node with half a pair is refused. */
-        { "split: no guest node with an odd count on SMT hosts", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
-          -ENOSPC, NULL, NULL, NULL, "an even count per node (sibling pairs)" },
+        /* No node holds the memory and the only split is 1 + 1: the pair is broken rather than the VM refused. */
+        { "split: the fallback breaks a pair when nothing else fits", topo_ds_ht, NULL, 0, "4096,4096", NULL, 2, 6144, 0,
+          0, "0-1", NULL, "0:0:3072|1:1:3072", NULL },
         /* Lone threads 8-10 lie in the fuller L3 group: the pairs come from whole cores of the other. */
         { "pairs: whole cores before lone threads of a fuller L3", topo_seed16, "0-2", 0, NULL, NULL, 4, 4096, 0, 0,
           "4-5,12-13", "4,12,5,13", "0:0-3:4096", NULL },
@@ -702,6 +705,7 @@ static void test_offer(void **state) {
 
         assert_int_equal(placement_offer(t, c, &req, 2, &o, why, sizeof why), 0);
         assert_int_equal(o.count, 2);
+        assert_int_equal(o.preferred, 2);
         assert_true(o.count_capped);
         placement_offer_done(&o);
 
@@ -722,6 +726,39 @@ static void test_offer(void **state) {
 }
 
 /* A clean one-node placement scores above a split one and above one on broken cores. */
+/* Issue 39: an offer counts the VMs that get a preferred layout before the first fallback one. 2 vCPUs with
+ * 6 GiB: the first on node 0 (8 GiB free); then no node has 6 GiB, and only the fallback's 1 + 1 split
+ * (the pair broken) holds the second. */
+static void test_offer_preferred_count(void **state) {
+        (void)state;
+        struct topology *t = topo_ds_ht();
+        struct capacity *c = cap_new(t, NULL, 0, "8192,4096");
+        struct placement_request req = { .vcpus = 2, .memory_bytes = 6144 * MIB };
+        struct placement_offer o;
+        char why[512];
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 2);
+        assert_int_equal(o.preferred, 1);
+        assert_false(o.best->fallback);
+        json_t *j = placement_offer_to_json(&o);
+        assert_int_equal(json_integer_value(json_object_get(j, "preferred_count")), 1);
+        assert_true(json_is_false(json_object_get(j, "fallback")));
+        json_decref(j);
+        placement_offer_done(&o);
+        /* With node 0's memory taken, the next VM is the fallback's: the offer says so. */
+        c->numa[0].memory_free_bytes = 2048 * MIB;
+        assert_int_equal(placement_offer(t, c, &req, 100, &o, why, sizeof why), 0);
+        assert_int_equal(o.count, 1);
+        assert_int_equal(o.preferred, 0);
+        assert_true(o.best->fallback);
+        j = placement_offer_to_json(&o);
+        assert_true(json_is_true(json_object_get(j, "fallback")));
+        json_decref(j);
+        placement_offer_done(&o);
+        cap_free(c);
+        topology_free(t);
+}
+
 static void test_score_order(void **state) {
         (void)state;
         struct topology *t = topo_ds_ht();
@@ -793,7 +830,8 @@ static void test_place_command(void **state) {
                 "{\"ok\":false,\"reason\":\"memory_bytes must be a non-negative integer\"}\n"
                 "{\"ok\":false,\"reason\":\"colour: unknown field\"}\n"
                 "{\"ok\":false,\"reason\":\"invalid JSON: line 1 column 3: invalid token near 'not'\"}\n"
-                "{\"ok\":false,\"reason\":\"needs 9 vCPUs but only 8 host CPUs are free\"}\n"
+                "{\"ok\":false,\"reason\":\"CPUs: needs 9 vCPUs but only 8 host CPUs are free; free per NUMA node: "
+                "node 0 8 CPUs 24576 MiB\"}\n"
                 "{\"ok\":false,\"reason\":\"request must be a JSON object\"}\n"
                 "{\"cpus\":\"4-7,12-15\",\"numa\":[{\"guest_cpus\":\"0-7\",\"memory_bytes\":4294967296,\"node\":0}],"
                 "\"ok\":true,\"vcpu_map\":[4,12,5,13,6,14,7,15]}\n";
@@ -1069,11 +1107,12 @@ static int core_of(const struct topology *t, int cpu) {
         return -1;
 }
 
-/* One placed big VM: even guest nodes on SMT hosts, none under a quarter unless memory forced it. */
+/* One placed big VM: even guest nodes on SMT hosts, none under a quarter unless memory forced it, or
+ * the layout is the fallback's (no preferred layout fitted: quality is a preference, fitting a rule). */
 static void check_big(const char *name, const struct topology *t, const struct placement *p, bool smt,
                       bool quarter_ok, unsigned *pairs, unsigned *sib) {
         assert_valid(t, p);
-        for (size_t j = 0; j < p->n_numa && p->n_numa > 1; j++) {
+        for (size_t j = 0; j < p->n_numa && p->n_numa > 1 && !p->fallback; j++) {
                 if (smt && p->numa[j].n_vcpus % 2)
                         fail_msg("%s: %u vCPUs: guest node %zu has an odd %u vCPUs", name, p->n_vcpus, j, p->numa[j].n_vcpus);
                 if (quarter_ok && 4 * p->numa[j].n_vcpus < p->n_vcpus)
@@ -1122,6 +1161,195 @@ static void run_big_stream(const char *name, const struct topology *t) {
         cap_free(c);
 }
 
+/* ---------- issue 39: the VM fits whenever a valid layout exists (property test) ---------- */
+
+/* Method. On each reference topology, seeded streams of requests (1 vCPU up to twice the largest node,
+ * 1-8 GiB per vCPU, now and then a few vCPUs with more memory than one node has) come and go (each VM
+ * leaves 2 to 7 requests later), some with floating vCPUs that pinned VMs must leave room for. Before each
+ * request an oracle, written apart from the allocator, decides whether any valid layout exists: a set of
+ * at most 8 host NUMA nodes (and no more than the VM has vCPUs or MiB), each with a free CPU and a free
+ * MiB, whose free CPUs and free memory add up to the VM, with the vCPUs within what the floating VMs
+ * leave. It tries every node set on hosts with up to 12 such nodes, and a first fit in node order beyond.
+ * A layout exists <=> the allocator places the VM, validly and within what was free. */
+
+#define FIT_REQUESTS 150
+#define FIT_SEEDS 3
+#define FIT_SUBSET_NODES 12 /* eligible nodes up to which the oracle tries every node set */
+#define FIT_MAX_NODES 64
+
+
+struct fit_room {
+        size_t n;                             /* nodes with a free CPU and a free MiB */
+        unsigned cpus[FIT_MAX_NODES];             /* their free CPUs */
+        uint64_t mib[FIT_MAX_NODES];              /* their free MiB */
+        unsigned pinnable;                    /* free CPUs host-wide minus the floating vCPUs */
+};
+
+static void fit_room_of(const struct topology *t, const struct capacity *c, struct fit_room *r) {
+        struct cpuset *node = cpuset_new();
+        r->n = 0;
+        for (size_t i = 0; i < t->n_numa_nodes; i++) {
+                cpuset_zero(node);
+                node_cores_cpus(t, i, node);
+                cpuset_and(node, c->free_cpus);
+                cpuset_and(node, c->numa[i].free_cpus);
+                unsigned cpus = cpuset_count(node);
+                uint64_t mib = c->numa[i].memory_free_bytes / MIB;
+                if (cpus > 0 && mib > 0 && r->n < FIT_MAX_NODES) {
+                        r->cpus[r->n] = cpus;
+                        r->mib[r->n++] = mib;
+                }
+        }
+        unsigned all = cpuset_count(c->free_cpus);
+        r->pinnable = all > c->floating_vcpus ? all - c->floating_vcpus : 0;
+        cpuset_free(node);
+}
+
+static bool fit_set_holds(const struct fit_room *r, unsigned mask, const struct placement_request *req) {
+        unsigned long cpus = 0, k = 0;
+        uint64_t mib = 0, want = req->memory_bytes / MIB;
+        for (size_t i = 0; i < r->n; i++)
+                if (mask >> i & 1) {
+                        cpus += r->cpus[i];
+                        mib += r->mib[i];
+                        k++;
+                }
+        return k >= 1 && k <= PLACEMENT_MAX_NUMA && k <= req->vcpus && k <= want && cpus >= req->vcpus && mib >= want;
+}
+
+/* First fit in node order: each node adds its CPUs and memory until both suffice. */
+static bool fit_first_fit(const struct fit_room *r, const struct placement_request *req) {
+        unsigned mask = 0;
+        for (size_t i = 0; i < r->n && i < 32; i++) {
+                mask |= 1u << i;
+                if (fit_set_holds(r, mask, req))
+                        return true;
+        }
+        return false;
+}
+
+static bool fit_layout_exists(const struct topology *t, const struct capacity *c, const struct placement_request *req) {
+        static struct fit_room r;
+        fit_room_of(t, c, &r);
+        if (req->vcpus > r.pinnable)
+                return false;
+        if (r.n > FIT_SUBSET_NODES)
+                return fit_first_fit(&r, req);
+        for (unsigned mask = 1; mask < 1u << r.n; mask++)
+                if (fit_set_holds(&r, mask, req))
+                        return true;
+        return false;
+}
+
+/* ---------- checking a placement ---------- */
+
+/* Valid, on CPUs that were free on their nodes, memory within each node's free memory, floating VMs
+ * still covered. */
+static void fit_check_placed(const char *name, const struct topology *t, const struct capacity *c,
+                         const struct placement *p) {
+        char why[512];
+        if (placement_validate(t, p, why, sizeof why) < 0)
+                fail_msg("%s: invalid placement: %s", name, why);
+        if (!cpuset_is_subset(p->cpus, c->free_cpus))
+                fail_msg("%s: %u vCPUs on CPUs that are not free", name, p->n_vcpus);
+        for (size_t j = 0; j < p->n_numa; j++)
+                for (size_t i = 0; i < c->n_numa; i++)
+                        if (c->numa[i].id == p->numa[j].node && p->numa[j].memory_bytes > c->numa[i].memory_free_bytes)
+                                fail_msg("%s: node %d gets %llu bytes, has %llu free", name, p->numa[j].node,
+                                         (unsigned long long)p->numa[j].memory_bytes,
+                                         (unsigned long long)c->numa[i].memory_free_bytes);
+        if (cpuset_count(c->free_cpus) - p->n_vcpus < c->floating_vcpus)
+                fail_msg("%s: %u vCPUs leave too few CPUs for %u floating vCPUs", name, p->n_vcpus, c->floating_vcpus);
+}
+
+/* A refusal names the resource that is short. */
+static void fit_check_refusal(const char *name, const char *why) {
+        static const char *const starts[] = { "CPUs: ", "memory: ", "NUMA nodes: ", NULL };
+        for (size_t i = 0; starts[i]; i++)
+                if (strncmp(why, starts[i], strlen(starts[i])) == 0 && strstr(why, "; free per NUMA node: node "))
+                        return;
+        fail_msg("%s: refusal names no resource: %s", name, why);
+}
+
+/* ---------- streams ---------- */
+
+struct fit_sizes {
+        unsigned biggest;     /* CPUs of the largest node */
+        uint64_t biggest_mem; /* memory of the largest node */
+};
+
+static struct placement_request fit_draw(unsigned *seed, const struct fit_sizes *z) {
+        struct placement_request req;
+        if (rnd(seed, 6) == 0) {
+                req.vcpus = 1 + rnd(seed, 4);
+                req.memory_bytes = (z->biggest_mem / GIB + 1 + rnd(seed, 8)) * GIB;
+                return req;
+        }
+        req.vcpus = 1 + rnd(seed, rnd(seed, 3) == 0 ? 2 * z->biggest : z->biggest);
+        req.memory_bytes = (uint64_t)req.vcpus * (1 + rnd(seed, 8)) * GIB;
+        return req;
+}
+
+static void fit_sizes_of(const struct capacity *c, struct fit_sizes *z) {
+        *z = (struct fit_sizes){ 0 };
+        for (size_t i = 0; i < c->n_numa; i++) {
+                unsigned n = cpuset_count(c->numa[i].free_cpus);
+                z->biggest = n > z->biggest ? n : z->biggest;
+                if (n > 0 && c->numa[i].memory_free_bytes > z->biggest_mem)
+                        z->biggest_mem = c->numa[i].memory_free_bytes;
+        }
+}
+
+struct fit_tally {
+        unsigned placed, refused, fallback;
+};
+
+static void fit_request(const char *name, const struct topology *t, struct capacity *c,
+                        const struct placement_request *req, struct placement **slot, struct fit_tally *ty) {
+        bool exists = fit_layout_exists(t, c, req);
+        char why[640] = "";
+        int r = placement_place(t, c, req, slot, why, sizeof why);
+        if (r == -ENOSPC) {
+                if (exists)
+                        fail_msg("%s: refused %u vCPUs with %llu MiB although a valid layout exists: %s", name,
+                                 req->vcpus, (unsigned long long)(req->memory_bytes / MIB), why);
+                fit_check_refusal(name, why);
+                ty->refused++;
+                return;
+        }
+        assert_int_equal(r, 0);
+        if (!exists)
+                fail_msg("%s: placed %u vCPUs with %llu MiB where the oracle found no layout", name, req->vcpus,
+                         (unsigned long long)(req->memory_bytes / MIB));
+        fit_check_placed(name, t, c, *slot);
+        assert_int_equal(placement_charge(c, *slot), 0);
+        ty->placed++;
+        ty->fallback += (*slot)->fallback;
+}
+
+static void fit_stream(const char *name, const struct topology *t, unsigned seed, struct fit_tally *ty) {
+        struct capacity *c = cap_from_cores(t);
+        struct placement *live[FIT_REQUESTS] = { 0 };
+        unsigned leave[FIT_REQUESTS] = { 0 };
+        struct fit_sizes z;
+        fit_sizes_of(c, &z);
+        c->floating_vcpus = rnd(&seed, 3) == 0 ? rnd(&seed, z.biggest + 1) : 0;
+        for (size_t i = 0; i < FIT_REQUESTS && z.biggest > 0; i++) {
+                for (size_t j = 0; j < i; j++)
+                        if (live[j] && leave[j] == i) {
+                                cap_uncharge(t, c, live[j]);
+                                placement_free(live[j]);
+                                live[j] = NULL;
+                        }
+                struct placement_request req = fit_draw(&seed, &z);
+                leave[i] = (unsigned)i + 2 + rnd(&seed, 6);
+                fit_request(name, t, c, &req, &live[i], ty);
+        }
+        for (size_t i = 0; i < FIT_REQUESTS; i++)
+                placement_free(live[i]);
+        cap_free(c);
+}
+
 static int load_reference(const char *dir, const char *tmp, json_t *e, struct topology **ret_t) {
         const char *file = json_string_value(json_object_get(e, "file"));
         const char *sub = json_string_value(json_object_get(json_object_get(e, "load"), "fsroot_subdir"));
@@ -1142,11 +1370,23 @@ static int load_reference(const char *dir, const char *tmp, json_t *e, struct to
         return r;
 }
 
-static void test_reference_topologies(void **state) {
-        (void)state;
+/* The reference topologies, loaded once for the tests that use them (extracting the sysfs tarballs is
+ * the slow part). */
+static struct reference {
+        char name[128];
+        struct topology *t;
+} refs[32];
+static size_t n_refs;
+
+/* Load the reference topologies on first use (inside a test, so that a failure fails that test);
+ * false without PVESCALE_SHARED. */
+static bool references(void) {
+        static bool loaded;
         const char *shared = getenv("PVESCALE_SHARED");
         if (!shared)
-                skip();
+                return false;
+        if (loaded)
+                return true;
         char dir[1024], manifest[1100], tmp[] = "/tmp/test-placement-XXXXXX";
         snprintf(dir, sizeof dir, "%s/topologies", shared);
         snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
@@ -1156,14 +1396,45 @@ static void test_reference_topologies(void **state) {
         json_t *e;
         size_t i;
         json_array_foreach(json_object_get(m, "topologies"), i, e) {
-                struct topology *t = NULL;
-                assert_int_equal(load_reference(dir, tmp, e, &t), 0);
-                run_real_stream(json_string_value(json_object_get(e, "name")), t, 7 + (unsigned)i);
-                run_big_stream(json_string_value(json_object_get(e, "name")), t);
-                topology_free(t);
+                assert_true(n_refs < sizeof refs / sizeof refs[0]);
+                assert_int_equal(load_reference(dir, tmp, e, &refs[n_refs].t), 0);
+                snprintf(refs[n_refs++].name, sizeof refs[0].name, "%s", json_string_value(json_object_get(e, "name")));
         }
-        assert_int_equal(test_rmtree(tmp), 0);
         json_decref(m);
+        assert_int_equal(test_rmtree(tmp), 0);
+        loaded = true;
+        return true;
+}
+
+static int free_references(void **state) {
+        (void)state;
+        for (size_t i = 0; i < n_refs; i++)
+                topology_free(refs[i].t);
+        n_refs = 0;
+        return 0;
+}
+
+static void test_reference_topologies(void **state) {
+        (void)state;
+        if (!references())
+                skip();
+        for (size_t i = 0; i < n_refs; i++) {
+                run_real_stream(refs[i].name, refs[i].t, 7 + (unsigned)i);
+                run_big_stream(refs[i].name, refs[i].t);
+        }
+}
+
+static void test_fits_whenever_a_layout_exists(void **state) {
+        (void)state;
+        if (!references())
+                skip();
+        for (size_t i = 0; i < n_refs; i++) {
+                struct fit_tally ty = { 0 };
+                for (unsigned s = 0; s < FIT_SEEDS; s++)
+                        fit_stream(refs[i].name, refs[i].t, 39 + 1000 * s + (unsigned)i, &ty);
+                print_message("%s: %u placed (%u by the fallback), %u refused\n", refs[i].name, ty.placed,
+                              ty.fallback, ty.refused);
+        }
 }
 
 int main(void) {
@@ -1175,11 +1446,13 @@ int main(void) {
                 cmocka_unit_test(test_json_roundtrip),
                 cmocka_unit_test(test_validate_defect1),
                 cmocka_unit_test(test_offer),
+                cmocka_unit_test(test_offer_preferred_count),
                 cmocka_unit_test(test_score_order),
                 cmocka_unit_test(test_place_command),
                 cmocka_unit_test(test_random_streams),
                 cmocka_unit_test(test_fewest_nodes_one_package),
                 cmocka_unit_test(test_reference_topologies),
+                cmocka_unit_test(test_fits_whenever_a_layout_exists),
         };
-        return cmocka_run_group_tests(tests, NULL, NULL);
+        return cmocka_run_group_tests(tests, NULL, free_references);
 }

@@ -52,8 +52,11 @@ static void test_host_from_agent(void **state) {
         json_t *cap = parse("{\"node\": \"pve1\", \"cpus_free\": 20, \"memory_free_bytes\": 68719476736, \"numa_nodes\": ["
                             "{\"id\": 0, \"cpus_free\": 4, \"memory_free_bytes\": 8589934592},"
                             "{\"id\": 1, \"cpus_free\": 16, \"memory_free_bytes\": 60129542144}]}");
-        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"shape\": {\"vcpus\": 2, \"memory_bytes\": 4294967296}},"
-                               "{\"count\": 1, \"shape\": {\"vcpus\": 4, \"memory_bytes\": 34359738368}},"
+        json_t *offers = parse("{\"offers\": [{\"count\": 7, \"preferred_count\": 5, \"score\": 81.5,"
+                               " \"fallback\": false,"
+                               " \"shape\": {\"vcpus\": 2, \"memory_bytes\": 4294967296}},"
+                               "{\"count\": 1, \"score\": 42.0, \"fallback\": true,"
+                               " \"shape\": {\"vcpus\": 4, \"memory_bytes\": 34359738368}},"
                                "{\"count\": 9, \"shape\": {\"vcpus\": 3, \"memory_bytes\": 1}}]}");
         json_t *topo = parse("{\"numa_nodes\": [{\"id\": 0, \"cpus\": \"0-7,16-23\"}, {\"id\": 1, \"cpus\": \"8-15,24-31\"}]}");
         json_t *h = provisioner_host_from_agent("pve1", "r1", cap, offers, topo, &shapes);
@@ -72,6 +75,12 @@ static void test_host_from_agent(void **state) {
         assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 7);
         assert_int_equal(int_at(offer_named(h, "x1.2VCPU-4GB"), "count"), 7);
         assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "count"), 1);
+        /* The layout's quality goes with each name: the score, and whether it is the agent's fallback. */
+        assert_true(json_real_value(json_object_get(offer_named(h, "x1.2VCPU-4GB"), "score")) == 81.5);
+        assert_true(json_is_false(json_object_get(offer_named(h, "c1.2VCPU-4GB"), "fallback")));
+        assert_true(json_is_true(json_object_get(offer_named(h, "m1.4VCPU-32GB"), "fallback")));
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "preferred_count"), 5);
+        assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "preferred_count"), 0); /* fallback, none given */
         /* The result is valid simulation input. */
         struct sim_input *in = simulate_input_new();
         char err[256];
@@ -79,6 +88,12 @@ static void test_host_from_agent(void **state) {
         assert_int_equal(simulate_json_host(in, h, &sh, err, sizeof err), 0);
         assert_int_equal(sh->n_numa, 2);
         assert_true(sh->has_offers);
+        for (size_t i = 0; i < sh->n_offers; i++) {
+                bool big = strcmp(sh->offers[i].shape, "m1.4VCPU-32GB") == 0;
+                assert_int_equal(sh->offers[i].fallback, big);
+                assert_int_equal(sh->offers[i].preferred, big ? 0 : 5);
+                assert_true(sh->offers[i].score == (big ? 42.0 : 81.5));
+        }
         simulate_input_free(in);
         json_decref(h);
         /* Without offers (the call failed) the room is still known; without capacity there is none. */
@@ -120,12 +135,14 @@ static void test_host_from_pve(void **state) {
 static void test_host_charge(void **state) {
         (void)state;
         json_t *h = parse("{\"name\": \"pve1\", \"free_cpus\": 10, \"free_memory_bytes\": 40802189312,"
-                          " \"offers\": [{\"shape\": \"c1.2VCPU-4GB\", \"count\": 5}, {\"shape\": \"m1.4VCPU-32GB\", \"count\": 1},"
+                          " \"offers\": [{\"shape\": \"c1.2VCPU-4GB\", \"count\": 5, \"preferred_count\": 4},"
+                          " {\"shape\": \"m1.4VCPU-32GB\", \"count\": 1},"
                           " {\"shape\": \"unknown\", \"count\": 3}]}");
         provisioner_host_charge(h, 4, 8 * GIB, &shapes); /* 6 CPUs, 30 GiB left */
         assert_int_equal(int_at(h, "free_cpus"), 6);
         assert_int_equal(int_at(h, "free_memory_bytes"), 30 * GIB);
         assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "count"), 3);  /* min(5, 6/2, 30/4) */
+        assert_int_equal(int_at(offer_named(h, "c1.2VCPU-4GB"), "preferred_count"), 3); /* never above count */
         assert_int_equal(int_at(offer_named(h, "m1.4VCPU-32GB"), "count"), 0); /* 30 GiB < 32 GiB */
         assert_int_equal(int_at(offer_named(h, "unknown"), "count"), 3);
         provisioner_host_charge(h, 100, 100 * GIB, &shapes);
@@ -346,6 +363,39 @@ static void test_round_registered_not_initialized(void **state) {
         fixture_done(&f);
 }
 
+/* A Node marked for deletion (the disrupted taint: the old node of a replace, or one being drained) does not hold its
+ * pool's limit: the pod evicted from it gets a node even in a pool at its node limit, as Karpenter's scheduler counts
+ * only active nodes (issue 37, 5). A Node being deleted does not either; an ordinary one does. */
+static void test_round_leaving_node_holds_no_limit(void **state) {
+        (void)state;
+        static const char *const nodes[] = {
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {"
+                "\"taints\": [{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoSchedule\"}]},"
+                " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"},"
+                " \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"}, \"spec\": {},"
+                " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+                "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {"
+                "\"unschedulable\": true}, \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\"}}}]",
+        };
+        for (size_t k = 0; k < 3; k++) {
+                struct fixture f;
+                fixture_init(&f, "[" POD("a", "u-a", "500m") "]", nodes[k], "[]",
+                             "[" POOL("default", "\"limits\": {\"nodes\": \"1\"},") "]");
+                struct provisioner_round *r;
+                struct sim_result *res;
+                assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+                assert_int_equal(r->in->n_nodes, 1);
+                assert_int_equal(r->in->nodes[0]->leaving, k < 2);
+                add_host(r, HOST("pve1"));
+                assert_int_equal(simulate_run(r->in, &res), 0);
+                assert_int_equal(res->n_claims, k < 2 ? 1 : 0); /* a cordoned node still counts */
+                simulate_result_free(res);
+                provisioner_round_free(r);
+                fixture_done(&f);
+        }
+}
+
 /* The claims watch can bring Initialized before the nodes watch brings the launcher's Node update: a cached Node
  * that still carries the unregistered taint is older than its claim, and the claim stands for it until the new
  * copy arrives. Without that, a pod that only fits there gets a second claim. */
@@ -515,6 +565,7 @@ int main(void) {
                 cmocka_unit_test(test_round_claim_object),
                 cmocka_unit_test(test_round_inflight_and_nominations),
                 cmocka_unit_test(test_round_registered_not_initialized),
+                cmocka_unit_test(test_round_leaving_node_holds_no_limit),
                 cmocka_unit_test(test_round_initialized_before_node_update),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),

@@ -233,6 +233,10 @@ static void test_json_errors(void **state) {
                   "spec.limits.cpu" },
                 { 2, "{'metadata': {'name': 'n'}, 'spec': {'taints': [{'key': 'k', 'effect': 'Sometimes'}]}}", "spec.taints[0].effect" },
                 { 3, "{'name': 'pve1'}", "free_cpus" },
+                { 3, "{'name': 'pve1', 'free_cpus': 4, 'free_memory_bytes': 1, 'offers': [{'shape': 'c', 'count': 1, 'score': 101}]}",
+                  "offers[0].score: a number from 0 to 100 is required" },
+                { 3, "{'name': 'pve1', 'free_cpus': 4, 'free_memory_bytes': 1, 'offers': [{'shape': 'c', 'count': 1, 'fallback': 1}]}",
+                  "offers[0].fallback" },
         };
         for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
                 char err[300] = "";
@@ -943,7 +947,7 @@ static void test_host_room_reasons(void **state) {
 static void test_host_offers(void **state) {
         (void)state;
         struct sim_host *h = add_host("pve1", 64, 256);
-        static struct sim_offer offers[] = { { "c1.2VCPU-4GB", 1 } };
+        static struct sim_offer offers[] = { { .shape = "c1.2VCPU-4GB", .count = 1, .preferred = 1 } };
         h->offers = offers;
         h->n_offers = 1;
         h->has_offers = true;
@@ -952,6 +956,52 @@ static void test_host_offers(void **state) {
         run();
         assert_string_equal(claim_of("o0")->shape->name, "c1.2VCPU-4GB");
         assert_reason("o1", "no agent offers room for c1.2VCPU-4GB (1 hosts asked)");
+}
+
+/* Issue 39: an agent that can hold a shape only in its fallback layout (broken pairs, unbalanced guest
+ * nodes) loses to a host offering a preferred layout, whatever the other preferences; where no other host
+ * has room, the poor layout is used. */
+static void test_host_offer_quality(void **state) {
+        (void)state;
+        static struct sim_offer poor[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .fallback = true, .score = 40 } };
+        static struct sim_offer good[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .preferred = 4, .score = 85 } };
+        /* pve1 has more free CPUs (the next preference) but only a poor layout: pve2 is chosen. */
+        struct sim_host *a = add_host("pve1", 64, 256), *b = add_host("pve2", 8, 256);
+        a->offers = poor, a->n_offers = 1, a->has_offers = true;
+        b->offers = good, b->n_offers = 1, b->has_offers = true;
+        add_pool("default", "");
+        add_pod("p", "1", "1Gi", "", "");
+        run();
+        assert_string_equal(claim_of("p")->shape->name, "c1.2VCPU-4GB");
+        assert_string_equal(claim_label(claim_of("p"), ZONE), "pve2");
+        /* Only pve1 has room, one lone CPU on each NUMA node: its agent's poor layout (the VM split, although
+         * it would fit one node) is used rather than no node at all. */
+        reset();
+        a = add_host("pve1", 2, 256);
+        b = add_host("pve2", 8, 256);
+        static struct sim_numa lone[] = { { 0, 1, 16, 100 * GIB }, { 1, 1, 16, 100 * GIB } };
+        static struct sim_offer none[] = { { .shape = "c1.2VCPU-4GB", .count = 0, .score = -1 } };
+        a->numa = lone, a->n_numa = 2;
+        a->offers = poor, a->n_offers = 1, a->has_offers = true;
+        b->offers = none, b->n_offers = 1, b->has_offers = true;
+        add_pool("default", "");
+        add_pod("p", "1", "1Gi", "", "");
+        run();
+        assert_string_equal(claim_label(claim_of("p"), ZONE), "pve1");
+        /* pve1's agent has one preferred layout left, then only its fallback; pve2 only its fallback. The
+         * first claim takes pve1's preferred layout; then both are poor and the fewest planned claims
+         * decides: pve2. */
+        reset();
+        a = add_host("pve1", 64, 256);
+        b = add_host("pve2", 8, 256);
+        static struct sim_offer one_good[] = { { .shape = "c1.2VCPU-4GB", .count = 4, .preferred = 1, .score = 90 } };
+        a->offers = one_good, a->n_offers = 1, a->has_offers = true;
+        b->offers = poor, b->n_offers = 1, b->has_offers = true;
+        add_pool("default", "");
+        add_pods("a", 2, "1", "'app': 'a'", ANTI(HOST, "a"));
+        run();
+        assert_string_equal(claim_label(claim_of("a0"), ZONE), "pve1");
+        assert_string_equal(claim_label(claim_of("a1"), ZONE), "pve2");
 }
 
 static void test_host_room_is_consumed(void **state) {
@@ -1050,6 +1100,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_host_numa_reason, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_host_room_reasons, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_host_offers, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_offer_quality, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_host_room_is_consumed, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_region_must_match, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unsupported_and_ports, setup, teardown),
