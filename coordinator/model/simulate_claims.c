@@ -537,7 +537,8 @@ static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
 
 #define ORDERED_TRIES 64 /* hosts tried in order before the scan of every host takes over */
 
-/* Does the host choice follow ctx.host_order for this class? better_host ranks by zone spread counts first. */
+/* Does the host choice follow ctx.host_order for this class? better_host ranks by zone spread counts first;
+ * the agents' preferred layouts come next, which ordered_host checks host by host. */
 static bool host_order_applies(const struct ctx *c, const struct pclass *pc) {
         for (uint32_t i = 0; i < pc->n_spread; i++)
                 if (pc->spread[i].topo == TOPO_ZONE)
@@ -545,16 +546,20 @@ static bool host_order_applies(const struct ctx *c, const struct pclass *pc) {
         return c->only_zone < 0;
 }
 
-/* For one shape: the first host in ctx.host_order that filter_hosts would keep and pick_host would take, which
- * is the one pick_host picks; -1 when none is among the first ORDERED_TRIES that pass the filter. */
+/* For one shape: the first host in ctx.host_order that filter_hosts would keep and pick_host would take, and
+ * whose agent has a preferred layout left for the shape (else the first such host with only its fallback, once
+ * every host has been looked at), which is the one pick_host picks; -1 when it is not among the first
+ * ORDERED_TRIES hosts that pass the filter. */
 static long ordered_host(struct ctx *c, const struct pclass *pc, const struct sim_pod *pod, const struct pool_c *p,
                          size_t pool, const struct cterm *t, const int32_t *mins, bool soft, size_t si,
                          int *ret_numa) {
         const struct shape *s = &c->ncs[p->nc].shapes->items[si];
-        size_t tries = 0;
+        size_t tries = 0, k;
+        long poor = -1;
+        int numa, poor_numa = -1;
         int32_t zones[SIM_ZONES_MAX];
         int n_zones = simulate__affinity_zones(c, pc, zones);
-        for (size_t k = 0; k < c->n_hosts && tries < ORDERED_TRIES; k++) {
+        for (k = 0; k < c->n_hosts && tries < ORDERED_TRIES; k++) {
                 size_t h = c->host_order[k];
                 struct host_c *hc = &c->hosts[h];
                 if ((n_zones >= 0 && !simulate__zone_in(zones, n_zones, hc->zone)) ||
@@ -564,11 +569,22 @@ static long ordered_host(struct ctx *c, const struct pclass *pc, const struct si
                 tries++;
                 struct resources need = pod->requests;
                 resources_add(&need, ds_overhead(c, pool, hc));
-                if (resources_fit(&need, &(struct resources){ 0 }, &s->allocatable) &&
-                    simulate__host_fits(hc, p->nc, si, s, ret_numa) == ROOM_OK)
+                if (!resources_fit(&need, &(struct resources){ 0 }, &s->allocatable) ||
+                    simulate__host_fits(hc, p->nc, si, s, &numa) != ROOM_OK)
+                        continue;
+                if (!simulate__host_poor(hc, p->nc, si)) {
+                        *ret_numa = numa;
                         return (long)h;
+                }
+                if (poor < 0) {
+                        poor = (long)h;
+                        poor_numa = numa;
+                }
         }
-        return -1;
+        if (k < c->n_hosts)
+                return -1; /* a host with a preferred layout may come later */
+        *ret_numa = poor_numa;
+        return poor;
 }
 
 /* try_shapes' choice by host order: true with ch filled, false when it must scan every host (it may still
