@@ -50,6 +50,11 @@ static void get_vms(struct agent *a, const struct http_request *req, struct http
         serve_cached(a, &a->vms_json, agent_vms_json, resp);
 }
 
+static void get_containers(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)req;
+        serve_cached(a, &a->containers_json, agent_containers_json, resp);
+}
+
 static void get_healthz(struct agent *a, const struct http_request *req, struct http_response *resp) {
         (void)req;
         json_t *body = json_pack("{s:s, s:b}", "status", "ok", "topology", a->topology != NULL);
@@ -143,6 +148,7 @@ static const struct route routes[] = {
         { "GET", "/v1/capacity", get_capacity },
         { "GET", "/v1/vms", get_vms },
         { "GET", "/v1/vms/*", get_vm },
+        { "GET", "/v1/containers", get_containers },
         { "POST", "/v1/vms/*/pin", post_vm_pin },
         { "POST", "/v1/offers", api__post_offers },
         { "GET", "/v1/reservations", api__get_reservations },
