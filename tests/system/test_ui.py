@@ -121,7 +121,8 @@ def page_state(browser):
           ct: cells.filter(function (c) { return c.dataset.ctid; })
                    .map(function (c) { return [Number(c.dataset.cpu), Number(c.dataset.ctid), c.title]; }),
           ctRows: Array.prototype.slice.call(document.querySelectorAll('#containers tbody tr')).map(function (r) {
-            return [Number(r.dataset.ctid)].concat(Array.prototype.map.call(r.cells, function (td) { return td.textContent; })); }),
+            var texts = Array.prototype.map.call(r.cells, function (td) { return td.textContent; });
+            return [Number(r.dataset.ctid)].concat(texts); }),
           pending: cells.filter(function (c) { return c.dataset.reservation; }).map(function (c) { return Number(c.dataset.cpu); }),
           reserved: cells.filter(function (c) { return c.dataset.reserved; }).map(function (c) { return Number(c.dataset.cpu); }),
           isolated: cells.filter(function (c) { return c.dataset.isolated; }).map(function (c) { return Number(c.dataset.cpu); }),
@@ -174,7 +175,8 @@ def check_containers(state, bound):
     for cpu, ctid, title in state["ct"]:
         by_ct.setdefault(ctid, set()).add(cpu)
         check("container %d" % ctid in title, "cell of CPU %d names container %d on hover" % (cpu, ctid))
-    check(by_ct == {301: {8, 9}}, "container 301's cells are its lxc cpuset 8-9, 302 (floating) holds none (%r)" % by_ct)
+    check(by_ct == {301: {8, 9}},
+          "container 301's cells are its lxc cpuset 8-9, 302 (floating) holds none (%r)" % by_ct)
     check(not (cpus(bound["cpus"]) & {8, 9}), "VM 102's reservation avoids the container's CPUs (%s)" % bound["cpus"])
     rows = {r[0]: r[1:] for r in state["ctRows"]}
     check(sorted(rows) == [301, 302], "container table lists 301 and 302 (%r)" % sorted(rows))
