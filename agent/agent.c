@@ -137,13 +137,31 @@ static void log_container_problems(const struct inventory *old, const struct inv
         }
 }
 
+/* Read the containers into inv. When their directory cannot be listed, the containers last read stay counted
+ * (taken over from the previous inventory: releasing their CPUs on a read error would hand them out twice) and
+ * the error is logged when it first happens or changes. Only -ENOMEM fails. */
+static int load_containers(struct agent *a, struct inventory *inv) {
+        int r = inventory_load_containers(inv, a->cfg.pve_lxc_dir, a->cfg.lxc_cgroup_dir);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 && r != a->containers_read_error)
+                log_error_errno(r, "cannot read the container configs in %s; counting the containers last read",
+                                a->cfg.pve_lxc_dir);
+        else if (r == 0 && a->containers_read_error)
+                log_info("container configs in %s readable again", a->cfg.pve_lxc_dir);
+        a->containers_read_error = r;
+        if (r < 0 && a->inventory) {
+                inv->containers = a->inventory->containers;
+                a->inventory->containers = (struct container_list){ 0 };
+        }
+        return 0;
+}
+
 int agent_refresh(struct agent *a) {
         struct inventory *inv;
         int r = inventory_load(a->cfg.pve_config_dir, a->cfg.pve_run_dir, &inv);
-        if (r == 0 && (r = inventory_load_containers(inv, a->cfg.pve_lxc_dir, a->cfg.lxc_cgroup_dir)) < 0) {
-                log_error_errno(r, "cannot read the container configs in %s", a->cfg.pve_lxc_dir);
+        if (r == 0 && (r = load_containers(a, inv)) < 0)
                 inventory_free(inv);
-        }
         if (r < 0)
                 return r;
         log_container_problems(a->inventory, inv, a->cfg.pve_lxc_dir);

@@ -26,6 +26,7 @@ struct agent {
         struct hosttune_state tune; /* governors and IRQ affinity (hosttune.c) */
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
+        int containers_read_error; /* the last -errno listing pve_lxc_dir (0 = read): logged when it changes */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         /* Why the reservation state could not be loaded ("" when it was): the agent then takes no reservations and
          * is not ready, and retries agent_retry_ledger() until it can. */

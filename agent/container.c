@@ -341,9 +341,11 @@ static bool cgroup_populated(const char *dir) {
         int r = fileio_read(path, 4096, &text, NULL);
         free(path);
         bool populated = false;
-        for (const char *p = r == 0 ? text : ""; *p; p += strcspn(p, "\n"), p += *p == '\n') {
-                if (strncmp(p, "populated 1", 11) == 0 && (p[11] == '\n' || p[11] == '\0'))
-                        populated = true;
+        const char *p = r == 0 ? text : "";
+        while (*p && !populated) {
+                populated = strncmp(p, "populated 1", 11) == 0 && (p[11] == '\n' || p[11] == '\0');
+                p += strcspn(p, "\n");
+                p += *p == '\n';
         }
         free(text);
         return populated;

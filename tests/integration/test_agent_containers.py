@@ -186,5 +186,50 @@ class SimplePolicyTest(Base):
         self.assertEqual(status, 201, body)
 
 
+class UnreadableDirectoryTest(Base):
+    """The container directory cannot be listed (here: a file stands in its place): the containers last read stay
+    counted, the VMs are still read, and the error is logged once."""
+
+    @classmethod
+    def setUpClass(cls):
+        ContainerAgent(cls, "pvescale-ct-unreadable-", ["--node-policy", "simple", "--count-stopped-vms=false"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.agent.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def wait_vm(self, vmid):
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            if vmid in [vm["vmid"] for vm in self.get("/v1/vms")["vms"]]:
+                return
+            time.sleep(0.05)
+        self.fail("VM %d not seen" % vmid)
+
+    def test_containers_kept_and_vms_still_read(self):
+        before = self.get("/v1/capacity")
+        self.assertEqual((before["pinned_cpus"], before["containers"]["count"]), ("0-3", 2))
+        os.rename(self.lxc_dir, self.lxc_dir + ".away")
+        write(self.lxc_dir, "not a directory\n")
+        for vmid in (101, 102):  # two reads of everything
+            write(os.path.join(self.conf_dir, "%d.conf" % vmid), "cores: 1\nmemory: 256\n")
+            self.wait_vm(vmid)
+        cap = self.get("/v1/capacity")
+        self.assertEqual((cap["pinned_cpus"], cap["containers"]), ("0-3", before["containers"]))
+        self.assertEqual(cap["cpus_free"], before["cpus_free"])  # nothing released (the VMs are stopped)
+        self.assertEqual(sorted(c["vmid"] for c in self.get("/v1/containers")["containers"]), [301, 302, 303])
+        os.unlink(self.lxc_dir)
+        os.rename(self.lxc_dir + ".away", self.lxc_dir)
+        os.unlink(os.path.join(self.lxc_dir, "302.conf"))
+        write(os.path.join(self.conf_dir, "103.conf"), "cores: 1\nmemory: 256\n")
+        self.wait_vm(103)
+        self.wait_capacity(lambda c: c["pinned_cpus"] == "", "the directory read again (302 gone)")
+        self.agent.stop()
+        failed = [line for line in self.agent.lines if "cannot read the container configs" in line]
+        self.assertEqual(len(failed), 1, "".join(self.agent.lines[-20:]))
+        self.assertEqual(len([line for line in self.agent.lines if "readable again" in line]), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
