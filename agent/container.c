@@ -365,6 +365,10 @@ static int read_effective(const char *dir, struct cpuset **ret) {
         free(text);
         if (r == -ENOMEM)
                 return r;
+        if (r == 0 && cpuset_is_empty(s)) {
+                cpuset_free(s); /* an empty file: unknown, not "no CPUs" */
+                s = NULL;
+        }
         *ret = r == 0 ? s : NULL;
         return 0;
 }

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "capacity.h"
@@ -184,6 +186,38 @@ static void test_missing_directories(void **state) {
         container_list_done(&l);
 }
 
+static void write_file(const char *dir, const char *name, const char *text) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+}
+
+/* An empty cpuset.cpus.effective (a cgroup being set up) is unknown, not an empty set. */
+static void test_empty_effective_is_unknown(void **state) {
+        (void)state;
+        char dir[] = "/tmp/pvescale-test-container-XXXXXX", sub[4096];
+        assert_non_null(mkdtemp(dir));
+        write_file(dir, "400.conf", "cores: 2\nlxc.cgroup2.cpuset.cpus: 1-2\n");
+        snprintf(sub, sizeof sub, "%s/400", dir);
+        assert_int_equal(mkdir(sub, 0755), 0);
+        write_file(sub, "cgroup.events", "populated 1\n");
+        write_file(sub, "cpuset.cpus.effective", "\n");
+        struct container_list l;
+        assert_int_equal(container_list_load(dir, dir, &l), 0);
+        assert_int_equal(l.n, 1);
+        assert_true(l.items[0]->running);
+        assert_null(l.items[0]->effective);
+        container_list_done(&l);
+        unlink(strcat(strcpy(sub, dir), "/400/cgroup.events"));
+        unlink(strcat(strcpy(sub, dir), "/400/cpuset.cpus.effective"));
+        rmdir(strcat(strcpy(sub, dir), "/400"));
+        unlink(strcat(strcpy(sub, dir), "/400.conf"));
+        assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_json(void **state) {
         (void)state;
         struct container_list l;
@@ -350,6 +384,7 @@ int main(void) {
                 cmocka_unit_test(test_cpu_count),
                 cmocka_unit_test(test_load_tree),
                 cmocka_unit_test(test_missing_directories),
+                cmocka_unit_test(test_empty_effective_is_unknown),
                 cmocka_unit_test(test_json),
                 cmocka_unit_test(test_capacity_counts_containers),
                 cmocka_unit_test(test_capacity_stopped_containers_not_counted),
