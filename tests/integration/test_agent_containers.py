@@ -46,8 +46,12 @@ class ContainerAgent:
         for vmid in (301, 302):
             start_container(case.cgroup_dir, vmid)
         # rescan once an hour: a change seen within seconds came through inotify
-        case.agent = agentlib.Agent(case.args + ["--pve-lxc-dir", case.lxc_dir, "--lxc-cgroup-dir", case.cgroup_dir,
-                                                 "--rescan-interval", "3600"] + extra)
+        try:
+            case.agent = agentlib.Agent(case.args + ["--pve-lxc-dir", case.lxc_dir, "--lxc-cgroup-dir",
+                                                     case.cgroup_dir, "--rescan-interval", "3600"] + extra)
+        except Exception:
+            shutil.rmtree(case.tmp, ignore_errors=True)  # tearDownClass does not run when setUpClass fails
+            raise
         case.base = "https://localhost:%d" % case.agent.port
 
 
