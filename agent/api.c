@@ -85,7 +85,10 @@ static int vm_from_request(struct agent *a, const struct http_request *req, stru
                 return -EINVAL;
         }
         if (!inventory_find(a->inventory, (int)vmid)) {
-                api__error(resp, 404, "no such VM", segment);
+                bool container = a->inventory && container_list_find(&a->inventory->containers, (int)vmid);
+                char detail[96];
+                snprintf(detail, sizeof detail, "%s is an LXC container: see /v1/containers", segment);
+                api__error(resp, 404, "no such VM", container ? detail : segment);
                 return -ENOENT;
         }
         return (int)vmid;

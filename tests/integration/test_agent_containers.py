@@ -123,6 +123,8 @@ class StaticPolicyTest(Base):
         self.assertEqual((rows[302]["running"], rows[302]["cpuset"], rows[302]["pinned"]), (True, "0-3", True))
         self.assertEqual((rows[303]["running"], rows[303]["counted"]), (False, False))
         self.assertEqual(rows[301]["memory_bytes"], 2048 * MIB)
+        status, body = self.request("GET", "/v1/vms/301")  # a container is not a VM, and the answer says so
+        self.assertEqual((status, body["detail"]), (404, "301 is an LXC container: see /v1/containers"))
 
     def test_3_offers_and_reservations_avoid_the_container(self):
         status, body = self.request("POST", "/v1/offers", {"shapes": [{"vcpus": 4, "memory_bytes": 4 * GIB}]})
