@@ -132,7 +132,8 @@ static void render_capacity(struct prom *p, const struct capacity *c) {
         prom_gauge_u64(p, "pvescale_agent_cpus_free", "CPUs of the host still free for new placements.", c->cpus_free);
         prom_gauge_u64(p, "pvescale_agent_memory_free_bytes", "Memory of the host still free for new placements.",
                        c->memory_free_bytes);
-        prom_gauge_u64(p, "pvescale_agent_floating_vcpus", "vCPUs of VMs without a CPU affinity and CPUs of containers without a cpuset (floating).",
+        prom_gauge_u64(p, "pvescale_agent_floating_vcpus",
+                       "vCPUs of VMs without a CPU affinity and CPUs of containers without a cpuset (floating).",
                        c->floating_vcpus);
         render_capacity_nodes(p, c);
 }
