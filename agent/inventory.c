@@ -206,7 +206,18 @@ void inventory_free(struct inventory *inv) {
         for (size_t i = 0; i < inv->n_vms; i++)
                 vm_free(inv->vms[i]);
         free(inv->vms);
+        container_list_done(&inv->containers);
         free(inv);
+}
+
+int inventory_load_containers(struct inventory *inv, const char *lxc_dir, const char *cgroup_dir) {
+        struct container_list l;
+        int r = container_list_load(lxc_dir, cgroup_dir, &l);
+        if (r < 0)
+                return r;
+        container_list_done(&inv->containers);
+        inv->containers = l;
+        return 0;
 }
 
 const struct vm *inventory_find(const struct inventory *inv, int vmid) {
@@ -382,7 +393,7 @@ bool vm_equal(const struct vm *a, const struct vm *b) {
 bool inventory_equal(const struct inventory *a, const struct inventory *b) {
         if (!a || !b)
                 return a == b;
-        if (a->n_vms != b->n_vms)
+        if (a->n_vms != b->n_vms || !container_list_equal(&a->containers, &b->containers))
                 return false;
         for (size_t i = 0; i < a->n_vms; i++)
                 if (!vm_equal(a->vms[i], b->vms[i]))

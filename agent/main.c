@@ -22,17 +22,18 @@
 #define OPT_VERSION 1001
 #define OPT_HELP 1002
 
-enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS, CMD_PLACE };
+enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS, CMD_PLACE, CMD_CONTAINERS };
 
-static const char *const command_names[] = { "serve", "topology", "capacity", "vms", "place" };
+static const char *const command_names[] = { "serve", "topology", "capacity", "vms", "place", "containers" };
 #define N_COMMANDS (sizeof command_names / sizeof command_names[0])
 
 static void usage(FILE *out) {
-        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms|place] [OPTIONS]\n"
+        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms|containers|place] [OPTIONS]\n"
                      "  serve      run the HTTPS API daemon (default)\n"
                      "  topology   print the host topology as JSON and exit\n"
                      "  capacity   print free CPUs and memory as JSON and exit\n"
                      "  vms        print the VM inventory as JSON and exit\n"
+                     "  containers print the LXC containers as JSON and exit\n"
                      "  place      dry run: read {\"vcpus\",\"memory_bytes\"} lines on stdin, print placements\n"
                      "Options (each also settable in the config file and by environment):\n"
                      "  --config FILE    YAML config (default " AGENT_CONFIG_DEFAULT_PATH " if present)\n");
@@ -173,6 +174,8 @@ static int run_one_shot(struct agent *a, enum command cmd) {
                 return print_json(agent_topology_json(a));
         if (cmd == CMD_CAPACITY)
                 return print_json(agent_capacity_json(a));
+        if (cmd == CMD_CONTAINERS)
+                return print_json(agent_containers_json(a));
         if (cmd == CMD_PLACE) {
                 r = place_command_run(a->topology, a->capacity, stdin, stdout);
                 return r < 0 ? EXIT_FAILURE : r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
