@@ -105,11 +105,12 @@ static int fsync_parent_dir(const char *path) {
         return fsync(dfd) < 0 ? -errno : 0;
 }
 
-/* Write data then extra (may be NULL) into a temp file beside path, then rename it into place. */
-static int write_atomic2(const char *path, const void *data, size_t len, const char *extra, mode_t mode) {
-        char tmp[PATH_MAX];
-        int n = snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-        if (n < 0 || (size_t)n >= sizeof tmp)
+/* Write data then extra (may be NULL) into a new temp file beside path (its name into tmp) and fsync it. On
+ * failure the temp file is removed. */
+static int write_temp(const char *path, const void *data, size_t len, const char *extra, mode_t mode,
+                      char tmp[PATH_MAX]) {
+        int n = snprintf(tmp, PATH_MAX, "%s.tmp.XXXXXX", path);
+        if (n < 0 || n >= PATH_MAX)
                 return -ENAMETOOLONG;
         int fd = mkostemp(tmp, O_CLOEXEC);
         if (fd < 0)
@@ -123,17 +124,55 @@ static int write_atomic2(const char *path, const void *data, size_t len, const c
                 r = -errno;
         if (close(fd) < 0 && r == 0)
                 r = -errno;
-        if (r == 0 && rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0) {
+        if (r < 0)
                 unlink(tmp);
-                return r;
+        return r;
+}
+
+static bool exchange_unsupported(int err) {
+        return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP;
+}
+
+/* Put the fsynced temp file at path and the file it replaces at prev, never one file under both names: exchange
+ * the two (tmp then holds the old generation), then rename tmp over prev. Without RENAME_EXCHANGE: rename path
+ * over prev, then tmp into path. On failure tmp no longer exists; -errno. */
+static int install_keeping(const char *tmp, const char *path, const char *prev) {
+        int r = 0;
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+                if (rename(tmp, prev) < 0) /* the new file is in place; .prev stays the older generation */
+                        unlink(tmp);
+                return 0;
         }
-        return fsync_parent_dir(path);
+        if (errno == ENOENT) /* path is gone: nothing to keep */
+                r = rename(tmp, path) < 0 ? -errno : 0;
+        else if (!exchange_unsupported(errno))
+                r = -errno;
+        else if (rename(path, prev) < 0 || rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(tmp);
+        return r;
+}
+
+/* Write data and extra into a temp file beside path, fsync it, put it at path (keeping the file it replaces as
+ * prev when prev is set), then fsync the directory once for all the renames. */
+static int write_atomic2(const char *path, const char *prev, const void *data, size_t len, const char *extra,
+                         mode_t mode) {
+        char tmp[PATH_MAX];
+        int r = write_temp(path, data, len, extra, mode, tmp);
+        if (r < 0)
+                return r;
+        if (prev)
+                r = install_keeping(tmp, path, prev);
+        else if (rename(tmp, path) < 0) {
+                r = -errno;
+                unlink(tmp);
+        }
+        return r < 0 ? r : fsync_parent_dir(path);
 }
 
 int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
-        return write_atomic2(path, data, len, NULL, mode);
+        return write_atomic2(path, NULL, data, len, NULL, mode);
 }
 
 static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]) {
@@ -145,14 +184,18 @@ static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]
         return 0;
 }
 
-int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
+int fileio_write_sealed_keep(const char *path, const char *prev, const void *data, size_t len, mode_t mode) {
         char hex[SHA256_HEX_LEN + 1];
         int r = sha256_hex(data, len, hex);
         if (r < 0)
                 return r;
         char trailer[sizeof SEAL_PREFIX + SHA256_HEX_LEN + 2];
         snprintf(trailer, sizeof trailer, "%s%s\n", SEAL_PREFIX, hex);
-        return write_atomic2(path, data, len, trailer, mode);
+        return write_atomic2(path, prev, data, len, trailer, mode);
+}
+
+int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
+        return fileio_write_sealed_keep(path, NULL, data, len, mode);
 }
 
 int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {
