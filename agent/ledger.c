@@ -384,13 +384,14 @@ int ledger_save(const struct ledger *l, const char *dir) {
         char *text = state_text(l);
         if (!text)
                 return -ENOMEM; /* an entry could not be built: write nothing rather than a file without it */
-        char path[PATH_MAX], prev[PATH_MAX + 16];
+        char path[PATH_MAX], prev[PATH_MAX + 16], spare[PATH_MAX + 16];
         snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
         snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+        snprintf(spare, sizeof spare, "%s%s", path, LEDGER_SPARE_SUFFIX);
         bool keep;
         int r = keep_current(path, &keep);
         if (r == 0)
-                r = fileio_write_sealed_keep(path, keep ? prev : NULL, text, strlen(text), 0600);
+                r = fileio_write_sealed_rotate(path, keep ? prev : NULL, spare, text, strlen(text), 0600);
         free(text);
         return r;
 }

@@ -129,50 +129,22 @@ static int write_temp(const char *path, const void *data, size_t len, const char
         return r;
 }
 
-static bool exchange_unsupported(int err) {
-        return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP;
-}
-
-/* Put the fsynced temp file at path and the file it replaces at prev, never one file under both names: exchange
- * the two (tmp then holds the old generation), then rename tmp over prev. Without RENAME_EXCHANGE: rename path
- * over prev, then tmp into path. On failure tmp no longer exists; -errno. */
-static int install_keeping(const char *tmp, const char *path, const char *prev) {
-        int r = 0;
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
-                if (rename(tmp, prev) < 0) /* the new file is in place; .prev stays the older generation */
-                        unlink(tmp);
-                return 0;
-        }
-        if (errno == ENOENT) /* path is gone: nothing to keep */
-                r = rename(tmp, path) < 0 ? -errno : 0;
-        else if (!exchange_unsupported(errno))
-                r = -errno;
-        else if (rename(path, prev) < 0 || rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0)
-                unlink(tmp);
-        return r;
-}
-
-/* Write data and extra into a temp file beside path, fsync it, put it at path (keeping the file it replaces as
- * prev when prev is set), then fsync the directory once for all the renames. */
-static int write_atomic2(const char *path, const char *prev, const void *data, size_t len, const char *extra,
-                         mode_t mode) {
+/* Write data and extra into a temp file beside path, fsync it, rename it over path, then fsync the directory. */
+static int write_atomic2(const char *path, const void *data, size_t len, const char *extra, mode_t mode) {
         char tmp[PATH_MAX];
         int r = write_temp(path, data, len, extra, mode, tmp);
         if (r < 0)
                 return r;
-        if (prev)
-                r = install_keeping(tmp, path, prev);
-        else if (rename(tmp, path) < 0) {
+        if (rename(tmp, path) < 0) {
                 r = -errno;
                 unlink(tmp);
+                return r;
         }
-        return r < 0 ? r : fsync_parent_dir(path);
+        return fsync_parent_dir(path);
 }
 
 int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t mode) {
-        return write_atomic2(path, NULL, data, len, NULL, mode);
+        return write_atomic2(path, data, len, NULL, mode);
 }
 
 static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]) {
@@ -184,18 +156,116 @@ static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]
         return 0;
 }
 
-int fileio_write_sealed_keep(const char *path, const char *prev, const void *data, size_t len, mode_t mode) {
+int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
         char hex[SHA256_HEX_LEN + 1];
         int r = sha256_hex(data, len, hex);
         if (r < 0)
                 return r;
         char trailer[sizeof SEAL_PREFIX + SHA256_HEX_LEN + 2];
         snprintf(trailer, sizeof trailer, "%s%s\n", SEAL_PREFIX, hex);
-        return write_atomic2(path, prev, data, len, trailer, mode);
+        return write_atomic2(path, data, len, trailer, mode);
 }
 
-int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
-        return fileio_write_sealed_keep(path, NULL, data, len, mode);
+#define TRAILER_LEN (sizeof SEAL_PREFIX - 1 + SHA256_HEX_LEN + 1)
+
+/* The sealed bytes of data in size bytes (size >= len + TRAILER_LEN): data, spaces, then the trailer over both. */
+static int seal_padded(const void *data, size_t len, size_t size, char **ret_buf) {
+        _cleanup_free_ char *buf = malloc(size + 1);
+        char hex[SHA256_HEX_LEN + 1];
+        if (!buf)
+                return -ENOMEM;
+        memcpy(buf, data, len);
+        memset(buf + len, ' ', size - TRAILER_LEN - len);
+        int r = sha256_hex(buf, size - TRAILER_LEN, hex);
+        if (r < 0)
+                return r;
+        snprintf(buf + size - TRAILER_LEN, TRAILER_LEN + 1, "%s%s\n", SEAL_PREFIX, hex);
+        *ret_buf = TAKE_PTR(buf);
+        return 0;
+}
+
+/* The size to write: the file's own when the sealed data fits and fills at least half of it (an overwrite in
+ * place changes no metadata that fdatasync must commit), else just what is needed. */
+static size_t spare_size(off_t file_size, size_t needed) {
+        size_t have = file_size > 0 ? (size_t)file_size : 0;
+        return have >= needed && have <= 2 * needed + 4096 ? have : needed;
+}
+
+static int pwrite_all(int fd, const char *p, size_t len) {
+        for (off_t off = 0; len > 0;) {
+                ssize_t n = pwrite(fd, p, len, off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                p += n;
+                off += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+/* Overwrite spare in place (created when absent) with data sealed, and fdatasync it. On failure spare is
+ * removed: a half-written file is never left behind. */
+static int write_spare(const char *spare, const void *data, size_t len, mode_t mode) {
+        struct stat st;
+        _cleanup_free_ char *buf = NULL;
+        _cleanup_close_ int fd = open(spare, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+        int r = fstat(fd, &st) < 0 ? -errno : 0;
+        size_t size = r == 0 ? spare_size(st.st_size, len + TRAILER_LEN) : 0;
+        if (r == 0 && (st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
+                r = -errno;
+        if (r == 0)
+                r = seal_padded(data, len, size, &buf);
+        if (r == 0)
+                r = pwrite_all(fd, buf, size);
+        if (r == 0 && (off_t)size < st.st_size && ftruncate(fd, (off_t)size) < 0)
+                r = -errno;
+        if (r == 0 && fdatasync(fd) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(spare);
+        return r;
+}
+
+static int exchange(const char *a, const char *b) {
+        return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) < 0 ? -errno : 0;
+}
+
+static bool exchange_unsupported(int err) {
+        return err == -EINVAL || err == -ENOSYS || err == -EOPNOTSUPP;
+}
+
+/* Where the file system cannot exchange: path over prev (when kept), then spare into path. */
+static int rotate_by_renames(const char *path, const char *prev, const char *spare) {
+        int r = prev && rename(path, prev) < 0 && errno != ENOENT ? -errno : 0;
+        if (r == 0 && rename(spare, path) < 0)
+                r = -errno;
+        return r;
+}
+
+/* spare (written) becomes path; path's file becomes prev when prev is set, and prev's file the new spare. */
+static int rotate(const char *path, const char *prev, const char *spare) {
+        int r = exchange(spare, path);
+        if (r == -ENOENT) /* no current file: nothing to keep */
+                return rename(spare, path) < 0 ? -errno : 0;
+        if (exchange_unsupported(r))
+                return rotate_by_renames(path, prev, spare);
+        if (r < 0 || !prev)
+                return r;
+        if (exchange(spare, prev) < 0)
+                rename(spare, prev); /* no prev yet; on failure .prev stays a generation older */
+        return 0; /* the new file is in place */
+}
+
+int fileio_write_sealed_rotate(const char *path, const char *prev, const char *spare, const void *data,
+                               size_t len, mode_t mode) {
+        int r = write_spare(spare, data, len, mode);
+        if (r == 0 && (r = rotate(path, prev, spare)) < 0)
+                unlink(spare);
+        return r < 0 ? r : fsync_parent_dir(path);
 }
 
 int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {
