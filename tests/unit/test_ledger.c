@@ -32,7 +32,7 @@ json_t *__wrap_placement_to_json(const struct placement *p) {
 /* A child process saving the ledger kills itself (SIGKILL: no clean-up runs) after kill_after file-system calls
  * that change or sync the state directory. no_exchange makes renameat2 answer EINVAL, as on a file system
  * without RENAME_EXCHANGE. */
-static unsigned kill_after, fs_calls;
+static unsigned kill_after, fs_calls; /* pwrite64 and ftruncate64: the names _FILE_OFFSET_BITS=64 calls */
 static bool no_exchange;
 
 static void fs_call_done(void) {
@@ -49,7 +49,10 @@ static void fs_call_done(void) {
                 return r;                               \
         }
 WRAP_FS_CALL(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))
+WRAP_FS_CALL(ssize_t, pwrite64, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off))
 WRAP_FS_CALL(int, fsync, (int fd), (fd))
+WRAP_FS_CALL(int, fdatasync, (int fd), (fd))
+WRAP_FS_CALL(int, ftruncate64, (int fd, off_t len), (fd, len))
 WRAP_FS_CALL(int, link, (const char *from, const char *to), (from, to))
 WRAP_FS_CALL(int, rename, (const char *from, const char *to), (from, to))
 WRAP_FS_CALL(int, unlink, (const char *path), (path))
@@ -206,12 +209,13 @@ static void test_leftover_temporaries_are_removed(void **state) {
         assert_true(exists(other));
 }
 
-/* Empty dir, then save a ledger of 1 then of 2 reservations: the current generation has 2, .prev has 1. */
+/* Empty dir, then save ledgers of 1, 1, 1 and 2 reservations: the current generation has 2, .prev has 1, and
+ * the spare of the rotation exists (as it does from the third save on). */
 static void two_generations(struct fixture *f) {
         test_rmtree(f->dir);
         assert_int_equal(mkdir(f->dir, 0700), 0);
-        for (unsigned n = 1; n <= 2; n++) {
-                struct ledger *l = ledger_of(n);
+        for (unsigned i = 0; i < 4; i++) {
+                struct ledger *l = ledger_of(i < 3 ? 1 : 2);
                 assert_int_equal(ledger_save(l, f->dir), 0);
                 ledger_free(l);
         }
@@ -248,12 +252,16 @@ static void copy_dir(const char *dir, char *copy, size_t len) {
 /* What a crash can leave: two distinct generations (or one, and no shared inode); the acknowledged generation
  * (2 reservations) or the one being saved (3) loads; with the current file damaged, an older one loads. */
 static void check_crash_state(struct fixture *f, unsigned step) {
-        char prev[160], copy[64];
+        char prev[160], spare[160], copy[64];
         snprintf(prev, sizeof prev, "%s%s", f->path, LEDGER_PREV_SUFFIX);
-        ino_t cur_ino = inode_of(f->path), prev_ino = inode_of(prev);
+        snprintf(spare, sizeof spare, "%s%s", f->path, LEDGER_SPARE_SUFFIX);
+        ino_t cur_ino = inode_of(f->path), prev_ino = inode_of(prev), spare_ino = inode_of(spare);
         if (cur_ino && cur_ino == prev_ino)
                 fail_msg("killed after call %u: %s and its .prev are one file (inode %lu)", step, f->path,
                          (unsigned long)cur_ino);
+        if (spare_ino && (spare_ino == cur_ino || spare_ino == prev_ino))
+                fail_msg("killed after call %u: the spare is also a generation (inode %lu)", step,
+                         (unsigned long)spare_ino);
         copy_dir(f->dir, copy, sizeof copy);
         struct ledger *l = NULL;
         char problem[512] = "";
