@@ -184,8 +184,8 @@ static int seal_padded(const void *data, size_t len, size_t size, char **ret_buf
         return 0;
 }
 
-/* The size to write: the file's own when the sealed data fits and fills at least half of it (an overwrite in
- * place changes no metadata that fdatasync must commit), else just what is needed. */
+/* The size to write: the file's own when the sealed data fits in it and it is at most twice that plus 4 KiB (an
+ * overwrite in place changes no metadata that fdatasync must commit), else just what is needed. */
 static size_t spare_size(off_t file_size, size_t needed) {
         size_t have = file_size > 0 ? (size_t)file_size : 0;
         return have >= needed && have <= 2 * needed + 4096 ? have : needed;
@@ -205,16 +205,35 @@ static int pwrite_all(int fd, const char *p, size_t len) {
         return 0;
 }
 
+/* Open spare for writing, created when absent. One that is not a plain file of one link (a hard link an
+ * operator's copy made, say) is never written in place: it is removed and created afresh. */
+static int open_spare(const char *spare, mode_t mode, struct stat *st) {
+        for (int attempt = 0; attempt < 2; attempt++) {
+                int fd = open(spare, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
+                if (fd < 0)
+                        return -errno;
+                int r = fstat(fd, st) < 0 ? -errno : 0;
+                if (r == 0 && S_ISREG(st->st_mode) && st->st_nlink == 1)
+                        return fd;
+                close(fd);
+                if (r < 0)
+                        return r;
+                if (unlink(spare) < 0)
+                        return -errno;
+        }
+        return -EEXIST;
+}
+
 /* Overwrite spare in place (created when absent) with data sealed, and fdatasync it. On failure spare is
  * removed: a half-written file is never left behind. */
 static int write_spare(const char *spare, const void *data, size_t len, mode_t mode) {
         struct stat st;
         _cleanup_free_ char *buf = NULL;
-        _cleanup_close_ int fd = open(spare, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+        _cleanup_close_ int fd = open_spare(spare, mode, &st);
         if (fd < 0)
-                return -errno;
-        int r = fstat(fd, &st) < 0 ? -errno : 0;
-        size_t size = r == 0 ? spare_size(st.st_size, len + TRAILER_LEN) : 0;
+                return fd;
+        int r = 0;
+        size_t size = spare_size(st.st_size, len + TRAILER_LEN);
         if (r == 0 && (st.st_mode & 07777) != mode && fchmod(fd, mode) < 0)
                 r = -errno;
         if (r == 0)
@@ -256,7 +275,7 @@ static int rotate(const char *path, const char *prev, const char *spare) {
         if (r < 0 || !prev)
                 return r;
         if (exchange(spare, prev) < 0)
-                rename(spare, prev); /* no prev yet; on failure .prev stays a generation older */
+                rename(spare, prev); /* no prev yet; should that fail too, .prev stays a generation older */
         return 0; /* the new file is in place */
 }
 

@@ -114,6 +114,16 @@ static void test_rotation(void **state) {
         struct stat st;
         assert_int_equal(stat(path, &st), 0);
         assert_int_equal(st.st_mode & 07777, 0600);
+        /* A spare with another link (an operator's hard-link copy) is replaced, never written through. */
+        char copy[140];
+        snprintf(copy, sizeof copy, "%s.copy", path);
+        assert_int_equal(link(spare, copy), 0);
+        char *before = read_back(copy);
+        assert_int_equal(fileio_write_sealed_rotate(path, prev, spare, "gen6", 4, 0600), 0);
+        char *after = read_back(copy);
+        assert_string_equal(after, before);
+        free(before);
+        free(after);
 }
 
 int main(void) {
