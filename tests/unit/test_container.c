@@ -188,7 +188,8 @@ static void test_missing_directories(void **state) {
 
 static void write_file(const char *dir, const char *name, const char *text) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+        int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+        assert_true(n > 0 && (size_t)n < sizeof path);
         FILE *f = fopen(path, "w");
         assert_non_null(f);
         fputs(text, f);
