@@ -93,8 +93,9 @@ enum launchstep_clone_end {
 };
 enum launchstep_clone_end launchstep_clone_end(const char *exitstatus);
 
-/* Whose is the VM with this config, by the claim UID in its description: 1 the claim's, 0 cannot tell yet (a clone
- * in progress: locked, no description), -1 someone else's. */
+/* Whose is the VM with this config, by the claim UID in its description and, once it is configured (tagged
+ * pvescale), its SMBIOS UUID (launcher_smbios1: the claim's UID): 1 the claim's, 0 cannot tell yet (a clone in
+ * progress: locked, no description), -1 someone else's (a VMID reused by hand included). */
 int launchstep_vm_owner(const char *uid, const json_t *config);
 
 /* Can the claim have an uploaded cloud-init ISO that its status does not name? A VM, no ISO recorded, not

@@ -2,11 +2,14 @@
 # pvescale-coordinator deletes a claim's VM safely, against the simulator and real agents (issue 40, "safe
 # deletes"): a destroy that fails on the VMID's config lock (a slow stop still holds it) or that ends with an error
 # keeps the claim and its finalizer, with a Warning Event naming the host, the VMID and Proxmox's error, and is
-# tried again until the VM is gone.
+# tried again until the VM is gone; a VMID reused by hand (the claim's VM deleted behind its back and another VM
+# made with the same id, name, description and tags, but its own SMBIOS UUID) is never taken for the claim's VM:
+# the claim finishes and the other VM is left as it was.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import re
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -17,6 +20,7 @@ PODS = "/api/v1/namespaces/default/pods"
 EVENTS = "/api/v1/namespaces/default/events"
 FINALIZER = "pvescale.io/termination"
 LOCK_ERROR = "can't lock file '/var/lock/qemu-server/lock-%d.conf' - got timeout"
+GC_S = 2
 
 
 class Watcher(cl.FirstSeen):
@@ -136,6 +140,36 @@ class SafeDeleteTest(cl.CoordinatorTest):
         log = self.co.logtext()
         self.assertEqual(len(re.findall(r"NodeClaim %s: delete VM %d on pve1: .*in use" % (name, vmid), log)), 1,
                          "the failure is logged once, not at every attempt")
+
+    def test_a_vmid_reused_by_hand_is_never_taken_for_the_claims_vm(self):
+        c = self.c
+        claim = self.scale_up(args=["--gc-interval=%ds" % GC_S])
+        name, vmid = claim["metadata"]["name"], claim["status"]["vmid"]
+        conf = c.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
+        # Behind the coordinator's back: the VM is deleted and another made with the same VMID, name, description
+        # and tags (restored from a backup with a new identity, say); Proxmox gives it its own SMBIOS UUID.
+        c.sim.wait_task(c.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % vmid).data)
+        c.sim.wait_task(c.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid, {"purge": 1}).data)
+        r = c.sim.pve("POST", "/nodes/pve1/qemu", {"vmid": vmid, "name": conf["name"], "tags": conf["tags"],
+                                                   "description": conf["description"], "cores": 1, "memory": 512})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(c.sim.wait_task(r.data)["exitstatus"], "OK")
+        other = c.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
+        self.assertNotEqual(other["smbios1"], conf["smbios1"])
+        self.assertEqual(other["description"], conf["description"])
+        t0 = {t["upid"] for t in c.sim.admin("GET", "/tasks").json}
+        time.sleep(3 * GC_S)  # a collection or two see it
+        if self.claim(name) is not None:
+            self.assertEqual(c.sim.kube("DELETE", cl.GROUP + "/nodeclaims/" + name).status, 200)
+        cl.wait_for(lambda: self.claim(name) is None, 90, interval=0.5, what="the claim finished")
+        time.sleep(2 * GC_S)  # and the collections after it leave the other VM alone too
+        touched = [t for t in c.sim.admin("GET", "/tasks").json if t["upid"] not in t0 and t["id"] == str(vmid)
+                   and t["type"] in ("qmstop", "qmshutdown", "qmdestroy")]
+        self.assertEqual(touched, [], "the coordinator stopped or destroyed the other VM")
+        now = c.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid)
+        self.assertEqual(now.status, 200, "the other VM was destroyed: %s" % now)
+        self.assertEqual(now.data["smbios1"], other["smbios1"], "VMID %d holds yet another VM" % vmid)
+        self.assertEqual(now.data["description"], other["description"])
 
 
 if __name__ == "__main__":
