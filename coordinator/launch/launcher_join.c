@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cloudinit.h"
 #include "log.h"
@@ -32,15 +31,6 @@ static const json_t *find_node(struct launcher__ctx *c, json_t **owned) {
         }
         json_decref(list);
         return *owned;
-}
-
-/* A Node with the claim's providerID is its VM's when its kubelet reports the VM's SMBIOS UUID (the claim's UID,
- * launcher_smbios1) as systemUUID, as Proxmox's cloud controller checks: a VMID reused by hand gives another VM the
- * same providerID. One that reports none is taken by its providerID alone. */
-static bool node_is_claims(const struct launcher__ctx *c, const json_t *node) {
-        const json_t *info = json_object_get(json_object_get(node, "status"), "nodeInfo");
-        const char *uuid = json_string_value(json_object_get(info, "systemUUID"));
-        return !uuid || !*uuid || strcasecmp(uuid, c->uid) == 0;
 }
 
 static bool same_taint(const json_t *a, const json_t *b) {
@@ -179,7 +169,7 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
         const char *n = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-        if (!n || !*n || !node_is_claims(c, node)) {
+        if (!n || !*n || !launchstep_node_is_claims(node, c->uid)) {
                 json_decref(owned);
                 return launchstep_registration_wait(c->st->started_ms, c->now, c->l->o.registration_timeout_ms,
                                                     c->st->provider_id);
@@ -199,7 +189,7 @@ struct launchstep_result launcher__initialize(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
         struct launchstep_result res = launcher__need_pool(c);
-        bool init = launchstep_ok(&res) && node && node_is_claims(c, node) &&
+        bool init = launchstep_ok(&res) && node && launchstep_node_is_claims(node, c->uid) &&
                     node_state(c, node) == LAUNCHER_NODE_INITIALIZED;
         json_decref(owned);
         if (!launchstep_ok(&res))

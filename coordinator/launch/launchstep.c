@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backoff.h"
 #include "config.h"
@@ -128,6 +129,12 @@ int launchstep_vm_owner(const char *uid, const json_t *config) {
          * or someone made it under the VMID with a copy of the description. Before that, the clone's own UUID. */
         bool configured = launcher_config_tagged(config, LAUNCHER_TAG);
         return !configured || launcher_config_uuid_is(config, uid) ? 1 : -1;
+}
+
+bool launchstep_node_is_claims(const json_t *node, const char *uid) {
+        const json_t *info = json_object_get(json_object_get(node, "status"), "nodeInfo");
+        const char *uuid = json_string_value(json_object_get(info, "systemUUID"));
+        return !uuid || !*uuid || strcasecmp(uuid, uid) == 0;
 }
 
 void launchstep_cdrom_volume(const char *ide2, char *volume, size_t len) {

@@ -188,6 +188,17 @@ static void test_clone_end_and_owner(void **state) {
         assert_int_equal(launchstep_vm_owner(uid, configured), 1);
         assert_int_equal(launchstep_vm_owner(uid, reused), -1);  /* a VMID reused by hand with a copy of it all */
         assert_int_equal(launchstep_vm_owner(uid, cloned), 1);   /* cloned, not configured yet: the clone's UUID */
+        json_t *node = json_pack("{s:{s:{s:s}}}", "status", "nodeInfo", "systemUUID",
+                                 "0B5C7A2E-1111-2222-3333-444455556666");
+        json_t *other_node = json_pack("{s:{s:{s:s}}}", "status", "nodeInfo", "systemUUID",
+                                       "7a6c5a99-cea1-448d-8b02-12ef90550cf5");
+        json_t *silent_node = json_pack("{s:{}}", "status");
+        assert_true(launchstep_node_is_claims(node, uid));
+        assert_false(launchstep_node_is_claims(other_node, uid)); /* another VM under the same providerID */
+        assert_true(launchstep_node_is_claims(silent_node, uid));  /* no systemUUID: by its providerID */
+        json_decref(node);
+        json_decref(other_node);
+        json_decref(silent_node);
         free(d2);
         json_decref(configured);
         json_decref(reused);
