@@ -822,6 +822,10 @@ class PveApp:
         return self.r.start_task(node, "qmstart", vmid, u, work)
 
     def _do_start(self, vm, t):
+        with self._config_locked(vm):  # vm_start runs under the VMID's config lock too
+            self._do_start_locked(vm, t)
+
+    def _do_start_locked(self, vm, t):
         with self.w.lock:
             if vm.is_template():
                 raise TaskError("you can't start a vm if it's a template")
