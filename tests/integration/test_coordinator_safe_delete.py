@@ -42,12 +42,12 @@ class SafeDeleteTest(cl.CoordinatorTest):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
         self.co = None
 
-    def scale_up(self, args=()):
+    def scale_up(self, args=(), **pod_spec):
         c = self.c
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
-        c.create(PODS, cl.pod("a"))
+        c.create(PODS, cl.pod("a", **pod_spec))
         self.co = cl.Coordinator(c, args=list(args))
         cl.wait_for(lambda: len(c.claims()) == 1 and (c.claims()[0].get("status") or {}).get("launchStep")
                     == "Initialized", 120, interval=0.5, what="an Initialized claim")
@@ -86,11 +86,14 @@ class SafeDeleteTest(cl.CoordinatorTest):
 
     def test_destroy_fails_on_the_lock_of_a_slow_stop_and_is_tried_again(self):
         c = self.c
-        claim = self.scale_up()
+        # The pod tolerates the disrupted taint: it does not hold the drain, so that the coordinator comes to the VM
+        # at once, however slowly the machine runs, while the stop below still holds the lock.
+        claim = self.scale_up(tolerations=[{"key": "pvescale.io/disrupted", "operator": "Exists",
+                                            "effect": "NoSchedule"}])
         name, vmid = claim["metadata"]["name"], claim["status"]["vmid"]
-        # QEMU takes 3 s to exit and the stop cleans up for 6 s more, holding the config lock; a task waits 1 s
+        # QEMU takes 3 s to exit and the stop cleans up for 10 s more, holding the config lock; a task waits 1 s
         # for it. The stop is someone else's (an operator's, HA's): the coordinator finds it running.
-        c.sim.admin("POST", "/knobs", {"stop_seconds": 3.0, "stop_cleanup_seconds": 6.0,
+        c.sim.admin("POST", "/knobs", {"stop_seconds": 3.0, "stop_cleanup_seconds": 10.0,
                                        "config_lock_timeout_seconds": 1.0})
         r = c.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % vmid)
         self.assertEqual(r.status, 200, r)
