@@ -271,6 +271,36 @@ int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int
         return 0;
 }
 
+/* ---- SMBIOS UUID ---- */
+
+char *launcher_smbios1(const char *current, const char *uuid) {
+        char *out = NULL;
+        size_t len = current ? strlen(current) : 0, at = 0;
+        char *rest = calloc(1, len + 2);
+        for (const char *s = current; rest && s && *s;) { /* every field but uuid=, comma-separated */
+                size_t n = strcspn(s, ",");
+                if (n && strncmp(s, "uuid=", 5) != 0)
+                        at += (size_t)sprintf(rest + at, ",%.*s", (int)n, s);
+                s += n + (s[n] ? 1 : 0);
+        }
+        if (rest && asprintf(&out, "uuid=%s%s", uuid, rest) < 0)
+                out = NULL;
+        free(rest);
+        return out;
+}
+
+bool launcher_config_uuid_is(const json_t *config, const char *uuid) {
+        const char *s = json_string_value(json_object_get(config, "smbios1"));
+        size_t n = uuid ? strlen(uuid) : 0;
+        while (n && s && *s) {
+                size_t len = strcspn(s, ",");
+                if (len == 5 + n && strncmp(s, "uuid=", 5) == 0 && strncasecmp(s + 5, uuid, n) == 0)
+                        return true;
+                s += len + (s[len] ? 1 : 0);
+        }
+        return false;
+}
+
 int launcher_owner(const char *claim, const char *uid, char *buf, size_t len) {
         int n = snprintf(buf, len, LAUNCHER_OWNER_PREFIX "%s/%.*s", uid, 200, claim);
         return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;

@@ -58,6 +58,14 @@ char *launcher_description(const char *claim, const char *uid, int64_t created_m
  * pvescale description. */
 int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int64_t *ret_created_ms);
 
+/* The VM's SMBIOS UUID (its smbios1 uuid=, which the guest reads as its product UUID and a kubelet reports as
+ * status.nodeInfo.systemUUID) is the claim's UID: a VM someone else made under a reused VMID has its own, even
+ * with a copy of the claim's name, description and tags. launcher_smbios1 is current (the VM's smbios1, NULL for
+ * none) with its uuid set to uuid and its other fields kept: malloc'd, or NULL (ENOMEM). */
+char *launcher_smbios1(const char *current, const char *uuid);
+/* Does the config's smbios1 carry uuid (case does not matter)? */
+bool launcher_config_uuid_is(const json_t *config, const char *uuid);
+
 /* The reservation owner "nodeclaim/<uid>/<name>" (at most 253 characters) and its UID part. */
 int launcher_owner(const char *claim, const char *uid, char *buf, size_t len);
 int launcher_owner_uid(const char *owner, char uid[LAUNCHER_UID_MAX]);

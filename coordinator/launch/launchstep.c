@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backoff.h"
 #include "config.h"
@@ -120,9 +121,20 @@ int launchstep_vm_owner(const char *uid, const json_t *config) {
         char owner[LAUNCHER_UID_MAX];
         int64_t created;
         const char *desc = json_string_value(json_object_get(config, "description"));
-        if (launcher_description_parse(desc, owner, &created) == 0)
-                return strcmp(owner, uid) == 0 ? 1 : -1;
-        return json_object_get(config, "lock") ? 0 : -1;
+        if (launcher_description_parse(desc, owner, &created) < 0)
+                return json_object_get(config, "lock") ? 0 : -1;
+        if (strcmp(owner, uid) != 0)
+                return -1;
+        /* Configured (tagged pvescale: the tag and the UUID go in one PUT): its SMBIOS UUID must be the claim's,
+         * or someone made it under the VMID with a copy of the description. Before that, the clone's own UUID. */
+        bool configured = launcher_config_tagged(config, LAUNCHER_TAG);
+        return !configured || launcher_config_uuid_is(config, uid) ? 1 : -1;
+}
+
+bool launchstep_node_is_claims(const json_t *node, const char *uid) {
+        const json_t *info = json_object_get(json_object_get(node, "status"), "nodeInfo");
+        const char *uuid = json_string_value(json_object_get(info, "systemUUID"));
+        return !uuid || !*uuid || strcasecmp(uuid, uid) == 0;
 }
 
 void launchstep_cdrom_volume(const char *ide2, char *volume, size_t len) {

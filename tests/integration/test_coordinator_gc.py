@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # pvescale-coordinator's garbage collection against the simulator and real agents: a claim that joined and whose VM
 # is then deleted behind its back through Proxmox's API is deleted (a GarbageCollected Event naming why) and its
-# termination removes its Node and releases its reservation; a VM tagged pvescale that no claim owns is collected.
+# termination removes its Node and releases its reservation; a VM tagged pvescale that no claim owns is collected
+# when its SMBIOS UUID is the UID of its description, and kept when it is not (a VM made by hand with a copy).
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
@@ -15,7 +16,9 @@ from test_coordinator_termination import reservations  # noqa: E402
 PODS = "/api/v1/namespaces/default/pods"
 GC_S = 2  # the collection's period (1m by default)
 ORPHAN = 4242
-ORPHAN_DESC = "pvescale-nodeclaim: long-gone\nuid: 00000000-dead-beef-0000-000000000000\ncreated: 2020-01-01T00:00:00Z\n"
+NOT_OURS = 4243
+ORPHAN_UID = "00000000-dead-beef-0000-000000000000"
+ORPHAN_DESC = "pvescale-nodeclaim: long-gone\nuid: %s\ncreated: 2020-01-01T00:00:00Z\n" % ORPHAN_UID
 
 
 def initialized(claim):
@@ -28,10 +31,11 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
         self.co = None
 
-    def orphan_vm(self):
+    def orphan_vm(self, vmid, smbios1):
         sim = self.c.sim
-        sim.clone(ORPHAN, "long-gone", node="pve1")
-        r = sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % ORPHAN, {"description": ORPHAN_DESC, "tags": "pvescale"})
+        sim.clone(vmid, "long-gone", node="pve1")
+        r = sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"description": ORPHAN_DESC, "tags": "pvescale",
+                                                                  "smbios1": smbios1})
         self.assertEqual(r.status, 200, r)
 
     def delete_vm(self, vmid):
@@ -41,7 +45,8 @@ class GarbageCollectionTest(cl.CoordinatorTest):
 
     def test_a_claim_whose_vm_was_deleted_is_cleaned_up_and_an_orphan_vm_collected(self):
         c = self.c
-        self.orphan_vm()
+        self.orphan_vm(ORPHAN, "uuid=" + ORPHAN_UID)  # a claim's: its SMBIOS UUID is the UID of its description
+        self.orphan_vm(NOT_OURS, "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5")  # a copy of its description only
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
@@ -73,6 +78,8 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         for x in c.claims():  # the pod's new claim, if there is one, keeps its VM
             self.assertIn(x["status"].get("vmid"), [vm["vmid"] for vm in c.vms()] + [None])
         self.assertIn("launcher: GC: VM %d on" % ORPHAN, self.co.logtext())
+        self.assertIn(NOT_OURS, [vm["vmid"] for vm in c.vms()], "a VM whose SMBIOS UUID is not its claim's is kept")
+        self.assertNotIn("launcher: GC: VM %d on" % NOT_OURS, self.co.logtext())
 
 
 if __name__ == "__main__":

@@ -156,6 +156,8 @@ class Host:
         self.images_dir = os.path.join(root, "var", "lib", "vz", "images")
         self.down = False
         self.started = time.time()
+        self.config_locks = {}  # vmid -> lock: qemu-server's flock of /var/lock/qemu-server/lock-<vmid>.conf
+        self._config_locks_mu = threading.Lock()
         for d in (os.path.join(root, "etc", "pve", "nodes", name, "qemu-server"), self.run_dir,
                   os.path.join(root, "etc", "pve", "nodes", name, "lxc"), self.lxc_cgroup_dir,
                   self.iso_dir, self.images_dir, os.path.join(root, "var", "log", "pve", "tasks")):
@@ -163,6 +165,11 @@ class Host:
         for link, kind in ((self.conf_dir, "qemu-server"), (self.lxc_dir, "lxc")):
             if not os.path.islink(link) and not os.path.exists(link):
                 os.symlink(os.path.join("nodes", name, kind), link)
+
+    def config_lock(self, vmid):
+        """The VMID's config lock on this host; it outlives the VM (the lock file stays after a destroy)."""
+        with self._config_locks_mu:
+            return self.config_locks.setdefault(int(vmid), threading.Lock())
 
     def endpoint_entry(self):
         e = {"region": self.region, "root": self.root, "pve_config_dir": self.conf_dir,
