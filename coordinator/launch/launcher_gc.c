@@ -157,7 +157,8 @@ static int64_t orphan_age(struct gc *g, struct pve_client *pve, const char *regi
         const char *desc = json_string_value(json_object_get(config, "description"));
         bool described = r == 0 && launcher_description_parse(desc, uid, &created) == 0;
         bool locked = json_object_get(config, "lock") != NULL;
-        bool ours = described && launcher_config_uuid_is(config, uid); /* a claim's, as launchstep_vm_owner says */
+        /* a claim's, as launchstep_vm_owner says (an older coordinator's VM by its description alone) */
+        bool ours = described && (!launcher_description_names_uuid(desc) || launcher_config_uuid_is(config, uid));
         json_decref(config);
         if (r < 0 || locked || !ours || uid_owned(g, uid, strlen(uid)))
                 return -1;

@@ -230,7 +230,7 @@ char *launcher_description(const char *claim, const char *uid, int64_t created_m
         rfc3339_format(created_ms, when, sizeof when);
         if (rid && pinned &&
             asprintf(&out,
-                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n%s%s"
+                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n%s%s" LAUNCHER_UUID_LINE ": uid\n"
                      "Managed by pvescale: deleted with its NodeClaim, or as an orphan 10 minutes after it is gone.\n",
                      claim, uid, when, rid, pinned) < 0)
                 out = NULL;
@@ -269,6 +269,11 @@ int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int
         memcpy(uid, u, sizeof u);
         *ret_created_ms = ms;
         return 0;
+}
+
+bool launcher_description_names_uuid(const char *text) {
+        char v[8];
+        return text && line_value(text, LAUNCHER_UUID_LINE, v, sizeof v) && strcmp(v, "uid") == 0;
 }
 
 /* ---- SMBIOS UUID ---- */

@@ -126,8 +126,9 @@ int launchstep_vm_owner(const char *uid, const json_t *config) {
         if (strcmp(owner, uid) != 0)
                 return -1;
         /* Configured (tagged pvescale: the tag and the UUID go in one PUT): its SMBIOS UUID must be the claim's,
-         * or someone made it under the VMID with a copy of the description. Before that, the clone's own UUID. */
-        bool configured = launcher_config_tagged(config, LAUNCHER_TAG);
+         * or someone made it under the VMID with a copy of the description. Before that, the clone's own UUID; and a
+         * VM an older coordinator described (no smbios-uuid line) by its description alone, as then. */
+        bool configured = launcher_config_tagged(config, LAUNCHER_TAG) && launcher_description_names_uuid(desc);
         return !configured || launcher_config_uuid_is(config, uid) ? 1 : -1;
 }
 

@@ -17,8 +17,13 @@ PODS = "/api/v1/namespaces/default/pods"
 GC_S = 2  # the collection's period (1m by default)
 ORPHAN = 4242
 NOT_OURS = 4243
+OLD_ORPHAN = 4244
 ORPHAN_UID = "00000000-dead-beef-0000-000000000000"
-ORPHAN_DESC = "pvescale-nodeclaim: long-gone\nuid: %s\ncreated: 2020-01-01T00:00:00Z\n" % ORPHAN_UID
+ORPHAN_DESC = "pvescale-nodeclaim: long-gone\nuid: %s\ncreated: 2020-01-01T00:00:00Z\nsmbios-uuid: uid\n" % ORPHAN_UID
+# An orphan an older coordinator described (no smbios-uuid line: its UUID is the clone's, random): collected by its
+# description, as then, so an upgrade leaks no VM.
+OLD_ORPHAN_UID = "2c1d5e3f-0000-4000-8000-0000000000aa"
+OLD_ORPHAN_DESC = "pvescale-nodeclaim: gone-before\nuid: %s\ncreated: 2020-01-01T00:00:00Z\n" % OLD_ORPHAN_UID
 
 
 def initialized(claim):
@@ -31,10 +36,10 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
         self.co = None
 
-    def orphan_vm(self, vmid, smbios1):
+    def orphan_vm(self, vmid, smbios1, desc=ORPHAN_DESC):
         sim = self.c.sim
         sim.clone(vmid, "long-gone", node="pve1")
-        r = sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"description": ORPHAN_DESC, "tags": "pvescale",
+        r = sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"description": desc, "tags": "pvescale",
                                                                   "smbios1": smbios1})
         self.assertEqual(r.status, 200, r)
 
@@ -47,6 +52,7 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         c = self.c
         self.orphan_vm(ORPHAN, "uuid=" + ORPHAN_UID)  # a claim's: its SMBIOS UUID is the UID of its description
         self.orphan_vm(NOT_OURS, "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5")  # a copy of its description only
+        self.orphan_vm(OLD_ORPHAN, "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf6", OLD_ORPHAN_DESC)
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
@@ -54,8 +60,8 @@ class GarbageCollectionTest(cl.CoordinatorTest):
         self.co = cl.Coordinator(c, args=["--gc-interval=%ds" % GC_S])
         cl.wait_for(lambda: len(c.claims()) == 1 and initialized(c.claims()[0]), 120, interval=0.5,
                     what="an Initialized claim")
-        cl.wait_for(lambda: ORPHAN not in [vm["vmid"] for vm in c.vms()], 30, interval=0.5,
-                    what="the orphan VM collected (the collection runs every %d s)" % GC_S)
+        cl.wait_for(lambda: not {ORPHAN, OLD_ORPHAN} & {vm["vmid"] for vm in c.vms()}, 30, interval=0.5,
+                    what="the orphan VMs collected (the collection runs every %d s)" % GC_S)
         claim = c.claims()[0]
         name, st = claim["metadata"]["name"], claim["status"]
         self.assertEqual(len(c.sim.kube("GET", "/api/v1/nodes").json["items"]), 1)
