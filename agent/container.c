@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "fileio.h"
+#include "pve_conf.h"
 
 #define MIB (UINT64_C(1) << 20)
 #define DEFAULT_MEMORY_MIB 512 /* pve-container's defaults for memory and swap */
@@ -19,7 +20,6 @@
 #define MAX_MEMORY_MIB (UINT64_C(1) << 32)
 #define MAX_CPU_COUNT 8192
 #define MAX_CPUUNITS 500000
-#define CONFIG_MAX_BYTES (1024 * 1024) /* pmxcfs refuses larger files */
 #define REASON_MAX 256
 
 unsigned container_cpu_count(const struct container *ct, unsigned host_cpus) {
@@ -163,17 +163,6 @@ static int dispatch_key(struct container *ct, const char *key, const char *value
 
 /* ---- lines (PVE::LXC::Config's parse_pct_config) ---- */
 
-static bool is_section_line(const char *line) {
-        size_t n = strlen(line);
-        return n >= 3 && line[0] == '[' && line[n - 1] == ']' && !memchr(line + 1, ']', n - 2);
-}
-
-static void trim_right(char *s) {
-        size_t n = strlen(s);
-        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
-                s[--n] = '\0';
-}
-
 /* Raw keys: /^(lxc\.[a-z0-9_\-\.]+)(:|\s*=)\s*(.*?)\s*$/. */
 static int split_raw(char *line, char **ret_key, char **ret_value) {
         if (strncmp(line, "lxc.", 4) != 0)
@@ -189,35 +178,15 @@ static int split_raw(char *line, char **ret_key, char **ret_value) {
         return 0;
 }
 
-/* Plain keys: /^([a-z][a-z_]*\d*):\s*(\S.*)\s*$/. */
-static int split_key_value(char *line, char **ret_key, char **ret_value) {
-        if (split_raw(line, ret_key, ret_value) == 0)
-                return 0;
-        size_t k = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
-        if (k == 0 || line[0] == '_')
-                return -EINVAL;
-        k += strspn(line + k, "0123456789");
-        if (line[k] != ':')
-                return -EINVAL;
-        line[k] = '\0';
-        char *value = line + k + 1;
-        value += strspn(value, " \t");
-        if (*value == '\0')
-                return -EINVAL;
-        *ret_key = line;
-        *ret_value = value;
-        return 0;
-}
-
 /* 1 at a section header (stop), 0 to go on, -ENOMEM. */
 static int parse_line(struct container *ct, unsigned lineno, char *line) {
-        trim_right(line);
-        if (line[0] == '\0' || line[0] == '#')
-                return 0;
-        if (is_section_line(line))
-                return 1;
         char *key, *value;
-        if (split_key_value(line, &key, &value) < 0)
+        int kind = pve_conf_line(line, &key, &value);
+        if (kind == -EINVAL && split_raw(line, &key, &value) == 0)
+                kind = PVE_CONF_PAIR;
+        if (kind == PVE_CONF_SKIP || kind == PVE_CONF_END)
+                return kind == PVE_CONF_END;
+        if (kind < 0)
                 return add_error(ct, lineno, "cannot parse line '%.80s' (expected 'key: value')", line);
         char reason[REASON_MAX] = "";
         int r = dispatch_key(ct, key, value, reason, sizeof reason);
@@ -302,21 +271,9 @@ const struct container *container_list_find(const struct container_list *l, int 
 
 /* ---- reading the directory and the cgroups ---- */
 
-/* "<vmid>.conf" with a vmid of 1..999999999 written without leading zeros; -1 otherwise. */
-static int conf_name_vmid(const char *name) {
-        size_t digits = strspn(name, "0123456789");
-        if (digits == 0 || digits > 9 || name[0] == '0' || strcmp(name + digits, ".conf") != 0)
-                return -1;
-        return atoi(name);
-}
-
 static int load_one(const char *config_dir, int vmid, struct container **ret) {
-        char *path = NULL;
-        if (asprintf(&path, "%s/%d.conf", config_dir, vmid) < 0)
-                return -ENOMEM;
         char *text = NULL;
-        int r = fileio_read(path, CONFIG_MAX_BYTES, &text, NULL);
-        free(path);
+        int r = pve_conf_read(config_dir, vmid, &text);
         if (r == -ENOMEM)
                 return r;
         if (r == 0) {
@@ -397,7 +354,7 @@ static int list_append(struct container_list *l, struct container *ct) {
 static int read_entries(DIR *dir, const char *config_dir, const char *cgroup_dir, struct container_list *l) {
         struct dirent *de;
         while ((de = readdir(dir))) {
-                int vmid = conf_name_vmid(de->d_name);
+                int vmid = pve_conf_name_vmid(de->d_name);
                 if (vmid < 0)
                         continue;
                 struct container *ct = NULL;

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "pve_conf.h"
+
 #define DEFAULT_MEMORY_MIB 512
 #define MIN_MEMORY_MIB 16 /* the schema's minimum for memory/current */
 /* Caps that keep byte sums far from overflow (4 PiB per VM) and vCPU products small. */
@@ -402,45 +404,13 @@ static int dispatch_key(struct parse_state *st, const char *key, const char *val
  * The current config ends at the first "[section]" line: [PENDING] holds changes not applied yet,
  * [special:cloudinit] the values last given to cloud-init, and every snapshot has its own section. */
 
-static bool is_section_line(const char *line) {
-        size_t n = strlen(line);
-        return n >= 3 && line[0] == '[' && line[n - 1] == ']' && !memchr(line + 1, ']', n - 2);
-}
-
-/* pmxcfs files written on Windows-edited hosts may carry CRs; PVE strips trailing space too. */
-static void trim_right(char *s) {
-        size_t n = strlen(s);
-        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
-                s[--n] = '\0';
-}
-
-/* Split "key: value" like qemu-server's /^([a-z][a-z_]*\d*):\s*(.+?)\s*$/. */
-static int split_key_value(char *line, char **ret_key, char **ret_value) {
-        size_t k = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
-        if (k == 0 || line[0] == '_')
-                return -EINVAL;
-        k += strspn(line + k, "0123456789");
-        if (line[k] != ':')
-                return -EINVAL;
-        line[k] = '\0';
-        char *value = line + k + 1;
-        value += strspn(value, " \t");
-        if (*value == '\0')
-                return -EINVAL;
-        *ret_key = line;
-        *ret_value = value;
-        return 0;
-}
-
 /* Returns 1 at a section header (stop), 0 to go on, -ENOMEM. */
 static int parse_line(struct parse_state *st, char *line) {
-        trim_right(line);
-        if (line[0] == '\0' || line[0] == '#')
-                return 0;
-        if (is_section_line(line))
-                return 1;
         char *key, *value;
-        if (split_key_value(line, &key, &value) < 0)
+        int kind = pve_conf_line(line, &key, &value);
+        if (kind == PVE_CONF_SKIP || kind == PVE_CONF_END)
+                return kind == PVE_CONF_END;
+        if (kind < 0)
                 return vm_add_error(st->vm, st->line, "cannot parse line '%.80s' (expected 'key: value')", line);
         char reason[REASON_MAX] = "";
         int r = dispatch_key(st, key, value, reason, sizeof(reason));
