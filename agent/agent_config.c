@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "boolword.h"
 #include "cleanup.h"
 #include "fileio.h"
 
@@ -148,17 +149,6 @@ int agent_config_defaults(struct agent_config *c) {
         return 0;
 }
 
-static int parse_bool(const char *v, bool *ret) {
-        static const char *const yes[] = { "1", "true", "yes", "on" }, *const no[] = { "0", "false", "no", "off" };
-        for (int i = 0; i < 4; i++) {
-                if (strcasecmp(v, yes[i]) == 0)
-                        return *ret = true, 0;
-                if (strcasecmp(v, no[i]) == 0)
-                        return *ret = false, 0;
-        }
-        return -EINVAL;
-}
-
 static int parse_uint(const char *v, unsigned max, unsigned *ret) {
         char *end;
         errno = 0;
@@ -185,7 +175,7 @@ static int set_slot(struct agent_config *c, const struct key_slot *s, const char
         case KIND_STRING:
                 return set_string(field, value);
         case KIND_BOOL:
-                if (parse_bool(value, field) == 0)
+                if (boolword_parse(value, field) == 0)
                         return 0;
                 snprintf(err, errlen, "%s: expected true or false, got '%s'", s->key, value);
                 return -EINVAL;

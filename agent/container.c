@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "boolword.h"
 #include "fileio.h"
 #include "pve_conf.h"
 
@@ -93,14 +94,8 @@ static int value_cpulimit(const char *value, unsigned *ret, char *reason, size_t
 }
 
 static int value_bool(const char *value, bool *ret, char *reason, size_t len) {
-        static const char *const yes[] = { "1", "on", "yes", "true" };
-        static const char *const no[] = { "0", "off", "no", "false" };
-        for (size_t i = 0; i < 4; i++) {
-                if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-                        *ret = strcasecmp(value, yes[i]) == 0;
-                        return 0;
-                }
-        }
+        if (boolword_parse(value, ret) == 0)
+                return 0;
         snprintf(reason, len, "expected a boolean (0 or 1), got '%s'", value);
         return -EINVAL;
 }

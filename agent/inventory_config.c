@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "boolword.h"
 #include "pve_conf.h"
 
 #define DEFAULT_MEMORY_MIB 512
@@ -120,16 +121,10 @@ static int parse_mib(const char *value, uint64_t min, uint64_t *ret, char *reaso
         return 0;
 }
 
-/* Proxmox booleans (PVE::JSONSchema): 1/on/yes/true and 0/off/no/false, any case. */
+/* Proxmox booleans (PVE::JSONSchema): boolword's words. */
 static int parse_bool(const char *value, bool *ret, char *reason, size_t len) {
-        static const char *const yes[] = { "1", "on", "yes", "true" };
-        static const char *const no[] = { "0", "off", "no", "false" };
-        for (size_t i = 0; i < 4; i++) {
-                if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-                        *ret = strcasecmp(value, yes[i]) == 0;
-                        return 0;
-                }
-        }
+        if (boolword_parse(value, ret) == 0)
+                return 0;
         snprintf(reason, len, "expected a boolean (0 or 1), got '%s'", value);
         return -EINVAL;
 }
