@@ -30,6 +30,7 @@
 #include "log.h"
 #include "rfc3339.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 /* What a claim owns, decoded once per collection: its UID (VMs by description, reservations, tokens, ISOs) and
  * its recorded (region, vmid). */
@@ -84,7 +85,7 @@ static int gc_owners(struct gc *g, const json_t *claims) {
                 o->vmid = st->vmid;
                 o->claim = c;
                 o->joined = st->launch_step == NODECLAIM_STEP_INITIALIZED && o->uid[0] && o->name[0] &&
-                            !json_object_get(meta, "deletionTimestamp");
+                            !kube_deleting(c);
         }
         free(st);
         return 0;
@@ -361,7 +362,7 @@ static json_t *fresh_claim(struct gc *g, const struct gc_owner *o) {
         int r = kube_get(g->kube, &kube_nodeclaims, NULL, o->name, &claim);
         const json_t *meta = json_object_get(claim, "metadata");
         const char *uid = json_string_value(json_object_get(meta, "uid"));
-        if (r < 0 || !uid || strcmp(uid, o->uid) != 0 || json_object_get(meta, "deletionTimestamp")) {
+        if (r < 0 || !uid || strcmp(uid, o->uid) != 0 || kube_deleting(claim)) {
                 gc_error(g, r == -ENOENT ? 0 : r);
                 json_decref(claim);
                 return NULL;

@@ -14,6 +14,7 @@
 #include "http_client.h"
 #include "log.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -83,8 +84,8 @@ struct inflight {
         struct nodeclaim_status *status; /* scratch: the other claim's, decoded */
 };
 
-static const char *meta_str(const json_t *o, const char *key) {
-        const char *s = json_string_value(json_object_get(json_object_get(o, "metadata"), key));
+static const char *meta_or_empty(const json_t *o, const char *key) {
+        const char *s = kube_meta_str(o, key);
         return s ? s : "";
 }
 
@@ -106,12 +107,11 @@ static int other_shape(struct launcher__ctx *c, const json_t *other, struct shap
 static void count_claim(struct launcher__ctx *c, const json_t *other, struct inflight *in) {
         struct nodeclaim_status *st = in->status;
         struct shape s = { .vcpus = 0 };
-        if (strcmp(meta_str(other, "uid"), c->uid) == 0 || !same_host(c, other) ||
-            json_object_get(json_object_get(other, "metadata"), "deletionTimestamp"))
+        if (strcmp(meta_or_empty(other, "uid"), c->uid) == 0 || !same_host(c, other) || kube_deleting(other))
                 return;
         nodeclaim_claim_status(other, st, NULL, 0);
-        if (!launchstep_holds_room(st->launch_step, meta_str(other, "creationTimestamp"), meta_str(other, "name"),
-                                   meta_str(c->claim, "creationTimestamp"), c->name) ||
+        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"), meta_or_empty(other, "name"),
+                                   meta_or_empty(c->claim, "creationTimestamp"), c->name) ||
             other_shape(c, other, &s) < 0)
                 return;
         in->cpus += s.vcpus;

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 /* ---- teardown ---- */
 
@@ -264,8 +265,7 @@ static struct launchstep_result record_failure(struct launcher__ctx *c, const st
  * on top of it); otherwise the claim as it was. */
 static struct launchstep_result finalize_deleted(struct launcher__ctx *c, json_t *deleted) {
         const char *uid = json_string_value(json_object_get(json_object_get(deleted, "metadata"), "uid"));
-        bool held = uid && strcmp(uid, c->uid) == 0 &&
-                    json_object_get(json_object_get(deleted, "metadata"), "deletionTimestamp");
+        bool held = uid && strcmp(uid, c->uid) == 0 && kube_deleting(deleted);
         int r = held ? launcher__ctx_take(c, deleted) : 0;
         if (!held)
                 json_decref(deleted);

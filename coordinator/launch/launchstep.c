@@ -13,6 +13,7 @@
 #include "errmsg.h"
 #include "pve.h"
 #include "rfc3339.h"
+#include "kube_object.h"
 
 /* ---- results ---- */
 
@@ -393,17 +394,6 @@ static bool tolerates_disrupted(const json_t *pod) {
         return false;
 }
 
-static bool owned_by_daemonset(const json_t *pod) {
-        size_t i;
-        json_t *o;
-        json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, o) {
-                const char *kind = json_string_value(json_object_get(o, "kind"));
-                if (kind && strcmp(kind, "DaemonSet") == 0 && json_is_true(json_object_get(o, "controller")))
-                        return true;
-        }
-        return false;
-}
-
 static bool finished(const json_t *pod) {
         const char *phase = str_at(pod, "status", "phase");
         return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
@@ -425,9 +415,9 @@ static bool do_not_disrupt(const json_t *meta) {
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
         if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
-            owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
+            kube_owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
-        if (json_object_get(meta, "deletionTimestamp"))
+        if (kube_deleting(pod))
                 return LAUNCHSTEP_DRAIN_GOING;
         return do_not_disrupt(meta) ? LAUNCHSTEP_DRAIN_HOLD : LAUNCHSTEP_DRAIN_EVICT;
 }
