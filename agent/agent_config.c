@@ -212,12 +212,18 @@ static const char *kind_name(enum key_kind kind) {
 static int scalar_text(const json_t *v, char *buf, size_t len) {
         if (json_is_string(v))
                 return snprintf(buf, len, "%s", json_string_value(v)) < (int)len ? 0 : -EINVAL;
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-                return snprintf(buf, len, "%lld", (long long)json_integer_value(v)), 0;
-        if (json_is_boolean(v))
-                return snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false"), 0;
-        if (json_is_null(v))
-                return snprintf(buf, len, "%s", ""), 0;
+        if (json_is_integer(v) && json_integer_value(v) >= 0) {
+                snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+                return 0;
+        }
+        if (json_is_boolean(v)) {
+                snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
+                return 0;
+        }
+        if (json_is_null(v)) {
+                snprintf(buf, len, "%s", "");
+                return 0;
+        }
         return -EINVAL;
 }
 

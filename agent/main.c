@@ -85,10 +85,14 @@ static int scan_early_flags(int argc, char **argv, const struct option *opts, co
         int c;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-                if (c == OPT_VERSION)
-                        return printf("pvescale-agent %s\n", PVESCALE_VERSION), 1;
-                if (c == OPT_HELP)
-                        return usage(stdout), 1;
+                if (c == OPT_VERSION) {
+                        printf("pvescale-agent %s\n", PVESCALE_VERSION);
+                        return 1;
+                }
+                if (c == OPT_HELP) {
+                        usage(stdout);
+                        return 1;
+                }
                 if (c == OPT_CONFIG)
                         *ret_config = optarg;
                 if (c == '?') {
@@ -123,8 +127,10 @@ static int parse_command(int argc, char **argv, enum command *ret_cmd) {
         }
         *ret_cmd = CMD_SERVE;
         for (size_t i = 0; optind < argc && i < N_COMMANDS; i++)
-                if (strcmp(argv[optind], command_names[i]) == 0)
-                        return *ret_cmd = (enum command)i, 0;
+                if (strcmp(argv[optind], command_names[i]) == 0) {
+                        *ret_cmd = (enum command)i;
+                        return 0;
+                }
         if (optind < argc) {
                 fprintf(stderr, "pvescale-agent: unknown command '%s' (see --help)\n", argv[optind]);
                 return -EINVAL;
