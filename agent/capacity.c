@@ -49,7 +49,9 @@ static int node_view_init(struct node_view *v, const struct topology *t, int id,
         if (!cpus && detected)
                 cpus = detected->cpus;
         v->id = id;
-        v->memory_bytes = memory_bytes ? memory_bytes : detected ? detected->memory_bytes : 0;
+        v->memory_bytes = memory_bytes;
+        if (!memory_bytes && detected)
+                v->memory_bytes = detected->memory_bytes;
         v->cpus = cpus ? cpuset_dup(cpus) : cpuset_new();
         if (!v->cpus)
                 return -ENOMEM;

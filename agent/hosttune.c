@@ -199,7 +199,7 @@ static int steer_irq(struct agent *a, int irq, const struct cpuset *want, bool l
         int r = hosttune_fs_read_irq(root_of(a), irq, &now);
         if (r == 0 && !cpuset_equal(now, want)) {
                 int added = hosttune_originals_note_irq(a->tune.originals, irq, now);
-                r = added < 0 ? added : added > 0 ? save_originals(a) : 0;
+                r = added > 0 ? save_originals(a) : added;
                 if (r == 0)
                         r = hosttune_fs_write_irq(root_of(a), irq, want);
                 if (r < 0 && added > 0) { /* never changed: nothing to restore */

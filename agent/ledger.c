@@ -135,11 +135,20 @@ bool ledger_id_valid(const char *id) {
         return true;
 }
 
+/* The rebuilt reservation keeps its id when it is well-formed and free, else gets a new one. */
+static int rebuilt_id(const struct ledger *l, const char *id, char out[LEDGER_ID_LEN + 1]) {
+        if (!ledger_id_valid(id) || ledger_find(l, id))
+                return new_id(out);
+        snprintf(out, LEDGER_ID_LEN + 1, "%s", id);
+        return 0;
+}
+
 int ledger_add_bound(struct ledger *l, const char *id, const char *owner, int vmid, const struct placement_request *req,
                      struct placement *p, int64_t now) {
         struct reservation *r = calloc(1, sizeof *r);
-        bool keep = ledger_id_valid(id) && !ledger_find(l, id);
-        int err = !r ? -ENOMEM : keep ? (snprintf(r->id, sizeof r->id, "%s", id), 0) : new_id(r->id);
+        if (!r)
+                return -ENOMEM;
+        int err = rebuilt_id(l, id, r->id);
         if (err == 0 && ledger_find_vmid(l, vmid))
                 err = -EEXIST;
         if (err == 0) {

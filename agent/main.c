@@ -184,7 +184,9 @@ static int run_one_shot(struct agent *a, enum command cmd) {
                 return print_json(agent_containers_json(a));
         if (cmd == CMD_PLACE) {
                 r = place_command_run(a->topology, a->capacity, stdin, stdout);
-                return r < 0 ? EXIT_FAILURE : r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
+                if (r < 0)
+                        return EXIT_FAILURE;
+                return r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
         }
         return print_json(agent_vms_json(a));
 }

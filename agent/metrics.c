@@ -121,8 +121,8 @@ static void render_capacity_nodes(struct prom *p, const struct capacity *c) {
                 prom_family(p, names[k], "gauge", helps[k]);
                 for (size_t i = 0; i < c->n_numa; i++) {
                         const struct capacity_numa *n = &c->numa[i];
-                        prom_sample_u64(p, names[k], node_label(n->id).text,
-                                        k == 0 ? n->cpus_free : k == 1 ? n->memory_free_bytes : n->memory_total_bytes);
+                        const uint64_t values[3] = { n->cpus_free, n->memory_free_bytes, n->memory_total_bytes };
+                        prom_sample_u64(p, names[k], node_label(n->id).text, values[k]);
                 }
         }
 }
