@@ -20,7 +20,8 @@ static void drop_caches(struct agent *a) {
         free(a->topology_json);
         free(a->capacity_json);
         free(a->vms_json);
-        a->topology_json = a->capacity_json = a->vms_json = NULL;
+        free(a->containers_json);
+        a->topology_json = a->capacity_json = a->vms_json = a->containers_json = NULL;
 }
 
 int agent_load_topology(struct agent *a, char *err, size_t errlen) {
@@ -123,11 +124,47 @@ int agent_expire(struct agent *a) {
         return r < 0 ? r : (int)released;
 }
 
+/* A container whose config has problems is logged when it first shows them (or they change), not every read. */
+static void log_container_problems(const struct inventory *old, const struct inventory *inv, const char *dir) {
+        for (size_t i = 0; i < inv->containers.n; i++) {
+                const struct container *ct = inv->containers.items[i];
+                const struct container *was = old ? container_list_find(&old->containers, ct->vmid) : NULL;
+                if (ct->n_errors == 0 || (was && was->n_errors == ct->n_errors))
+                        continue;
+                log_warning("container %d: %s/%d.conf line %u: %s%s", ct->vmid, dir, ct->vmid,
+                            ct->errors[0].line, ct->errors[0].reason,
+                            ct->unreadable ? " (not counted)" : " (the value keeps its default)");
+        }
+}
+
+/* Read the containers into inv. When their directory cannot be listed, the containers last read stay counted
+ * (taken over from the previous inventory: releasing their CPUs on a read error would hand them out twice) and
+ * the error is logged when it first happens or changes. Only -ENOMEM fails. */
+static int load_containers(struct agent *a, struct inventory *inv) {
+        int r = inventory_load_containers(inv, a->cfg.pve_lxc_dir, a->cfg.lxc_cgroup_dir);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0 && r != a->containers_read_error)
+                log_error_errno(r, "cannot read the container configs in %s; counting the containers last read",
+                                a->cfg.pve_lxc_dir);
+        else if (r == 0 && a->containers_read_error)
+                log_info("container configs in %s readable again", a->cfg.pve_lxc_dir);
+        a->containers_read_error = r;
+        if (r < 0 && a->inventory) {
+                inv->containers = a->inventory->containers;
+                a->inventory->containers = (struct container_list){ 0 };
+        }
+        return 0;
+}
+
 int agent_refresh(struct agent *a) {
         struct inventory *inv;
         int r = inventory_load(a->cfg.pve_config_dir, a->cfg.pve_run_dir, &inv);
+        if (r == 0 && (r = load_containers(a, inv)) < 0)
+                inventory_free(inv);
         if (r < 0)
                 return r;
+        log_container_problems(a->inventory, inv, a->cfg.pve_lxc_dir);
         a->inventory_reads++;
         bool changed = !inventory_equal(a->inventory, inv) || !a->capacity;
         inventory_free(a->inventory);
@@ -250,5 +287,19 @@ json_t *agent_capacity_json(const struct agent *a) {
 json_t *agent_vms_json(const struct agent *a) {
         json_t *doc = json_object();
         json_object_set_new(doc, "vms", inventory_to_json(a->inventory));
+        return with_identity(a, doc);
+}
+
+/* Each container with "counted": whether capacity charges it (templates, unreadable configs and, with
+ * count_stopped_vms off, stopped containers are not). */
+json_t *agent_containers_json(const struct agent *a) {
+        struct capacity_options opts = { .count_stopped_vms = a->cfg.count_stopped_vms };
+        const struct container_list *l = a->inventory ? &a->inventory->containers : NULL;
+        json_t *list = container_list_to_json(l);
+        for (size_t i = 0; list && i < json_array_size(list); i++)
+                json_object_set_new(json_array_get(list, i), "counted",
+                                    json_boolean(capacity_container_counted(l->items[i], &opts)));
+        json_t *doc = json_object();
+        json_object_set_new(doc, "containers", list);
         return with_identity(a, doc);
 }

@@ -26,6 +26,7 @@ struct agent {
         struct hosttune_state tune; /* governors and IRQ affinity (hosttune.c) */
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
+        int containers_read_error; /* the last -errno listing pve_lxc_dir (0 = read): logged when it changes */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         /* Why the reservation state could not be loaded ("" when it was): the agent then takes no reservations and
          * is not ready, and retries agent_retry_ledger() until it can. */
@@ -33,7 +34,7 @@ struct agent {
         bool ledger_unsaved;       /* memory differs from the state file after a failed save: retry the save */
         char *token;          /* API bearer token; NULL for one-shot commands */
         /* Cached response bodies, rebuilt when the state they show changes. */
-        char *topology_json, *capacity_json, *vms_json;
+        char *topology_json, *capacity_json, *vms_json, *containers_json;
 };
 
 /* Read topology, node settings, inventory, and compute capacity. On failure a one-line reason is in err and
@@ -68,3 +69,5 @@ void agent_done(struct agent *a);
 json_t *agent_topology_json(const struct agent *a);
 json_t *agent_capacity_json(const struct agent *a);
 json_t *agent_vms_json(const struct agent *a);
+/* The /v1/containers document: the LXC containers (container_to_json), with node and region. */
+json_t *agent_containers_json(const struct agent *a);

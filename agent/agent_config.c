@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "boolword.h"
 #include "cleanup.h"
 #include "fileio.h"
 
@@ -28,6 +29,8 @@ const struct agent_config_key agent_config_keys[] = {
         { "corosync_conf", "PVESCALE_AGENT_COROSYNC_CONF", "corosync.conf to read the cluster name from" },
         { "pve_config_dir", "PVESCALE_AGENT_PVE_CONFIG_DIR", "qemu-server config directory" },
         { "pve_run_dir", "PVESCALE_AGENT_PVE_RUN_DIR", "qemu-server run directory (pid and qmp files)" },
+        { "pve_lxc_dir", "PVESCALE_AGENT_PVE_LXC_DIR", "pve-container config directory (LXC containers)" },
+        { "lxc_cgroup_dir", "PVESCALE_AGENT_LXC_CGROUP_DIR", "cgroup v2 directory of running LXC containers" },
         { "node_setting_file", "NODE_SETTING_FILE", "node-setting JSON file (reserved CPUs/memory)" },
         { "state_dir", "PVESCALE_AGENT_STATE_DIR", "directory for the reservation state file" },
         { "fsroot", "PVESCALE_AGENT_FSROOT", "read topology from a gathered /sys+/proc tree (testing)" },
@@ -70,6 +73,8 @@ static const struct key_slot slots[] = {
         SLOT("corosync_conf", KIND_STRING, corosync_conf, 0),
         SLOT("pve_config_dir", KIND_STRING, pve_config_dir, 0),
         SLOT("pve_run_dir", KIND_STRING, pve_run_dir, 0),
+        SLOT("pve_lxc_dir", KIND_STRING, pve_lxc_dir, 0),
+        SLOT("lxc_cgroup_dir", KIND_STRING, lxc_cgroup_dir, 0),
         SLOT("node_setting_file", KIND_STRING, node_setting_file, 0),
         SLOT("state_dir", KIND_STRING, state_dir, 0),
         SLOT("fsroot", KIND_STRING, fsroot, 0),
@@ -118,6 +123,8 @@ int agent_config_defaults(struct agent_config *c) {
                 { "corosync_conf", "/etc/pve/corosync.conf" },
                 { "pve_config_dir", "/etc/pve/qemu-server" },
                 { "pve_run_dir", "/var/run/qemu-server" },
+                { "pve_lxc_dir", "/etc/pve/lxc" },
+                { "lxc_cgroup_dir", "/sys/fs/cgroup/lxc" },
                 { "node_setting_file", "" },
                 { "state_dir", "/var/lib/pvescale-agent" },
                 { "fsroot", "" },
@@ -140,17 +147,6 @@ int agent_config_defaults(struct agent_config *c) {
         c->rescan_interval_s = 10;
         c->pin_interval_s = 5;
         return 0;
-}
-
-static int parse_bool(const char *v, bool *ret) {
-        static const char *const yes[] = { "1", "true", "yes", "on" }, *const no[] = { "0", "false", "no", "off" };
-        for (int i = 0; i < 4; i++) {
-                if (strcasecmp(v, yes[i]) == 0)
-                        return *ret = true, 0;
-                if (strcasecmp(v, no[i]) == 0)
-                        return *ret = false, 0;
-        }
-        return -EINVAL;
 }
 
 static int parse_uint(const char *v, unsigned max, unsigned *ret) {
@@ -179,7 +175,7 @@ static int set_slot(struct agent_config *c, const struct key_slot *s, const char
         case KIND_STRING:
                 return set_string(field, value);
         case KIND_BOOL:
-                if (parse_bool(value, field) == 0)
+                if (boolword_parse(value, field) == 0)
                         return 0;
                 snprintf(err, errlen, "%s: expected true or false, got '%s'", s->key, value);
                 return -EINVAL;
@@ -216,12 +212,18 @@ static const char *kind_name(enum key_kind kind) {
 static int scalar_text(const json_t *v, char *buf, size_t len) {
         if (json_is_string(v))
                 return snprintf(buf, len, "%s", json_string_value(v)) < (int)len ? 0 : -EINVAL;
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-                return snprintf(buf, len, "%lld", (long long)json_integer_value(v)), 0;
-        if (json_is_boolean(v))
-                return snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false"), 0;
-        if (json_is_null(v))
-                return snprintf(buf, len, "%s", ""), 0;
+        if (json_is_integer(v) && json_integer_value(v) >= 0) {
+                snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+                return 0;
+        }
+        if (json_is_boolean(v)) {
+                snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
+                return 0;
+        }
+        if (json_is_null(v)) {
+                snprintf(buf, len, "%s", "");
+                return 0;
+        }
         return -EINVAL;
 }
 

@@ -25,6 +25,7 @@ struct agent_config {
         char *region;         /* default: cluster_name in corosync_conf, else "default" */
         char *corosync_conf;
         char *pve_config_dir, *pve_run_dir;
+        char *pve_lxc_dir, *lxc_cgroup_dir; /* container configs; running containers' cgroups (cgroup v2) */
         char *node_setting_file; /* "" = none */
         char *state_dir;
         char *fsroot, *topology_xml; /* debugging/test sources; "" = this machine */

@@ -50,6 +50,11 @@ static void get_vms(struct agent *a, const struct http_request *req, struct http
         serve_cached(a, &a->vms_json, agent_vms_json, resp);
 }
 
+static void get_containers(struct agent *a, const struct http_request *req, struct http_response *resp) {
+        (void)req;
+        serve_cached(a, &a->containers_json, agent_containers_json, resp);
+}
+
 static void get_healthz(struct agent *a, const struct http_request *req, struct http_response *resp) {
         (void)req;
         json_t *body = json_pack("{s:s, s:b}", "status", "ok", "topology", a->topology != NULL);
@@ -80,7 +85,10 @@ static int vm_from_request(struct agent *a, const struct http_request *req, stru
                 return -EINVAL;
         }
         if (!inventory_find(a->inventory, (int)vmid)) {
-                api__error(resp, 404, "no such VM", segment);
+                bool container = a->inventory && container_list_find(&a->inventory->containers, (int)vmid);
+                char detail[96];
+                snprintf(detail, sizeof detail, "%s is an LXC container: see /v1/containers", segment);
+                api__error(resp, 404, "no such VM", container ? detail : segment);
                 return -ENOENT;
         }
         return (int)vmid;
@@ -143,6 +151,7 @@ static const struct route routes[] = {
         { "GET", "/v1/capacity", get_capacity },
         { "GET", "/v1/vms", get_vms },
         { "GET", "/v1/vms/*", get_vm },
+        { "GET", "/v1/containers", get_containers },
         { "POST", "/v1/vms/*/pin", post_vm_pin },
         { "POST", "/v1/offers", api__post_offers },
         { "GET", "/v1/reservations", api__get_reservations },

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "jsonutil.h"
 #include "log.h"
 #include "pin_service.h"
@@ -52,9 +53,9 @@ static int parse_shape(const json_t *v, size_t i, struct placement_request *shap
         char reason[256];
         const char *bad;
         if (!json_is_object(v))
-                return snprintf(detail, len, "shapes[%zu]: expected an object", i), -EINVAL;
+                return errmsg_invalid(detail, len, "shapes[%zu]: expected an object", i);
         if (jsonutil_check_keys(v, allowed, &bad) < 0)
-                return snprintf(detail, len, "shapes[%zu].%s: unknown field", i, bad), -EINVAL;
+                return errmsg_invalid(detail, len, "shapes[%zu].%s: unknown field", i, bad);
         int r = placement_request_from_json(v, shape, reason, sizeof reason);
         if (r == 0)
                 r = placement_request_check(shape, reason, sizeof reason);
@@ -67,22 +68,22 @@ static int parse_offer_body(const json_t *body, json_t **ret_shapes, unsigned *r
         static const char *const allowed[] = { "shapes", "max_count", NULL };
         const char *bad;
         if (jsonutil_check_keys(body, allowed, &bad) < 0)
-                return snprintf(detail, len, "%s: unknown field", bad), -EINVAL;
+                return errmsg_invalid(detail, len, "%s: unknown field", bad);
         json_t *shapes = json_object_get(body, "shapes");
         if (!json_is_array(shapes) || json_array_size(shapes) == 0 || json_array_size(shapes) > OFFER_MAX_SHAPES)
-                return snprintf(detail, len, "shapes: expected an array of 1 to %d shapes", OFFER_MAX_SHAPES), -EINVAL;
+                return errmsg_invalid(detail, len, "shapes: expected an array of 1 to %d shapes", OFFER_MAX_SHAPES);
         uint64_t max = OFFER_DEFAULT_MAX_COUNT;
         int r = jsonutil_get_u64(body, "max_count", &max);
         if ((r < 0 && r != -ENOENT) || max == 0 || max > 100000)
-                return snprintf(detail, len, "max_count: expected an integer from 1 to 100000"), -EINVAL;
+                return errmsg_invalid(detail, len, "max_count: expected an integer from 1 to 100000");
         *ret_shapes = shapes;
         *ret_max = (unsigned)max;
         return 0;
 }
 
 void api__post_offers(struct agent *a, const struct http_request *req, struct http_response *resp) {
-        json_t *body, *shapes;
-        unsigned max_count;
+        json_t *body, *shapes = NULL;
+        unsigned max_count = 0;
         char detail[300];
         if (api__parse_body(req, resp, &body) < 0)
                 return;
@@ -220,10 +221,10 @@ static int parse_bind_body(const json_t *body, int *ret_vmid, char *detail, size
         const char *bad;
         uint64_t vmid;
         if (jsonutil_check_keys(body, allowed, &bad) < 0)
-                return snprintf(detail, len, "%s: unknown field", bad), -EINVAL;
+                return errmsg_invalid(detail, len, "%s: unknown field", bad);
         int r = jsonutil_get_u64(body, "vmid", &vmid);
         if (r < 0 || vmid < VMID_MIN || vmid > VMID_MAX)
-                return snprintf(detail, len, "vmid: expected an integer from %d to %d", VMID_MIN, VMID_MAX), -EINVAL;
+                return errmsg_invalid(detail, len, "vmid: expected an integer from %d to %d", VMID_MIN, VMID_MAX);
         *ret_vmid = (int)vmid;
         return 0;
 }
@@ -261,7 +262,7 @@ void api__bind_reservation(struct agent *a, const struct http_request *req, stru
         char buf[LEDGER_ID_LEN + 1], detail[128];
         const char *id = path_id(req, resp, buf);
         json_t *body;
-        int vmid;
+        int vmid = 0;
         if (!id || api__parse_body(req, resp, &body) < 0)
                 return;
         int r = parse_bind_body(body, &vmid, detail, sizeof detail);

@@ -49,7 +49,9 @@ static int node_view_init(struct node_view *v, const struct topology *t, int id,
         if (!cpus && detected)
                 cpus = detected->cpus;
         v->id = id;
-        v->memory_bytes = memory_bytes ? memory_bytes : detected ? detected->memory_bytes : 0;
+        v->memory_bytes = memory_bytes;
+        if (!memory_bytes && detected)
+                v->memory_bytes = detected->memory_bytes;
         v->cpus = cpus ? cpuset_dup(cpus) : cpuset_new();
         if (!v->cpus)
                 return -ENOMEM;
@@ -157,6 +159,34 @@ static int collect_vm_cpus(const struct inventory *inv, const struct capacity_op
         return 0;
 }
 
+/* Containers count like VMs (capacity.h); one whose config could not be read is not guessed at. */
+bool capacity_container_counted(const struct container *ct, const struct capacity_options *opts) {
+        if (ct->template_ct || ct->unreadable)
+                return false;
+        return ct->running || opts->count_stopped_vms;
+}
+
+/* Pinned containers add their set (and a running one's effective set) to `pinned` and c->container_pinned_cpus;
+ * the others add container_cpu_count() to the floating count. */
+static int collect_container_cpus(struct capacity *c, const struct inventory *inv, const struct capacity_options *opts,
+                                  unsigned host_cpus) {
+        for (size_t i = 0; inv && i < inv->containers.n; i++) {
+                const struct container *ct = inv->containers.items[i];
+                if (!capacity_container_counted(ct, opts))
+                        continue;
+                c->containers_counted++;
+                if (!ct->cpuset) {
+                        c->container_floating_cpus += container_cpu_count(ct, host_cpus);
+                        continue;
+                }
+                if (cpuset_or(c->container_pinned_cpus, ct->cpuset) < 0 ||
+                    (ct->running && ct->effective && cpuset_or(c->container_pinned_cpus, ct->effective) < 0))
+                        return -ENOMEM;
+        }
+        c->floating_vcpus += c->container_floating_cpus;
+        return cpuset_or(c->pinned_cpus, c->container_pinned_cpus) < 0 ? -ENOMEM : 0;
+}
+
 /* CPUs in `cpus` that floating VMs can run on: the kernel does not balance tasks onto isolated CPUs. */
 static unsigned floatable_count(const struct cpuset *cpus, const struct cpuset *isolated) {
         return cpuset_count(cpus) - cpuset_count_and(cpus, isolated);
@@ -170,9 +200,12 @@ static int compute_cpus(struct capacity *c, const struct topology *t, const stru
         c->isolated_cpus = t->isolated ? cpuset_dup(t->isolated) : cpuset_new();
         c->usable_cpus = cpuset_dup(online);
         c->pinned_cpus = cpuset_new();
-        if (!c->reserved_cpus || !c->isolated_cpus || !c->usable_cpus || !c->pinned_cpus)
+        c->container_pinned_cpus = cpuset_new();
+        if (!c->reserved_cpus || !c->isolated_cpus || !c->usable_cpus || !c->pinned_cpus || !c->container_pinned_cpus)
                 return -ENOMEM;
         int r = collect_vm_cpus(inv, opts, c->pinned_cpus, &c->floating_vcpus);
+        if (r == 0)
+                r = collect_container_cpus(c, inv, opts, cpuset_count(online));
         if (r < 0)
                 return r;
         cpuset_andnot(c->usable_cpus, c->reserved_cpus);
@@ -248,6 +281,36 @@ static uint64_t charge_vm_memory(const struct vm *vm, const struct layout *l, ui
         return unbound;
 }
 
+/* The node whose CPUs hold all of a pinned container's CPUs, or -1 (unpinned, or spread over nodes). */
+static int container_node(const struct container *ct, const struct layout *l) {
+        if (!ct->cpuset)
+                return -1;
+        for (size_t i = 0; i < l->n; i++)
+                if (!cpuset_is_empty(l->nodes[i].cpus) && cpuset_is_subset(ct->cpuset, l->nodes[i].cpus))
+                        return (int)i;
+        return -1;
+}
+
+/* Charge the counted containers' memory: to their node when pinned within one, else returned as unbound. */
+static uint64_t charge_containers_memory(struct capacity *c, const struct layout *l, const struct inventory *inv,
+                                         const struct capacity_options *opts, uint64_t *bound) {
+        uint64_t unbound = 0;
+        for (size_t i = 0; inv && i < inv->containers.n; i++) {
+                const struct container *ct = inv->containers.items[i];
+                if (!capacity_container_counted(ct, opts))
+                        continue;
+                uint64_t bytes = ct->memory_mib * MIB;
+                c->container_memory_bytes += bytes;
+                int node = container_node(ct, l);
+                if (node >= 0)
+                        bound[node] += bytes;
+                else
+                        unbound += bytes;
+        }
+        c->memory_used_bytes += c->container_memory_bytes;
+        return unbound;
+}
+
 /* Host totals, then per node: bound charges as configured, everything else shared out by node size
  * (memory without a binding lands wherever the kernel finds it; node size is the expected share). */
 static void compute_memory(struct capacity *c, const struct layout *l, const struct node_settings *settings,
@@ -260,6 +323,7 @@ static void compute_memory(struct capacity *c, const struct layout *l, const str
                 c->memory_used_bytes += inv->vms[i]->memory_mib * MIB;
                 unbound += charge_vm_memory(inv->vms[i], l, x->bound);
         }
+        unbound += charge_containers_memory(c, l, inv, opts, x->bound);
         for (size_t i = 0; i < l->n; i++) {
                 c->memory_total_bytes += l->nodes[i].memory_bytes;
                 c->numa[i].memory_total_bytes = l->nodes[i].memory_bytes;
@@ -315,6 +379,7 @@ void capacity_free(struct capacity *c) {
                 return;
         cpuset_free(c->usable_cpus);
         cpuset_free(c->pinned_cpus);
+        cpuset_free(c->container_pinned_cpus);
         cpuset_free(c->free_cpus);
         cpuset_free(c->reserved_cpus);
         cpuset_free(c->isolated_cpus);
@@ -343,7 +408,26 @@ static json_t *numa_array_json(const struct capacity *c) {
         return a;
 }
 
+static json_t *capacity_core_json(const struct capacity *c);
+
+/* {"count", "pinned_cpus", "floating_cpus", "memory_bytes"}: what the counted containers take (part of the
+ * host-wide pinned_cpus, floating_vcpus and memory_used_bytes). */
+static json_t *containers_json(const struct capacity *c) {
+        return json_pack("{s:I, s:o, s:I, s:I}", "count", (json_int_t)c->containers_counted, "pinned_cpus",
+                         jsonutil_cpuset(c->container_pinned_cpus), "floating_cpus",
+                         (json_int_t)c->container_floating_cpus, "memory_bytes", (json_int_t)c->container_memory_bytes);
+}
+
 json_t *capacity_to_json(const struct capacity *c) {
+        json_t *doc = capacity_core_json(c);
+        if (doc && json_object_set_new(doc, "containers", containers_json(c)) < 0) {
+                json_decref(doc);
+                return NULL;
+        }
+        return doc;
+}
+
+static json_t *capacity_core_json(const struct capacity *c) {
         return json_pack("{s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o}",
                          "cpus_total", (json_int_t)c->cpus_total, "cpus_free", (json_int_t)c->cpus_free,
                          "free_cpus", jsonutil_cpuset(c->free_cpus), "pinned_cpus", jsonutil_cpuset(c->pinned_cpus),

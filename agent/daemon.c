@@ -35,7 +35,7 @@ struct loop {
         struct agent *agent;
         struct http_server *http;
         int epoll_fd, signal_fd, inotify_fd, timer_fd;
-        int watch_config, watch_run;
+        int watch_config, watch_run, watch_lxc, watch_cgroup;
         bool dirty, stop, watchdog;
         int64_t dirty_since_us, changed_us; /* the first and the last change since the last re-read */
         unsigned ticks;
@@ -71,7 +71,9 @@ static int open_timer(void) {
         return fd;
 }
 
-/* (Re)try to watch the two PVE directories; they may appear after the agent starts. */
+/* (Re)try to watch the PVE directories (VMs, their run files, containers) and the containers' cgroup directory;
+ * they may appear after the agent starts. cgroupfs may not report a container's cgroup coming or going: the
+ * safety rescan (rescan_interval) covers that. */
 static void watch_dirs(struct loop *l) {
         const uint32_t mask = IN_CREATE | IN_DELETE | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_MODIFY |
                               IN_DELETE_SELF | IN_MOVE_SELF;
@@ -79,6 +81,10 @@ static void watch_dirs(struct loop *l) {
                 l->watch_config = inotify_add_watch(l->inotify_fd, l->agent->cfg.pve_config_dir, mask);
         if (l->watch_run < 0)
                 l->watch_run = inotify_add_watch(l->inotify_fd, l->agent->cfg.pve_run_dir, mask);
+        if (l->watch_lxc < 0 && *l->agent->cfg.pve_lxc_dir)
+                l->watch_lxc = inotify_add_watch(l->inotify_fd, l->agent->cfg.pve_lxc_dir, mask);
+        if (l->watch_cgroup < 0 && *l->agent->cfg.lxc_cgroup_dir)
+                l->watch_cgroup = inotify_add_watch(l->inotify_fd, l->agent->cfg.lxc_cgroup_dir, mask);
 }
 
 static void mark_dirty(struct loop *l) {
@@ -109,6 +115,10 @@ static void drain_inotify(struct loop *l) {
                                         l->watch_config = -1;
                                 if (ev->wd == l->watch_run)
                                         l->watch_run = -1;
+                                if (ev->wd == l->watch_lxc)
+                                        l->watch_lxc = -1;
+                                if (ev->wd == l->watch_cgroup)
+                                        l->watch_cgroup = -1;
                         }
                         p += sizeof *ev + ev->len;
                 }
@@ -276,7 +286,7 @@ static void loop_close(struct loop *l) {
 
 int daemon_run(struct agent *a) {
         struct loop l = { .agent = a, .epoll_fd = -1, .signal_fd = -1, .inotify_fd = -1, .timer_fd = -1,
-                          .watch_config = -1, .watch_run = -1 };
+                          .watch_config = -1, .watch_run = -1, .watch_lxc = -1, .watch_cgroup = -1 };
         uint64_t usec = 0;
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
         int r = loop_open(&l);

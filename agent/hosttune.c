@@ -34,10 +34,26 @@ static const struct cpuset *vm_host_cpus(const struct agent *a, const struct vm 
         return vm->affinity;
 }
 
+/* The host CPUs of a running container pinned by its raw cpuset: what the kernel says it runs on, else the pin.
+ * A floating container has none (pvestatd moves it, like a floating VM). */
+static const struct cpuset *container_host_cpus(const struct container *ct) {
+        if (!ct->running || !ct->cpuset)
+                return NULL;
+        return ct->effective ? ct->effective : ct->cpuset;
+}
+
+/* Busy cores: those of running VMs with known CPUs and of running pinned containers. */
 static struct cpuset *busy_cpus(const struct agent *a) {
         struct cpuset *busy = cpuset_new();
         for (size_t i = 0; busy && i < a->inventory->n_vms; i++) {
                 const struct cpuset *c = vm_host_cpus(a, a->inventory->vms[i]);
+                if (c && cpuset_or(busy, c) < 0) {
+                        cpuset_free(busy);
+                        return NULL;
+                }
+        }
+        for (size_t i = 0; busy && i < a->inventory->containers.n; i++) {
+                const struct cpuset *c = container_host_cpus(a->inventory->containers.items[i]);
                 if (c && cpuset_or(busy, c) < 0) {
                         cpuset_free(busy);
                         return NULL;
@@ -183,7 +199,7 @@ static int steer_irq(struct agent *a, int irq, const struct cpuset *want, bool l
         int r = hosttune_fs_read_irq(root_of(a), irq, &now);
         if (r == 0 && !cpuset_equal(now, want)) {
                 int added = hosttune_originals_note_irq(a->tune.originals, irq, now);
-                r = added < 0 ? added : added > 0 ? save_originals(a) : 0;
+                r = added > 0 ? save_originals(a) : added;
                 if (r == 0)
                         r = hosttune_fs_write_irq(root_of(a), irq, want);
                 if (r < 0 && added > 0) { /* never changed: nothing to restore */

@@ -104,7 +104,9 @@ int hosttune_fs_cpu_policy(const char *root, unsigned cpu, struct cpuset **ret_c
                 if (*p == ' ')
                         *p = ',';
         r = cpuset_parse(text, ret_cpus);
-        return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
+        if (r < 0 && r != -ENOMEM)
+                return -EBADMSG;
+        return r;
 }
 
 /* One write(2) of the whole value: sysfs takes a store in one call. O_TRUNC does nothing on sysfs and
@@ -200,7 +202,9 @@ int hosttune_fs_read_irq(const char *root, int irq, struct cpuset **ret_cpus) {
         if (r < 0)
                 return r;
         r = cpuset_parse(text, ret_cpus);
-        return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
+        if (r < 0 && r != -ENOMEM)
+                return -EBADMSG;
+        return r;
 }
 
 int hosttune_fs_write_irq(const char *root, int irq, const struct cpuset *cpus) {

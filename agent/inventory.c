@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "fileio.h"
+#include "pve_conf.h"
 
 #define MIB (UINT64_C(1) << 20)
 /* pmxcfs refuses files above 1 MiB, so anything larger is not a real config. */
-#define CONFIG_MAX_BYTES (1024 * 1024)
 
 /* ---- running VMs ---- */
 
@@ -101,21 +101,9 @@ int inventory_running_pid(const char *run_dir, int vmid) {
 
 /* ---- loading a directory ---- */
 
-/* "<vmid>.conf" with a vmid of 1..999999999 written without leading zeros; -1 otherwise. */
-static int conf_name_vmid(const char *name) {
-        size_t digits = strspn(name, "0123456789");
-        if (digits == 0 || digits > 9 || name[0] == '0' || strcmp(name + digits, ".conf") != 0)
-                return -1;
-        return atoi(name);
-}
-
 static int load_one(const char *config_dir, int vmid, struct vm **ret_vm) {
-        char *path = NULL;
-        if (asprintf(&path, "%s/%d.conf", config_dir, vmid) < 0)
-                return -ENOMEM;
         char *text = NULL;
-        int r = fileio_read(path, CONFIG_MAX_BYTES, &text, NULL);
-        free(path);
+        int r = pve_conf_read(config_dir, vmid, &text);
         if (r == -ENOMEM)
                 return r;
         if (r == 0) {
@@ -155,7 +143,7 @@ static int inventory_append(struct inventory *inv, struct vm *vm) {
 static int read_entries(DIR *dir, const char *config_dir, const char *run_dir, struct inventory *inv) {
         struct dirent *de;
         while ((de = readdir(dir))) {
-                int vmid = conf_name_vmid(de->d_name);
+                int vmid = pve_conf_name_vmid(de->d_name);
                 if (vmid < 0)
                         continue;
                 struct vm *vm = NULL;
@@ -206,7 +194,18 @@ void inventory_free(struct inventory *inv) {
         for (size_t i = 0; i < inv->n_vms; i++)
                 vm_free(inv->vms[i]);
         free(inv->vms);
+        container_list_done(&inv->containers);
         free(inv);
+}
+
+int inventory_load_containers(struct inventory *inv, const char *lxc_dir, const char *cgroup_dir) {
+        struct container_list l;
+        int r = container_list_load(lxc_dir, cgroup_dir, &l);
+        if (r < 0)
+                return r;
+        container_list_done(&inv->containers);
+        inv->containers = l;
+        return 0;
 }
 
 const struct vm *inventory_find(const struct inventory *inv, int vmid) {
@@ -382,7 +381,7 @@ bool vm_equal(const struct vm *a, const struct vm *b) {
 bool inventory_equal(const struct inventory *a, const struct inventory *b) {
         if (!a || !b)
                 return a == b;
-        if (a->n_vms != b->n_vms)
+        if (a->n_vms != b->n_vms || !container_list_equal(&a->containers, &b->containers))
                 return false;
         for (size_t i = 0; i < a->n_vms; i++)
                 if (!vm_equal(a->vms[i], b->vms[i]))

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "container.h"
 #include "cpuset.h"
 
 #define INVENTORY_MAX_NUMA 8
@@ -63,6 +64,7 @@ int vm_add_error(struct vm *vm, unsigned line, const char *fmt, ...) __attribute
 struct inventory {
         size_t n_vms;
         struct vm **vms; /* sorted by vmid */
+        struct container_list containers; /* LXC containers (inventory_load_containers); empty until loaded */
 };
 
 /* Read every <vmid>.conf in config_dir and mark running VMs from run_dir (<vmid>.pid naming a live QEMU
@@ -70,6 +72,8 @@ struct inventory {
  * A missing directory is an empty inventory. Returns 0 or -ENOMEM / other negative errno. */
 int inventory_load(const char *config_dir, const char *run_dir, struct inventory **ret_inventory);
 void inventory_free(struct inventory *inv);
+/* Read the LXC containers into inv->containers (container_list_load), replacing any there. 0 or -errno. */
+int inventory_load_containers(struct inventory *inv, const char *lxc_dir, const char *cgroup_dir);
 const struct vm *inventory_find(const struct inventory *inv, int vmid);
 
 /* Liveness check used by inventory_load and pinning: the QEMU pid of vmid, or -ENOENT (no pid file),

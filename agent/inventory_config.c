@@ -9,6 +9,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "boolword.h"
+#include "pve_conf.h"
+
 #define DEFAULT_MEMORY_MIB 512
 #define MIN_MEMORY_MIB 16 /* the schema's minimum for memory/current */
 /* Caps that keep byte sums far from overflow (4 PiB per VM) and vCPU products small. */
@@ -118,16 +121,10 @@ static int parse_mib(const char *value, uint64_t min, uint64_t *ret, char *reaso
         return 0;
 }
 
-/* Proxmox booleans (PVE::JSONSchema): 1/on/yes/true and 0/off/no/false, any case. */
+/* Proxmox booleans (PVE::JSONSchema): boolword's words. */
 static int parse_bool(const char *value, bool *ret, char *reason, size_t len) {
-        static const char *const yes[] = { "1", "on", "yes", "true" };
-        static const char *const no[] = { "0", "off", "no", "false" };
-        for (size_t i = 0; i < 4; i++) {
-                if (strcasecmp(value, yes[i]) == 0 || strcasecmp(value, no[i]) == 0) {
-                        *ret = strcasecmp(value, yes[i]) == 0;
-                        return 0;
-                }
-        }
+        if (boolword_parse(value, ret) == 0)
+                return 0;
         snprintf(reason, len, "expected a boolean (0 or 1), got '%s'", value);
         return -EINVAL;
 }
@@ -402,45 +399,13 @@ static int dispatch_key(struct parse_state *st, const char *key, const char *val
  * The current config ends at the first "[section]" line: [PENDING] holds changes not applied yet,
  * [special:cloudinit] the values last given to cloud-init, and every snapshot has its own section. */
 
-static bool is_section_line(const char *line) {
-        size_t n = strlen(line);
-        return n >= 3 && line[0] == '[' && line[n - 1] == ']' && !memchr(line + 1, ']', n - 2);
-}
-
-/* pmxcfs files written on Windows-edited hosts may carry CRs; PVE strips trailing space too. */
-static void trim_right(char *s) {
-        size_t n = strlen(s);
-        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
-                s[--n] = '\0';
-}
-
-/* Split "key: value" like qemu-server's /^([a-z][a-z_]*\d*):\s*(.+?)\s*$/. */
-static int split_key_value(char *line, char **ret_key, char **ret_value) {
-        size_t k = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
-        if (k == 0 || line[0] == '_')
-                return -EINVAL;
-        k += strspn(line + k, "0123456789");
-        if (line[k] != ':')
-                return -EINVAL;
-        line[k] = '\0';
-        char *value = line + k + 1;
-        value += strspn(value, " \t");
-        if (*value == '\0')
-                return -EINVAL;
-        *ret_key = line;
-        *ret_value = value;
-        return 0;
-}
-
 /* Returns 1 at a section header (stop), 0 to go on, -ENOMEM. */
 static int parse_line(struct parse_state *st, char *line) {
-        trim_right(line);
-        if (line[0] == '\0' || line[0] == '#')
-                return 0;
-        if (is_section_line(line))
-                return 1;
         char *key, *value;
-        if (split_key_value(line, &key, &value) < 0)
+        int kind = pve_conf_line(line, &key, &value);
+        if (kind == PVE_CONF_SKIP || kind == PVE_CONF_END)
+                return kind == PVE_CONF_END;
+        if (kind < 0)
                 return vm_add_error(st->vm, st->line, "cannot parse line '%.80s' (expected 'key: value')", line);
         char reason[REASON_MAX] = "";
         int r = dispatch_key(st, key, value, reason, sizeof(reason));

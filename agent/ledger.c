@@ -135,11 +135,20 @@ bool ledger_id_valid(const char *id) {
         return true;
 }
 
+/* The rebuilt reservation keeps its id when it is well-formed and free, else gets a new one. */
+static int rebuilt_id(const struct ledger *l, const char *id, char out[LEDGER_ID_LEN + 1]) {
+        if (!ledger_id_valid(id) || ledger_find(l, id))
+                return new_id(out);
+        snprintf(out, LEDGER_ID_LEN + 1, "%s", id);
+        return 0;
+}
+
 int ledger_add_bound(struct ledger *l, const char *id, const char *owner, int vmid, const struct placement_request *req,
                      struct placement *p, int64_t now) {
         struct reservation *r = calloc(1, sizeof *r);
-        bool keep = ledger_id_valid(id) && !ledger_find(l, id);
-        int err = !r ? -ENOMEM : keep ? (snprintf(r->id, sizeof r->id, "%s", id), 0) : new_id(r->id);
+        if (!r)
+                return -ENOMEM;
+        int err = rebuilt_id(l, id, r->id);
         if (err == 0 && ledger_find_vmid(l, vmid))
                 err = -EEXIST;
         if (err == 0) {
@@ -357,27 +366,15 @@ static json_t *state_entry(const struct reservation *r) {
         return o;
 }
 
-/* Keep path's intact current generation as path.prev: a hard link made beside it, renamed over the old one. A
- * damaged current file is not kept (the older .prev is worth more); one that cannot be read fails the save. */
-static int keep_previous(const char *path) {
-        char prev[PATH_MAX + 16], tmp[PATH_MAX + 16], *text = NULL;
+/* Whether path's current generation is kept as the previous one when it is replaced: when it reads back intact.
+ * A damaged current file is not kept (the older .prev is worth more); one that cannot be read fails the save. */
+static int keep_current(const char *path, bool *ret_keep) {
+        char *text = NULL;
         size_t len;
         int r = fileio_read_sealed(path, STATE_MAX_BYTES, &text, &len);
         free(text);
-        if (r == -ENOENT || r == -EBADMSG)
-                return 0;
-        if (r < 0)
-                return r;
-        snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
-        snprintf(tmp, sizeof tmp, "%s%s.tmp", path, LEDGER_PREV_SUFFIX);
-        unlink(tmp);
-        if (link(path, tmp) < 0)
-                return -errno;
-        if (rename(tmp, prev) < 0) {
-                r = -errno;
-                unlink(tmp);
-        }
-        return r;
+        *ret_keep = r == 0;
+        return r == -ENOENT || r == -EBADMSG ? 0 : r;
 }
 
 static char *state_text(const struct ledger *l) {
@@ -396,11 +393,14 @@ int ledger_save(const struct ledger *l, const char *dir) {
         char *text = state_text(l);
         if (!text)
                 return -ENOMEM; /* an entry could not be built: write nothing rather than a file without it */
-        char path[PATH_MAX];
+        char path[PATH_MAX], prev[PATH_MAX + 16], spare[PATH_MAX + 16];
         snprintf(path, sizeof path, "%s/%s", dir, LEDGER_STATE_FILE);
-        int r = keep_previous(path);
+        snprintf(prev, sizeof prev, "%s%s", path, LEDGER_PREV_SUFFIX);
+        snprintf(spare, sizeof spare, "%s%s", path, LEDGER_SPARE_SUFFIX);
+        bool keep;
+        int r = keep_current(path, &keep);
         if (r == 0)
-                r = fileio_write_sealed(path, text, strlen(text), 0600);
+                r = fileio_write_sealed_rotate(path, keep ? prev : NULL, spare, text, strlen(text), 0600);
         free(text);
         return r;
 }

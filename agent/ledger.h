@@ -99,6 +99,9 @@ json_t *ledger_to_json(const struct ledger *l);
  *   -errno (EACCES, EIO, EMFILE, ...): a file could not be read; nothing is loaded; problem names it;
  *   -ENOMEM. */
 #define LEDGER_PREV_SUFFIX ".prev"
+/* The third file of a save's rotation (fileio_write_sealed_rotate): an older generation, or a torn write. Never
+ * loaded. */
+#define LEDGER_SPARE_SUFFIX ".spare"
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
                 size_t problemlen);
 int ledger_save(const struct ledger *l, const char *dir);

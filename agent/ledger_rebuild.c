@@ -19,7 +19,11 @@
 #define DESCR_LINE_MAX 2048 /* a "cpus:" line of the coordinator is up to 1,024 characters */
 
 static int hexval(char c) {
-        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* One "#..." line of s (up to the newline), %XX-decoded into buf. Returns the next line or NULL at the end. */
@@ -164,7 +168,9 @@ static uint64_t node_mib(const struct vm *vm, size_t g, size_t n_nodes, int node
         bool same = vm->numa_valid && g < INVENTORY_MAX_NUMA && v->present && v->hostnodes &&
                     cpuset_count(v->hostnodes) == 1 && cpuset_test(v->hostnodes, (unsigned)node) &&
                     (n_nodes == INVENTORY_MAX_NUMA || !vm->numa_nodes[n_nodes].present);
-        uint64_t mib = g + 1 == n_nodes ? *left : same ? v->memory_mib : vm->memory_mib * n / vm_vcpu_count(vm);
+        uint64_t mib = *left; /* the last guest node takes the rest */
+        if (g + 1 < n_nodes)
+                mib = same ? v->memory_mib : vm->memory_mib * n / vm_vcpu_count(vm);
         mib = mib > *left ? *left : mib;
         *left -= mib;
         return mib;

@@ -22,17 +22,18 @@
 #define OPT_VERSION 1001
 #define OPT_HELP 1002
 
-enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS, CMD_PLACE };
+enum command { CMD_SERVE, CMD_TOPOLOGY, CMD_CAPACITY, CMD_VMS, CMD_PLACE, CMD_CONTAINERS };
 
-static const char *const command_names[] = { "serve", "topology", "capacity", "vms", "place" };
+static const char *const command_names[] = { "serve", "topology", "capacity", "vms", "place", "containers" };
 #define N_COMMANDS (sizeof command_names / sizeof command_names[0])
 
 static void usage(FILE *out) {
-        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms|place] [OPTIONS]\n"
+        fprintf(out, "Usage: pvescale-agent [serve|topology|capacity|vms|containers|place] [OPTIONS]\n"
                      "  serve      run the HTTPS API daemon (default)\n"
                      "  topology   print the host topology as JSON and exit\n"
                      "  capacity   print free CPUs and memory as JSON and exit\n"
                      "  vms        print the VM inventory as JSON and exit\n"
+                     "  containers print the LXC containers as JSON and exit\n"
                      "  place      dry run: read {\"vcpus\",\"memory_bytes\"} lines on stdin, print placements\n"
                      "Options (each also settable in the config file and by environment):\n"
                      "  --config FILE    YAML config (default " AGENT_CONFIG_DEFAULT_PATH " if present)\n");
@@ -84,10 +85,14 @@ static int scan_early_flags(int argc, char **argv, const struct option *opts, co
         int c;
         opterr = 0;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-                if (c == OPT_VERSION)
-                        return printf("pvescale-agent %s\n", PVESCALE_VERSION), 1;
-                if (c == OPT_HELP)
-                        return usage(stdout), 1;
+                if (c == OPT_VERSION) {
+                        printf("pvescale-agent %s\n", PVESCALE_VERSION);
+                        return 1;
+                }
+                if (c == OPT_HELP) {
+                        usage(stdout);
+                        return 1;
+                }
                 if (c == OPT_CONFIG)
                         *ret_config = optarg;
                 if (c == '?') {
@@ -122,8 +127,10 @@ static int parse_command(int argc, char **argv, enum command *ret_cmd) {
         }
         *ret_cmd = CMD_SERVE;
         for (size_t i = 0; optind < argc && i < N_COMMANDS; i++)
-                if (strcmp(argv[optind], command_names[i]) == 0)
-                        return *ret_cmd = (enum command)i, 0;
+                if (strcmp(argv[optind], command_names[i]) == 0) {
+                        *ret_cmd = (enum command)i;
+                        return 0;
+                }
         if (optind < argc) {
                 fprintf(stderr, "pvescale-agent: unknown command '%s' (see --help)\n", argv[optind]);
                 return -EINVAL;
@@ -173,9 +180,13 @@ static int run_one_shot(struct agent *a, enum command cmd) {
                 return print_json(agent_topology_json(a));
         if (cmd == CMD_CAPACITY)
                 return print_json(agent_capacity_json(a));
+        if (cmd == CMD_CONTAINERS)
+                return print_json(agent_containers_json(a));
         if (cmd == CMD_PLACE) {
                 r = place_command_run(a->topology, a->capacity, stdin, stdout);
-                return r < 0 ? EXIT_FAILURE : r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
+                if (r < 0)
+                        return EXIT_FAILURE;
+                return r > 0 ? EXIT_USAGE : EXIT_SUCCESS;
         }
         return print_json(agent_vms_json(a));
 }

@@ -121,8 +121,8 @@ static void render_capacity_nodes(struct prom *p, const struct capacity *c) {
                 prom_family(p, names[k], "gauge", helps[k]);
                 for (size_t i = 0; i < c->n_numa; i++) {
                         const struct capacity_numa *n = &c->numa[i];
-                        prom_sample_u64(p, names[k], node_label(n->id).text,
-                                        k == 0 ? n->cpus_free : k == 1 ? n->memory_free_bytes : n->memory_total_bytes);
+                        const uint64_t values[3] = { n->cpus_free, n->memory_free_bytes, n->memory_total_bytes };
+                        prom_sample_u64(p, names[k], node_label(n->id).text, values[k]);
                 }
         }
 }
@@ -132,7 +132,8 @@ static void render_capacity(struct prom *p, const struct capacity *c) {
         prom_gauge_u64(p, "pvescale_agent_cpus_free", "CPUs of the host still free for new placements.", c->cpus_free);
         prom_gauge_u64(p, "pvescale_agent_memory_free_bytes", "Memory of the host still free for new placements.",
                        c->memory_free_bytes);
-        prom_gauge_u64(p, "pvescale_agent_floating_vcpus", "vCPUs of VMs without a CPU affinity (floating).",
+        prom_gauge_u64(p, "pvescale_agent_floating_vcpus",
+                       "vCPUs of VMs without a CPU affinity and CPUs of containers without a cpuset (floating).",
                        c->floating_vcpus);
         render_capacity_nodes(p, c);
 }
@@ -177,6 +178,17 @@ static void render_vms(struct prom *p, const struct inventory *inv, uint64_t rea
         prom_sample_u64(p, "pvescale_agent_vms", "state=\"stopped\"", stopped);
         prom_gauge_u64(p, "pvescale_agent_vm_config_problems", "VMs whose qemu-server config has malformed lines.",
                        bad);
+        uint64_t ct_running = 0, ct_stopped = 0, ct_bad = 0;
+        for (size_t i = 0; i < inv->containers.n; i++) {
+                *(inv->containers.items[i]->running ? &ct_running : &ct_stopped) += 1;
+                ct_bad += inv->containers.items[i]->n_errors > 0;
+        }
+        prom_family(p, "pvescale_agent_containers", "gauge",
+                    "LXC containers of this host by run state (templates included).");
+        prom_sample_u64(p, "pvescale_agent_containers", "state=\"running\"", ct_running);
+        prom_sample_u64(p, "pvescale_agent_containers", "state=\"stopped\"", ct_stopped);
+        prom_gauge_u64(p, "pvescale_agent_container_config_problems",
+                       "LXC containers whose config has malformed lines or cannot be read.", ct_bad);
         prom_family(p, "pvescale_agent_inventory_reads_total", "counter",
                     "Times the VM configs and run files were read (a burst of changes is read once).");
         prom_sample_u64(p, "pvescale_agent_inventory_reads_total", NULL, reads);

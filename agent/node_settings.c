@@ -76,7 +76,9 @@ static int cpus_from_array(const json_t *a, struct cpuset *s, struct where *w) {
 static int parse_cpus(const json_t *v, struct cpuset **ret, struct where *w) {
         if (json_is_string(v)) {
                 int r = cpuset_parse(json_string_value(v), ret);
-                return r == -ENOMEM ? r : r < 0 ? fail(w, "", "expected a cpulist such as \"0-3,8\"") : 0;
+                if (r < 0 && r != -ENOMEM)
+                        return fail(w, "", "expected a cpulist such as \"0-3,8\"");
+                return r;
         }
         if (!json_is_array(v))
                 return fail(w, "", "expected a cpulist string or an array of CPU numbers");

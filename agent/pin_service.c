@@ -79,14 +79,18 @@ static void log_report(struct pin_record *rec, int vmid, int r, const struct pin
         snprintf(field, sizeof field, "VMID=%d", vmid);
         int cause = r > 0 ? (rep->failures[0].error ? rep->failures[0].error : -EIO) : r;
         unsigned failed = 0;
-        enum repeat_event ev = rec ? repeat_note(&rec->failures, cause, &failed) : cause ? REPEAT_STARTED : REPEAT_OK;
+        enum repeat_event ev = cause ? REPEAT_STARTED : REPEAT_OK; /* no record: every failure is a first one */
+        if (rec)
+                ev = repeat_note(&rec->failures, cause, &failed);
         if (ev == REPEAT_ENDED)
                 snprintf(note, sizeof note, "; it works again after %u failed runs", failed);
         else if (ev == REPEAT_CHANGED)
                 snprintf(note, sizeof note, " (failing %u runs in a row; the cause changed)", failed);
         else if (ev == REPEAT_SAME)
                 snprintf(note, sizeof note, " (failing %u runs in a row; logged again when that changes)", failed);
-        enum log_level level = ev == REPEAT_SAME ? LOG_LEVEL_DEBUG : r == 0 ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR;
+        enum log_level level = r == 0 ? LOG_LEVEL_INFO : LOG_LEVEL_ERROR;
+        if (ev == REPEAT_SAME)
+                level = LOG_LEVEL_DEBUG;
         log_run(level, field, vmid, r, rep, note);
 }
 

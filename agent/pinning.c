@@ -189,7 +189,9 @@ int pinning_status_cpus(const char *status, struct cpuset **ret_cpus) {
                 return -ENOMEM;
         int r = cpuset_parse(value, ret_cpus);
         free(value);
-        return r == -ENOMEM ? r : r < 0 ? -EBADMSG : 0;
+        if (r < 0 && r != -ENOMEM)
+                return -EBADMSG;
+        return r;
 }
 
 

@@ -60,10 +60,17 @@ static void split_greedy(const struct placement__slot *s, size_t k, unsigned tot
         }
 }
 
+/* level within the slot's bounds. */
+static unsigned clamp_to(const struct placement__slot *slot, unsigned level) {
+        if (level < slot->lo)
+                return slot->lo;
+        return level > slot->hi ? slot->hi : level;
+}
+
 static unsigned long level_sum(const struct placement__slot *s, size_t k, unsigned level) {
         unsigned long sum = 0;
         for (size_t j = 0; j < k; j++)
-                sum += level < s[j].lo ? s[j].lo : level > s[j].hi ? s[j].hi : level;
+                sum += clamp_to(&s[j], level);
         return sum;
 }
 
@@ -83,7 +90,7 @@ static void split_balanced(const struct placement__slot *s, size_t k, unsigned t
         unsigned base = lo > 0 ? lo - 1 : 0;
         unsigned long sum = 0;
         for (size_t j = 0; j < k; j++) {
-                units[j] = base < s[j].lo ? s[j].lo : base > s[j].hi ? s[j].hi : base;
+                units[j] = clamp_to(&s[j], base);
                 sum += units[j];
         }
         for (size_t j = 0; j < k && sum < total; j++)

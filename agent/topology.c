@@ -126,7 +126,9 @@ static int open_hwloc(const struct topology_source *src, hwloc_topology_t *ret_t
                 r = load_with_fsroot(topo, src->fsroot);
         if (r < 0) {
                 hwloc_topology_destroy(topo);
-                const char *what = src->xml_file ? src->xml_file : src->fsroot ? src->fsroot : "this machine";
+                const char *what = "this machine";
+                if (src->xml_file || src->fsroot)
+                        what = src->xml_file ? src->xml_file : src->fsroot;
                 return errmsg_set(err, errlen, r, "hwloc could not load the topology of %s: %s", what, strerror(-r));
         }
         *ret_topo = topo;
@@ -335,7 +337,9 @@ static int fill_core(struct topology *t, hwloc_topology_t topo, hwloc_obj_t o, s
         if (r < 0)
                 return r;
         hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, o);
-        c->package = pkg ? package_index(t, os_index_or(pkg, (int)pkg->logical_index)) : (t->n_packages == 1 ? 0 : -1);
+        c->package = t->n_packages == 1 ? 0 : -1; /* no package above it: the only one, or none */
+        if (pkg)
+                c->package = package_index(t, os_index_or(pkg, (int)pkg->logical_index));
         c->l3 = l3_index(t, c->cpus);
         c->numa_node = core_numa_index(t, c->cpus);
         return 0;
@@ -433,7 +437,9 @@ void topology_free(struct topology *t) {
 }
 
 static enum topology_kind source_kind(const struct topology_source *src) {
-        return src->xml_file ? TOPOLOGY_KIND_XML : src->fsroot ? TOPOLOGY_KIND_FSROOT : TOPOLOGY_KIND_HOST;
+        if (src->xml_file)
+                return TOPOLOGY_KIND_XML;
+        return src->fsroot ? TOPOLOGY_KIND_FSROOT : TOPOLOGY_KIND_HOST;
 }
 
 static int load_live_counts(struct topology *t, const struct topology_source *src, char *err, size_t errlen) {

@@ -31,8 +31,10 @@ static json_t *id_or_null(int index, int id) {
 static json_t *package_json(const struct topology *t, size_t i) {
         const struct topology_package *p = &t->packages[i];
         json_t *o = json_pack("{s:i, s:s}", "id", p->id, "cpu_model", p->cpu_model);
-        if (o && set_cpus(o, "cpus", p->cpus) < 0)
-                return json_decref(o), NULL;
+        if (o && set_cpus(o, "cpus", p->cpus) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }
 
@@ -43,8 +45,10 @@ static json_t *hugepages_json(const struct topology_numa_node *nn) {
                 char key[32];
                 snprintf(key, sizeof key, "%" PRIu64 "kB", h->page_kib);
                 json_t *v = json_pack("{s:I, s:I}", "total", (json_int_t)h->total, "free", (json_int_t)h->free);
-                if (json_object_set_new(o, key, v) < 0)
-                        return json_decref(o), NULL;
+                if (json_object_set_new(o, key, v) < 0) {
+                        json_decref(o);
+                        return NULL;
+                }
         }
         return o;
 }
@@ -56,15 +60,19 @@ static json_t *numa_json(const struct topology *t, size_t i) {
                               "memory_free_bytes", (json_int_t)nn->memory_free_bytes, "package",
                               id_or_null(nn->package, pkg_id), "hugepages", hugepages_json(nn), "subtype",
                               nn->subtype ? json_string(nn->subtype) : json_null());
-        if (o && set_cpus(o, "cpus", nn->cpus) < 0)
-                return json_decref(o), NULL;
+        if (o && set_cpus(o, "cpus", nn->cpus) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }
 
 static json_t *l3_json(const struct topology *t, size_t i) {
         json_t *o = json_pack("{s:I}", "size_bytes", (json_int_t)t->l3_caches[i].size_bytes);
-        if (o && set_cpus(o, "cpus", t->l3_caches[i].cpus) < 0)
-                return json_decref(o), NULL;
+        if (o && set_cpus(o, "cpus", t->l3_caches[i].cpus) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }
 
@@ -75,16 +83,20 @@ static json_t *core_json(const struct topology *t, size_t i) {
         int node_id = c->numa_node >= 0 ? t->numa_nodes[c->numa_node].id : 0;
         json_t *o = json_pack("{s:o, s:o, s:o}", "package", id_or_null(c->package, pkg_id), "numa_node",
                               id_or_null(c->numa_node, node_id), "l3", c->l3 < 0 ? json_null() : json_integer(c->l3));
-        if (o && set_cpus(o, "cpus", c->cpus) < 0)
-                return json_decref(o), NULL;
+        if (o && set_cpus(o, "cpus", c->cpus) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }
 
 static json_t *array_json(const struct topology *t, size_t n, json_t *(*item)(const struct topology *, size_t)) {
         json_t *a = json_array();
         for (size_t i = 0; a && i < n; i++)
-                if (json_array_append_new(a, item(t, i)) < 0)
-                        return json_decref(a), NULL;
+                if (json_array_append_new(a, item(t, i)) < 0) {
+                        json_decref(a);
+                        return NULL;
+                }
         return a;
 }
 
@@ -95,7 +107,9 @@ json_t *topology_to_json(const struct topology *t) {
                               array_json(t, t->n_numa_nodes, numa_json), "l3_caches",
                               array_json(t, t->n_l3_caches, l3_json), "cores", array_json(t, t->n_cores, core_json));
         if (o && (set_cpus(o, "cpus", t->cpus) < 0 || set_cpus(o, "online", t->online) < 0 ||
-                  set_cpus(o, "isolated", t->isolated) < 0 || set_cpus(o, "allowed", t->allowed) < 0))
-                return json_decref(o), NULL;
+                  set_cpus(o, "isolated", t->isolated) < 0 || set_cpus(o, "allowed", t->allowed) < 0)) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }

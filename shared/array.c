@@ -10,7 +10,9 @@
 int array_grow(void *items, size_t *cap, size_t n, size_t elem_size, size_t first_cap) {
         if (n < *cap)
                 return 0;
-        size_t want = *cap ? 2 * *cap : (first_cap ? first_cap : 8);
+        size_t want = first_cap ? first_cap : 8;
+        if (*cap)
+                want = 2 * *cap;
         if (want > SIZE_MAX / elem_size)
                 return -ENOMEM;
         void *old;

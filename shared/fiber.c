@@ -361,7 +361,9 @@ static long until_curl_due(const struct fiber_sched *s, long limit_ms) {
         if (!s->curl_due_us)
                 return limit_ms;
         int64_t ms = (s->curl_due_us - monotime_us() + 999) / 1000;
-        return ms < 0 ? 0 : ms < limit_ms ? (long)ms : limit_ms;
+        if (ms < 0)
+                return 0;
+        return ms < limit_ms ? (long)ms : limit_ms;
 }
 
 static void drain_wake(struct fiber_sched *s) {

@@ -24,6 +24,18 @@ int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t m
 /* Like fileio_write_atomic, but appends a trailer line "#sha256=<hex>\n" over the data. */
 int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode);
 
+/* Replace path with data sealed, through three files that trade names and never share one: spare (created when
+ * absent) is overwritten in place, its data padded with spaces to keep the file's size (so fdatasync has no
+ * metadata to commit; readers must allow trailing spaces, as JSON does) and fdatasynced; then spare and path
+ * exchange names (renameat2 RENAME_EXCHANGE), and when prev is set, spare (now the replaced file) and prev too;
+ * then the directory is fsynced. A crash leaves path old (spare maybe torn), or path new with prev one generation
+ * older than before, or path new and prev the replaced file; at no instant are two of the names one file. prev
+ * NULL: prev is not touched. Where the file system cannot exchange, path is renamed over prev and spare into path:
+ * a crash between those leaves path absent and prev the replaced file. A failure leaves no spare behind.
+ * Returns 0 or -errno. */
+int fileio_write_sealed_rotate(const char *path, const char *prev, const char *spare, const void *data,
+                               size_t len, mode_t mode);
+
 /* Read a sealed file and check its trailer. Returns 0 with the data (trailer removed), -ENOENT when
  * absent, -EBADMSG when the trailer is missing or the checksum does not match, or -errno. */
 int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);

@@ -483,7 +483,9 @@ int http_server_timeout_ms(const struct http_server *s) {
                 int64_t left = deadline_left(s, c, now);
                 next = left < next ? left : next;
         }
-        int ms = MHD_get_timeout(s->daemon, &t) != MHD_YES ? -1 : t > 60000 ? 60000 : (int)t;
+        int ms = -1;
+        if (MHD_get_timeout(s->daemon, &t) == MHD_YES)
+                ms = t > 60000 ? 60000 : (int)t;
         if (next == INT64_MAX)
                 return ms;
         int deadline = next <= 0 ? 0 : (int)((next + 999) / 1000);

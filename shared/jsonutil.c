@@ -113,8 +113,11 @@ static int diff_member(json_t *patch, const char *key, const json_t *old, json_t
         json_t *sub = NULL;
         if (old && json_equal((json_t *)old, now))
                 return 0;
-        if (!json_is_object(old) || !json_is_object(now)) /* set whole: nothing in it may read as "delete" */
-                return holds_null(now) ? -EINVAL : json_object_set(patch, key, now) < 0 ? -ENOMEM : 0;
+        if (!json_is_object(old) || !json_is_object(now)) { /* set whole: nothing in it may read as "delete" */
+                if (holds_null(now))
+                        return -EINVAL;
+                return json_object_set(patch, key, now) < 0 ? -ENOMEM : 0;
+        }
         int r = jsonutil_merge_diff(old, now, &sub);
         if (r == 0 && json_object_set_new(patch, key, sub) < 0)
                 r = -ENOMEM;

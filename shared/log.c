@@ -87,7 +87,8 @@ static size_t add_field(struct iovec *iov, size_t n, char *buf, const char *fmt,
         va_start(ap, fmt);
         int len = vsnprintf(buf, LOG_FIELD_MAX, fmt, ap);
         va_end(ap);
-        iov[n] = (struct iovec){ buf, len < 0 ? 0 : len >= LOG_FIELD_MAX ? LOG_FIELD_MAX - 1 : (size_t)len };
+        size_t used = len < 0 ? 0 : (size_t)len;
+        iov[n] = (struct iovec){ buf, used >= LOG_FIELD_MAX ? LOG_FIELD_MAX - 1 : used };
         return n + 1;
 }
 
@@ -125,7 +126,11 @@ static void __attribute__((format(printf, 2, 3))) line_add(struct log_line *l, c
         va_start(ap, fmt);
         int n = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
         va_end(ap);
-        l->len = n < 0 ? l->len : l->len + (size_t)n >= sizeof l->text ? sizeof l->text - 1 : l->len + (size_t)n;
+        if (n < 0)
+                return;
+        l->len += (size_t)n;
+        if (l->len >= sizeof l->text)
+                l->len = sizeof l->text - 1; /* what did not fit was cut */
 }
 
 static const char *base_name(const char *path) {

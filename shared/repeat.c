@@ -13,7 +13,9 @@ enum repeat_event repeat_note(struct repeat *r, int cause, unsigned *ret_failed)
                 *r = (struct repeat){ 0 };
                 return ev;
         }
-        ev = r->failed == 0 ? REPEAT_STARTED : r->cause != cause ? REPEAT_CHANGED : REPEAT_SAME;
+        ev = r->cause != cause ? REPEAT_CHANGED : REPEAT_SAME;
+        if (r->failed == 0)
+                ev = REPEAT_STARTED;
         r->cause = cause;
         r->failed++;
         if (ret_failed)

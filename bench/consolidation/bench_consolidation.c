@@ -1,10 +1,13 @@
 /* bench/consolidation: the pure disruption decisions on 200 nodes and 3,000 pods with churn: the time of one
- * consolidation pass, the final node count against the lower bound, and the VMs created and deleted. */
+ * consolidation pass, the final node count against the lower bound, and the VMs created and deleted. With
+ * --scale: the same scenario ten times larger (2,000 nodes, 30,000 pods) after the 200-node one in the same run,
+ * and the cost of a pass at 2,000 nodes against one at 200. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "disrupt.h"
 #include "monotime.h"
@@ -16,10 +19,11 @@
 #define PODS 3000
 #define DELETED 1500          /* pods deleted by the churn */
 #define ADDED 300             /* pods created by the churn (pending, then placed) */
-#define MAX_PODS (PODS + ADDED)
-#define MAX_NODES 1024
+#define SCALE 10              /* --scale: 2,000 nodes, 30,000 pods */
+#define MAX_PODS (SCALE * (PODS + ADDED))
+#define MAX_NODES (SCALE * 1024)
 #define PASS_STEP_MS (60 * 1000) /* simulated time between passes; consolidateAfter is 30s */
-#define MAX_PASSES 400
+#define MAX_PASSES 400        /* per 200 nodes */
 #define START_SHAPE "t1.16VCPU-48GB"
 #define SEED UINT64_C(0x5eedc0501)
 
@@ -38,6 +42,7 @@ struct bnode {
 
 struct bench {
         const struct shape_catalog *cat;
+        size_t scale; /* 1, or SCALE: the scenario's nodes, pods and churn times this */
         struct bpod pods[MAX_PODS];
         size_t n_pods;
         struct bnode nodes[MAX_NODES];
@@ -45,6 +50,7 @@ struct bench {
         int64_t now_ms;
         size_t created, deleted, passes, decisions, simulations;
         double pass_ms_max, pass_ms_sum;
+        double pass_cpu_ms_sum, pass_cpu_ms_last; /* CPU time: what --scale compares (the machine is shared) */
         size_t by_method[DISRUPT_METHOD_COUNT];
 };
 
@@ -57,6 +63,12 @@ struct pass {
         int cand_of[MAX_NODES];
         struct disrupt_input in;
 };
+
+static double cpu_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static int64_t uniform(struct rng *r, int64_t lo, int64_t hi) {
         return lo + (int64_t)rng_below(r, (uint64_t)(hi - lo + 1));
@@ -73,10 +85,10 @@ static int add_node(struct bench *b, const struct shape *s) {
 }
 
 /* One PVE host with room for every VM the scenario could want: host room is not what this bench measures. */
-static void add_host(struct sim_input *in) {
+static void add_host(struct sim_input *in, size_t scale) {
         struct sim_host *host = simulate_add_host(in);
-        *host = (struct sim_host){ .name = "pve01", .region = "cluster-1", .free_cpus = 20480,
-                                   .free_memory_bytes = (uint64_t)(65536 * GIB) };
+        *host = (struct sim_host){ .name = "pve01", .region = "cluster-1", .free_cpus = 20480 * (int64_t)scale,
+                                   .free_memory_bytes = (uint64_t)(65536 * GIB) * scale };
 }
 
 static struct sim_node *sim_node(struct sim_input *in, const struct bnode *n) {
@@ -111,7 +123,7 @@ static struct sim_input *base_input(const struct bench *b) {
         struct sim_nodepool *pool = simulate_add_nodepool(in);
         pool->name = "default";
         pool->nodeclass = "default";
-        add_host(in);
+        add_host(in, b->scale);
         return in;
 }
 
@@ -234,8 +246,11 @@ static int one_pass(struct bench *b) {
         if (!ps || pass_build(ps, b) < 0)
                 return -1;
         int64_t t0 = monotime_us();
+        double cpu0 = cpu_ms();
         int rc = disrupt_decide(&ps->in, &res);
         double ms = (double)(monotime_us() - t0) / 1000.0;
+        b->pass_cpu_ms_last = cpu_ms() - cpu0;
+        b->pass_cpu_ms_sum += b->pass_cpu_ms_last;
         b->passes++;
         b->pass_ms_sum += ms;
         b->pass_ms_max = ms > b->pass_ms_max ? ms : b->pass_ms_max;
@@ -270,27 +285,27 @@ static void make_pods(struct bench *b, struct rng *rng, size_t count) {
         }
 }
 
-/* 200 nodes of START_SHAPE filled round-robin with 3,000 pods (15 each). */
+/* 200 nodes of START_SHAPE filled round-robin with 3,000 pods (15 each), times the scale. */
 static void start(struct bench *b, struct rng *rng) {
         const struct shape *s = shapes_catalog_find(b->cat, START_SHAPE);
-        for (size_t n = 0; n < NODES; n++)
+        for (size_t n = 0; n < NODES * b->scale; n++)
                 add_node(b, s);
-        make_pods(b, rng, PODS);
-        for (size_t p = 0; p < PODS; p++)
-                b->pods[p].node = (int)(p % NODES);
+        make_pods(b, rng, PODS * b->scale);
+        for (size_t p = 0; p < PODS * b->scale; p++)
+                b->pods[p].node = (int)(p % (NODES * b->scale));
 }
 
 /* Half the pods go, a few new ones come. */
 static int churn(struct bench *b, struct rng *rng) {
-        for (size_t k = 0; k < DELETED;) {
-                struct bpod *p = &b->pods[uniform(rng, 0, PODS - 1)];
+        for (size_t k = 0; k < DELETED * b->scale;) {
+                struct bpod *p = &b->pods[uniform(rng, 0, (int64_t)(PODS * b->scale) - 1)];
                 if (p->node == -2)
                         continue;
                 b->nodes[p->node].last_event_ms = b->now_ms;
                 p->node = -2;
                 k++;
         }
-        make_pods(b, rng, ADDED);
+        make_pods(b, rng, ADDED * b->scale);
         return schedule_pending(b);
 }
 
@@ -320,7 +335,7 @@ static void report(const struct bench *b, size_t before, size_t lb) {
         size_t after = live_nodes(b);
         double ratio = (double)after / (double)lb;
         printf("%-34s %10s\n", "", "value");
-        printf("%-34s %10zu\n", "nodes at the start", (size_t)NODES);
+        printf("%-34s %10zu\n", "nodes at the start", NODES * b->scale);
         printf("%-34s %10zu\n", "nodes after the churn", before);
         printf("%-34s %10zu\n", "nodes after consolidation", after);
         printf("%-34s %10zu\n", "lower bound", lb);
@@ -336,36 +351,76 @@ static void report(const struct bench *b, size_t before, size_t lb) {
         printf("%-34s %10.1f\n", "simulations per pass (mean)", (double)b->simulations / (double)b->passes);
         printf("%-34s %10zu\n", "VMs created", b->created);
         printf("%-34s %10zu\n", "VMs deleted", b->deleted);
-        printf("RESULT name=consolidation nodes=%d pass_ms=%.2f nodes_over_lower_bound=%.3f churn_vms=%zu\n", NODES,
-               b->pass_ms_max, ratio, b->created + b->deleted);
 }
 
-int main(void) {
-        struct shape_options opts;
-        struct shape_catalog *cat = NULL;
+/* One scenario from the start to a pass that decides nothing; NULL on failure. */
+static struct bench *run(const struct shape_catalog *cat, size_t scale) {
         struct bench *b = calloc(1, sizeof *b);
         struct rng rng;
         rng_init(&rng, SEED);
-        shapes_options_default(&opts);
-        if (!b || shapes_catalog_default(&opts, &cat) < 0)
-                return 1;
+        if (!b)
+                return NULL;
         b->cat = cat;
+        b->scale = scale;
         b->now_ms = 1767261600000LL;
         start(b, &rng);
         b->now_ms += PASS_STEP_MS;
-        if (churn(b, &rng) < 0)
-                return 1;
+        if (churn(b, &rng) < 0) {
+                free(b);
+                return NULL;
+        }
         b->now_ms += PASS_STEP_MS;
         size_t before = live_nodes(b), created_by_churn = b->created;
         b->created = 0;
         int rc = 1;
-        while (b->passes < MAX_PASSES && (rc = one_pass(b)) == 1)
+        while (b->passes < MAX_PASSES * scale && (rc = one_pass(b)) == 1)
                 ;
-        if (rc < 0)
-                return 1;
-        printf("churn: %d pods deleted, %d created, %zu new VMs for them\n", DELETED, ADDED, created_by_churn);
+        if (rc < 0) {
+                free(b);
+                return NULL;
+        }
+        printf("churn: %zu pods deleted, %zu created, %zu new VMs for them\n", DELETED * scale, ADDED * scale,
+               created_by_churn);
         report(b, before, lower_bound(b));
+        return b;
+}
+
+static double over_bound(const struct bench *b) {
+        return (double)live_nodes(b) / (double)lower_bound(b);
+}
+
+static double pass_cpu_ms_mean(const struct bench *b) {
+        return b->pass_cpu_ms_sum / (double)b->passes;
+}
+
+int main(int argc, char **argv) {
+        struct shape_options opts;
+        struct shape_catalog *cat = NULL;
+        bool scale = argc == 2 && strcmp(argv[1], "--scale") == 0;
+        if (argc > 2 || (argc == 2 && !scale)) {
+                fprintf(stderr, "usage: bench_consolidation [--scale]\n");
+                return 2;
+        }
+        shapes_options_default(&opts);
+        if (shapes_catalog_default(&opts, &cat) < 0)
+                return 1;
+        struct bench *b = run(cat, 1), *big = NULL;
+        if (!b)
+                return 1;
+        printf("RESULT name=consolidation nodes=%d pass_ms=%.2f nodes_over_lower_bound=%.3f churn_vms=%zu\n", NODES,
+               b->pass_ms_max, over_bound(b), b->created + b->deleted);
+        if (scale && !(big = run(cat, SCALE)))
+                return 1;
+        if (big) {
+                double ratio = pass_cpu_ms_mean(big) / pass_cpu_ms_mean(b);
+                printf("pass CPU ms at %d / %d nodes (same run): mean %.2f / %.2f = %.2f; last (no decision) %.2f / "
+                       "%.2f = %.2f\n", NODES * SCALE, NODES, pass_cpu_ms_mean(big), pass_cpu_ms_mean(b), ratio,
+                       big->pass_cpu_ms_last, b->pass_cpu_ms_last, big->pass_cpu_ms_last / b->pass_cpu_ms_last);
+                printf("RESULT name=consolidation_scale nodes=%d pass_ratio_2000_200=%.2f "
+                       "nodes_over_lower_bound=%.3f\n", NODES * SCALE, ratio, over_bound(big));
+        }
         shapes_catalog_free(cat);
         free(b);
+        free(big);
         return 0;
 }

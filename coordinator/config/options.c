@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "boolword.h"
+
 #define DURATION_MIN_MS 100
 #define DURATION_MAX_MS (24LL * 3600 * 1000)
 
@@ -78,25 +80,10 @@ void options_init(struct options *o) {
                                .retry_period_ms = OPTIONS_DEFAULT_RETRY_PERIOD_MS };
 }
 
-static int parse_bool(const char *s, bool *ret) {
-        static const char *const yes[] = { "true", "1", "yes" }, *const no[] = { "false", "0", "no" };
-        for (size_t i = 0; i < 3; i++) {
-                if (strcmp(s, yes[i]) == 0) {
-                        *ret = true;
-                        return 0;
-                }
-                if (strcmp(s, no[i]) == 0) {
-                        *ret = false;
-                        return 0;
-                }
-        }
-        return -EINVAL;
-}
-
 static int apply_bool(struct options *o, const struct option_def *d, const char *name, const char *value, char *err,
                       size_t errlen) {
         bool b;
-        if (parse_bool(value, &b) < 0) {
+        if (boolword_parse(value, &b) < 0) {
                 snprintf(err, errlen, "%s: expected true or false (got \"%s\")", name, value);
                 return -EINVAL;
         }
@@ -174,7 +161,7 @@ static int one_flag(struct options *o, const struct option_def *d, const char *v
         bool b;
         snprintf(name, sizeof name, "--%s", d->flag);
         *used = 1;
-        if (!value && d->kind == KIND_BOOL && i + 1 < argc && parse_bool(argv[i + 1], &b) == 0) {
+        if (!value && d->kind == KIND_BOOL && i + 1 < argc && boolword_parse(argv[i + 1], &b) == 0) {
                 value = argv[i + 1];
                 *used = 2;
         } else if (!value && d->kind == KIND_BOOL) {

@@ -19,6 +19,7 @@
 #include "provisioner.h"
 #include "rfc3339.h"
 #include "monotime.h"
+#include "kube_object.h"
 
 #define DEFAULT_WORKERS 64
 #define DEFAULT_GC_INTERVAL_MS 60000
@@ -39,10 +40,6 @@ static void deadline_ts(int64_t mono_ms, struct timespec *ts) {
         ts->tv_nsec = (mono_ms % 1000) * 1000000;
 }
 
-static const char *meta_str(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(json_object_get(o, "metadata"), key));
-}
-
 static bool all_synced_locked(const struct controller *c) {
         for (int k = 0; k < K_N; k++)
                 if (!c->synced[k])
@@ -61,7 +58,7 @@ static void trigger_locked(struct controller *c) {
 
 static void pod_changed(struct controller *c, enum kube_watch_event ev, const json_t *pod) {
         char key[512];
-        const char *uid = meta_str(pod, "uid");
+        const char *uid = kube_meta_str(pod, "uid");
         if (uid)
                 snprintf(key, sizeof key, "%s", uid);
         else
@@ -101,13 +98,13 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
         if (ev == KUBE_EVENT_DELETED) {
                 if (!was)
                         stats_add(c->stats, STATS_LAUNCH_FAILED, 1);
-                controller__forget_locked(c, meta_str(claim, "name"));
+                controller__forget_locked(c, kube_meta_str(claim, "name"));
                 trigger_locked(c); /* its room is free again, or its launch failed */
         } else {
                 if (initialized(claim) && !was)
                         stats_add(c->stats, STATS_LAUNCH_INITIALIZED, 1);
                 /* A claim our provisioner is still writing comes to a worker from the writer (claim_created). */
-                bool writing = json_object_get(c->writing, meta_str(claim, "name") ?: "") != NULL;
+                bool writing = json_object_get(c->writing, kube_meta_str(claim, "name") ?: "") != NULL;
                 if (!writing && !own_write(c, ev, claim))
                         controller__enqueue_locked(c, claim);
         }
@@ -257,7 +254,7 @@ static void snapshot_done(struct snapshot *s) {
  * to a worker. */
 static void claim_created(void *userdata, const json_t *claim, const struct latency_waits *waits) {
         struct controller *c = userdata;
-        const char *name = meta_str(claim, "name");
+        const char *name = kube_meta_str(claim, "name");
         if (!name)
                 return;
         latency_begin(c->latency, name, c->round_origin_ms, waits);

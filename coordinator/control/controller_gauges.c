@@ -7,6 +7,7 @@
 
 #include "kube.h"
 #include "simulate_json.h"
+#include "kube_object.h"
 
 static const char *name_of(const json_t *obj) {
         return json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
@@ -15,7 +16,7 @@ static const char *name_of(const json_t *obj) {
 /* Karpenter's phases: deletion first, then the furthest condition reached. */
 static enum stats_claim_phase claim_phase(const json_t *claim) {
         const json_t *status = json_object_get(claim, "status");
-        if (json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp"))
+        if (kube_deleting(claim))
                 return STATS_PHASE_TERMINATING;
         if (kube_condition_true(status, "Initialized"))
                 return STATS_PHASE_INITIALIZED;

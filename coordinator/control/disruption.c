@@ -16,6 +16,7 @@
 #include "nodeclaim.h"
 #include "rfc3339.h"
 #include "stats.h"
+#include "kube_object.h"
 
 #define COMPONENT "pvescale-coordinator"
 #define PLAN_MAX 64    /* decisions kept for the next pass */
@@ -71,18 +72,6 @@ void disruption_free(struct disruption *d) {
         json_decref(d->tainted);
         json_decref(d->pod_marks);
         free(d);
-}
-
-static const char *meta_str(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(json_object_get(o, "metadata"), key));
-}
-
-static const char *annotation(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), "annotations"), key));
-}
-
-static bool deleting(const json_t *o) {
-        return json_object_get(json_object_get(o, "metadata"), "deletionTimestamp") != NULL;
 }
 
 /* ---- decisions as keys ---- */
@@ -149,9 +138,9 @@ static int end_grace_now(struct disruption *d, const char *name) {
  * grace period over at once. */
 static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message,
                         bool forceful) {
-        const char *name = meta_str(claim, "name");
+        const char *name = kube_meta_str(claim, "name");
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
-        o.precondition_uid = meta_str(claim, "uid");
+        o.precondition_uid = kube_meta_str(claim, "uid");
         int r = forceful ? end_grace_now(d, name) : 0;
         if (r < 0)
                 return r;
@@ -163,7 +152,7 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
         log_info("disruption: NodeClaim %s: %s", name, message);
         /* Its Node keeps the taint (it was put on for this decision, by this process or by one before a restart): not
          * a stale one to take off, whatever this pass's snapshot, taken before the delete, still says. */
-        const char *node_name = meta_str(node, "name");
+        const char *node_name = kube_meta_str(node, "name");
         if (node_name)
                 json_object_set_new(d->tainted, node_name, json_string(name));
         return 0;
@@ -204,7 +193,7 @@ static const json_t *claim_named(const json_t *claims, const char *name) {
         size_t i;
         json_t *c;
         json_array_foreach((json_t *)claims, i, c) {
-                const char *n = meta_str(c, "name");
+                const char *n = kube_meta_str(c, "name");
                 if (n && name && strcmp(n, name) == 0)
                         return c;
         }
@@ -247,8 +236,8 @@ static bool any_listed(const json_t *claims, const char *list, bool live) {
         size_t i;
         json_t *c;
         json_array_foreach((json_t *)claims, i, c) {
-                const char *n = meta_str(c, "name");
-                if (n && listed(list, n) && !(live && deleting(c)))
+                const char *n = kube_meta_str(c, "name");
+                if (n && listed(list, n) && !(live && kube_deleting(c)))
                         return true;
         }
         return false;
@@ -278,12 +267,12 @@ static enum stats_disruption_method method_of(const char *message, const char *o
 /* A replacement claim into the replace of the claims it names, unless those are all gone or being deleted (that
  * replace was carried out). */
 static void rebuild_one(struct disruption *d, const json_t *claims, const json_t *c) {
-        const char *old = annotation(c, DISRUPTION_ANNOTATION_REPLACES), *name = meta_str(c, "name");
-        const char *msg = annotation(c, DISRUPTION_ANNOTATION_DECISION);
+        const char *old = kube_annotation(c, DISRUPTION_ANNOTATION_REPLACES), *name = kube_meta_str(c, "name");
+        const char *msg = kube_annotation(c, DISRUPTION_ANNOTATION_DECISION);
         int64_t created = 0;
-        if (!old || !name || deleting(c) || !any_listed(claims, old, true))
+        if (!old || !name || kube_deleting(c) || !any_listed(claims, old, true))
                 return;
-        rfc3339_parse(meta_str(c, "creationTimestamp") ?: "", &created);
+        rfc3339_parse(kube_meta_str(c, "creationTimestamp") ?: "", &created);
         json_t *e = json_object_get(d->replacing, old);
         if (!e && json_object_set_new(d->replacing, old,
                                       entry_new(method_of(msg ?: "", old), msg ?: "Replace", created)))
@@ -309,8 +298,8 @@ static void hold(struct disruption_input *di, const json_t *claims) {
         size_t j;
         json_t *c;
         json_array_foreach((json_t *)claims, j, c) {
-                const char *old = annotation(c, DISRUPTION_ANNOTATION_REPLACES);
-                if (!old || deleting(c) || !any_listed(claims, old, false))
+                const char *old = kube_annotation(c, DISRUPTION_ANNOTATION_REPLACES);
+                if (!old || kube_deleting(c) || !any_listed(claims, old, false))
                         continue;
                 for (size_t i = 0; i < di->n_candidates; i++)
                         if (di->claims[i] == c || listed(old, di->candidates[i].claim))
@@ -346,7 +335,7 @@ static int replacement_state(const json_t *claim, const char *name, char *why, s
         /* Failed before gone: the launcher deletes a failed claim, and while it is there it says why. */
         if (step && strcmp(step, nodeclaim_step_name(NODECLAIM_STEP_FAILED)) == 0)
                 snprintf(why, len, "its replacement nodeclaim/%s failed to launch (%s)", name, reason ?: "Failed");
-        else if (!claim || deleting(claim))
+        else if (!claim || kube_deleting(claim))
                 snprintf(why, len, "its replacement nodeclaim/%s is gone", name);
         else
                 return kube_condition_true(st, "Initialized") ? 1 : 0;
@@ -383,7 +372,7 @@ static int replaced(struct disruption *d, const struct disruption_input *di, con
         int r = names ? 0 : -ENOMEM;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
-                if (r == 0 && claim && !deleting(claim))
+                if (r == 0 && claim && !kube_deleting(claim))
                         r = delete_claim(d, claim, node_of(di, json_string_value(n)), msg, repair);
         }
         json_decref(names);
@@ -414,7 +403,7 @@ static void undo_replacements(struct disruption *d, const json_t *claims, const 
                 int r = 0;
                 if (claim && kube_condition_true(json_object_get(claim, "status"), "Initialized"))
                         release(d, name);
-                else if (!claim || !deleting(claim))
+                else if (!claim || !kube_deleting(claim))
                         r = kube_delete(d->env.kube, &kube_nodeclaims, NULL, name, &o, NULL);
                 if (r < 0 && r != -ENOENT)
                         log_warning("disruption: cannot delete the replacement NodeClaim %s: %s", name,
@@ -433,7 +422,7 @@ static void dropped(struct disruption *d, const struct disruption_input *di, con
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
                 const json_t *node = node_of(di, json_string_value(n));
-                if (claim && !deleting(claim))
+                if (claim && !kube_deleting(claim))
                         disruption_untaint(d->env.kube, d->tainted, node);
                 if (claim)
                         tell(d, claim, node, "Warning", "DisruptionReplacementFailed", msg);

@@ -12,6 +12,7 @@
 #include "launcher_plan.h"
 #include "log.h"
 #include "pve.h"
+#include "kube_object.h"
 
 #define CONDITION_DRIFTED "Drifted"
 
@@ -140,7 +141,7 @@ void disruption_drift_conditions(struct kube_client *kube, const struct disrupti
         char what[DISRUPT_MESSAGE_MAX];
         for (size_t i = 0; i < di->n_candidates; i++) {
                 const json_t *claim = di->claims[i];
-                if (json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp"))
+                if (kube_deleting(claim))
                         continue;
                 enum disrupt_drift d = disrupt_drift_of(&di->in, i, what, sizeof what);
                 if (d == DISRUPT_DRIFT_NONE && template_unknown(di, i))

@@ -11,22 +11,15 @@
 
 #include "kube.h"
 #include "rfc3339.h"
+#include "kube_object.h"
 
 #define ANNOTATION_MIRROR "kubernetes.io/config.mirror"
 #define ANNOTATION_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
 #define ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
 #define ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 
-static const char *str_at(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(o, key));
-}
-
-static const char *annotation(const json_t *obj, const char *key) {
-        return str_at(json_object_get(json_object_get(obj, "metadata"), "annotations"), key);
-}
-
 static bool annotation_true(const json_t *obj, const char *key) {
-        const char *v = annotation(obj, key);
+        const char *v = kube_annotation(obj, key);
         return v && strcmp(v, "true") == 0;
 }
 
@@ -36,27 +29,16 @@ static bool do_not_disrupt(const json_t *obj) {
 
 static int64_t time_at(const json_t *o, const char *key) {
         int64_t ms = 0;
-        const char *s = str_at(o, key);
+        const char *s = kube_str(o, key);
         return s && rfc3339_parse(s, &ms) == 0 ? ms : 0;
-}
-
-static bool owned_by_daemonset(const json_t *pod) {
-        size_t i;
-        json_t *ref;
-        json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, ref) {
-                const char *kind = str_at(ref, "kind");
-                if (kind && strcmp(kind, "DaemonSet") == 0)
-                        return true;
-        }
-        return false;
 }
 
 unsigned disruption_pod_flags(const json_t *pod) {
         unsigned f = 0;
-        const char *safe = annotation(pod, ANNOTATION_SAFE_TO_EVICT);
-        if (owned_by_daemonset(pod))
+        const char *safe = kube_annotation(pod, ANNOTATION_SAFE_TO_EVICT);
+        if (kube_owned_by_daemonset(pod))
                 f |= DISRUPT_POD_DAEMONSET;
-        if (annotation(pod, ANNOTATION_MIRROR))
+        if (kube_annotation(pod, ANNOTATION_MIRROR))
                 f |= DISRUPT_POD_MIRROR;
         if (do_not_disrupt(pod))
                 f |= DISRUPT_POD_DO_NOT_DISRUPT;
@@ -93,7 +75,7 @@ static int add_classes(struct disruption_input *di, const json_t *classes) {
         for (size_t i = 0; di->classes && i < n; i++) {
                 const json_t *nc = json_array_get(classes, i);
                 struct disrupt_nodeclass *c = &di->classes[di->n_classes];
-                c->name = str_at(json_object_get(nc, "metadata"), "name");
+                c->name = kube_str(json_object_get(nc, "metadata"), "name");
                 di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0;
         }
         return di->classes ? 0 : -ENOMEM;
@@ -114,7 +96,7 @@ static json_t *claims_by_provider_id(const json_t *claims) {
         json_t *index = json_object(), *c;
         size_t i;
         json_array_foreach(claims, i, c) {
-                const char *pid = str_at(json_object_get(c, "status"), "providerID");
+                const char *pid = kube_str(json_object_get(c, "status"), "providerID");
                 if (index && pid && *pid && !json_object_get(index, pid) && json_object_set(index, pid, c) < 0) {
                         json_decref(index);
                         return NULL;
@@ -124,7 +106,7 @@ static json_t *claims_by_provider_id(const json_t *claims) {
 }
 
 static const json_t *claim_of_node(const json_t *by_provider_id, const json_t *node) {
-        const char *pid = str_at(json_object_get(node, "spec"), "providerID");
+        const char *pid = kube_str(json_object_get(node, "spec"), "providerID");
         return pid && *pid ? json_object_get(by_provider_id, pid) : NULL;
 }
 
@@ -132,7 +114,7 @@ static bool has_taint(const json_t *node, const char *key) {
         size_t i;
         json_t *t;
         json_array_foreach(json_object_get(json_object_get(node, "spec"), "taints"), i, t) {
-                const char *k = str_at(t, "key");
+                const char *k = kube_str(t, "key");
                 if (k && strcmp(k, key) == 0)
                         return true;
         }
@@ -141,7 +123,7 @@ static bool has_taint(const json_t *node, const char *key) {
 
 static enum disrupt_ready node_ready(const json_t *node, int64_t *ret_since) {
         const json_t *c = kube_condition(json_object_get(node, "status"), "Ready");
-        const char *s = str_at(c, "status");
+        const char *s = kube_str(c, "status");
         *ret_since = time_at(c, "lastTransitionTime");
         if (s && strcmp(s, "True") == 0)
                 return DISRUPT_READY_TRUE;
@@ -151,15 +133,14 @@ static enum disrupt_ready node_ready(const json_t *node, int64_t *ret_since) {
 /* The claim's identity and times, its Node's health and markers. */
 static void describe(struct disrupt_candidate *c, const json_t *claim, const json_t *node) {
         const json_t *meta = json_object_get(claim, "metadata"), *st = json_object_get(claim, "status");
-        c->claim = str_at(meta, "name");
+        c->claim = kube_str(meta, "name");
         c->created_ms = time_at(meta, "creationTimestamp");
         c->initialized_ms = time_at(kube_condition(st, "Initialized"), "lastTransitionTime");
-        c->nodepool_hash = annotation(claim, DISRUPT_ANNOTATION_NODEPOOL_HASH);
-        c->nodeclass_hash = annotation(claim, DISRUPT_ANNOTATION_NODECLASS_HASH);
+        c->nodepool_hash = kube_annotation(claim, DISRUPT_ANNOTATION_NODEPOOL_HASH);
+        c->nodeclass_hash = kube_annotation(claim, DISRUPT_ANNOTATION_NODECLASS_HASH);
         c->ready = node_ready(node, &c->ready_since_ms);
         c->do_not_disrupt = do_not_disrupt(node) || do_not_disrupt(claim);
-        c->deleting = json_object_get(meta, "deletionTimestamp") || json_object_get(
-                json_object_get(node, "metadata"), "deletionTimestamp") || has_taint(node, DISRUPTION_TAINT) ||
+        c->deleting = kube_deleting(claim) || kube_deleting(node) || has_taint(node, DISRUPTION_TAINT) ||
                       has_taint(node, DISRUPTION_TAINT_KARPENTER);
 }
 
@@ -179,8 +160,8 @@ static bool value_listed(const json_t *values, const char *v) {
 
 /* One matchExpressions entry against the pod's labels; an unknown operator matches nothing. */
 static bool expression_matches(const json_t *e, const json_t *labels) {
-        const char *key = str_at(e, "key"), *op = str_at(e, "operator");
-        const char *v = key ? str_at(labels, key) : NULL;
+        const char *key = kube_str(e, "key"), *op = kube_str(e, "operator");
+        const char *v = key ? kube_str(labels, key) : NULL;
         if (!op)
                 return false;
         if (strcmp(op, "Exists") == 0 || strcmp(op, "DoesNotExist") == 0)
@@ -198,7 +179,7 @@ static bool selector_matches(const json_t *sel, const json_t *labels) {
         if (!json_is_object(sel))
                 return false;
         json_object_foreach(json_object_get(sel, "matchLabels"), key, v) {
-                const char *have = str_at(labels, key);
+                const char *have = kube_str(labels, key);
                 if (!have || !json_is_string(v) || strcmp(have, json_string_value(v)) != 0)
                         return false;
         }
@@ -210,14 +191,14 @@ static bool selector_matches(const json_t *sel, const json_t *labels) {
 }
 
 static bool pod_not_ready(const json_t *pod) {
-        const char *s = str_at(kube_condition(json_object_get(pod, "status"), "Ready"), "status");
+        const char *s = kube_str(kube_condition(json_object_get(pod, "status"), "Ready"), "status");
         return s && strcmp(s, "False") == 0;
 }
 
 static bool pdb_blocks(const json_t *pdb, const json_t *pod) {
         const json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pdb, "spec");
-        const char *ns = str_at(json_object_get(pdb, "metadata"), "namespace"), *pod_ns = str_at(meta, "namespace");
-        const char *policy = str_at(spec, "unhealthyPodEvictionPolicy");
+        const char *ns = kube_str(json_object_get(pdb, "metadata"), "namespace"), *pod_ns = kube_str(meta, "namespace");
+        const char *policy = kube_str(spec, "unhealthyPodEvictionPolicy");
         if (!ns || !pod_ns || strcmp(ns, pod_ns) != 0 ||
             !selector_matches(json_object_get(spec, "selector"), json_object_get(meta, "labels")))
                 return false;
@@ -249,7 +230,7 @@ static int add_pdb_names(struct disruption_input *di, const json_t *pdbs) {
                 return -ENOMEM;
         json_array_foreach(pdbs, k, pdb) {
                 const json_t *meta = json_object_get(pdb, "metadata");
-                json_t *name = json_sprintf("%s/%s", str_at(meta, "namespace") ?: "", str_at(meta, "name") ?: "");
+                json_t *name = json_sprintf("%s/%s", kube_str(meta, "namespace") ?: "", kube_str(meta, "name") ?: "");
                 if (json_array_append_new(di->pdb_names, name) < 0)
                         return -ENOMEM;
         }
@@ -365,11 +346,11 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
                          const json_t *claim, struct disrupt_candidate *c) {
         struct sim_node *sn = r->in->nodes[i];
         const json_t *node = r->nodes[i];
-        const char *kind = str_at(node, "kind");
+        const char *kind = kube_str(node, "kind");
         if (sn->in_flight || !sn->nodepool || (kind && strcmp(kind, "Node") != 0))
                 return false;
         const struct disrupt_pool *pool = pool_named(di, sn->nodepool);
-        const char *type = claim ? str_at(json_object_get(claim, "spec"), "instanceType") : NULL;
+        const char *type = claim ? kube_str(json_object_get(claim, "spec"), "instanceType") : NULL;
         const struct shape_catalog *cat = pool ? provisioner_round_catalog(r, pool->nodeclass) : NULL;
         const struct shape *shape = cat && type ? shapes_catalog_find(cat, type) : NULL;
         if (!claim || !shape || !kube_condition_true(json_object_get(claim, "status"), "Initialized"))
@@ -459,7 +440,7 @@ static const json_t *class_named(const json_t *classes, const char *name) {
         size_t i;
         json_t *nc;
         json_array_foreach(classes, i, nc) {
-                const char *n = str_at(json_object_get(nc, "metadata"), "name");
+                const char *n = kube_str(json_object_get(nc, "metadata"), "name");
                 if (n && name && strcmp(n, name) == 0)
                         return nc;
         }
@@ -469,7 +450,7 @@ static const json_t *class_named(const json_t *classes, const char *name) {
 /* The template a claim was cloned from: status.imageID "<host>/<VMID>" on its recorded host, and imageDigest. */
 static bool launched_from(const json_t *claim, struct disrupt_template *ret) {
         const json_t *st = json_object_get(claim, "status");
-        const char *host = str_at(st, "host"), *image = str_at(st, "imageID"), *digest = str_at(st, "imageDigest");
+        const char *host = kube_str(st, "host"), *image = kube_str(st, "imageID"), *digest = kube_str(st, "imageDigest");
         size_t n = host ? strlen(host) : 0;
         char *end = NULL;
         if (!n || !image || strncmp(image, host, n) != 0 || image[n] != '/')
@@ -484,7 +465,7 @@ static bool launched_from(const json_t *claim, struct disrupt_template *ret) {
 
 /* The lookup's entry for candidate i (its key into template_keys), made when new. */
 static int want_template(struct disruption_input *di, size_t i, const json_t *claim, const json_t *ref) {
-        const char *region = str_at(json_object_get(claim, "status"), "region");
+        const char *region = kube_str(json_object_get(claim, "status"), "region");
         const char *host = di->candidates[i].template_launched.host;
         char *text = json_dumps(ref, JSON_COMPACT | JSON_SORT_KEYS);
         json_t *key = text && region ? json_sprintf("%s/%s/%s", region, host, text) : NULL;
@@ -526,6 +507,6 @@ void disruption_input_templates_found(struct disruption_input *di) {
                 json_int_t vmid = json_integer_value(json_object_get(e, "vmid"));
                 if (vmid > 0 && vmid <= UINT32_MAX)
                         di->candidates[i].template_now = (struct disrupt_template){
-                                .host = str_at(e, "host"), .vmid = (uint32_t)vmid, .digest = str_at(e, "digest") };
+                                .host = kube_str(e, "host"), .vmid = (uint32_t)vmid, .digest = kube_str(e, "digest") };
         }
 }

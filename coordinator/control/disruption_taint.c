@@ -10,6 +10,7 @@
 #include "kube.h"
 #include "launchstep.h"
 #include "log.h"
+#include "kube_object.h"
 
 static const char *name_of(const json_t *o) {
         return json_string_value(json_object_get(json_object_get(o, "metadata"), "name"));
@@ -68,10 +69,6 @@ static bool ours(const json_t *node) {
         return false;
 }
 
-static bool being_deleted(const json_t *o) {
-        return json_object_get(json_object_get(o, "metadata"), "deletionTimestamp") != NULL;
-}
-
 /* Forget the Nodes whose claims are now seen being deleted (or gone): the launcher's finalizer has them. */
 static void forget_deleted(json_t *tainted, const struct disruption_input *di) {
         const char *node;
@@ -79,7 +76,7 @@ static void forget_deleted(json_t *tainted, const struct disruption_input *di) {
         json_object_foreach_safe(tainted, tmp, node, claim) {
                 bool live = false;
                 for (size_t i = 0; i < di->n_candidates && !live; i++)
-                        live = !strcmp(di->candidates[i].claim, json_string_value(claim)) && !being_deleted(di->claims[i]);
+                        live = !strcmp(di->candidates[i].claim, json_string_value(claim)) && !kube_deleting(di->claims[i]);
                 if (!live)
                         json_object_del(tainted, node);
         }
@@ -91,7 +88,7 @@ void disruption_untaint_stale(struct kube_client *kube, json_t *tainted, const s
         for (size_t i = 0; i < di->n_candidates; i++) {
                 const json_t *node = di->nodes[i];
                 const char *name = name_of(node);
-                if (!name || !ours(node) || being_deleted(di->claims[i]) || being_deleted(node) ||
+                if (!name || !ours(node) || kube_deleting(di->claims[i]) || kube_deleting(node) ||
                     json_object_get(tainted, name) || json_object_get(held, di->candidates[i].claim))
                         continue;
                 log_info("disruption: Node %s: its claim %s is not being disrupted: the disrupted taint goes", name,

@@ -5,37 +5,23 @@
 #include <string.h>
 
 #include "kube.h"
+#include "kube_object.h"
 
 #define MIRROR_ANNOTATION "kubernetes.io/config.mirror"
-
-static const char *str_at(const json_t *obj, const char *key) {
-        return json_string_value(json_object_get(obj, key));
-}
 
 static bool is_set(const json_t *v) {
         return v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0);
 }
 
-static bool owned_by_daemonset(const json_t *meta) {
-        size_t i;
-        json_t *ref;
-        json_array_foreach(json_object_get(meta, "ownerReferences"), i, ref) {
-                const char *kind = str_at(ref, "kind");
-                if (kind && strcmp(kind, "DaemonSet") == 0)
-                        return true;
-        }
-        return false;
-}
-
 /* The PodScheduled condition says False / Unschedulable. */
 static bool unschedulable(const json_t *status) {
         const json_t *c = kube_condition(status, "PodScheduled");
-        const char *st = str_at(c, "status"), *reason = str_at(c, "reason");
+        const char *st = kube_str(c, "status"), *reason = kube_str(c, "reason");
         return st && strcmp(st, "False") == 0 && reason && strcmp(reason, "Unschedulable") == 0;
 }
 
 static bool finished(const json_t *status) {
-        const char *phase = str_at(status, "phase");
+        const char *phase = kube_str(status, "phase");
         return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
@@ -48,11 +34,11 @@ enum intake_verdict intake_classify_pod(const json_t *pod) {
                 return INTAKE_BOUND;
         if (finished(status))
                 return INTAKE_FINISHED;
-        if (is_set(json_object_get(meta, "deletionTimestamp")))
+        if (kube_deleting(pod))
                 return INTAKE_TERMINATING;
         if (json_object_get(json_object_get(meta, "annotations"), MIRROR_ANNOTATION))
                 return INTAKE_MIRROR;
-        if (owned_by_daemonset(meta))
+        if (kube_owned_by_daemonset(pod))
                 return INTAKE_DAEMONSET;
         return unschedulable(status) ? INTAKE_CANDIDATE : INTAKE_NOT_UNSCHEDULABLE;
 }

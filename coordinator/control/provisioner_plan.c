@@ -15,26 +15,19 @@
 #include "provisioner.h"
 #include "quantity.h"
 #include "simulate_json.h"
+#include "kube_object.h"
 
 #define API_VERSION "pvescale.io/v1alpha1"
 #define ERR_LEN 256
 #define NAME_MAX_LEN 63
 #define NAME_SUFFIX_LEN 5
 
-static const char *str_at(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(o, key));
-}
-
-static const char *meta_str(const json_t *o, const char *key) {
-        return str_at(json_object_get(o, "metadata"), key);
-}
-
 static bool is_set(const json_t *v) {
         return v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0);
 }
 
 static int problem(struct provisioner_round *r, const char *kind, const json_t *obj, const char *err) {
-        const char *ns = meta_str(obj, "namespace"), *name = meta_str(obj, "name");
+        const char *ns = kube_meta_str(obj, "namespace"), *name = kube_meta_str(obj, "name");
         json_t *s = json_sprintf("%s %s%s%s: %s", kind, ns ? ns : "", ns ? "/" : "", name ? name : "(unnamed)", err);
         return s && json_array_append_new(r->problems, s) == 0 ? 0 : -ENOMEM;
 }
@@ -133,10 +126,6 @@ static bool initialized(const json_t *claim) {
         return kube_condition_true(json_object_get(claim, "status"), "Initialized");
 }
 
-static bool deleting(const json_t *obj) {
-        return is_set(json_object_get(json_object_get(obj, "metadata"), "deletionTimestamp"));
-}
-
 /* Keys a Node is known by: "p:<providerID>" and "n:<name>"; 0 or 1 when a key would not fit. */
 static int node_key(char *buf, size_t size, char kind, const char *value) {
         return value && *value && snprintf(buf, size, "%c:%s", kind, value) < (int)size ? 0 : 1;
@@ -153,9 +142,9 @@ static json_t *node_index(const json_t *nodes) {
                 if (kube_taints_have_key(json_object_get(json_object_get(node, "spec"), "taints"),
                                          CLOUDINIT_UNREGISTERED_TAINT_KEY))
                         continue;
-                if (node_key(key, sizeof key, 'p', str_at(json_object_get(node, "spec"), "providerID")) == 0)
+                if (node_key(key, sizeof key, 'p', kube_str(json_object_get(node, "spec"), "providerID")) == 0)
                         json_object_set_new(idx, key, json_true());
-                if (node_key(key, sizeof key, 'n', meta_str(node, "name")) == 0)
+                if (node_key(key, sizeof key, 'n', kube_meta_str(node, "name")) == 0)
                         json_object_set_new(idx, key, json_true());
         }
         return idx;
@@ -164,13 +153,13 @@ static json_t *node_index(const json_t *nodes) {
 static bool claim_registered(const json_t *claim, const json_t *idx) {
         const json_t *st = json_object_get(claim, "status");
         char key[512];
-        return (node_key(key, sizeof key, 'p', str_at(st, "providerID")) == 0 && json_object_get(idx, key)) ||
-               (node_key(key, sizeof key, 'n', str_at(st, "nodeName")) == 0 && json_object_get(idx, key));
+        return (node_key(key, sizeof key, 'p', kube_str(st, "providerID")) == 0 && json_object_get(idx, key)) ||
+               (node_key(key, sizeof key, 'n', kube_str(st, "nodeName")) == 0 && json_object_get(idx, key));
 }
 
 /* A claim is in flight while it has no Node, and also, as in Karpenter, until it is Initialized. */
 static bool claim_in_flight(const json_t *claim, const json_t *idx) {
-        return !deleting(claim) && (!initialized(claim) || !claim_registered(claim, idx));
+        return !kube_deleting(claim) && (!initialized(claim) || !claim_registered(claim, idx));
 }
 
 /* The keys of the Nodes that claims in flight stand for, each with the claim's name. */
@@ -180,12 +169,12 @@ static json_t *standing_index(const json_t *claims, const json_t *idx) {
         char key[512];
         json_array_foreach(claims, i, claim) {
                 const json_t *st = json_object_get(claim, "status");
-                const char *name = meta_str(claim, "name");
+                const char *name = kube_meta_str(claim, "name");
                 if (!name || !claim_in_flight(claim, idx))
                         continue;
-                if (node_key(key, sizeof key, 'p', str_at(st, "providerID")) == 0)
+                if (node_key(key, sizeof key, 'p', kube_str(st, "providerID")) == 0)
                         json_object_set_new(standing, key, json_string(name));
-                if (node_key(key, sizeof key, 'n', str_at(st, "nodeName")) == 0)
+                if (node_key(key, sizeof key, 'n', kube_str(st, "nodeName")) == 0)
                         json_object_set_new(standing, key, json_string(name));
         }
         return standing;
@@ -195,9 +184,9 @@ static json_t *standing_index(const json_t *claims, const json_t *idx) {
 static json_t *standing_claim(const json_t *node, const json_t *standing) {
         char key[512];
         json_t *claim = NULL;
-        if (node_key(key, sizeof key, 'p', str_at(json_object_get(node, "spec"), "providerID")) == 0)
+        if (node_key(key, sizeof key, 'p', kube_str(json_object_get(node, "spec"), "providerID")) == 0)
                 claim = json_object_get(standing, key);
-        if (!claim && node_key(key, sizeof key, 'n', meta_str(node, "name")) == 0)
+        if (!claim && node_key(key, sizeof key, 'n', kube_meta_str(node, "name")) == 0)
                 claim = json_object_get(standing, key);
         return claim;
 }
@@ -206,13 +195,13 @@ static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) 
         char err[ERR_LEN];
         int rc;
         if (claim) {
-                const char *nc = str_at(json_object_get(json_object_get(obj, "spec"), "nodeClassRef"), "name");
+                const char *nc = kube_str(json_object_get(json_object_get(obj, "spec"), "nodeClassRef"), "name");
                 rc = simulate_json_nodeclaim(r->in, obj, provisioner_round_catalog(r, nc), NULL, err, sizeof err);
         } else {
                 struct sim_node *n = NULL;
                 rc = simulate_json_node(r->in, obj, &n, err, sizeof err);
                 if (rc == 0) /* marked for deletion: it holds no limit against its replacement */
-                        n->leaving = deleting(obj) ||
+                        n->leaving = kube_deleting(obj) ||
                                      launchstep_node_disrupted(json_object_get(json_object_get(obj, "spec"), "taints"));
         }
         rc = verdict(r, rc, claim ? "NodeClaim" : "Node", obj, err);
@@ -230,7 +219,7 @@ static int add_nodes(struct provisioner_round *r, const struct provisioner_snaps
         json_t *o;
         json_array_foreach(snap->nodes, i, o) {
                 json_t *claim = standing_claim(o, standing);
-                const char *name = meta_str(o, "name");
+                const char *name = kube_meta_str(o, "name");
                 if (rc == 0 && claim && name)
                         rc = json_object_set(r->node_claims, name, claim) == 0 ? 0 : -ENOMEM;
                 else if (rc == 0)
@@ -247,7 +236,7 @@ static int add_nodes(struct provisioner_round *r, const struct provisioner_snaps
 
 /* The in-flight claim a pending pod was nominated to, if it is still in the input. */
 static const char *nominated_claim(const struct provisioner_round *r, const json_t *nominated, const json_t *pod) {
-        const char *uid = meta_str(pod, "uid");
+        const char *uid = kube_meta_str(pod, "uid");
         const char *claim = uid ? json_string_value(json_object_get(nominated, uid)) : NULL;
         for (size_t i = 0; claim && i < r->in->n_nodes; i++)
                 if (r->in->nodes[i]->in_flight && strcmp(r->in->nodes[i]->name, claim) == 0)
@@ -523,7 +512,7 @@ static bool host_knows(const json_t *claim, bool agent, const json_t *vmids) {
 
 void provisioner_host_charge_pending(json_t *host, const struct provisioner_round *r, const json_t *claims,
                                      bool agent, const json_t *vmids, const struct provisioner_shapes *shapes) {
-        const char *name = str_at(host, "name"), *region = str_at(host, "region");
+        const char *name = kube_str(host, "name"), *region = kube_str(host, "region");
         size_t i;
         json_t *c;
         json_array_foreach(claims, i, c) {
@@ -534,8 +523,8 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
                     is_set(json_object_get(json_object_get(c, "metadata"), "deletionTimestamp")))
                         continue;
                 const struct shape_catalog *cat =
-                        provisioner_round_catalog(r, str_at(json_object_get(spec, "nodeClassRef"), "name"));
-                const struct shape *s = cat ? shapes_catalog_find(cat, str_at(spec, "instanceType")) : NULL;
+                        provisioner_round_catalog(r, kube_str(json_object_get(spec, "nodeClassRef"), "name"));
+                const struct shape *s = cat ? shapes_catalog_find(cat, kube_str(spec, "instanceType")) : NULL;
                 if (s)
                         provisioner_host_charge(host, s->vcpus, s->vm_memory_bytes, shapes);
         }

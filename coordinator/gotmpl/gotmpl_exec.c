@@ -410,8 +410,10 @@ static int walk_action(struct gt_exec *x, const struct gt_node *n, json_t *dot) 
         if (r >= 0 && n->pipe->n_decl == 0)
                 r = gotmpl__print_value(&x->out, v, true, 0);
         json_decref(v);
-        if (r == -EFBIG)
-                return gotmpl__fail(x, "output exceeds %zu bytes", x->opt->max_output), -EFBIG;
+        if (r == -EFBIG) {
+                gotmpl__fail(x, "output exceeds %zu bytes", x->opt->max_output);
+                return -EFBIG;
+        }
         return r;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "kube_object.h"
 
 #define MAX_STEPS 32            /* actions of one pass, at most */
 #define REQUEUE_RESTARTED_MS 100 /* the pause when a claim kept changing under the reconcile */
@@ -124,10 +125,6 @@ static void ctx_clients(struct launcher__ctx *c) {
                                                                     : NULL;
 }
 
-static bool deleting(const json_t *claim) {
-        return json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp") != NULL;
-}
-
 /* Why a claim cannot be launched (launchstep_todo said so). */
 static struct launchstep_result invalid(const struct launcher__ctx *c, bool placed) {
         if (!placed)
@@ -143,7 +140,7 @@ static struct launchstep_result reconcile_once(struct launcher__ctx *c) {
                 return launchstep_error(-EINVAL, "%s", strerror(EINVAL));
         bool placed = c->host[0] && c->region[0];
         bool valid = !c->status_error[0];
-        enum launchstep_todo todo = launchstep_todo(c->st->launch_step, deleting(c->claim), placed, valid);
+        enum launchstep_todo todo = launchstep_todo(c->st->launch_step, kube_deleting(c->claim), placed, valid);
         if (todo == LAUNCHSTEP_TODO_FINALIZE)
                 return launcher__finalize(c);
         if (todo == LAUNCHSTEP_TODO_NOTHING)
@@ -227,7 +224,7 @@ static json_t *fresh_claim(struct launcher *l, struct kube_client *kube, const j
         const json_t *meta = json_object_get(claim, "metadata");
         const char *name = json_string_value(json_object_get(meta, "name"));
         enum nodeclaim_step step = nodeclaim_claim_step(claim);
-        bool deleting = json_object_get(meta, "deletionTimestamp") != NULL;
+        bool deleting = kube_deleting(claim);
         json_t *fresh = NULL;
         *ret_err = 0;
         if (!deleting && step == NODECLAIM_STEP_INITIALIZED)

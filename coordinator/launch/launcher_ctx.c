@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "kube_object.h"
 
 #define MAX_VMID_PROBES 1000
 
@@ -100,10 +101,6 @@ static int write_status(struct launcher__ctx *c) {
         return r;
 }
 
-static bool deleting(const json_t *claim) {
-        return json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp") != NULL;
-}
-
 /* After a conflict: c takes fresh, with this reconcile's changes (and a deferred step) on top. */
 static int rebase(struct launcher__ctx *c, json_t *fresh) {
         struct launcher__statuses *mine = malloc(sizeof *mine);
@@ -116,7 +113,7 @@ static int rebase(struct launcher__ctx *c, json_t *fresh) {
         const char *uid = json_string_value(json_object_get(json_object_get(fresh, "metadata"), "uid"));
         int r = launcher__ctx_take(c, fresh);
         bool same = r == 0 && !c->status_error[0] &&
-                    launchstep_same_launch(c->uid, &mine->base, uid, &c->s->base, deleting(c->claim));
+                    launchstep_same_launch(c->uid, &mine->base, uid, &c->s->base, kube_deleting(c->claim));
         if (same) {
                 nodeclaim_status_rebase(&mine->base, &mine->st, &c->s->base);
                 nodeclaim_status_rebase(&mine->base, &mine->kept, &c->s->base);

@@ -18,30 +18,62 @@ int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first
         return upid ? pve_task_wait(pve, upid, &w) : 0;
 }
 
-int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms, char *err,
-                        size_t errlen) {
+/* Stop it and wait for the stop task (it holds the VMID's config lock until QEMU is down and cleaned up after). */
+static int stop_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms) {
         bool running = false;
         char *upid = NULL;
         int r = pve_vm_running(pve, host, vmid, &running);
-        if (r == 0 && running) {
-                r = pve_vm_action(pve, host, vmid, "stop", &upid);
-                if (r == 0)
-                        r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
-                free(upid);
-                upid = NULL;
-        }
-        if (r == 0)
-                r = pve_vm_delete(pve, host, vmid, true, true, &upid);
+        if (r < 0 || !running)
+                return r;
+        r = pve_vm_action(pve, host, vmid, "stop", &upid);
         if (r == 0)
                 r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
         free(upid);
-        if (r == -ENOENT || (r < 0 && strstr(pve_client_error(pve), "does not exist")))
-                return 0;
+        return r;
+}
+
+/* Proxmox answers the DELETE with a UPID even when its task then fails (on the config lock, a storage error): the
+ * task's exit status decides. */
+static int destroy_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms) {
+        char *upid = NULL;
+        int r = pve_vm_delete(pve, host, vmid, true, true, &upid);
+        if (r == 0)
+                r = launcher__pve_task_wait(pve, upid, LAUNCHER__POLL_LATER_MS, task_timeout_ms);
+        free(upid);
+        return r;
+}
+
+/* 1 when the VMID has no config (Proxmox: "does not exist"), 0 when it has, or a negative errno. */
+static int vm_gone(struct pve_client *pve, const char *host, uint32_t vmid) {
+        json_t *config = NULL;
+        int r = pve_vm_config_get(pve, host, vmid, &config);
+        json_decref(config);
+        return r == -ENOENT ? 1 : r;
+}
+
+/* The VM is gone only when its config is: whatever the calls and tasks said, that is what is looked at last. */
+int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms, char *err,
+                        size_t errlen) {
+        int r = stop_vm(pve, host, vmid, task_timeout_ms);
+        if (r == 0)
+                r = destroy_vm(pve, host, vmid, task_timeout_ms);
         if (r < 0)
                 snprintf(err, errlen, "delete VM %u on %s: %s", vmid, host, pve_client_error(pve));
         else
+                snprintf(err, errlen, "delete VM %u on %s: its config is still there after its destroy task", vmid,
+                         host);
+        if (r == -ECANCELED)
+                return r;
+        int gone = vm_gone(pve, host, vmid);
+        if (gone == 1 && r == 0)
                 log_info("launcher: deleted VM %u on %s", vmid, host);
-        return r;
+        if (gone == 1)
+                return 0;
+        if (r < 0)
+                return r;
+        if (gone < 0)
+                snprintf(err, errlen, "delete VM %u on %s: %s", vmid, host, pve_client_error(pve));
+        return gone < 0 ? gone : -EBUSY;
 }
 
 /* One that is gone already is no error (Proxmox fails the delete task, or the call, with "does not exist"), so no

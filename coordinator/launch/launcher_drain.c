@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "stats.h"
+#include "kube_object.h"
 
 /* ---- taint ---- */
 
@@ -25,7 +26,7 @@ int launcher__finalizer_index(const json_t *obj) {
 
 int launcher__finalizer_add(json_t *node) {
         json_t *meta = json_object_get(node, "metadata"), *list = json_object_get(meta, "finalizers");
-        if (launcher__finalizer_index(node) >= 0 || json_object_get(meta, "deletionTimestamp"))
+        if (launcher__finalizer_index(node) >= 0 || kube_deleting(node))
                 return KUBE_MODIFY_SKIP;
         if (!json_is_array(list) && json_object_set_new(meta, "finalizers", list = json_array()) < 0)
                 return -ENOMEM;

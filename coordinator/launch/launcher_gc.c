@@ -3,14 +3,17 @@
  *
  * How ownership and age are known: every VM a launch creates carries, from the clone on, a description with
  * "pvescale-nodeclaim: <name>", "uid: <claim uid>" and "created: <RFC 3339 time of the launch>"; the config step
- * adds the tag pvescale. A VM is owned when a claim records its (region, vmid) or has the UID of its description.
- * Its age is now - created; a VM without a readable time is timed from when this process first saw it
- * unowned (so a restart only delays its deletion). Reservations name their claim in owner
+ * adds the tag pvescale and sets its SMBIOS UUID to the claim's UID. A VM is owned when a claim records its
+ * (region, vmid) or has the UID of its description. An unowned VM is collected only when it is provably a
+ * claim's: tagged pvescale, with a description whose UID is its SMBIOS UUID (a VM someone made under a reused
+ * VMID, even with a copy of the description and tags, has its own UUID and is never touched). Its age is
+ * now - created; a VM without a readable time is timed from when this process first saw it unowned (so a
+ * restart only delays its deletion). Reservations name their claim in owner
  * ("nodeclaim/<uid>/<name>") and carry created_at; tokens carry the claim UID label; ISOs are named
  * pvescale-<claim>-<first 8 characters of the UID>.iso and carry the upload time.
  *
- * A claim that joined (Initialized, not being deleted) whose VMID Proxmox no longer lists, or lists as a VM whose
- * description names another claim (checked when its name is not the claim's), or whose Node is gone, is deleted
+ * A claim that joined (Initialized, not being deleted) whose VMID Proxmox no longer lists, or lists as a VM that
+ * is not its own (by its description and SMBIOS UUID, read for every such claim), or whose Node is gone, is deleted
  * with a GarbageCollected Event naming why: its termination then removes what is left (Node, VM, ISO, token,
  * reservation). The claim is read again first, so that a claim deleted since the snapshot is left to its
  * termination. */
@@ -27,6 +30,7 @@
 #include "log.h"
 #include "rfc3339.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 /* What a claim owns, decoded once per collection: its UID (VMs by description, reservations, tokens, ISOs) and
  * its recorded (region, vmid). */
@@ -81,7 +85,7 @@ static int gc_owners(struct gc *g, const json_t *claims) {
                 o->vmid = st->vmid;
                 o->claim = c;
                 o->joined = st->launch_step == NODECLAIM_STEP_INITIALIZED && o->uid[0] && o->name[0] &&
-                            !json_object_get(meta, "deletionTimestamp");
+                            !kube_deleting(c);
         }
         free(st);
         return 0;
@@ -154,20 +158,22 @@ static int64_t orphan_age(struct gc *g, struct pve_client *pve, const char *regi
         const char *desc = json_string_value(json_object_get(config, "description"));
         bool described = r == 0 && launcher_description_parse(desc, uid, &created) == 0;
         bool locked = json_object_get(config, "lock") != NULL;
+        /* a claim's, as launchstep_vm_owner says (an older coordinator's VM by its description alone) */
+        bool ours = described && (!launcher_description_names_uuid(desc) || launcher_config_uuid_is(config, uid));
         json_decref(config);
-        if (r < 0 || locked || (described && uid_owned(g, uid, strlen(uid))))
+        if (r < 0 || locked || !ours || uid_owned(g, uid, strlen(uid)))
                 return -1;
         if (created < 0)
                 created = first_seen(g->l, region, vmid, g->now);
         return g->now - created;
 }
 
-/* A claim's recorded VM is listed: its own while it has the claim's name; otherwise its description tells. */
-static void note_claim_vm(struct pve_client *pve, struct gc_owner *o, const char *node, const json_t *vm) {
-        const char *name = json_string_value(json_object_get(vm, "name"));
+/* A claim's recorded VM is listed: its own when its description and SMBIOS UUID say so (launchstep_vm_owner); a
+ * VM with the claim's name is not enough, as a VMID reused by hand may carry a copy of it. */
+static void note_claim_vm(struct pve_client *pve, struct gc_owner *o, const char *node) {
         json_t *config = NULL;
         o->vm = LAUNCHSTEP_GC_VM_OURS;
-        if (!o->joined || (name && strcmp(name, o->name) == 0))
+        if (!o->joined)
                 return;
         if (pve_vm_config_get(pve, node, o->vmid, &config) < 0)
                 o->vm = LAUNCHSTEP_GC_VM_UNKNOWN;
@@ -185,7 +191,7 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
                 return;
         struct gc_owner *first = vm_owner(g, NULL, region, (uint32_t)vmid);
         for (struct gc_owner *o = first; o; o = vm_owner(g, o, region, (uint32_t)vmid))
-                note_claim_vm(pve, o, node, vm);
+                note_claim_vm(pve, o, node);
         if (first || !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG))
                 return;
         int64_t age = orphan_age(g, pve, region, node, (uint32_t)vmid);
@@ -356,7 +362,7 @@ static json_t *fresh_claim(struct gc *g, const struct gc_owner *o) {
         int r = kube_get(g->kube, &kube_nodeclaims, NULL, o->name, &claim);
         const json_t *meta = json_object_get(claim, "metadata");
         const char *uid = json_string_value(json_object_get(meta, "uid"));
-        if (r < 0 || !uid || strcmp(uid, o->uid) != 0 || json_object_get(meta, "deletionTimestamp")) {
+        if (r < 0 || !uid || strcmp(uid, o->uid) != 0 || kube_deleting(claim)) {
                 gc_error(g, r == -ENOENT ? 0 : r);
                 json_decref(claim);
                 return NULL;

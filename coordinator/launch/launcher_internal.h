@@ -161,8 +161,10 @@ bool launcher__wrote_any(struct launcher *l, const char *name);
 /* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most timeout_ms; the
  * error text is pve_client_error's. */
 int launcher__pve_task_wait(struct pve_client *pve, const char *upid, long first_ms, int64_t timeout_ms);
-/* Stop (if running) and delete a VM, waiting at most task_timeout_ms for each task. 0 also when it is already
- * gone. */
+/* Stop (if running; the stop task awaited), then delete a VM with purge and destroy-unreferenced-disks (the
+ * destroy task awaited, its exit status checked), waiting at most task_timeout_ms for each task. 0 only when its
+ * config is gone afterwards (also when it was gone already); else a negative errno with err naming the VMID, the
+ * host and Proxmox's error (-EBUSY: the destroy task ended well and the config is still there). */
 int launcher__delete_vm(struct pve_client *pve, const char *host, uint32_t vmid, int64_t task_timeout_ms, char *err,
                         size_t errlen);
 /* Delete an ISO volume ("storage:iso/file"); gone counts as done. */

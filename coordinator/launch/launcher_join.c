@@ -168,7 +168,7 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
         const char *n = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-        if (!n || !*n) {
+        if (!n || !*n || !launchstep_node_is_claims(node, c->uid)) {
                 json_decref(owned);
                 return launchstep_registration_wait(c->st->started_ms, c->now, c->l->o.registration_timeout_ms,
                                                     c->st->provider_id);
@@ -188,7 +188,8 @@ struct launchstep_result launcher__initialize(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
         struct launchstep_result res = launcher__need_pool(c);
-        bool init = launchstep_ok(&res) && node && node_state(c, node) == LAUNCHER_NODE_INITIALIZED;
+        bool init = launchstep_ok(&res) && node && launchstep_node_is_claims(node, c->uid) &&
+                    node_state(c, node) == LAUNCHER_NODE_INITIALIZED;
         json_decref(owned);
         if (!launchstep_ok(&res))
                 return res;

@@ -230,7 +230,7 @@ char *launcher_description(const char *claim, const char *uid, int64_t created_m
         rfc3339_format(created_ms, when, sizeof when);
         if (rid && pinned &&
             asprintf(&out,
-                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n%s%s"
+                     LAUNCHER_DESCRIPTION_MARK ": %s\nuid: %s\ncreated: %s\n%s%s" LAUNCHER_UUID_LINE ": uid\n"
                      "Managed by pvescale: deleted with its NodeClaim, or as an orphan 10 minutes after it is gone.\n",
                      claim, uid, when, rid, pinned) < 0)
                 out = NULL;
@@ -269,6 +269,41 @@ int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int
         memcpy(uid, u, sizeof u);
         *ret_created_ms = ms;
         return 0;
+}
+
+bool launcher_description_names_uuid(const char *text) {
+        char v[8];
+        return text && line_value(text, LAUNCHER_UUID_LINE, v, sizeof v) && strcmp(v, "uid") == 0;
+}
+
+/* ---- SMBIOS UUID ---- */
+
+char *launcher_smbios1(const char *current, const char *uuid) {
+        char *out = NULL;
+        size_t len = current ? strlen(current) : 0, at = 0;
+        char *rest = calloc(1, len + 2);
+        for (const char *s = current; rest && s && *s;) { /* every field but uuid=, comma-separated */
+                size_t n = strcspn(s, ",");
+                if (n && strncmp(s, "uuid=", 5) != 0)
+                        at += (size_t)sprintf(rest + at, ",%.*s", (int)n, s);
+                s += n + (s[n] ? 1 : 0);
+        }
+        if (rest && asprintf(&out, "uuid=%s%s", uuid, rest) < 0)
+                out = NULL;
+        free(rest);
+        return out;
+}
+
+bool launcher_config_uuid_is(const json_t *config, const char *uuid) {
+        const char *s = json_string_value(json_object_get(config, "smbios1"));
+        size_t n = uuid ? strlen(uuid) : 0;
+        while (n && s && *s) {
+                size_t len = strcspn(s, ",");
+                if (len == 5 + n && strncmp(s, "uuid=", 5) == 0 && strncasecmp(s + 5, uuid, n) == 0)
+                        return true;
+                s += len + (s[len] ? 1 : 0);
+        }
+        return false;
 }
 
 int launcher_owner(const char *claim, const char *uid, char *buf, size_t len) {

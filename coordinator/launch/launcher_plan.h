@@ -13,6 +13,7 @@
 #define LAUNCHER_TAG "pvescale"
 #define LAUNCHER_OWNER_PREFIX "nodeclaim/"
 #define LAUNCHER_DESCRIPTION_MARK "pvescale-nodeclaim"
+#define LAUNCHER_UUID_LINE "smbios-uuid" /* its value "uid": configured, the SMBIOS UUID is the claim's UID */
 #define LAUNCHER_UID_MAX 64
 #define LAUNCHER_NAME_MAX 254
 #define LAUNCHER_MAX_NUMA 8
@@ -57,6 +58,18 @@ char *launcher_description(const char *claim, const char *uid, int64_t created_m
 /* Read it back. 0 with the UID (and the creation time in ms, or -1 when absent), or -ENOENT when text is not a
  * pvescale description. */
 int launcher_description_parse(const char *text, char uid[LAUNCHER_UID_MAX], int64_t *ret_created_ms);
+/* Does the description say the configured VM's SMBIOS UUID is the claim's UID (its "smbios-uuid: uid" line)? VMs
+ * described by a coordinator before that rule lack it: their random UUID says nothing, so their description alone
+ * names their claim, as it did then. */
+bool launcher_description_names_uuid(const char *text);
+
+/* The VM's SMBIOS UUID (its smbios1 uuid=, which the guest reads as its product UUID and a kubelet reports as
+ * status.nodeInfo.systemUUID) is the claim's UID: a VM someone else made under a reused VMID has its own, even
+ * with a copy of the claim's name, description and tags. launcher_smbios1 is current (the VM's smbios1, NULL for
+ * none) with its uuid set to uuid and its other fields kept: malloc'd, or NULL (ENOMEM). */
+char *launcher_smbios1(const char *current, const char *uuid);
+/* Does the config's smbios1 carry uuid (case does not matter)? */
+bool launcher_config_uuid_is(const json_t *config, const char *uuid);
 
 /* The reservation owner "nodeclaim/<uid>/<name>" (at most 253 characters) and its UID part. */
 int launcher_owner(const char *claim, const char *uid, char *buf, size_t len);

@@ -14,6 +14,7 @@
 #include "http_client.h"
 #include "log.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -83,8 +84,8 @@ struct inflight {
         struct nodeclaim_status *status; /* scratch: the other claim's, decoded */
 };
 
-static const char *meta_str(const json_t *o, const char *key) {
-        const char *s = json_string_value(json_object_get(json_object_get(o, "metadata"), key));
+static const char *meta_or_empty(const json_t *o, const char *key) {
+        const char *s = kube_meta_str(o, key);
         return s ? s : "";
 }
 
@@ -106,12 +107,11 @@ static int other_shape(struct launcher__ctx *c, const json_t *other, struct shap
 static void count_claim(struct launcher__ctx *c, const json_t *other, struct inflight *in) {
         struct nodeclaim_status *st = in->status;
         struct shape s = { .vcpus = 0 };
-        if (strcmp(meta_str(other, "uid"), c->uid) == 0 || !same_host(c, other) ||
-            json_object_get(json_object_get(other, "metadata"), "deletionTimestamp"))
+        if (strcmp(meta_or_empty(other, "uid"), c->uid) == 0 || !same_host(c, other) || kube_deleting(other))
                 return;
         nodeclaim_claim_status(other, st, NULL, 0);
-        if (!launchstep_holds_room(st->launch_step, meta_str(other, "creationTimestamp"), meta_str(other, "name"),
-                                   meta_str(c->claim, "creationTimestamp"), c->name) ||
+        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"), meta_or_empty(other, "name"),
+                                   meta_or_empty(c->claim, "creationTimestamp"), c->name) ||
             other_shape(c, other, &s) < 0)
                 return;
         in->cpus += s.vcpus;
@@ -574,18 +574,24 @@ static int add_nets(struct pve_params *p, const json_t *config, unsigned queues)
         return p->error;
 }
 
-/* The tags and the description that name the claim. */
-static struct launchstep_result add_names(struct launcher__ctx *c, struct pve_params *p) {
+/* The tags, the description and the SMBIOS UUID that name the claim (launchstep_vm_owner reads them). */
+static struct launchstep_result add_names(struct launcher__ctx *c, const json_t *config, struct pve_params *p) {
         int err = 0;
         char *tags = launcher_tags(c->nodepool, c->name, json_object_get(nc_spec(c), "tags"), &err);
         char *desc = launcher_description(c->name, c->uid, c->st->clone_started_ms ?: c->now, c->st->reservation_id,
                                           c->st->placement.cpus);
+        char *smbios1 = launcher_smbios1(json_string_value(json_object_get(config, "smbios1")), c->uid);
         if (tags)
                 pve_params_add(p, "tags", tags);
         if (desc)
                 pve_params_add(p, "description", desc);
+        if (smbios1)
+                pve_params_add(p, "smbios1", smbios1);
         free(tags);
         free(desc);
+        free(smbios1);
+        if (!desc || !smbios1)
+                return launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
         if (err == -EINVAL)
                 return launchstep_fail("InvalidNodeClass", "a tag is not a valid Proxmox tag");
         return launchstep_done();
@@ -603,7 +609,7 @@ static struct launchstep_result config_params(struct launcher__ctx *c, const jso
         if (r == -ERANGE)
                 return launchstep_fail("InvalidPlacement", "NUMA memories do not add up to %llu MiB",
                                        (unsigned long long)mib);
-        struct launchstep_result res = add_names(c, p);
+        struct launchstep_result res = add_names(c, config, p);
         if (deletes)
                 pve_params_add(p, "delete", deletes);
         free(deletes);

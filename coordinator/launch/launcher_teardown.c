@@ -11,14 +11,43 @@
 
 #include "log.h"
 #include "tokens.h"
+#include "kube_object.h"
 
 /* ---- teardown ---- */
 
-/* The claim's VM, if it is provably the claim's (launchstep_teardown_vm). */
+#define DELETE_FAILED_PREFIX "delete VM "
+
+/* A failed delete of the claim's VM is told once per change of its error (the VMID, the host and Proxmox's error):
+ * in status.lastError and a Warning Event DeleteFailed. The claim keeps its finalizer and the delete is tried
+ * again after the launcher's back-off; the error goes back to the caller, which logs it once per change too. */
+static struct launchstep_result delete_failed(struct launcher__ctx *c, int r, const char *err) {
+        if (r == -ECANCELED || strcmp(c->st->last_error, err) == 0)
+                return launchstep_error(r, "%s", err);
+        snprintf(c->st->last_error, sizeof c->st->last_error, "%s", err);
+        struct launchstep_result res = launcher__commit(c);
+        int e = kube_event_emit(c->kube, &kube_nodeclaims, c->claim, "Warning", "DeleteFailed", err,
+                                LAUNCHER__COMPONENT);
+        if (e < 0 && e != -ECANCELED)
+                log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
+        return launchstep_ok(&res) ? launchstep_error(r, "%s", err) : res;
+}
+
+static struct launchstep_result delete_vm(struct launcher__ctx *c, uint32_t vmid) {
+        char err[NODECLAIM_MESSAGE_MAX];
+        int r = launcher__delete_vm(c->pve, c->host, vmid, c->l->o.task_timeout_ms, err, sizeof err);
+        if (r < 0)
+                return delete_failed(c, r, err);
+        stats_vm_deleted(c->l->env.stats, c->st->launch_step == NODECLAIM_STEP_FAILED ? STATS_VM_DELETED_LAUNCH_FAILED
+                                                                                      : STATS_VM_DELETED_TERMINATED);
+        if (strncmp(c->st->last_error, DELETE_FAILED_PREFIX, strlen(DELETE_FAILED_PREFIX)) == 0)
+                c->st->last_error[0] = '\0'; /* written with InstanceTerminated */
+        return launchstep_done();
+}
+
+/* The claim's VM, if it is provably the claim's (launchstep_teardown_vm: by its description and SMBIOS UUID). */
 static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
         uint32_t vmid = c->st->vmid;
         json_t *config = NULL;
-        char err[NODECLAIM_MESSAGE_MAX];
         if (vmid == 0 || !c->pve)
                 return launchstep_done();
         int r = pve_vm_config_get(c->pve, c->host, vmid, &config);
@@ -35,12 +64,7 @@ static struct launchstep_result teardown_vm(struct launcher__ctx *c) {
         case LAUNCHSTEP_TEARDOWN_WAIT:
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         default:
-                r = launcher__delete_vm(c->pve, c->host, vmid, c->l->o.task_timeout_ms, err, sizeof err);
-                if (r == 0)
-                        stats_vm_deleted(c->l->env.stats, c->st->launch_step == NODECLAIM_STEP_FAILED
-                                                                  ? STATS_VM_DELETED_LAUNCH_FAILED
-                                                                  : STATS_VM_DELETED_TERMINATED);
-                return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
+                return delete_vm(c, vmid);
         }
 }
 
@@ -241,8 +265,7 @@ static struct launchstep_result record_failure(struct launcher__ctx *c, const st
  * on top of it); otherwise the claim as it was. */
 static struct launchstep_result finalize_deleted(struct launcher__ctx *c, json_t *deleted) {
         const char *uid = json_string_value(json_object_get(json_object_get(deleted, "metadata"), "uid"));
-        bool held = uid && strcmp(uid, c->uid) == 0 &&
-                    json_object_get(json_object_get(deleted, "metadata"), "deletionTimestamp");
+        bool held = uid && strcmp(uid, c->uid) == 0 && kube_deleting(deleted);
         int r = held ? launcher__ctx_take(c, deleted) : 0;
         if (!held)
                 json_decref(deleted);

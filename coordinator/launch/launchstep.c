@@ -6,12 +6,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backoff.h"
 #include "config.h"
 #include "errmsg.h"
 #include "pve.h"
 #include "rfc3339.h"
+#include "kube_object.h"
 
 /* ---- results ---- */
 
@@ -120,9 +122,21 @@ int launchstep_vm_owner(const char *uid, const json_t *config) {
         char owner[LAUNCHER_UID_MAX];
         int64_t created;
         const char *desc = json_string_value(json_object_get(config, "description"));
-        if (launcher_description_parse(desc, owner, &created) == 0)
-                return strcmp(owner, uid) == 0 ? 1 : -1;
-        return json_object_get(config, "lock") ? 0 : -1;
+        if (launcher_description_parse(desc, owner, &created) < 0)
+                return json_object_get(config, "lock") ? 0 : -1;
+        if (strcmp(owner, uid) != 0)
+                return -1;
+        /* Configured (tagged pvescale: the tag and the UUID go in one PUT): its SMBIOS UUID must be the claim's,
+         * or someone made it under the VMID with a copy of the description. Before that, the clone's own UUID; and a
+         * VM an older coordinator described (no smbios-uuid line) by its description alone, as then. */
+        bool configured = launcher_config_tagged(config, LAUNCHER_TAG) && launcher_description_names_uuid(desc);
+        return !configured || launcher_config_uuid_is(config, uid) ? 1 : -1;
+}
+
+bool launchstep_node_is_claims(const json_t *node, const char *uid) {
+        const json_t *info = json_object_get(json_object_get(node, "status"), "nodeInfo");
+        const char *uuid = json_string_value(json_object_get(info, "systemUUID"));
+        return !uuid || !*uuid || strcasecmp(uuid, uid) == 0;
 }
 
 void launchstep_cdrom_volume(const char *ide2, char *volume, size_t len) {
@@ -380,17 +394,6 @@ static bool tolerates_disrupted(const json_t *pod) {
         return false;
 }
 
-static bool owned_by_daemonset(const json_t *pod) {
-        size_t i;
-        json_t *o;
-        json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, o) {
-                const char *kind = json_string_value(json_object_get(o, "kind"));
-                if (kind && strcmp(kind, "DaemonSet") == 0 && json_is_true(json_object_get(o, "controller")))
-                        return true;
-        }
-        return false;
-}
-
 static bool finished(const json_t *pod) {
         const char *phase = str_at(pod, "status", "phase");
         return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
@@ -412,9 +415,9 @@ static bool do_not_disrupt(const json_t *meta) {
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
         if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
-            owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
+            kube_owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
-        if (json_object_get(meta, "deletionTimestamp"))
+        if (kube_deleting(pod))
                 return LAUNCHSTEP_DRAIN_GOING;
         return do_not_disrupt(meta) ? LAUNCHSTEP_DRAIN_HOLD : LAUNCHSTEP_DRAIN_EVICT;
 }

@@ -93,9 +93,15 @@ enum launchstep_clone_end {
 };
 enum launchstep_clone_end launchstep_clone_end(const char *exitstatus);
 
-/* Whose is the VM with this config, by the claim UID in its description: 1 the claim's, 0 cannot tell yet (a clone
- * in progress: locked, no description), -1 someone else's. */
+/* Whose is the VM with this config, by the claim UID in its description and, once it is configured (tagged
+ * pvescale), its SMBIOS UUID (launcher_smbios1: the claim's UID): 1 the claim's, 0 cannot tell yet (a clone in
+ * progress: locked, no description), -1 someone else's (a VMID reused by hand included). */
 int launchstep_vm_owner(const char *uid, const json_t *config);
+
+/* Is a Node found by the claim's providerID its VM's? Yes when its kubelet reports the VM's SMBIOS UUID (the
+ * claim's UID, launcher_smbios1) as status.nodeInfo.systemUUID, as Proxmox's cloud controller checks (a VMID reused
+ * by hand gives another VM the same providerID), or reports none (taken by its providerID alone). */
+bool launchstep_node_is_claims(const json_t *node, const char *uid);
 
 /* Can the claim have an uploaded cloud-init ISO that its status does not name? A VM, no ISO recorded, not
  * Launched: the ISO is recorded with the write after the config (Launched, or an error's); a failure in between

@@ -11,6 +11,7 @@
 #include "quantity.h"
 #include "rfc3339.h"
 #include "simulate.h"
+#include "kube_object.h"
 
 #define KEY_LAUNCH_STEP "launchStep"
 #define KEY_HOST "host"
@@ -575,29 +576,25 @@ json_t *nodeclaim_placement_status(const char *host, const char *region, const s
 
 /* ---- a claim's own JSON, where no status is decoded ---- */
 
-static const char *str_at(const json_t *o, const char *key) {
-        return json_string_value(json_object_get(o, key));
-}
-
 int nodeclaim_claim_status(const json_t *claim, struct nodeclaim_status *ret, char *err, size_t errlen) {
         return nodeclaim_status_decode(json_object_get(claim, "status"), ret, err, errlen);
 }
 
 enum nodeclaim_step nodeclaim_claim_step(const json_t *claim) {
         enum nodeclaim_step step = NODECLAIM_STEP_NONE;
-        nodeclaim_step_parse(str_at(json_object_get(claim, "status"), KEY_LAUNCH_STEP), &step);
+        nodeclaim_step_parse(kube_str(json_object_get(claim, "status"), KEY_LAUNCH_STEP), &step);
         return step;
 }
 
 /* status.<status_key>, else the single value of the claim's In requirement on label. */
 static const char *claim_place(const json_t *claim, const char *status_key, const char *label) {
-        const char *v = str_at(json_object_get(claim, "status"), status_key);
+        const char *v = kube_str(json_object_get(claim, "status"), status_key);
         if (v && *v)
                 return v;
         size_t i;
         json_t *req;
         json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, req) {
-                const char *key = str_at(req, "key"), *op = str_at(req, "operator");
+                const char *key = kube_str(req, "key"), *op = kube_str(req, "operator");
                 json_t *values = json_object_get(req, "values");
                 if (key && op && strcmp(key, label) == 0 && strcmp(op, "In") == 0 && json_array_size(values) == 1)
                         return json_string_value(json_array_get(values, 0));

@@ -59,21 +59,74 @@ static bool permanent(enum fit f) {
         return f == FIT_STATIC || f == FIT_PORTS || f == FIT_ANTI;
 }
 
-/* The first slot that takes the pod, or SIZE_MAX. */
+/* Does slot s take the pod? Remembers the slots that fail for a permanent reason. */
+static bool slot_takes(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t s, const int32_t *mins,
+                       bool soft) {
+        if (c->only_zone >= 0 && c->slots[s].zone != c->only_zone)
+                return false;
+        enum fit f = pc->slot_fail[s] ? FIT_STATIC : slot_fits(c, pc, pod, s, mins, soft);
+        if (f == FIT_OK)
+                return true;
+        if (permanent(f)) {
+                pc->slot_fail[s] = 1;
+                if (s == pc->cursor)
+                        pc->cursor++;
+        }
+        return false;
+}
+
+/* The slots of the given zones in increasing order (the order of a scan of all slots) from the cursor on:
+ * slots elsewhere fail the affinity, which comes before any claim is tried. */
+static size_t scan_zones(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
+                         bool soft, const int32_t *zones, int n) {
+        size_t pos[SIM_ZONES_MAX] = { 0 };
+        for (;;) {
+                int best = -1;
+                size_t best_s = SIZE_MAX;
+                for (int k = 0; k < n; k++) {
+                        if ((size_t)zones[k] >= c->zone_slots_cap)
+                                continue; /* no slot there yet */
+                        const struct zone_slots *zs = &c->zone_slots[zones[k]];
+                        while (pos[k] < zs->n && zs->slots[pos[k]] < pc->cursor)
+                                pos[k]++;
+                        if (pos[k] < zs->n && zs->slots[pos[k]] < best_s) {
+                                best = k;
+                                best_s = zs->slots[pos[k]];
+                        }
+                }
+                if (best < 0)
+                        return SIZE_MAX;
+                pos[best]++;
+                if (simulate__index_room(c, best_s, &pod->requests) && slot_takes(c, pc, pod, best_s, mins, soft))
+                        return best_s;
+        }
+}
+
+/* The first slot that takes the pod, or SIZE_MAX. The slots at the cursor are tried one by one, so that the
+ * cursor passes those that fail for good; after the first that does not, slots without room for the pod's cpu
+ * and memory are skipped: they fail the resource check, which comes before any claim is tried. */
 static size_t scan_slots(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, const int32_t *mins,
                          bool soft) {
-        for (size_t s = pc->cursor; s < c->n_slots; s++) {
-                if (c->only_zone >= 0 && c->slots[s].zone != c->only_zone)
-                        continue;
-                enum fit f = pc->slot_fail[s] ? FIT_STATIC : slot_fits(c, pc, pod, s, mins, soft);
-                if (f == FIT_OK)
+        int32_t zones[SIM_ZONES_MAX];
+        if (simulate__index_sync(c) < 0)
+                return SIZE_MAX;
+        int n = simulate__affinity_zones(c, pc, zones);
+        if (n >= 0)
+                return scan_zones(c, pc, pod, mins, soft, zones, n);
+        size_t s = pc->cursor;
+        for (;;) {
+                if (s >= c->n_slots)
+                        return SIZE_MAX;
+                if (slot_takes(c, pc, pod, s, mins, soft))
                         return s;
-                if (permanent(f)) {
-                        pc->slot_fail[s] = 1;
-                        if (s == pc->cursor)
-                                pc->cursor++;
-                }
+                if (pc->cursor == s)
+                        break; /* held by a failure that may pass */
+                s = pc->cursor;
         }
+        for (s = simulate__index_next(c, s + 1, &pod->requests); s != SIZE_MAX;
+             s = simulate__index_next(c, s + 1, &pod->requests))
+                if (slot_takes(c, pc, pod, s, mins, soft))
+                        return s;
         return SIZE_MAX;
 }
 
@@ -94,6 +147,8 @@ static int land(struct ctx *c, size_t i, size_t s) {
         for (size_t k = 0; k < pod->n_host_ports; k++)
                 if (add_port(sl, pod->host_ports[k]) < 0)
                         return -ENOMEM;
+        if (simulate__index_update(c, s) < 0)
+                return -ENOMEM;
         if (sl->kind != SLOT_CLAIM)
                 return 0;
         struct claim_c *cl = &c->claims[sl->index];
@@ -280,6 +335,7 @@ static void ctx_done(struct ctx *c) {
         free(c->class_of_sig);
         free(c->selected_key);
         free(c->zone_ids);
+        simulate__index_free(c);
         free(c->st.strs);
         free(c->st.slots);
         simulate__arena_free(c->arena);

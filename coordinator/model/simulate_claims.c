@@ -335,11 +335,27 @@ static const char *topology_text(const struct ctx *c, const struct pclass *pc, e
         return buf;
 }
 
-/* Candidate hosts for pool p, term t and the pod's zone topology. 0 when none, with a reason noted. */
+/* A host filter_hosts keeps? */
+static bool host_candidate(struct ctx *c, struct pclass *pc, const struct pool_c *p, const struct cterm *t,
+                           const int32_t *mins, bool soft, size_t h) {
+        return (c->only_zone < 0 || c->hosts[h].zone == c->only_zone) && host_place_ok(c, p, t, &c->hosts[h]) &&
+               simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, c->hosts[h].zone) == FIT_OK;
+}
+
+/* Candidate hosts for pool p, term t and the pod's zone topology. 0 when none, with a reason noted. A class
+ * that zone affinity confines tries the hosts of those zones first: no other host passes; when none of them
+ * does, the scan of every host finds the reason. */
 static size_t filter_hosts(struct ctx *c, struct pclass *pc, const struct pool_c *p, const struct cterm *t,
                            const int32_t *mins, bool soft, struct hostscan *hs, struct why *w) {
         enum fit worst = FIT_OK;
         size_t placed = 0;
+        int32_t zones[SIM_ZONES_MAX];
+        int n_zones = simulate__affinity_zones(c, pc, zones);
+        for (size_t h = 0; n_zones > 0 && h < c->n_hosts; h++)
+                if (simulate__zone_in(zones, n_zones, c->hosts[h].zone) && host_candidate(c, pc, p, t, mins, soft, h))
+                        hs->cand[hs->n_cand++] = h;
+        if (hs->n_cand)
+                return hs->n_cand;
         for (size_t h = 0; h < c->n_hosts; h++) {
                 if ((c->only_zone >= 0 && c->hosts[h].zone != c->only_zone) || !host_place_ok(c, p, t, &c->hosts[h]))
                         continue;
@@ -517,6 +533,85 @@ static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
         return false;
 }
 
+/* ---- the same choice without scanning every host ---- */
+
+#define ORDERED_TRIES 64 /* hosts tried in order before the scan of every host takes over */
+
+/* Does the host choice follow ctx.host_order for this class? better_host ranks by zone spread counts first;
+ * the agents' preferred layouts come next, which ordered_host checks host by host. */
+static bool host_order_applies(const struct ctx *c, const struct pclass *pc) {
+        for (uint32_t i = 0; i < pc->n_spread; i++)
+                if (pc->spread[i].topo == TOPO_ZONE)
+                        return false;
+        return c->only_zone < 0;
+}
+
+/* For one shape: the first host in ctx.host_order that filter_hosts would keep and pick_host would take, and
+ * whose agent has a preferred layout left for the shape (else the first such host with only its fallback, once
+ * every host has been looked at), which is the one pick_host picks; -1 when it is not among the first
+ * ORDERED_TRIES hosts that pass the filter. */
+static long ordered_host(struct ctx *c, const struct pclass *pc, const struct sim_pod *pod, const struct pool_c *p,
+                         size_t pool, const struct cterm *t, const int32_t *mins, bool soft, size_t si,
+                         int *ret_numa) {
+        const struct shape *s = &c->ncs[p->nc].shapes->items[si];
+        size_t tries = 0, k;
+        long poor = -1;
+        int numa, poor_numa = -1;
+        int32_t zones[SIM_ZONES_MAX];
+        int n_zones = simulate__affinity_zones(c, pc, zones);
+        for (k = 0; k < c->n_hosts && tries < ORDERED_TRIES; k++) {
+                size_t h = c->host_order[k];
+                struct host_c *hc = &c->hosts[h];
+                if ((n_zones >= 0 && !simulate__zone_in(zones, n_zones, hc->zone)) ||
+                    !host_place_ok(c, p, t, hc) ||
+                    simulate__topology_fits(c, pc, mins, soft, SIZE_MAX, hc->zone) != FIT_OK)
+                        continue;
+                tries++;
+                struct resources need = pod->requests;
+                resources_add(&need, ds_overhead(c, pool, hc));
+                if (!resources_fit(&need, &(struct resources){ 0 }, &s->allocatable) ||
+                    simulate__host_fits(hc, p->nc, si, s, &numa) != ROOM_OK)
+                        continue;
+                if (!simulate__host_poor(hc, p->nc, si)) {
+                        *ret_numa = numa;
+                        return (long)h;
+                }
+                if (poor < 0) {
+                        poor = (long)h;
+                        poor_numa = numa;
+                }
+        }
+        if (k < c->n_hosts)
+                return -1; /* a host with a preferred layout may come later */
+        *ret_numa = poor_numa;
+        return poor;
+}
+
+/* try_shapes' choice by host order: true with ch filled, false when it must scan every host (it may still
+ * find one, or it notes why not). */
+static bool try_shapes_ordered(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, struct choice *ch,
+                               const int32_t *mins, bool soft) {
+        const struct pool_c *p = &c->pools[ch->pool];
+        const struct shape_catalog *cat = c->ncs[p->nc].shapes;
+        if (!host_order_applies(c, pc))
+                return false;
+        simulate__host_order_sync(c);
+        for (size_t si = 0; si < cat->n; si++) {
+                int which;
+                if (!(ch->mask[si / 64] >> (si % 64) & 1) ||
+                    !resources_fit(&pod->requests, &(struct resources){ 0 }, &cat->items[si].allocatable) ||
+                    !limits_ok(p, NULL, &cat->items[si], 1, &which))
+                        continue;
+                long h = ordered_host(c, pc, pod, p, ch->pool, &pc->terms[ch->term], mins, soft, si, &ch->numa);
+                if (h < 0)
+                        return false;
+                ch->shape = si;
+                ch->host = (size_t)h;
+                return true;
+        }
+        return false;
+}
+
 static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t pool, bool soft,
                      const int32_t *mins, struct why *w, size_t *ret_slot) {
         const struct pool_c *p = &c->pools[pool];
@@ -551,9 +646,11 @@ static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod
         int t = simulate__pick_term(c, pc, p, ch.mask, buf, sizeof buf);
         if (t < 0)
                 note(w, ST_REQ, buf);
+        ch.term = (uint32_t)(t < 0 ? 0 : t);
+        if (t >= 0 && try_shapes_ordered(c, pc, pod, &ch, mins, soft))
+                return create_claim(c, pc, pod, &ch, ret_slot) == 0;
         if (t < 0 || filter_hosts(c, pc, p, &pc->terms[t], mins, soft, &hs, w) == 0)
                 return false;
-        ch.term = (uint32_t)t;
         if (!try_shapes(c, pc, pod, &ch, &hs, w))
                 return false;
         return create_claim(c, pc, pod, &ch, ret_slot) == 0;

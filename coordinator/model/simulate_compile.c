@@ -89,17 +89,38 @@ struct sigbuf {
         size_t n, cap;
 };
 
+/* The decimal digits of v into the end of t (24 bytes); returns where they start. */
+static char *sig_digits(char *t, uint64_t v) {
+        char *p = t + 24;
+        do
+                *--p = (char)('0' + v % 10);
+        while ((v /= 10) > 0);
+        return p;
+}
+
+/* "len:s|", as snprintf's "%zu:%s|" but without its cost: one call per label of every pod. */
 static void sig_put(struct sigbuf *b, const char *s) {
         size_t len = s ? strlen(s) : 0;
-        if (simulate__grow(&b->s, &b->cap, b->n + len + 24, 1) < 0)
+        char t[24];
+        const char *d = sig_digits(t, len);
+        size_t nd = (size_t)(t + sizeof t - d);
+        if (b->n + len + 24 > b->cap && simulate__grow(&b->s, &b->cap, b->n + len + 24, 1) < 0)
                 return;
-        b->n += (size_t)snprintf(b->s + b->n, b->cap - b->n, "%zu:%s|", len, s ? s : "");
+        memcpy(b->s + b->n, d, nd);
+        b->s[b->n + nd] = ':';
+        memcpy(b->s + b->n + nd + 1, s ? s : "", len);
+        b->s[b->n + nd + 1 + len] = '|';
+        b->s[b->n + nd + 2 + len] = '\0';
+        b->n += nd + 2 + len;
 }
 
 static void sig_int(struct sigbuf *b, int64_t v) {
-        char t[24];
-        snprintf(t, sizeof t, "%lld", (long long)v);
-        sig_put(b, t);
+        char t[25];
+        char *d = sig_digits(t, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+        if (v < 0)
+                *--d = '-';
+        t[24] = '\0';
+        sig_put(b, d);
 }
 
 static void sig_reqs(struct sigbuf *b, const struct sim_requirement *r, size_t n) {
@@ -347,6 +368,18 @@ static bool is_member(const struct pclass *pc, uint32_t group) {
         return false;
 }
 
+/* Per-slot counts cost groups x slots of memory: only the groups a hostname term reads get them. */
+static void mark_per_node(struct ctx *c, const struct pclass *pc) {
+        for (uint32_t t = 0; t < pc->n_aff; t++)
+                c->groups[pc->aff[t].group].per_node |= pc->aff[t].topo == TOPO_HOST;
+        for (uint32_t t = 0; t < pc->n_anti; t++) {
+                c->groups[pc->anti[t].group].per_node |= pc->anti[t].topo == TOPO_HOST;
+                c->groups[pc->anti[t].group].per_node_anti |= pc->anti[t].topo == TOPO_HOST;
+        }
+        for (uint32_t t = 0; t < pc->n_spread; t++)
+                c->groups[pc->spread[t].group].per_node |= pc->spread[t].topo == TOPO_HOST;
+}
+
 static void compile_membership(struct ctx *c) {
         for (size_t i = 0; i < c->n_classes && !c->error; i++) {
                 struct pclass *pc = &c->classes[i];
@@ -361,6 +394,7 @@ static void compile_membership(struct ctx *c) {
                         pc->anti[t].self = is_member(pc, pc->anti[t].group);
                 for (uint32_t t = 0; t < pc->n_spread; t++)
                         pc->spread[t].self = is_member(pc, pc->spread[t].group);
+                mark_per_node(c, pc);
         }
 }
 
@@ -390,8 +424,8 @@ int simulate__ensure_counts(struct ctx *c, size_t slots) {
         for (size_t g = 0; g < c->n_groups; g++) {
                 struct group *gr = &c->groups[g];
                 size_t old = c->counts_cap, old2 = c->counts_cap;
-                if (simulate__grow(&gr->node_cnt, &old, cap, sizeof(int32_t)) < 0 ||
-                    simulate__grow(&gr->anti_node, &old2, cap, sizeof(int32_t)) < 0)
+                if ((gr->per_node && simulate__grow(&gr->node_cnt, &old, cap, sizeof(int32_t)) < 0) ||
+                    (gr->per_node_anti && simulate__grow(&gr->anti_node, &old2, cap, sizeof(int32_t)) < 0))
                         return c->error = -ENOMEM;
         }
         c->counts_cap = cap;
@@ -411,11 +445,13 @@ int simulate__add_slot(struct ctx *c, struct slot **ret) {
         if (simulate__grow(&c->slots, &c->cap_slots, c->n_slots + 1, sizeof(struct slot)) < 0 ||
             simulate__ensure_counts(c, c->n_slots + 1) < 0)
                 return c->error = -ENOMEM;
-        for (size_t i = 0; i < c->n_classes; i++) {
+        for (size_t i = 0; c->fail_cap < c->n_slots + 1 && i < c->n_classes; i++) {
                 struct pclass *pc = &c->classes[i];
-                if (simulate__grow(&pc->slot_fail, &pc->slot_fail_cap, c->n_slots + 1, 1) < 0)
+                if (simulate__grow(&pc->slot_fail, &pc->slot_fail_cap, c->cap_slots, 1) < 0)
                         return c->error = -ENOMEM;
         }
+        if (c->fail_cap < c->n_slots + 1)
+                c->fail_cap = c->cap_slots;
         *ret = &c->slots[c->n_slots++];
         **ret = (struct slot){ .zone = -1 };
         return 0;
@@ -426,7 +462,8 @@ void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, in
         int32_t zone = c->slots[slot].zone;
         for (uint32_t i = 0; i < pc->n_member; i++) {
                 struct group *g = &c->groups[pc->member[i]];
-                g->node_cnt[slot] += delta;
+                if (g->node_cnt)
+                        g->node_cnt[slot] += delta;
                 g->total += delta;
                 if (zone >= 0)
                         g->zone_cnt[zone] += delta;

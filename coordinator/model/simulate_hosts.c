@@ -95,7 +95,7 @@ static void span_take(struct host_c *h, const struct shape *s, int64_t *span) {
 }
 
 void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
-        h->room_dirty = true;
+        h->room_dirty = h->order_dirty = true;
         h->free_cpus -= s->vcpus;
         h->free_mem -= (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] > 0)
@@ -113,7 +113,7 @@ void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape
 
 void simulate__host_release(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl) {
         size_t n = h->src->n_numa;
-        h->room_dirty = true;
+        h->room_dirty = h->order_dirty = true;
         h->free_cpus += s->vcpus;
         h->free_mem += (int64_t)s->vm_memory_bytes;
         if (h->offer_left[nc][si] >= 0)
@@ -175,6 +175,68 @@ bool simulate__host_has_room(struct ctx *c, size_t h) {
         return hc->room_now;
 }
 
+/* ---- hosts in the order a new claim prefers them ---- */
+
+/* Is host a before b: fewer planned claims, then more free cpus, then the lower index (by the keys they are
+ * placed by)? */
+static bool order_before(const struct ctx *c, uint32_t a, uint32_t b) {
+        const struct host_c *x = &c->hosts[a], *y = &c->hosts[b];
+        if (x->order_planned != y->order_planned)
+                return x->order_planned < y->order_planned;
+        if (x->order_free_cpus != y->order_free_cpus)
+                return x->order_free_cpus > y->order_free_cpus;
+        return a < b;
+}
+
+/* The first place in host_order[0..n) whose host does not come before h. */
+static size_t order_bound(const struct ctx *c, size_t n, uint32_t h) {
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (order_before(c, c->host_order[mid], h))
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+/* Take host h out of the order and put it back by its current keys. */
+static void order_move(struct ctx *c, uint32_t h) {
+        struct host_c *hc = &c->hosts[h];
+        hc->order_dirty = false;
+        if (hc->order_planned == hc->planned && hc->order_free_cpus == hc->free_cpus)
+                return; /* a claim tried a shape and gave the room back */
+        size_t n = c->n_hosts, at = order_bound(c, n, h);
+        memmove(&c->host_order[at], &c->host_order[at + 1], (n - at - 1) * sizeof *c->host_order);
+        hc->order_planned = hc->planned;
+        hc->order_free_cpus = hc->free_cpus;
+        at = order_bound(c, n - 1, h);
+        memmove(&c->host_order[at + 1], &c->host_order[at], (n - 1 - at) * sizeof *c->host_order);
+        c->host_order[at] = h;
+}
+
+void simulate__host_order_sync(struct ctx *c) {
+        for (size_t h = 0; h < c->n_hosts; h++)
+                if (c->hosts[h].order_dirty)
+                        order_move(c, (uint32_t)h);
+}
+
+static int order_init(struct ctx *c) {
+        c->host_order = simulate__arena_alloc(c->arena, (c->n_hosts + 1) * sizeof *c->host_order);
+        if (!c->host_order)
+                return c->error = -ENOMEM;
+        for (size_t h = 0; h < c->n_hosts; h++) {
+                struct host_c *hc = &c->hosts[h];
+                hc->order_planned = hc->planned;
+                hc->order_free_cpus = hc->free_cpus;
+                size_t at = order_bound(c, h, (uint32_t)h);
+                memmove(&c->host_order[at + 1], &c->host_order[at], (h - at) * sizeof *c->host_order);
+                c->host_order[at] = (uint32_t)h;
+        }
+        return 0;
+}
+
 int simulate__prepare_hosts(struct ctx *c) {
         c->hosts = simulate__arena_alloc(c->arena, (c->in->n_hosts + 1) * sizeof(struct host_c));
         if (!c->hosts)
@@ -190,6 +252,6 @@ int simulate__prepare_hosts(struct ctx *c) {
                 c->host_of_zone[z] = -1;
         for (size_t h = 0; h < c->n_hosts; h++)
                 c->host_of_zone[c->hosts[h].zone] = (int32_t)h;
-        return 0;
+        return order_init(c);
 }
 

@@ -12,6 +12,7 @@
  *   simulate.c           the run: pods onto nodes, in-flight claims, planned claims, then new claims
  *   simulate_claims.c    new claims: pool, requirements, shape, limits, host, and the reasons
  *   simulate_topology.c  affinity, anti-affinity and spread; spread domains ask which pools a class can use
+ *   simulate_index.c     the room of every slot and the slots of every zone: what a scan may skip
  *   simulate_pools.c     which pools a class can use: taints, what a new node can satisfy, shapes per term
  *   simulate_compile.c   the input in interned, indexed form: classes, groups, slots, pools, node classes
  *   simulate_hosts.c     the room of PVE hosts
@@ -75,6 +76,7 @@ struct group {
         const struct sim_selector *src; /* for messages */
         int32_t *node_cnt, *zone_cnt;   /* matching pods per slot / per zone */
         int32_t *anti_node, *anti_zone; /* pods owning an anti-affinity term on this group */
+        bool per_node, per_node_anti;   /* a hostname term reads node_cnt / an anti one anti_node: else NULL */
         int64_t total;
 };
 
@@ -172,6 +174,9 @@ struct host_c {
         bool room_at_start;
         bool room_now, room_dirty; /* room for some shape now; recomputed lazily after take/release */
         uint32_t planned;
+        bool order_dirty;          /* planned or free_cpus changed since its place in ctx.host_order */
+        uint32_t order_planned;    /* the key it has that place by */
+        int64_t order_free_cpus;
 };
 
 struct claim_c {
@@ -188,6 +193,16 @@ struct claim_c {
         uint32_t n_reqs, cap_reqs;
         size_t *pods;
         size_t n_pods, cap_pods;
+};
+
+/* Room of a slot (or the most of a subtree) for more requests. */
+struct slot_room {
+        int64_t cpu, mem;
+};
+
+struct zone_slots {
+        uint32_t *slots; /* slot indexes in increasing order */
+        size_t n, cap;
 };
 
 struct ctx {
@@ -217,6 +232,7 @@ struct ctx {
         struct slot *slots;
         size_t n_slots, cap_slots;
         size_t counts_cap; /* slots the per-group arrays hold */
+        size_t fail_cap;   /* slots every class's slot_fail holds (grown with cap_slots, not slot by slot) */
         struct nodeclass_c *ncs;
         size_t n_ncs;
         struct pool_c *pools;
@@ -227,7 +243,13 @@ struct ctx {
         struct claim_c *claims;
         size_t n_claims, cap_claims;
         int32_t *host_of_zone; /* zone index -> host index or -1 */
+        uint32_t *host_order;  /* host indexes, fewest planned claims first, then most free cpus, then index */
         int32_t only_zone;     /* >= 0 while placing the first pod of a zone-affine set: its anchor zone */
+        /* the slot index (simulate_index.c) */
+        struct slot_room *room;     /* max tree: node 1 the root, leaves room_cap.. (one per slot) */
+        size_t room_cap, room_n; /* leaves; slots indexed so far */
+        struct zone_slots *zone_slots;
+        size_t zone_slots_cap;
         char msg[512];
         int error; /* first allocation failure */
 };
@@ -256,6 +278,8 @@ bool simulate__host_poor(const struct host_c *h, int nc, size_t si);
 int simulate__prepare_hosts(struct ctx *c);
 /* Does any shape of any node class fit host h now? */
 bool simulate__host_has_room(struct ctx *c, size_t h);
+/* ctx.host_order brought up to date (h->planned changes mark order_dirty too). */
+void simulate__host_order_sync(struct ctx *c);
 
 /* simulate_compile.c */
 int simulate__compile(struct ctx *c);
@@ -303,6 +327,20 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
 bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
+#define SIM_ZONES_MAX 8 /* zone-affine pods look at the slots and hosts of at most this many zones, else all */
+/* The zones a zone affinity term of the class confines its pods to (those running matching pods: no node or
+ * host elsewhere passes the term), into zones (SIM_ZONES_MAX); -1 when no term confines them or more than
+ * SIM_ZONES_MAX zones remain. */
+int simulate__affinity_zones(const struct ctx *c, const struct pclass *pc, int32_t *zones);
+bool simulate__zone_in(const int32_t *zones, int n, int32_t zone);
+
+/* simulate_index.c: kept in step by land(); a slot's room changes only when a pod lands. */
+int simulate__index_sync(struct ctx *c);          /* index the slots added since */
+int simulate__index_update(struct ctx *c, size_t s); /* slot s changed */
+/* The first slot >= from whose room holds the cpu and memory of req (a necessary condition), or SIZE_MAX. */
+size_t simulate__index_next(const struct ctx *c, size_t from, const struct resources *req);
+bool simulate__index_room(const struct ctx *c, size_t s, const struct resources *req);
+void simulate__index_free(struct ctx *c);
 
 /* simulate_claims.c */
 int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, bool soft, size_t *ret_slot,

@@ -124,7 +124,8 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
                         continue; /* a new node always opens a hostname domain with 0 pods */
                 const struct group *g = &c->groups[st->group];
                 int32_t min = INT32_MAX, domains = 0;
-                for (size_t z = 0; z < c->n_zones; z++)
+                /* counts are never negative: once a domain has none, the minimum is 0 whatever the rest */
+                for (size_t z = 0; z < c->n_zones && min > 0; z++)
                         if (simulate__zone_eligible(c, pc, (int32_t)z)) {
                                 domains++;
                                 if (g->zone_cnt[z] < min)
@@ -136,9 +137,10 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
         }
 }
 
-/* slot == SIZE_MAX: a new node in zone. */
+/* slot == SIZE_MAX: a new node in zone. per_slot NULL: no term counts the group per node, so none is read but
+ * the symmetric anti-affinity check's, for which no pod has a hostname anti-affinity term on the group. */
 static int32_t node_count(const int32_t *per_slot, size_t slot) {
-        return slot == SIZE_MAX ? 0 : per_slot[slot];
+        return slot == SIZE_MAX || !per_slot ? 0 : per_slot[slot];
 }
 
 static enum fit anti_fits(const struct ctx *c, const struct pclass *pc, size_t slot, int32_t zone) {
@@ -198,4 +200,26 @@ enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, c
         if (f == FIT_OK)
                 f = spread_fits(c, pc, mins, soft, slot, zone);
         return f;
+}
+
+int simulate__affinity_zones(const struct ctx *c, const struct pclass *pc, int32_t *zones) {
+        for (uint32_t i = 0; i < pc->n_aff; i++) {
+                const struct group *g = &c->groups[pc->aff[i].group];
+                int n = 0;
+                if (pc->aff[i].topo != TOPO_ZONE || (g->total == 0 && pc->aff[i].self))
+                        continue;
+                for (size_t z = 0; z < c->n_zones && n <= SIM_ZONES_MAX; z++)
+                        if (g->zone_cnt[z] > 0 && n++ < SIM_ZONES_MAX)
+                                zones[n - 1] = (int32_t)z;
+                if (n <= SIM_ZONES_MAX)
+                        return n;
+        }
+        return -1;
+}
+
+bool simulate__zone_in(const int32_t *zones, int n, int32_t zone) {
+        for (int k = 0; k < n; k++)
+                if (zones[k] == zone)
+                        return true;
+        return false;
 }

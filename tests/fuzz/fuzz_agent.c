@@ -48,6 +48,8 @@ static void configure(struct agent_config *c, const char *dir) {
         must(agent_config_set(c, "topology_xml", xml, err, sizeof err), "topology_xml", err);
         must(agent_config_set(c, "pve_config_dir", dir, err, sizeof err), "pve_config_dir", err);
         must(agent_config_set(c, "pve_run_dir", dir, err, sizeof err), "pve_run_dir", err);
+        must(agent_config_set(c, "pve_lxc_dir", dir, err, sizeof err), "pve_lxc_dir", err);
+        must(agent_config_set(c, "lxc_cgroup_dir", dir, err, sizeof err), "lxc_cgroup_dir", err);
         must(agent_config_set(c, "state_dir", dir, err, sizeof err), "state_dir", err);
 }
 

@@ -253,6 +253,7 @@ class Cluster:
                     "--node-name", name, "--pve-config-dir", h["pve_config_dir"], "--pve-run-dir", h["pve_run_dir"],
                     "--corosync-conf", h["corosync_conf"], "--state-dir", state, "--node-policy", "static"]
             args += ["--fsroot", h["fsroot"]] if "fsroot" in h else ["--topology-xml", h["topology_xml"]]
+            args += ["--pve-lxc-dir", h["pve_lxc_dir"], "--lxc-cgroup-dir", h["lxc_cgroup_dir"]]  # not this machine's
             log_path = os.path.join(self.tmp, "agent-%s.log" % name)
             with open(log_path, "w") as log:
                 p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

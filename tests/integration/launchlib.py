@@ -104,6 +104,7 @@ class World:
                 "--node-name", host, "--pve-config-dir", h["pve_config_dir"], "--pve-run-dir", h["pve_run_dir"],
                 "--corosync-conf", h["corosync_conf"], "--state-dir", state, "--node-policy", "static"]
         args += ["--fsroot", h["fsroot"]] if "fsroot" in h else ["--topology-xml", h["topology_xml"]]
+        args += ["--pve-lxc-dir", h["pve_lxc_dir"], "--lxc-cgroup-dir", h["lxc_cgroup_dir"]]  # not this machine's
         a = agentlib.Agent(args)
         a.client = Client(a.port, self.ca, self.token)
         a.url = "https://127.0.0.1:%d" % a.port

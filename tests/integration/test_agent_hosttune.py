@@ -186,6 +186,23 @@ class HostTuneTest(unittest.TestCase):
         self.get("/v1/reservations/%s" % r["id"], "DELETE")
         self.wait_for(lambda: all(gov(c) == "powersave" for c in cores), "the released cores free", 3)
 
+    def test_a_running_pinned_container_keeps_its_cores_busy(self):
+        """A container pinned by lxc.cgroup2.cpuset.cpus runs on those cores: busy while its cgroup is populated,
+        free once it stops; a floating container (cores: 2) marks no core."""
+        lxc, cgroup = os.path.join(self.tmp, "lxc"), os.path.join(self.tmp, "cgroup-lxc")
+        write(os.path.join(lxc, "301.conf"), "cores: 2\nmemory: 64\nlxc.cgroup2.cpuset.cpus: 10-11")
+        write(os.path.join(lxc, "302.conf"), "cores: 2\nmemory: 64")
+        for vmid in (301, 302):
+            write(os.path.join(cgroup, str(vmid), "cgroup.events"), "populated 1\nfrozen 0")
+        self.start_agent(extra=["--pve-lxc-dir", lxc, "--lxc-cgroup-dir", cgroup])
+        gov = lambda cpu: read(cpu_path(self.root, cpu, "scaling_governor"))  # noqa: E731
+        self.wait_for(lambda: gov(10) == "performance" and gov(11) == "performance", "the container's cores busy")
+        self.assertEqual([gov(c) for c in (4, 9, 12)], ["powersave"] * 3)
+        write(os.path.join(cgroup, "301", "cgroup.events"), "populated 0\nfrozen 0")
+        self.wait_for(lambda: gov(10) == "powersave", "the stopped container's cores free")
+        self.assertEqual(self.agent.stop(), 0)
+        self.assert_originals()
+
     def test_killed_agent_is_undone_at_next_start(self):
         self.start_vm()
         self.start_agent()

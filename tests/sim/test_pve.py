@@ -291,6 +291,43 @@ class PveTest(unittest.TestCase):
         self.assertEqual(r.status, 500)
         self.assertFalse(os.path.exists(os.path.join(host["pve_config_dir"], "%d.conf" % vmid)))
 
+    def test_destroy_waits_for_the_config_lock_of_a_stop(self):
+        # qemu-server's vm_stop holds the VMID's config lock until it has cleaned up after QEMU: a destroy issued
+        # then is accepted (the VM is not running any more) and its task fails on the lock after its timeout
+        vmid = self.clone("locked")
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/start" % vmid).data)
+        self.sim.knobs(stop_cleanup_seconds=3.0, config_lock_timeout_seconds=0.5)
+        try:
+            stop = self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % vmid).data
+            simtest.wait_for(lambda: self.sim.pve("GET", "/nodes/pve1/qemu/%d/status/current" % vmid)
+                             .data["qmpstatus"] == "stopped", 10, what="QEMU gone")
+            r = self.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid, {"purge": 1})
+            self.assertEqual(r.status, 200, r)
+            st = self.sim.wait_task(r.data)
+            self.assertEqual(st["exitstatus"],
+                             "can't lock file '/var/lock/qemu-server/lock-%d.conf' - got timeout" % vmid)
+            self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).status, 200)
+            self.assertEqual(self.sim.wait_task(stop)["exitstatus"], "OK")
+        finally:
+            self.sim.knobs(stop_cleanup_seconds=0.0, config_lock_timeout_seconds=10.0)
+        self.assertEqual(self.sim.wait_task(self.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid).data)["exitstatus"],
+                         "OK")
+        self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).status, 500)
+
+    def test_destroy_fault_fails_the_task_and_keeps_the_vm(self):
+        vmid = self.clone("undeletable")
+        self.sim.knobs(destroy_fail_rate=1.0)
+        try:
+            r = self.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid, {"purge": 1})
+            self.assertEqual(r.status, 200, r)
+            st = self.sim.wait_task(r.data)
+            self.assertIn("Logical volume pve/vm-%d-disk-0 in use" % vmid, st["exitstatus"])
+            self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).status, 200)
+        finally:
+            self.sim.knobs(destroy_fail_rate=0.0)
+        self.assertEqual(self.sim.wait_task(self.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid).data)["exitstatus"],
+                         "OK")
+
     # ---- storage / firewall / pools ------------------------------------------------------
     def test_storage_upload_content_delete(self):
         data = b"ISO" * 1000

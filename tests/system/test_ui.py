@@ -3,7 +3,8 @@
 #
 # The agent runs on the 32intel64-2p8co2t+8ve snapshot (2 packages, 2 NUMA nodes, 16 cores, 32 threads)
 # with three VMs: 101 pinned by its config affinity, 102 bound to a reservation, 103 floating; plus a
-# pending reservation, host-reserved CPUs (node-setting file) and isolated CPUs. Chromium is driven
+# pending reservation, host-reserved CPUs (node-setting file) and isolated CPUs; and two LXC containers: 301
+# running, pinned by lxc.cgroup2.cpuset.cpus to 8-9, and 302 stopped with cores: 2. Chromium is driven
 # through chromedriver's W3C WebDriver HTTP API (urllib + json, see webdriver.py); it trusts exactly the
 # agent's test certificate (--ignore-certificate-errors-spki-list), so the page is loaded over real TLS.
 # The page is checked as a user sees it: the token is typed into its form, then the drawing is read
@@ -42,6 +43,16 @@ def write_vms(conf_dir):
             f.write(text)
 
 
+def write_containers(lxc_dir, cgroup_dir):
+    with open(os.path.join(lxc_dir, "301.conf"), "w") as f:
+        f.write("hostname: cache\ncores: 2\nmemory: 1024\nlxc.cgroup2.cpuset.cpus: 8-9\n")
+    with open(os.path.join(lxc_dir, "302.conf"), "w") as f:
+        f.write("hostname: spare\ncores: 2\nmemory: 512\n")
+    os.makedirs(os.path.join(cgroup_dir, "301"))
+    with open(os.path.join(cgroup_dir, "301", "cgroup.events"), "w") as f:
+        f.write("populated 1\nfrozen 0\n")
+
+
 def prepare(tmp):
     ca, cert, key = agentlib.make_tls(tmp)
     token_file, _ = agentlib.write_token(tmp, TOKEN)
@@ -49,6 +60,9 @@ def prepare(tmp):
     for d in (conf_dir, run_dir, state_dir):
         os.makedirs(d)
     write_vms(conf_dir)
+    lxc_dir, cgroup_dir = os.path.join(tmp, "lxc"), os.path.join(tmp, "cgroup-lxc")
+    os.makedirs(lxc_dir)
+    write_containers(lxc_dir, cgroup_dir)
     settings = os.path.join(tmp, "nodes.json")
     with open(settings, "w") as f:
         json.dump({"default": {"*": {"reservedcpus": [15, 31], "reservedmemory": 1073741824}}}, f)
@@ -62,6 +76,7 @@ def prepare(tmp):
             f.write("schedutil\n")
     args = topo + ["--tls-cert", cert, "--tls-key", key, "--token-file", token_file,
                    "--pve-config-dir", conf_dir, "--pve-run-dir", run_dir, "--state-dir", state_dir,
+                   "--pve-lxc-dir", lxc_dir, "--lxc-cgroup-dir", cgroup_dir,
                    "--node-setting-file", settings, "--region", "default", "--node-policy", "static",
                    "--cpu-governors", "true", "--governor-free", "powersave"]
     return ca, cert, args
@@ -103,6 +118,11 @@ def page_state(browser):
           cpus: cells.map(function (c) { return Number(c.dataset.cpu); }),
           vm: cells.filter(function (c) { return c.dataset.vmid; })
                    .map(function (c) { return [Number(c.dataset.cpu), Number(c.dataset.vmid), c.title]; }),
+          ct: cells.filter(function (c) { return c.dataset.ctid; })
+                   .map(function (c) { return [Number(c.dataset.cpu), Number(c.dataset.ctid), c.title]; }),
+          ctRows: Array.prototype.slice.call(document.querySelectorAll('#containers tbody tr')).map(function (r) {
+            var texts = Array.prototype.map.call(r.cells, function (td) { return td.textContent; });
+            return [Number(r.dataset.ctid)].concat(texts); }),
           pending: cells.filter(function (c) { return c.dataset.reservation; }).map(function (c) { return Number(c.dataset.cpu); }),
           reserved: cells.filter(function (c) { return c.dataset.reserved; }).map(function (c) { return Number(c.dataset.cpu); }),
           isolated: cells.filter(function (c) { return c.dataset.isolated; }).map(function (c) { return Number(c.dataset.cpu); }),
@@ -143,10 +163,28 @@ def check_drawing(state, expected, bound, pending):
           "CPU 0 shows the free governor the agent set (%r)" % (gov.get(0),))
     check(all(gov.get(c, ("",))[0] == "schedutil" for c in (15, 31)),
           "host-reserved CPUs 15, 31 keep their governor (%r)" % ([gov.get(15), gov.get(31)],))
+    check_containers(state, bound)
     rows = {r[0]: r for r in state["vmRows"]}
     check(sorted(rows) == [101, 102, 103], "VM table lists 101, 102, 103")
     check(rows.get(102, [0, ""])[1] == bound["cpus"], "VM table: wanted affinity of 102 = %s" % bound["cpus"])
     check("node" in rows.get(102, [0, "", ""])[2], "VM table: NUMA binding of 102 shown (%r)" % rows.get(102))
+
+
+def check_containers(state, bound):
+    by_ct = {}
+    for cpu, ctid, title in state["ct"]:
+        by_ct.setdefault(ctid, set()).add(cpu)
+        check("container %d" % ctid in title, "cell of CPU %d names container %d on hover" % (cpu, ctid))
+    check(by_ct == {301: {8, 9}},
+          "container 301's cells are its lxc cpuset 8-9, 302 (floating) holds none (%r)" % by_ct)
+    check(not (cpus(bound["cpus"]) & {8, 9}), "VM 102's reservation avoids the container's CPUs (%s)" % bound["cpus"])
+    rows = {r[0]: r[1:] for r in state["ctRows"]}
+    check(sorted(rows) == [301, 302], "container table lists 301 and 302 (%r)" % sorted(rows))
+    r301, r302 = rows.get(301, [""] * 8), rows.get(302, [""] * 8)
+    check(r301[1] == "cache" and r301[2] == "running" and r301[5] == "8-9",
+          "container table: 301 cache, running, cpuset 8-9 (%r)" % r301)
+    check(r302[2].startswith("stopped") and r302[5] == "floating" and r302[3].startswith("2"),
+          "container table: 302 stopped, floating, 2 CPUs (%r)" % r302)
 
 
 def run_browser(agent, cert, bound, pending, expected, shot):

@@ -1,4 +1,4 @@
-/* Tests for shared/fileio: atomic replacement and sealed (checksummed) state files. */
+/* Tests for shared/fileio: atomic replacement, sealed (checksummed) state files and their rotation. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <setjmp.h>
@@ -74,11 +74,64 @@ static void test_read_under_root(void **state) {
         assert_int_equal(fileio_read_under(dir, "/missing", &text), -ENOENT);
 }
 
+static char *read_back(const char *path) {
+        char *data;
+        size_t len;
+        assert_int_equal(fileio_read_sealed(path, 1 << 20, &data, &len), 0);
+        return data;
+}
+
+static off_t size_of(const char *path) {
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        return st.st_size;
+}
+
+/* Rotation: each name holds its generation; a shorter state reuses the spare's size (padded with spaces), one far
+ * shorter shrinks it; the mode is the one asked for. Generation n + 3 is written into generation n's file. */
+static void test_rotation(void **state) {
+        (void)state;
+        char path[128], prev[136], spare[136], big[10000], longer[200];
+        snprintf(path, sizeof path, "%s/r.state", dir);
+        snprintf(prev, sizeof prev, "%s.prev", path);
+        snprintf(spare, sizeof spare, "%s.spare", path);
+        memset(big, 'b', sizeof big);
+        memset(longer, 'l', sizeof longer);
+        const struct { const char *data; size_t len; } gens[] = {
+                { big, sizeof big }, { longer, sizeof longer }, { "gen3", 4 }, { "gen4", 4 }, { "gen5", 4 },
+        };
+        for (size_t i = 0; i < 5; i++)
+                assert_int_equal(fileio_write_sealed_rotate(path, prev, spare, gens[i].data, gens[i].len, 0600), 0);
+        char *cur = read_back(path), *old = read_back(prev);
+        assert_int_equal(strncmp(cur, "gen5", 4), 0);
+        assert_int_equal(strspn(cur + 4, " "), strlen(cur + 4)); /* only the padding follows */
+        assert_string_equal(old, "gen4");
+        free(cur);
+        free(old);
+        off_t trailer = (off_t)strlen("#sha256=\n") + 64;
+        assert_int_equal(size_of(path), sizeof longer + trailer); /* gen5 in gen2's file: padded to its size */
+        assert_int_equal(size_of(prev), 4 + trailer); /* gen4 in gen1's 10 KB file: far shorter, so it shrank */
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0600);
+        /* A spare with another link (an operator's hard-link copy) is replaced, never written through. */
+        char copy[140];
+        snprintf(copy, sizeof copy, "%s.copy", path);
+        assert_int_equal(link(spare, copy), 0);
+        char *before = read_back(copy);
+        assert_int_equal(fileio_write_sealed_rotate(path, prev, spare, "gen6", 4, 0600), 0);
+        char *after = read_back(copy);
+        assert_string_equal(after, before);
+        free(before);
+        free(after);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_atomic_replace),
                 cmocka_unit_test(test_sealed_roundtrip_and_corruption),
                 cmocka_unit_test(test_read_under_root),
+                cmocka_unit_test(test_rotation),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

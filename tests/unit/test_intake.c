@@ -23,11 +23,15 @@ static void test_classify(void **state) {
                 { "{\"metadata\": {\"name\": \"a\"}, \"status\": {\"conditions\": [{\"type\": \"Ready\", \"status\": \"False\"},"
                   " {\"type\": \"PodScheduled\", \"status\": \"False\", \"reason\": \"Unschedulable\"}]}}",
                   INTAKE_CANDIDATE },
-                /* A ReplicaSet owner is fine; a DaemonSet owner is not. */
+                /* A ReplicaSet owner is fine; a DaemonSet controller is not (one that owns without controlling
+                 * does not make the pod a DaemonSet's, as kubectl drain reads it). */
                 { "{\"metadata\": {\"name\": \"a\", \"ownerReferences\": [{\"kind\": \"ReplicaSet\", \"name\": \"r\"}]}, " UNSCHED "}",
                   INTAKE_CANDIDATE },
-                { "{\"metadata\": {\"name\": \"a\", \"ownerReferences\": [{\"kind\": \"DaemonSet\", \"name\": \"d\"}]}, " UNSCHED "}",
+                { "{\"metadata\": {\"name\": \"a\", \"ownerReferences\": [{\"kind\": \"DaemonSet\", \"name\": \"d\", "
+                  "\"controller\": true}]}, " UNSCHED "}",
                   INTAKE_DAEMONSET },
+                { "{\"metadata\": {\"name\": \"a\", \"ownerReferences\": [{\"kind\": \"DaemonSet\", \"name\": \"d\"}]}, " UNSCHED "}",
+                  INTAKE_CANDIDATE },
                 { "{\"metadata\": {\"name\": \"a\", \"annotations\": {\"kubernetes.io/config.mirror\": \"x\"}}, " UNSCHED "}",
                   INTAKE_MIRROR },
                 { "{\"metadata\": {\"name\": \"a\", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"}, " UNSCHED "}",

@@ -110,6 +110,32 @@ static void test_config_tagged(void **state) {
         json_decref(none);
 }
 
+static void test_smbios_uuid(void **state) {
+        (void)state;
+        const char *uid = "0b5c7a2e-1111-2222-3333-444455556666";
+        char *a = launcher_smbios1(NULL, uid), *b = launcher_smbios1("uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5", uid);
+        char *c = launcher_smbios1("manufacturer=UHJveG1veA==,uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5,base64=1", uid);
+        assert_string_equal(a, "uuid=0b5c7a2e-1111-2222-3333-444455556666");
+        assert_string_equal(b, "uuid=0b5c7a2e-1111-2222-3333-444455556666");
+        assert_string_equal(c, "uuid=0b5c7a2e-1111-2222-3333-444455556666,manufacturer=UHJveG1veA==,base64=1");
+        json_t *ours = json_pack("{s:s}", "smbios1", c), *upper = json_pack("{s:s}", "smbios1",
+                                                                            "uuid=0B5C7A2E-1111-2222-3333-444455556666");
+        json_t *other = json_pack("{s:s}", "smbios1", "uuid=0b5c7a2e-1111-2222-3333-4444555566667");
+        json_t *none = json_pack("{s:s}", "name", "x");
+        assert_true(launcher_config_uuid_is(ours, uid));
+        assert_true(launcher_config_uuid_is(upper, uid));
+        assert_false(launcher_config_uuid_is(other, uid)); /* a longer one is another */
+        assert_false(launcher_config_uuid_is(none, uid));
+        assert_false(launcher_config_uuid_is(ours, ""));
+        free(a);
+        free(b);
+        free(c);
+        json_decref(ours);
+        json_decref(upper);
+        json_decref(other);
+        json_decref(none);
+}
+
 static void test_description_and_owner(void **state) {
         (void)state;
         char uid[LAUNCHER_UID_MAX], buf[254];
@@ -327,6 +353,7 @@ int main(void) {
                 cmocka_unit_test(test_net_queues),
                 cmocka_unit_test(test_tags),
                 cmocka_unit_test(test_config_tagged),
+                cmocka_unit_test(test_smbios_uuid),
                 cmocka_unit_test(test_description_and_owner),
                 cmocka_unit_test(test_boot_disk_and_size),
                 cmocka_unit_test(test_room_from_pve),

@@ -176,6 +176,48 @@ static void test_clone_end_and_owner(void **state) {
         assert_int_equal(launchstep_vm_owner("uid-2", theirs), -1);
         assert_int_equal(launchstep_vm_owner("uid-1", locked), 0); /* a clone in progress: cannot tell yet */
         assert_int_equal(launchstep_vm_owner("uid-1", plain), -1);
+        /* configured (tagged pvescale): the SMBIOS UUID must be the claim's UID too */
+        const char *uid = "0b5c7a2e-1111-2222-3333-444455556666";
+        char *d2 = launcher_description("c1", uid, NOW, NULL, NULL);
+        json_t *configured = json_pack("{s:s, s:s, s:s}", "description", d2, "tags", "c1;default;pvescale", "smbios1",
+                                       "uuid=0B5C7A2E-1111-2222-3333-444455556666,manufacturer=x");
+        json_t *reused = json_pack("{s:s, s:s, s:s}", "description", d2, "tags", "c1;default;pvescale", "smbios1",
+                                   "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5");
+        json_t *cloned =
+                json_pack("{s:s, s:s}", "description", d2, "smbios1", "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5");
+        assert_int_equal(launchstep_vm_owner(uid, configured), 1);
+        assert_int_equal(launchstep_vm_owner(uid, reused), -1);  /* a VMID reused by hand with a copy of it all */
+        assert_int_equal(launchstep_vm_owner(uid, cloned), 1);   /* cloned, not configured yet: the clone's UUID */
+        /* described by a coordinator before the UUID rule (no smbios-uuid line): its description alone, as then, so an
+         * upgrade neither leaks nor orphans the VMs of claims made before it */
+        assert_true(launcher_description_names_uuid(d2));
+        char *old_desc = strdup(d2);
+        const char *marker = LAUNCHER_UUID_LINE ": uid\n";
+        char *line = strstr(old_desc, marker);
+        assert_non_null(line);
+        memmove(line, line + strlen(marker), strlen(line + strlen(marker)) + 1);
+        assert_false(launcher_description_names_uuid(old_desc));
+        json_t *before_rule = json_pack("{s:s, s:s, s:s}", "description", old_desc, "tags", "c1;default;pvescale",
+                                        "smbios1", "uuid=7a6c5a99-cea1-448d-8b02-12ef90550cf5");
+        assert_int_equal(launchstep_vm_owner(uid, before_rule), 1);
+        assert_int_equal(launchstep_vm_owner("uid-2", before_rule), -1);
+        json_decref(before_rule);
+        free(old_desc);
+        json_t *node = json_pack("{s:{s:{s:s}}}", "status", "nodeInfo", "systemUUID",
+                                 "0B5C7A2E-1111-2222-3333-444455556666");
+        json_t *other_node = json_pack("{s:{s:{s:s}}}", "status", "nodeInfo", "systemUUID",
+                                       "7a6c5a99-cea1-448d-8b02-12ef90550cf5");
+        json_t *silent_node = json_pack("{s:{}}", "status");
+        assert_true(launchstep_node_is_claims(node, uid));
+        assert_false(launchstep_node_is_claims(other_node, uid)); /* another VM under the same providerID */
+        assert_true(launchstep_node_is_claims(silent_node, uid));  /* no systemUUID: by its providerID */
+        json_decref(node);
+        json_decref(other_node);
+        json_decref(silent_node);
+        free(d2);
+        json_decref(configured);
+        json_decref(reused);
+        json_decref(cloned);
         free(desc);
         json_decref(ours);
         json_decref(theirs);

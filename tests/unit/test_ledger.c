@@ -1,5 +1,6 @@
 /* Tests for agent/ledger's state file: the previous generation, the fallback to it, unreadable state, leftover
- * temporary files, and a save that cannot build an entry (placement_to_json is wrapped: -Wl,--wrap). */
+ * temporary files, a save that cannot build an entry (placement_to_json is wrapped: -Wl,--wrap), a save killed
+ * with SIGKILL after each of its file-system calls (those are wrapped too), and a save the file-size limit stops. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,8 +8,13 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -21,6 +27,46 @@ json_t *__real_placement_to_json(const struct placement *p);
 json_t *__wrap_placement_to_json(const struct placement *p);
 json_t *__wrap_placement_to_json(const struct placement *p) {
         return fail_placement_json ? NULL : __real_placement_to_json(p);
+}
+
+/* A child process saving the ledger kills itself (SIGKILL: no clean-up runs) after kill_after file-system calls
+ * that change or sync the state directory. no_exchange makes renameat2 answer EINVAL, as on a file system
+ * without RENAME_EXCHANGE. */
+static unsigned kill_after, fs_calls; /* pwrite64 and ftruncate64: the names _FILE_OFFSET_BITS=64 calls */
+static bool no_exchange;
+
+static void fs_call_done(void) {
+        if (kill_after && ++fs_calls == kill_after)
+                raise(SIGKILL);
+}
+
+#define WRAP_FS_CALL(ret, name, params, args)         \
+        ret __real_##name params;                       \
+        ret __wrap_##name params;                       \
+        ret __wrap_##name params {                      \
+                ret r = __real_##name args;             \
+                fs_call_done();                         \
+                return r;                               \
+        }
+WRAP_FS_CALL(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))
+WRAP_FS_CALL(ssize_t, pwrite64, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off))
+WRAP_FS_CALL(int, fsync, (int fd), (fd))
+WRAP_FS_CALL(int, fdatasync, (int fd), (fd))
+WRAP_FS_CALL(int, ftruncate64, (int fd, off_t len), (fd, len))
+WRAP_FS_CALL(int, link, (const char *from, const char *to), (from, to))
+WRAP_FS_CALL(int, rename, (const char *from, const char *to), (from, to))
+WRAP_FS_CALL(int, unlink, (const char *path), (path))
+
+int __real_renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned flags);
+int __wrap_renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned flags);
+int __wrap_renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned flags) {
+        if (no_exchange && (flags & RENAME_EXCHANGE)) {
+                errno = EINVAL;
+                return -1;
+        }
+        int r = __real_renameat2(fromfd, from, tofd, to, flags);
+        fs_call_done();
+        return r;
 }
 
 struct fixture {
@@ -163,6 +209,152 @@ static void test_leftover_temporaries_are_removed(void **state) {
         assert_true(exists(other));
 }
 
+/* Empty dir, then save ledgers of 1, 1, 1 and 2 reservations: the current generation has 2, .prev has 1, and
+ * the spare of the rotation exists (as it does from the third save on). */
+static void two_generations(struct fixture *f) {
+        test_rmtree(f->dir);
+        assert_int_equal(mkdir(f->dir, 0700), 0);
+        for (unsigned i = 0; i < 4; i++) {
+                struct ledger *l = ledger_of(i < 3 ? 1 : 2);
+                assert_int_equal(ledger_save(l, f->dir), 0);
+                ledger_free(l);
+        }
+}
+
+static ino_t inode_of(const char *path) {
+        struct stat st;
+        return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* Copy the regular files of dir into a new directory copy (new inodes, the same bytes). */
+static void copy_dir(const char *dir, char *copy, size_t len) {
+        snprintf(copy, len, "/tmp/pvescale-ledger-copy-XXXXXX");
+        assert_non_null(mkdtemp(copy));
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        for (struct dirent *e; (e = readdir(d));) {
+                char from[PATH_MAX], to[PATH_MAX], buf[65536];
+                snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+                snprintf(to, sizeof to, "%s/%s", copy, e->d_name);
+                FILE *in = e->d_name[0] != '.' ? fopen(from, "r") : NULL;
+                if (!in)
+                        continue;
+                FILE *out = fopen(to, "w");
+                assert_non_null(out);
+                size_t n = fread(buf, 1, sizeof buf, in);
+                assert_int_equal(fwrite(buf, 1, n, out), n);
+                fclose(in);
+                fclose(out);
+        }
+        closedir(d);
+}
+
+/* What a crash can leave: two distinct generations (or one, and no shared inode); the acknowledged generation
+ * (2 reservations) or the one being saved (3) loads; with the current file damaged, an older one loads. */
+static void check_crash_state(struct fixture *f, unsigned step) {
+        char prev[160], spare[160], copy[64];
+        snprintf(prev, sizeof prev, "%s%s", f->path, LEDGER_PREV_SUFFIX);
+        snprintf(spare, sizeof spare, "%s%s", f->path, LEDGER_SPARE_SUFFIX);
+        ino_t cur_ino = inode_of(f->path), prev_ino = inode_of(prev), spare_ino = inode_of(spare);
+        if (cur_ino && cur_ino == prev_ino)
+                fail_msg("killed after call %u: %s and its .prev are one file (inode %lu)", step, f->path,
+                         (unsigned long)cur_ino);
+        if (spare_ino && (spare_ino == cur_ino || spare_ino == prev_ino))
+                fail_msg("killed after call %u: the spare is also a generation (inode %lu)", step,
+                         (unsigned long)spare_ino);
+        copy_dir(f->dir, copy, sizeof copy);
+        struct ledger *l = NULL;
+        char problem[512] = "";
+        int r = ledger_load(copy, NULL, 2000, &l, problem, sizeof problem);
+        if (r < 0 || l->n < 2)
+                fail_msg("killed after call %u: load %d with %zu reservations (%s)", step, r, l ? l->n : 0, problem);
+        ledger_free(l);
+        test_rmtree(copy);
+        if (cur_ino)
+                damage(f->path);
+        l = NULL;
+        r = ledger_load(f->dir, NULL, 2000, &l, problem, sizeof problem);
+        if (r != 1 || l->n < 1)
+                fail_msg("killed after call %u, current damaged: load %d (%s)", step, r, problem);
+        ledger_free(l);
+}
+
+/* Save a third generation in a child killed after 1, 2, ... file-system calls, until one save completes. */
+static void kill_at_every_step(struct fixture *f) {
+        struct ledger *three = ledger_of(3);
+        bool completed = false;
+        unsigned step;
+        for (step = 1; !completed && step < 64; step++) {
+                two_generations(f);
+                pid_t pid = fork();
+                assert_true(pid >= 0);
+                if (pid == 0) {
+                        kill_after = step;
+                        _exit(ledger_save(three, f->dir) == 0 ? 0 : 1);
+                }
+                int status;
+                assert_int_equal(waitpid(pid, &status, 0), pid);
+                completed = WIFEXITED(status);
+                if (completed)
+                        assert_int_equal(WEXITSTATUS(status), 0);
+                else
+                        assert_int_equal(WTERMSIG(status), SIGKILL);
+                check_crash_state(f, step);
+        }
+        assert_true(completed);
+        assert_in_range(step, 5, 63); /* it was killed after writing, syncing and renaming */
+        ledger_free(three);
+}
+
+static void test_kill_9_at_every_step_of_a_save(void **state) {
+        kill_at_every_step(*state);
+}
+
+static void test_kill_9_at_every_step_without_rename_exchange(void **state) {
+        no_exchange = true;
+        kill_at_every_step(*state);
+        no_exchange = false;
+}
+
+/* Only the state files, none of a save's temporaries. */
+static void assert_no_temporaries(const char *dir) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        for (struct dirent *e; (e = readdir(d));) {
+                bool known = e->d_name[0] == '.' || strcmp(e->d_name, LEDGER_STATE_FILE) == 0 ||
+                             strcmp(e->d_name, LEDGER_STATE_FILE LEDGER_PREV_SUFFIX) == 0;
+                if (!known)
+                        fail_msg("%s/%s was left behind", dir, e->d_name);
+        }
+        closedir(d);
+}
+
+/* A write the disk refuses (the file-size limit: EFBIG, as a full disk gives ENOSPC) fails the save, leaves no
+ * temporary file, and keeps the two generations apart. */
+static void test_failed_write_leaves_two_generations_and_no_temporaries(void **state) {
+        struct fixture *f = *state;
+        char prev[160];
+        snprintf(prev, sizeof prev, "%s%s", f->path, LEDGER_PREV_SUFFIX);
+        two_generations(f);
+        struct ledger *many = ledger_of(40);
+        struct rlimit saved, small;
+        assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+        small = saved;
+        small.rlim_cur = 1024;
+        void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+        int r = ledger_save(many, f->dir);
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+        signal(SIGXFSZ, old);
+        assert_int_equal(r, -EFBIG);
+        assert_no_temporaries(f->dir);
+        assert_int_not_equal(inode_of(f->path), inode_of(prev));
+        assert_int_equal(loaded(f, 0), 2);
+        damage(f->path);
+        assert_int_equal(loaded(f, 1), 1);
+        ledger_free(many);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_save_fails_when_an_entry_cannot_be_built, setup, teardown),
@@ -171,6 +363,10 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_unreadable_state_loads_nothing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_file_is_an_empty_ledger, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_leftover_temporaries_are_removed, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kill_9_at_every_step_of_a_save, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kill_9_at_every_step_without_rename_exchange, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_failed_write_leaves_two_generations_and_no_temporaries, setup,
+                                                teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,6 +190,12 @@ static int setup_agent(void **state) {
         assert_int_equal(agent_config_set(&a->cfg, "topology_xml", xml, err, sizeof err), 0);
         assert_int_equal(agent_config_set(&a->cfg, "pve_config_dir", f->dir, err, sizeof err), 0);
         assert_int_equal(agent_config_set(&a->cfg, "pve_run_dir", f->dir, err, sizeof err), 0);
+        const char *src = getenv("PVESCALE_SOURCE_DIR");
+        char lxc[512], cgroup[512];
+        snprintf(lxc, sizeof lxc, "%s/tests/unit/data/lxc-host/etc/pve/lxc", src ? src : ".");
+        snprintf(cgroup, sizeof cgroup, "%s/tests/unit/data/lxc-host/sys/fs/cgroup/lxc", src ? src : ".");
+        assert_int_equal(agent_config_set(&a->cfg, "pve_lxc_dir", lxc, err, sizeof err), 0);
+        assert_int_equal(agent_config_set(&a->cfg, "lxc_cgroup_dir", cgroup, err, sizeof err), 0);
         assert_int_equal(agent_config_set(&a->cfg, "node_name", "pve\"1\\x\n", err, sizeof err), 0);
         assert_int_equal(agent_config_set(&a->cfg, "region", "eu", err, sizeof err), 0);
         assert_int_equal(agent_config_set(&a->cfg, "node_policy", "static", err, sizeof err), 0);
@@ -246,6 +252,10 @@ static void test_render_agent_state(void **state) {
         assert_true(sample(text, "pvescale_agent_vms{state=\"stopped\"}") == 3);
         assert_true(sample(text, "pvescale_agent_vms{state=\"running\"}") == 0);
         assert_true(sample(text, "pvescale_agent_vm_config_problems") == 1);
+        /* tests/unit/data/lxc-host: 201 and 202 run; 203-206 do not; 205 has bad lines, 206 cannot be read */
+        assert_true(sample(text, "pvescale_agent_containers{state=\"running\"}") == 2);
+        assert_true(sample(text, "pvescale_agent_containers{state=\"stopped\"}") == 4);
+        assert_true(sample(text, "pvescale_agent_container_config_problems") == 2);
         assert_true(sample(text, "pvescale_agent_pinned_vms") == 0); /* VM 102 is bound but not running */
         assert_true(sample(text, "pvescale_agent_vms_to_pin") == 0);
         assert_true(sample(text, "pvescale_agent_pins_total") == 0);

@@ -65,6 +65,9 @@ static void test_options_table(void **state) {
                 /* Flags win over the environment. */
                 { { "--launch=true", NULL }, { "LAUNCH=false", NULL }, 0, true, true, 64, { NULL }, NULL },
                 { { "--launchx", NULL }, { NULL }, 0, true, true, 64, { "--launchx" }, NULL },
+                /* boolword's words, in any case, as the agent and Proxmox configs read them */
+                { { "--launch=OFF", "--leader-elect", "off", NULL }, { NULL }, 0, false, false, 64, { NULL }, NULL },
+                { { NULL }, { "LAUNCH=No", "LEADER_ELECT=On", NULL }, 0, false, true, 64, { NULL }, NULL },
                 { { "--launch=maybe", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--launch: expected true or false" },
                 { { "--workers", "0", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers: expected a number from 1" },
                 { { "--workers=257", NULL }, { NULL }, -22, 0, 0, 0, { NULL }, "--workers" },

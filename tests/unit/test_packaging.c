@@ -88,6 +88,7 @@ static void test_conffile_values_are_the_defaults(void **state) {
                 { def.node_name, file.node_name },           { def.region, file.region },
                 { def.corosync_conf, file.corosync_conf },   { def.pve_config_dir, file.pve_config_dir },
                 { def.pve_run_dir, file.pve_run_dir },       { def.node_setting_file, file.node_setting_file },
+                { def.pve_lxc_dir, file.pve_lxc_dir },       { def.lxc_cgroup_dir, file.lxc_cgroup_dir },
                 { def.state_dir, file.state_dir },           { def.fsroot, file.fsroot },
                 { def.topology_xml, file.topology_xml },     { def.log_level, file.log_level },
                 { def.governor_busy, file.governor_busy },   { def.governor_free, file.governor_free },

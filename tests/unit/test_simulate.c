@@ -553,6 +553,75 @@ static void test_zone_affinity_to_running_pods(void **state) {
         assert_reason("lonely", "pod affinity on topology.kubernetes.io/zone needs a zone already running matching pods");
 }
 
+/* Zone affinity confines a pod to the zones running its set: the first node in input order among those zones'
+ * nodes with room takes it, whichever zone it is in. */
+static void test_zone_affinity_takes_first_node_of_its_zones(void **state) {
+        (void)state;
+        three_hosts();
+        add_pool("default", "");
+        add_node("dbA", "pve3", "1", "2Gi", "", "");
+        add_node("dbB", "pve1", "1", "2Gi", "", "");
+        add_node("other", "pve2", "8", "16Gi", "", "");
+        add_node("full", "pve3", "1", "16Gi", "", "");
+        add_node("roomy3", "pve3", "8", "16Gi", "", "");
+        add_node("roomy1", "pve1", "8", "16Gi", "", "");
+        add_pod_json("{'metadata': {'name': 'db0', 'labels': {'app': 'db'}}, 'spec': {'nodeName': 'dbA', "
+                     "'containers': [{'resources': {'requests': {'cpu': '1'}}}]}}");
+        add_pod_json("{'metadata': {'name': 'db1', 'labels': {'app': 'db'}}, 'spec': {'nodeName': 'dbB', "
+                     "'containers': [{'resources': {'requests': {'cpu': '1'}}}]}}");
+        add_pods("web", 3, "3", "'app': 'web'", AFF(ZONE, "db"));
+        run();
+        assert_string_equal(node_of("web0"), "roomy3"); /* before roomy1, though zone pve1 comes first */
+        assert_string_equal(node_of("web1"), "roomy3");
+        assert_string_equal(node_of("web2"), "roomy1"); /* roomy3 has 2 CPUs left */
+}
+
+/* New claims go to the host with the fewest planned claims, then the most free CPUs, then the first; with
+ * many hosts, checked claim by claim against that rule replayed here. */
+static void test_many_hosts_claims_follow_host_preference(void **state) {
+        enum { HOSTS = 150, PODS = 400 };
+        int64_t free_cpus[HOSTS];
+        uint32_t planned[HOSTS] = { 0 };
+        (void)state;
+        for (int h = 0; h < HOSTS; h++) {
+                char name[16];
+                snprintf(name, sizeof name, "pve%03d", h);
+                free_cpus[h] = 64 + (h * 37) % 50; /* ties among hosts too */
+                add_host(simulate_strdup(in, name), (uint32_t)free_cpus[h], 1024);
+        }
+        add_pool("default", "");
+        add_pods("web", PODS, "1", "'app': 'web'", ANTI(HOST, "web"));
+        run();
+        assert_int_equal(res->n_claims, PODS);
+        for (size_t k = 0; k < res->n_claims; k++) {
+                size_t want = 0;
+                for (size_t h = 1; h < HOSTS; h++)
+                        if (planned[h] < planned[want] ||
+                            (planned[h] == planned[want] && free_cpus[h] > free_cpus[want]))
+                                want = h;
+                assert_int_equal(res->claims[k].host, want);
+                planned[want]++;
+                free_cpus[want] -= res->claims[k].shape->vcpus;
+        }
+}
+
+/* A claim that grows takes its host's CPUs, which moves the host down among those with as many planned claims. */
+static void test_grown_claim_moves_its_host_back(void **state) {
+        (void)state;
+        add_host("pve1", 100, 1024);
+        add_host("pve2", 90, 1024);
+        add_host("pve3", 80, 1024);
+        add_pool("default", "");
+        add_pods("web", 3, "2", "'app': 'web'", ANTI(HOST, "web"));
+        add_pods("filler", 6, "1500m", "'app': 'filler'", "");
+        add_pod("last", "1", "1Gi", "'app': 'web'", ANTI(HOST, "web"));
+        run();
+        assert_string_equal(claim_label(claim_of("web0"), ZONE), "pve1");
+        assert_ptr_equal(claim_of("filler5"), claim_of("web0"));
+        assert_true(claim_of("web0")->shape->vcpus > 12); /* pve1 now has fewer free CPUs than pve2 */
+        assert_string_equal(claim_label(claim_of("last"), ZONE), "pve2");
+}
+
 /* ---- topology spread ---- */
 
 static void test_zone_spread(void **state) {
@@ -1012,6 +1081,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_per_pod_labels_still_select, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hostname_self_affinity, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_zone_affinity_to_running_pods, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_zone_affinity_takes_first_node_of_its_zones, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_many_hosts_claims_follow_host_preference, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_grown_claim_moves_its_host_back, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_zone_spread, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hostname_spread, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_spread_schedule_anyway_is_a_preference, setup, teardown),

@@ -30,6 +30,7 @@ static void test_page_reads_the_api_with_a_bearer_token(void **state) {
         (void)state;
         const char *page = ui_page();
         static const char *const needed[] = { "'/v1/topology'", "'/v1/capacity'", "'/v1/vms'", "'/v1/reservations'",
+                                              "'/v1/containers'", "dataset.ctid",
                                               "'Authorization': 'Bearer ' + token", "sessionStorage",
                                               "dataset.cpu", "dataset.vmid", "setInterval(refresh" };
         for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)

@@ -148,20 +148,33 @@ class Host:
         self.topo = topo
         self.conf_dir = os.path.join(root, "etc", "pve", "qemu-server")
         self.run_dir = os.path.join(root, "var", "run", "qemu-server")
+        # LXC containers: the simulator serves none; a test may write <vmid>.conf here (and a running one's
+        # <vmid>/cgroup.events under lxc_cgroup_dir) for the agent to count
+        self.lxc_dir = os.path.join(root, "etc", "pve", "lxc")
+        self.lxc_cgroup_dir = os.path.join(root, "sys", "fs", "cgroup", "lxc")
         self.iso_dir = os.path.join(root, "var", "lib", "vz", "template", "iso")
         self.images_dir = os.path.join(root, "var", "lib", "vz", "images")
         self.down = False
         self.started = time.time()
+        self.config_locks = {}  # vmid -> lock: qemu-server's flock of /var/lock/qemu-server/lock-<vmid>.conf
+        self._config_locks_mu = threading.Lock()
         for d in (os.path.join(root, "etc", "pve", "nodes", name, "qemu-server"), self.run_dir,
+                  os.path.join(root, "etc", "pve", "nodes", name, "lxc"), self.lxc_cgroup_dir,
                   self.iso_dir, self.images_dir, os.path.join(root, "var", "log", "pve", "tasks")):
             os.makedirs(d, exist_ok=True)
-        link = self.conf_dir
-        if not os.path.islink(link) and not os.path.exists(link):
-            os.symlink(os.path.join("nodes", name, "qemu-server"), link)
+        for link, kind in ((self.conf_dir, "qemu-server"), (self.lxc_dir, "lxc")):
+            if not os.path.islink(link) and not os.path.exists(link):
+                os.symlink(os.path.join("nodes", name, kind), link)
+
+    def config_lock(self, vmid):
+        """The VMID's config lock on this host; it outlives the VM (the lock file stays after a destroy)."""
+        with self._config_locks_mu:
+            return self.config_locks.setdefault(int(vmid), threading.Lock())
 
     def endpoint_entry(self):
         e = {"region": self.region, "root": self.root, "pve_config_dir": self.conf_dir,
              "pve_run_dir": self.run_dir, "iso_dir": self.iso_dir, "topology": self.topo.name,
+             "pve_lxc_dir": self.lxc_dir, "lxc_cgroup_dir": self.lxc_cgroup_dir,
              "corosync_conf": os.path.join(self.root, "etc", "pve", "corosync.conf"),
              "ip": "127.0.0.1"}
         if self.topo.fsroot:

@@ -1,5 +1,6 @@
 # Simulated Proxmox VE 8.4 REST API (/api2/json) for one region (= one PVE cluster).
 # SPDX-License-Identifier: Apache-2.0
+import contextlib
 import email.parser
 import email.policy
 import json
@@ -748,21 +749,43 @@ class PveApp:
         purge = str(p.get("purge", "0")) == "1"
 
         def work(t):
-            time.sleep(float(self.w.knob("destroy_seconds")))
-            with self.w.lock:
-                if vm.status == "running":
-                    raise TaskError("VM %d is running - destroy failed" % vm.vmid)
-                vm.remove_file()
-                vm.deleted = True
-                vm.history["deleted"] = time.time()
-                if self.r.vms.get(vm.vmid) is vm:
-                    del self.r.vms[vm.vmid]
-                for pool in self.r.pools.values():
-                    if purge:
-                        pool["vms"].discard(vm.vmid)
-                t.log.append("destroyed VM %d" % vm.vmid)
-                self.w.vm_event("deleted", vm)
+            with self._config_locked(vm):  # as destroy_vm's worker: the checks again under the lock, then destroy
+                time.sleep(float(self.w.knob("destroy_seconds")))
+                self._destroy(vm, t, purge)
         return self.r.start_task(vm.host.name, "qmdestroy", vm.vmid, u, work)
+
+    def _destroy(self, vm, t, purge):
+        if self.w.take_fault("destroy_fail_next") or random.random() < float(self.w.knob("destroy_fail_rate")):
+            raise TaskError("lvremove 'pve/vm-%d-disk-0' error: Logical volume pve/vm-%d-disk-0 in use. "
+                            "(fault injection)" % (vm.vmid, vm.vmid))
+        with self.w.lock:
+            if vm.deleted:  # another destroy went first while this one waited for the lock
+                raise TaskError("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist"
+                                % (vm.host.name, vm.vmid))
+            if vm.status == "running":
+                raise TaskError("VM %d is running - destroy failed" % vm.vmid)
+            vm.remove_file()
+            vm.deleted = True
+            vm.history["deleted"] = time.time()
+            if self.r.vms.get(vm.vmid) is vm:
+                del self.r.vms[vm.vmid]
+            for pool in self.r.pools.values():
+                if purge:
+                    pool["vms"].discard(vm.vmid)
+            t.log.append("destroyed VM %d" % vm.vmid)
+            self.w.vm_event("deleted", vm)
+
+    @contextlib.contextmanager
+    def _config_locked(self, vm):
+        """qemu-server's lock_config (AbstractConfig lock_config_full): a flock of the VMID's lock file, waited for
+        config_lock_timeout_seconds (10 in qemu-server), then the task fails with PVE's message."""
+        lk = vm.host.config_lock(vm.vmid)
+        if not lk.acquire(timeout=float(self.w.knob("config_lock_timeout_seconds"))):
+            raise TaskError("can't lock file '/var/lock/qemu-server/lock-%d.conf' - got timeout" % vm.vmid)
+        try:
+            yield
+        finally:
+            lk.release()
 
     # ---- power -------------------------------------------------------------
     def h_GET_nodes_node_qemu_vmid_status(self, p, u):
@@ -799,6 +822,10 @@ class PveApp:
         return self.r.start_task(node, "qmstart", vmid, u, work)
 
     def _do_start(self, vm, t):
+        with self._config_locked(vm):  # vm_start runs under the VMID's config lock too
+            self._do_start_locked(vm, t)
+
+    def _do_start_locked(self, vm, t):
         with self.w.lock:
             if vm.is_template():
                 raise TaskError("you can't start a vm if it's a template")
@@ -898,6 +925,10 @@ class PveApp:
         return self.r.start_task(vm.host.name, ttype, vm.vmid, u, lambda t: self._do_stop(vm, t, delay))
 
     def _do_stop(self, vm, t, delay):
+        with self._config_locked(vm):  # vm_stop holds the lock while QEMU goes down and while it cleans up after
+            self._do_stop_locked(vm, t, delay)
+
+    def _do_stop_locked(self, vm, t, delay):
         if delay:
             time.sleep(delay)
         with self.w.lock:
@@ -907,6 +938,7 @@ class PveApp:
             pid = vm.pid
             vm.stopping = True
             vm.last_pinning = hostsmod.thread_pinning(pid) if pid else None
+        time.sleep(float(self.w.knob("stop_seconds")))  # QEMU takes this long to exit: the VM still runs
         self.w.procs.stop(vm, pid)
         with self.w.lock:
             vm.stopping = False
@@ -915,6 +947,7 @@ class PveApp:
             vm.history["stopped"].append(time.time())
             self._apply_pending(vm)
             self.w.vm_event("stopped", vm)
+        time.sleep(float(self.w.knob("stop_cleanup_seconds")))  # vm_stop_cleanup: stopped, the lock still held
 
     # ---- tasks -------------------------------------------------------------
     def _task(self, p):

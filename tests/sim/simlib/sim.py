@@ -36,10 +36,11 @@ DEFAULT_HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 KNOBS = {
     # PVE timings
     "auth_delay_seconds": 3.0, "clone_seconds": 1.0, "clone_finish_seconds": 0.0, "create_seconds": 0.2,
-    "destroy_seconds": 0.2,
+    "destroy_seconds": 0.2, "stop_seconds": 0.0, "stop_cleanup_seconds": 0.0, "config_lock_timeout_seconds": 10.0,
     "start_seconds": 0.1, "shutdown_seconds": 0.2, "stats_delay_seconds": 1.0, "nextid_reserve_seconds": 30.0,
     # PVE faults
     "clone_fail_rate": 0.0, "clone_fail_next": 0, "clone_error_next": 0, "start_fail_next": 0, "upload_fail_next": 0,
+    "destroy_fail_next": 0, "destroy_fail_rate": 0.0,
     "pve_error_rate": 0.0, "pve_timeout_rate": 0.0, "pve_error_next": 0, "pve_timeout_next": 0,
     "hosts_down": [],
     # Kubernetes API
