@@ -116,6 +116,8 @@ struct pclass {
         int8_t *pool_tol;        /* per pool: 0 unknown, 1 tolerates, -1 does not */
         uint8_t *zone_eligible;  /* per zone: a domain for zone spread; NULL until needed */
         uint64_t **term_masks;   /* [nodeclass][term] shape masks; NULL until needed */
+        size_t home_pool;        /* the first pool (pool_order) a new node of which takes the class; SIZE_MAX none */
+        bool home_known;
         struct resources fail_req; /* a claim for requests >= these failed with fail_reason */
         const char *fail_reason;
         bool failed_once;
@@ -228,6 +230,7 @@ struct ctx {
         size_t n_claims, cap_claims;
         int32_t *host_of_zone; /* zone index -> host index or -1 */
         int32_t only_zone;     /* >= 0 while placing the first pod of a zone-affine set: its anchor zone */
+        bool home_only;        /* claims planned this round, and new ones, only of the placed pod's home pool */
         char msg[512];
         int error; /* first allocation failure */
 };
