@@ -164,6 +164,39 @@ static struct launchstep_result register_node(struct launcher__ctx *c, const jso
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
 }
 
+/* ---- held for earlier claims ---- */
+
+/* Is the named claim in flight (there, not being deleted, not Initialized)? An error reading it counts as no. */
+static bool claim_in_flight(struct launcher__ctx *c, const char *name) {
+        json_t *claim = NULL;
+        if (kube_get(c->kube, &kube_nodeclaims, NULL, name, &claim) < 0)
+                return false;
+        const json_t *meta = json_object_get(claim, "metadata");
+        bool in_flight = !json_object_get(meta, "deletionTimestamp") &&
+                         !kube_condition_true(json_object_get(claim, "status"), "Initialized");
+        json_decref(claim);
+        return in_flight;
+}
+
+/* The first claim named in NODECLAIM_ANNOTATION_AFTER that is still in flight, copied to buf, while the launch began
+ * less than NODECLAIM_HOLD_MAX_MS ago; false when none. */
+static bool held_for(struct launcher__ctx *c, char *buf, size_t len) {
+        const json_t *a = json_object_get(json_object_get(c->claim, "metadata"), "annotations");
+        const char *after = json_string_value(json_object_get(a, NODECLAIM_ANNOTATION_AFTER));
+        char names[1024];
+        if (!after || !*after || c->now - c->st->started_ms > NODECLAIM_HOLD_MAX_MS)
+                return false;
+        snprintf(names, sizeof names, "%s", after);
+        char *save = NULL;
+        for (char *n = strtok_r(names, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
+                if (claim_in_flight(c, n)) {
+                        snprintf(buf, len, "%s", n);
+                        return true;
+                }
+        }
+        return false;
+}
+
 struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
@@ -178,6 +211,12 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
                 res = launcher__need_pool(c);
         if (launchstep_ok(&res))
                 res = launcher__need_shape(c);
+        char first[LAUNCHER_NAME_MAX];
+        if (launchstep_ok(&res) && held_for(c, first, sizeof first)) {
+                log_debug("launcher: NodeClaim %s: Node %s held until NodeClaim %s is initialized", c->name, n, first);
+                json_decref(owned);
+                return launchstep_wait(LAUNCHSTEP_POLL_MS);
+        }
         if (launchstep_ok(&res))
                 res = register_node(c, node);
         json_decref(owned);
