@@ -183,9 +183,17 @@ def plan_vs_binding(c, names):
         bound = (pod.get("spec") or {}).get("nodeName")
         if len(seq) > 1:
             out["second_round"].append(n)
+            out.setdefault("why", {})[n] = scheduler_said(c, pod["metadata"]["name"])
         if seq and bound and node_of.get(seq[-1]) != bound:
             out["misbound"].append("%s (nominated to %s, runs on %s)" % (n, seq[-1], bound))
     return out
+
+
+def scheduler_said(c, pod):
+    """kube-scheduler's last FailedScheduling message on the pod (why it went pending again), or ""."""
+    evs = [e for e in c.pod_events(pod) if e.get("reason") == "FailedScheduling"]
+    evs.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return evs[-1].get("message", "") if evs else ""
 
 
 def report_plan(c, names):
@@ -195,6 +203,8 @@ def report_plan(c, names):
           % (r["claims"], r["first_round_claims"], len(r["second_round"]),
              (" (" + ", ".join(r["second_round"]) + ")") if r["second_round"] else "", len(r["misbound"]),
              (":\n  " + "\n  ".join(r["misbound"])) if r["misbound"] else ""))
+    for n, why in sorted(r.get("why", {}).items()):
+        print("  %s: the scheduler said: %s" % (n, why or "nothing"))
     print("RESULT second_round_pods=%d misbound_pods=%d claims=%d first_round_claims=%d"
           % (len(r["second_round"]), len(r["misbound"]), r["claims"], r["first_round_claims"]), flush=True)
     return r

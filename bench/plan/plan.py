@@ -78,6 +78,8 @@ def main():
         for n in r["second_round"]:
             kinds[n.split("-")[0]] = kinds.get(n.split("-")[0], 0) + 1
         print("second-round pods by kind: %s" % (", ".join("%s %d" % kv for kv in sorted(kinds.items())) or "none"))
+        for n, why in sorted(r.get("why", {}).items()):
+            print("  %s: the scheduler said: %s" % (n, why or "nothing"))
         print("RESULT name=plan pods=%d second_round_pods=%d misbound_pods=%d claims=%d first_round_claims=%d "
               "running_s=%.1f" % (PODS, len(r["second_round"]), len(r["misbound"]), r["claims"],
                                   r["first_round_claims"], elapsed))
