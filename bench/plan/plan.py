@@ -68,8 +68,8 @@ def main():
         ok = demo.progress(c, agents, names, start, lambda s: s["running"] == len(names), TIMEOUT_S)
         elapsed = time.time() - start
         r = demo.plan_vs_binding(c, names)
-        print("\n%d pods (seed %d) on %s: %s after %.1f s" % (PODS, SEED, HOSTS, "all Running" if ok else "NOT all Running",
-                                                            elapsed))
+        print("\n%d pods (seed %d) on %s: %s after %.1f s"
+              % (PODS, SEED, HOSTS, "all Running" if ok else "NOT all Running", elapsed))
         print("%-44s %6d" % ("claims", r["claims"]))
         print("%-44s %6d" % ("  of them named in a pod's first nomination", r["first_round_claims"]))
         print("%-44s %6d" % ("pods nominated to a second claim", len(r["second_round"])))

@@ -184,7 +184,8 @@ static void hold_view_read(struct launcher__ctx *c, struct hold_view *v) {
                 json_array_foreach(json_object_get(list, "items"), i, pod) {
                         const json_t *m = json_object_get(pod, "metadata");
                         const char *uid = json_string_value(json_object_get(m, "uid"));
-                        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+                        const json_t *spec = json_object_get(pod, "spec");
+                        const char *node = json_string_value(json_object_get(spec, "nodeName"));
                         if (uid && (!node || !*node) && !json_object_get(m, "deletionTimestamp"))
                                 json_object_set_new(v->unbound, uid, json_true());
                 }
@@ -278,8 +279,8 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
                 res = launcher__need_shape(c);
         char first[LAUNCHER_NAME_MAX];
         if (launchstep_ok(&res) && held_for(c, first, sizeof first)) {
-                log_info("launcher: NodeClaim %s: Node %s held for NodeClaim %s (its Node takes pods first)", c->name, n,
-                         first);
+                log_info("launcher: NodeClaim %s: Node %s held for NodeClaim %s (its Node takes pods first)",
+                         c->name, n, first);
                 json_decref(owned);
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         }
