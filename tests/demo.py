@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """demo: pending pods become pinned VMs, then half of them go and the nodes consolidate. A simulated Proxmox
-cluster of 3 hosts (real topologies from ../shared/topologies) and a simulated Kubernetes API, a real pvescale-agent
-per host, and the real pvescale-coordinator. Prints a live progress view and a summary, then stops everything it
-started, or, with --keep, leaves them running and prints where to look (kubectl, the agents' topology pages,
-the coordinator's metrics) until Ctrl-C."""
+cluster of 3 hosts (real topologies from ../shared/topologies), a real Kubernetes control plane (kube-apiserver,
+kube-controller-manager, kube-scheduler from ../shared/k8s) with simulated kubelets (--kube sim: the simulator's
+imitation of the API instead), a real pvescale-agent per host, and the real pvescale-coordinator. Prints a live
+progress view, a summary and how the coordinator's plan met the scheduler (pods that needed a second provisioning
+round, pods running elsewhere than their claim's Node), then stops everything it started, or, with --keep, leaves
+them running and prints where to look (a KUBECONFIG for kubectl, the agents' topology pages, the coordinator's
+metrics) until Ctrl-C."""
 # SPDX-License-Identifier: Apache-2.0
 import argparse
 import json
@@ -23,8 +26,9 @@ from test_coordinator_launch import cluster_info  # noqa: E402
 HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
 PODS = "/api/v1/namespaces/default/pods"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"
-TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "100"))
-SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "180"))  # consolidation steps one disruption pass (10 s) apart
+# Generous deadlines (a loaded 2-core CI machine runs it beside other tests); the demo checks behaviour, not speed.
+TIMEOUT_S = int(os.environ.get("DEMO_TIMEOUT_S", "180"))
+SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "240"))  # consolidation steps one disruption pass (10 s) apart
 # Consolidate a few seconds after a node is Initialized, half of a pool's nodes at a time.
 CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
                "budgets": [{"nodes": "50%"}]}
@@ -148,6 +152,64 @@ def explain_pending(c, names):
         print("  %-10s %s" % (n, why))
 
 
+def claim_of(event):
+    """The claim a Nominated event names ("Pod should schedule on: nodeclaim/NAME (...)")."""
+    msg = event.get("message") or ""
+    at = msg.find("nodeclaim/")
+    return msg[at + 10:].split(" ")[0] if at >= 0 else None
+
+
+def plan_vs_binding(c, names):
+    """How the coordinator's plan met the real scheduler, from its Nominated events: per demo pod, the claims it was
+    nominated to (in order) and the node it runs on. A pod nominated to a second claim needed a second
+    provisioning round; a pod that runs elsewhere than the Node of the claim it was last nominated to was bound by
+    the scheduler to a node the plan gave it no room on (or had room for it after all)."""
+    pods = demo_pods_by_name(c)
+    node_of = {x["metadata"]["name"]: (x.get("status") or {}).get("nodeName") for x in c.claims()}
+    evs = c.items("/api/v1/namespaces/default/events?fieldSelector=reason=Nominated")
+    by_pod = {}
+    for e in sorted(evs, key=lambda e: int(e["metadata"]["resourceVersion"])):  # etcd orders them
+        claim = claim_of(e)
+        seq = by_pod.setdefault(e["involvedObject"]["name"], [])
+        if claim and claim not in seq:
+            seq.append(claim)
+    first_round = {seq[0] for seq in by_pod.values() if seq}
+    out = {"second_round": [], "misbound": [], "claims": len(node_of), "first_round_claims": len(first_round)}
+    for n in names:
+        pod = pods.get(n)
+        if not pod:
+            continue
+        seq = by_pod.get(pod["metadata"]["name"], [])
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if len(seq) > 1:
+            out["second_round"].append(n)
+            out.setdefault("why", {})[n] = scheduler_said(c, pod["metadata"]["name"])
+        if seq and bound and node_of.get(seq[-1]) != bound:
+            out["misbound"].append("%s (nominated to %s, runs on %s)" % (n, seq[-1], bound))
+    return out
+
+
+def scheduler_said(c, pod):
+    """kube-scheduler's last FailedScheduling message on the pod (why it went pending again), or ""."""
+    evs = [e for e in c.pod_events(pod) if e.get("reason") == "FailedScheduling"]
+    evs.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return evs[-1].get("message", "") if evs else ""
+
+
+def report_plan(c, names):
+    r = plan_vs_binding(c, names)
+    print("\nThe plan against the scheduler: %d claims (%d in the first round); %d pods needed a second provisioning "
+          "round%s; %d pods run on a node other than their claim's%s."
+          % (r["claims"], r["first_round_claims"], len(r["second_round"]),
+             (" (" + ", ".join(r["second_round"]) + ")") if r["second_round"] else "", len(r["misbound"]),
+             (":\n  " + "\n  ".join(r["misbound"])) if r["misbound"] else ""))
+    for n, why in sorted(r.get("why", {}).items()):
+        print("  %s: the scheduler said: %s" % (n, why or "nothing"))
+    print("RESULT second_round_pods=%d misbound_pods=%d claims=%d first_round_claims=%d"
+          % (len(r["second_round"]), len(r["misbound"]), r["claims"], r["first_round_claims"]), flush=True)
+    return r
+
+
 def setup_objects(c):
     c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
     c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
@@ -181,6 +243,7 @@ def scale_up(c, agents, names):
         explain_pending(c, names)
         return False
     summary(c, agents, time.time() - start)
+    report_plan(c, names)
     return True
 
 
@@ -228,7 +291,7 @@ def keep_running(c, co):
     """Prints where to look at the running demo, then waits for Ctrl-C (or SIGTERM)."""
     kubeconfig = c.sim.ep["kube"]["kubeconfig"]
     print("\nLeft running; Ctrl-C stops everything.\n")
-    print("  kubectl (the simulated API server):")
+    print("  kubectl (%s):" % ("the real kube-apiserver, as its admin" if c.sim.real else "the simulated API server"))
     print("    export KUBECONFIG=%s" % kubeconfig)
     print("    kubectl get nodepools,nodeclaims,proxmoxnodeclasses")
     print("    kubectl get nodes -L node.kubernetes.io/instance-type,topology.kubernetes.io/zone")
@@ -249,18 +312,31 @@ def keep_running(c, co):
         pass
 
 
+def runs_on(c):
+    """What the demo's Kubernetes side is: the real control plane's version and address, or the imitation."""
+    url = c.sim.ep["kube"]["url"]
+    if not c.sim.real:
+        return "Kubernetes API: the simulator's imitation on %s" % url.split("//")[1]
+    r = c.sim.kube("GET", "/version")
+    assert r.status == 200, r
+    return ("Kubernetes %s control plane: kube-apiserver, kube-controller-manager, kube-scheduler on %s; "
+            "simulated kubelets" % (r.json["gitVersion"], url.split("//")[1]))
+
+
 def run(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keep", action="store_true",
                     help="leave the simulator, the agents and the coordinator running and print where to look")
-    ap.add_argument("--kube", choices=("sim", "real"), default="sim",
-                    help="the simulator's imitation of the Kubernetes API (default) or a real control plane "
-                         "(../shared/k8s) with simulated kubelets")
+    ap.add_argument("--kube", choices=("sim", "real"), default="real",
+                    help="a real Kubernetes control plane (../shared/k8s) with simulated kubelets (default) or the "
+                         "simulator's imitation of the Kubernetes API")
     args = ap.parse_args(argv)
-    print("Starting the simulated Proxmox cluster (%s), Kubernetes API and one pvescale-agent per host ..." % HOSTS)
+    print("Starting the simulated Proxmox cluster (%s), %s and one pvescale-agent per host ..."
+          % (HOSTS, "a Kubernetes control plane" if args.kube == "real" else "the imitation of the Kubernetes API"))
     c = cl.Cluster(HOSTS, knobs=KNOBS, kube=args.kube)
     co = None
     try:
+        print(runs_on(c))
         setup_objects(c)
         co = cl.Coordinator(c)
         agents = Agents(c)

@@ -20,6 +20,7 @@
 #include "simulate_json.h"
 #include "stats.h"
 #include "monotime.h"
+#include "nodeclaim.h"
 
 #define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
 #define CLAIM_NAME_ATTEMPTS 3
@@ -352,6 +353,7 @@ struct claim_job {
 
 struct claim_writes {
         struct provisioner *p;
+        char **planned; /* per claim, the name of its first attempt (for NODECLAIM_ANNOTATION_AFTER) */
         const struct provisioner_round *r;
         const struct sim_result *res;
         struct claim_job *jobs;
@@ -364,6 +366,11 @@ struct claim_writes {
 static json_t *claim_object(const struct claim_writes *w, size_t i, const char *name) {
         json_t *obj = provisioner_claim_object(w->r, w->res, i, name);
         json_t *annotations = json_object_get(json_object_get(obj, "metadata"), "annotations");
+        json_t *after = obj ? provisioner_claim_after(w->res, i, w->planned) : NULL;
+        if (after && json_object_set_new(annotations, NODECLAIM_ANNOTATION_AFTER, after) < 0) {
+                json_decref(obj);
+                return NULL;
+        }
         if (obj && w->annotations && json_object_update(annotations, (json_t *)w->annotations) < 0) {
                 json_decref(obj);
                 return NULL;
@@ -481,9 +488,15 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
                 out->failures += res->n_claims;
                 return;
         }
-        for (size_t i = 0; i < res->n_claims; i++)
+        char name[128];
+        w.planned = calloc(res->n_claims + 1, sizeof *w.planned);
+        for (size_t i = 0; i < res->n_claims; i++) {
                 for (int a = 0; a < CLAIM_NAME_ATTEMPTS; a++)
                         w.jobs[i].seeds[a] = rng_next(&p->rng);
+                if (w.planned)
+                        w.planned[i] = strdup(provisioner_claim_name(r->in->pools[res->claims[i].nodepool]->name,
+                                                                     w.jobs[i].seeds[0], name, sizeof name));
+        }
         atomic_init(&w.next, 0);
         latency_waits_since(&p->round_waits0, &w.pre_waits);
         write_claims(p, &w);
@@ -493,7 +506,9 @@ static void create_claims(struct provisioner *p, const struct provisioner_round 
                         out->claims_created++;
                 else
                         out->failures++;
+                free(w.planned ? w.planned[i] : NULL);
         }
+        free(w.planned);
         free(w.jobs);
 }
 

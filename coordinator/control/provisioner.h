@@ -143,6 +143,9 @@ char *provisioner_claim_name(const char *pool, uint64_t rnd, char *buf, size_t l
  * instanceType, requirements, resources.requests, taints, startupTaints, expireAfter). New reference. */
 json_t *provisioner_claim_object(const struct provisioner_round *r, const struct sim_result *res, size_t i,
                                  const char *name);
+/* The NODECLAIM_ANNOTATION_AFTER value of planned claim i: the names (names[k] for claim k; NULL ones left out)
+ * of the claims res lists in its after, comma-separated; NULL when none. New reference. */
+json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *const *names);
 /* Its status: host, region, capacity and allocatable of the shape. New reference. */
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
 

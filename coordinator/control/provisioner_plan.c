@@ -439,6 +439,20 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
                          "finalizers", PROVISIONER_CLAIM_FINALIZER, "spec", spec);
 }
 
+json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *const *names) {
+        const struct sim_claim *c = &res->claims[i];
+        char buf[1024] = "";
+        size_t len = 0;
+        for (size_t k = 0; k < c->n_after; k++) {
+                const char *n = names[c->after[k]];
+                size_t need = n ? strlen(n) + (len > 0) : 0;
+                if (!n || len + need >= sizeof buf)
+                        continue;
+                len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "," : "", n);
+        }
+        return len ? json_string(buf) : NULL;
+}
+
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {
         const struct sim_claim *c = &res->claims[i];
         const struct sim_host *h = r->in->hosts[c->host];

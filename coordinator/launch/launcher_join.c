@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "rfc3339.h"
 
 /* ---- the Node ---- */
 
@@ -164,6 +165,104 @@ static struct launchstep_result register_node(struct launcher__ctx *c, const jso
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
 }
 
+/* ---- held for earlier claims ---- */
+
+/* What a held claim looks at, read once per check: unbound pods (uid -> true) and our Nominated events. */
+struct hold_view {
+        json_t *unbound, *nominated;
+        bool read;
+};
+
+static void hold_view_read(struct launcher__ctx *c, struct hold_view *v) {
+        struct kube_list_options pods = { .field_selector = "spec.nodeName=" };
+        struct kube_list_options events = { .field_selector = "reason=" NODECLAIM_REASON_NOMINATED };
+        json_t *list = NULL, *pod;
+        size_t i;
+        v->read = true;
+        v->unbound = json_object();
+        if (kube_list(c->kube, &kube_pods, NULL, &pods, &list) == 0) {
+                json_array_foreach(json_object_get(list, "items"), i, pod) {
+                        const json_t *m = json_object_get(pod, "metadata");
+                        const char *uid = json_string_value(json_object_get(m, "uid"));
+                        const json_t *spec = json_object_get(pod, "spec");
+                        const char *node = json_string_value(json_object_get(spec, "nodeName"));
+                        if (uid && (!node || !*node) && !json_object_get(m, "deletionTimestamp"))
+                                json_object_set_new(v->unbound, uid, json_true());
+                }
+        }
+        json_decref(list);
+        if (kube_list(c->kube, &kube_events, NULL, &events, &v->nominated) < 0)
+                v->nominated = NULL;
+}
+
+static void hold_view_done(struct hold_view *v) {
+        json_decref(v->unbound);
+        json_decref(v->nominated);
+}
+
+/* Does the message name nodeclaim/<claim> (followed by a space or its end)? */
+static bool names_claim(const char *msg, const char *claim) {
+        size_t n = strlen(claim);
+        for (const char *at = msg ? strstr(msg, "nodeclaim/") : NULL; at; at = strstr(at + 1, "nodeclaim/"))
+                if (strncmp(at + 10, claim, n) == 0 && (at[10 + n] == '\0' || at[10 + n] == ' '))
+                        return true;
+        return false;
+}
+
+/* Is a pod nominated to the claim still unbound (kube-scheduler has yet to place it)? */
+static bool pods_pending_on(struct launcher__ctx *c, struct hold_view *v, const char *claim) {
+        json_t *ev;
+        size_t i;
+        if (!v->read)
+                hold_view_read(c, v);
+        json_array_foreach(json_object_get(v->nominated, "items"), i, ev) {
+                const char *uid = json_string_value(json_object_get(json_object_get(ev, "involvedObject"), "uid"));
+                if (uid && json_object_get(v->unbound, uid) &&
+                    names_claim(json_string_value(json_object_get(ev, "message")), claim))
+                        return true;
+        }
+        return false;
+}
+
+/* Is the named claim still ahead of this one: there, not being deleted, and either not Initialized, or Initialized
+ * less than NODECLAIM_SETTLE_MS ago with pods nominated to it still unbound? An error reading it counts as no. */
+static bool claim_ahead(struct launcher__ctx *c, struct hold_view *v, const char *name) {
+        json_t *claim = NULL;
+        if (kube_get(c->kube, &kube_nodeclaims, NULL, name, &claim) < 0)
+                return false;
+        const json_t *status = json_object_get(claim, "status");
+        const char *since = json_string_value(json_object_get(kube_condition(status, "Initialized"),
+                                                              "lastTransitionTime"));
+        int64_t at = 0;
+        bool ahead = !json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp");
+        if (ahead && kube_condition_true(status, "Initialized"))
+                ahead = since && rfc3339_parse(since, &at) == 0 && c->now - at < NODECLAIM_SETTLE_MS &&
+                        pods_pending_on(c, v, name);
+        json_decref(claim);
+        return ahead;
+}
+
+/* The first claim named in NODECLAIM_ANNOTATION_AFTER that is still ahead of this one, copied to buf, while the
+ * launch began less than NODECLAIM_HOLD_MAX_MS ago; false when none. */
+static bool held_for(struct launcher__ctx *c, char *buf, size_t len) {
+        const json_t *a = json_object_get(json_object_get(c->claim, "metadata"), "annotations");
+        const char *after = json_string_value(json_object_get(a, NODECLAIM_ANNOTATION_AFTER));
+        char names[1024];
+        struct hold_view v = { 0 };
+        bool held = false;
+        if (!after || !*after || c->now - c->st->started_ms > NODECLAIM_HOLD_MAX_MS)
+                return false;
+        snprintf(names, sizeof names, "%s", after);
+        char *save = NULL;
+        for (char *n = strtok_r(names, ",", &save); n && !held; n = strtok_r(NULL, ",", &save)) {
+                held = claim_ahead(c, &v, n);
+                if (held)
+                        snprintf(buf, len, "%s", n);
+        }
+        hold_view_done(&v);
+        return held;
+}
+
 struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
@@ -178,6 +277,13 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
                 res = launcher__need_pool(c);
         if (launchstep_ok(&res))
                 res = launcher__need_shape(c);
+        char first[LAUNCHER_NAME_MAX];
+        if (launchstep_ok(&res) && held_for(c, first, sizeof first)) {
+                log_info("launcher: NodeClaim %s: Node %s held for NodeClaim %s (its Node takes pods first)",
+                         c->name, n, first);
+                json_decref(owned);
+                return launchstep_wait(LAUNCHSTEP_POLL_MS);
+        }
         if (launchstep_ok(&res))
                 res = register_node(c, node);
         json_decref(owned);

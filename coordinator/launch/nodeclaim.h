@@ -58,6 +58,16 @@ enum nodeclaim_reservation {
 /* On a claim launched to replace others (a disruption's replace, coordinator/control/disruption.c): their names,
  * comma-separated. Here, below control/, so that the launcher can tell such a claim's VM from a provisioning one. */
 #define NODECLAIM_ANNOTATION_REPLACES "pvescale.io/replaces"
+/* Set by the provisioner: the claims of the same round (comma-separated names) whose Nodes take pods first. The
+ * launcher leaves this claim's Node tainted unregistered until each is gone, being deleted, or Initialized with no
+ * pod nominated to it (our NODECLAIM_REASON_NOMINATED events) still unbound, or Initialized NODECLAIM_SETTLE_MS ago
+ * (kube-scheduler retries an unschedulable pod within its 10 s maximum backoff), and NODECLAIM_HOLD_MAX_MS at most
+ * after the launch began, so that kube-scheduler cannot give this Node's room to the pods planned on theirs
+ * (docs/coordinator.md, "Provisioning and events"). */
+#define NODECLAIM_ANNOTATION_AFTER "pvescale.io/after-nodeclaims"
+#define NODECLAIM_REASON_NOMINATED "Nominated" /* the provisioner's event on a pod planned onto a claim */
+#define NODECLAIM_SETTLE_MS 15000
+#define NODECLAIM_HOLD_MAX_MS 120000
 
 #define NODECLAIM_MAX_CONDITIONS 16
 #define NODECLAIM_MESSAGE_MAX 512

@@ -59,10 +59,30 @@ static bool permanent(enum fit f) {
         return f == FIT_STATIC || f == FIT_PORTS || f == FIT_ANTI;
 }
 
+/* The pool a new claim for the class would come from first (its weight order), whatever the room: the class's
+ * home. SIZE_MAX when no pool takes it. */
+static size_t home_pool(struct ctx *c, struct pclass *pc) {
+        if (!pc->home_known) {
+                pc->home_pool = SIZE_MAX;
+                for (size_t k = 0; k < c->n_pools && pc->home_pool == SIZE_MAX; k++)
+                        if (simulate__pool_compatible(c, pc, c->pool_order[k]))
+                                pc->home_pool = c->pool_order[k];
+                pc->home_known = true;
+        }
+        return pc->home_pool;
+}
+
+/* While home_only: a claim planned this round of another pool than the class's home is kept for the pods that
+ * need its pool. kube-scheduler knows nothing of the plan: a pod any pool takes lands on whichever new node is
+ * Ready and scores best, so room planned for it on a pool that other pods need is room they lose. */
+static bool foreign_claim(struct ctx *c, struct pclass *pc, const struct slot *sl) {
+        return c->home_only && sl->kind == SLOT_CLAIM && c->claims[sl->index].pool != home_pool(c, pc);
+}
+
 /* Does slot s take the pod? Remembers the slots that fail for a permanent reason. */
 static bool slot_takes(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t s, const int32_t *mins,
                        bool soft) {
-        if (c->only_zone >= 0 && c->slots[s].zone != c->only_zone)
+        if ((c->only_zone >= 0 && c->slots[s].zone != c->only_zone) || foreign_claim(c, pc, &c->slots[s]))
                 return false;
         enum fit f = pc->slot_fail[s] ? FIT_STATIC : slot_fits(c, pc, pod, s, mins, soft);
         if (f == FIT_OK)
@@ -169,37 +189,70 @@ static bool covers(const struct resources *a, const struct resources *b) {
         return true;
 }
 
-/* One attempt (soft: preferences treated as required). 0 placed, 1 not placed (*reason), <0 error. */
-static int attempt(struct ctx *c, size_t i, bool soft, struct sim_placement *pl, struct sim_arena *ra) {
+/* Commit a claim slot found by a scan (the claim takes the pod's requirements and may grow its shape). */
+static int take_claim(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t s) {
+        if (c->slots[s].kind == SLOT_CLAIM &&
+            simulate__claim_try(c, &c->claims[c->slots[s].index], pc, pod, true) != FIT_OK)
+                return c->error ? c->error : -EINVAL;
+        return 0;
+}
+
+/* A new claim (counted as a failure of the class when not soft and not home_only), 0 and *s, 1 (*reason), <0. */
+static int new_claim(struct ctx *c, size_t i, bool soft, size_t *s, const char **reason) {
         const struct sim_pod *pod = c->in->pods[i];
         uint32_t cls = c->class_of_pod[i];
         struct pclass *pc = &c->classes[cls];
-        int32_t mins[pc->n_spread + 1];
-        const char *reason;
-        simulate__spread_mins(c, pc, soft, mins);
-        size_t s = scan_slots(c, pc, pod, mins, soft);
-        if (s != SIZE_MAX) {
-                if (c->slots[s].kind == SLOT_CLAIM &&
-                    simulate__claim_try(c, &c->claims[c->slots[s].index], pc, pod, true) != FIT_OK)
-                        return c->error ? c->error : -EINVAL;
-        } else if (!soft && monotone(pc) && pc->failed_once && covers(&pod->requests, &pc->fail_req)) {
-                pl->reason = pc->fail_reason;
+        bool counted = !soft && !c->home_only && monotone(pc);
+        if (counted && pc->failed_once && covers(&pod->requests, &pc->fail_req)) {
+                *reason = pc->fail_reason;
                 return 1;
-        } else {
-                int r = simulate__new_claim(c, cls, pod, soft, &s, &reason);
-                if (r < 0)
+        }
+        int r = simulate__new_claim(c, cls, pod, soft, s, reason);
+        if (r > 0 && counted && (!pc->failed_once || covers(&pc->fail_req, &pod->requests))) {
+                pc->failed_once = true;
+                pc->fail_req = pod->requests;
+                pc->fail_reason = NULL; /* set by attempt() from the result's copy */
+        }
+        return r;
+}
+
+/* Where the pod goes: a slot of its home (a node, a claim of its home pool planned this round) or a new claim of
+ * its home pool; else a claim of another pool planned this round or a new claim of any pool. 0 and *s, 1 (*reason),
+ * <0. */
+static int find_slot(struct ctx *c, size_t i, bool soft, const int32_t *mins, size_t *s, const char **reason) {
+        const struct sim_pod *pod = c->in->pods[i];
+        struct pclass *pc = &c->classes[c->class_of_pod[i]];
+        int r = 1;
+        c->home_only = home_pool(c, pc) != SIZE_MAX;
+        if (c->home_only) {
+                *s = scan_slots(c, pc, pod, mins, soft);
+                r = *s != SIZE_MAX ? take_claim(c, pc, pod, *s) : new_claim(c, i, soft, s, reason);
+                c->home_only = false;
+                if (r <= 0)
                         return r;
-                if (r > 0) {
-                        pl->reason = simulate__arena_strdup(ra, reason);
-                        if (!pl->reason)
-                                return -ENOMEM;
-                        if (!soft && monotone(pc) && (!pc->failed_once || covers(&pc->fail_req, &pod->requests))) {
-                                pc->failed_once = true;
-                                pc->fail_req = pod->requests;
-                                pc->fail_reason = pl->reason;
-                        }
-                        return 1;
-                }
+        }
+        *s = scan_slots(c, pc, pod, mins, soft);
+        return *s != SIZE_MAX ? take_claim(c, pc, pod, *s) : new_claim(c, i, soft, s, reason);
+}
+
+/* One attempt (soft: preferences treated as required). 0 placed, 1 not placed (*reason), <0 error. */
+static int attempt(struct ctx *c, size_t i, bool soft, struct sim_placement *pl, struct sim_arena *ra) {
+        struct pclass *pc = &c->classes[c->class_of_pod[i]];
+        int32_t mins[pc->n_spread + 1];
+        const char *reason = NULL;
+        size_t s = SIZE_MAX;
+        simulate__spread_mins(c, pc, soft, mins);
+        int r = find_slot(c, i, soft, mins, &s, &reason);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                bool fresh = pc->failed_once && !pc->fail_reason;
+                pl->reason = fresh || reason != pc->fail_reason ? simulate__arena_strdup(ra, reason) : reason;
+                if (!pl->reason)
+                        return -ENOMEM;
+                if (fresh)
+                        pc->fail_reason = pl->reason;
+                return 1;
         }
         const struct slot *sl = &c->slots[s];
         *pl = (struct sim_placement){ .target = sl->kind == SLOT_CLAIM ? SIM_TARGET_CLAIM : SIM_TARGET_NODE,
@@ -302,12 +355,36 @@ static int place_pending(struct ctx *c, struct sim_result *res) {
         return r < 0 ? r : 0;
 }
 
+/* Does a new node of the pool take some pod planned on claim k? */
+static bool claim_pods_fit_pool(struct ctx *c, size_t k, size_t pool) {
+        const struct claim_c *cl = &c->claims[k];
+        for (size_t j = 0; j < cl->n_pods; j++)
+                if (simulate__pool_compatible(c, &c->classes[c->class_of_pod[cl->pods[j]]], pool))
+                        return true;
+        return false;
+}
+
+/* The claims of other pools whose pods claim i's pool takes too, when none of claim i's pods goes to theirs. */
+static int claim_after(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out) {
+        size_t pool = c->claims[i].pool;
+        out->after = simulate__arena_alloc(ra, (c->n_claims + 1) * sizeof(size_t));
+        if (!out->after)
+                return -ENOMEM;
+        for (size_t k = 0; k < c->n_claims; k++) {
+                size_t other = c->claims[k].pool;
+                if (other != pool && claim_pods_fit_pool(c, k, pool) && !claim_pods_fit_pool(c, i, other))
+                        out->after[out->n_after++] = k;
+        }
+        return 0;
+}
+
 static int build_claims(struct ctx *c, struct sim_result *res) {
         res->claims = simulate__arena_alloc(res->arena, (c->n_claims + 1) * sizeof(struct sim_claim));
         if (!res->claims)
                 return -ENOMEM;
         for (size_t i = 0; i < c->n_claims; i++)
-                if (simulate__claim_result(c, i, res->arena, &res->claims[i]) < 0)
+                if (simulate__claim_result(c, i, res->arena, &res->claims[i]) < 0 ||
+                    claim_after(c, i, res->arena, &res->claims[i]) < 0)
                         return -ENOMEM;
         res->n_claims = res->cap_claims = c->n_claims;
         return 0;

@@ -231,6 +231,12 @@ struct sim_claim {
         struct resources daemon_overhead;
         size_t *pods;               /* indices into input pods, in placement order */
         size_t n_pods, cap_pods;
+        /* Claims of this round (indices into result claims) whose Nodes should take pods before this one's: claims
+         * of another pool holding pods this pool's nodes also take, while none of this claim's pods could go to
+         * theirs. kube-scheduler would give such a pod this node's room as readily as its own claim's when this
+         * Node is ready first, and the pods planned here would be left without room. */
+        size_t *after;
+        size_t n_after;
 };
 
 struct sim_result {

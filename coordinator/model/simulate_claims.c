@@ -669,7 +669,8 @@ int simulate__new_claim(struct ctx *c, uint32_t cls, const struct sim_pod *pod, 
         }
         simulate__spread_mins(c, pc, soft, mins);
         for (size_t k = 0; k < c->n_pools; k++)
-                if (try_pool(c, pc, pod, c->pool_order[k], soft, mins, &w, ret_slot))
+                if ((!c->home_only || c->pool_order[k] == pc->home_pool) &&
+                    try_pool(c, pc, pod, c->pool_order[k], soft, mins, &w, ret_slot))
                         return 0;
         if (c->error)
                 return c->error;

@@ -118,6 +118,8 @@ struct pclass {
         int8_t *pool_tol;        /* per pool: 0 unknown, 1 tolerates, -1 does not */
         uint8_t *zone_eligible;  /* per zone: a domain for zone spread; NULL until needed */
         uint64_t **term_masks;   /* [nodeclass][term] shape masks; NULL until needed */
+        size_t home_pool;        /* the first pool (pool_order) a new node of which takes the class; SIZE_MAX none */
+        bool home_known;
         struct resources fail_req; /* a claim for requests >= these failed with fail_reason */
         const char *fail_reason;
         bool failed_once;
@@ -250,6 +252,7 @@ struct ctx {
         size_t room_cap, room_n; /* leaves; slots indexed so far */
         struct zone_slots *zone_slots;
         size_t zone_slots_cap;
+        bool home_only;        /* claims planned this round, and new ones, only of the placed pod's home pool */
         char msg[512];
         int error; /* first allocation failure */
 };

@@ -557,6 +557,25 @@ static void test_names_and_reasons(void **state) {
                                  cases[i].reason);
 }
 
+/* The after annotation names the claims a claim's Node waits for; claims that were not created are left out. */
+static void test_claim_after(void **state) {
+        (void)state;
+        size_t after0[] = { 1, 2 }, after2[] = { 1 };
+        struct sim_claim claims[3] = { { .after = after0, .n_after = 2 }, { .n_after = 0 },
+                                       { .after = after2, .n_after = 1 } };
+        struct sim_result res = { .claims = claims, .n_claims = 3 };
+        char *names[] = { "ssd-b2c4d", "general-x7k2p", "general-q9z5m" };
+        json_t *a = provisioner_claim_after(&res, 0, names);
+        assert_string_equal(json_string_value(a), "general-x7k2p,general-q9z5m");
+        json_decref(a);
+        assert_null(provisioner_claim_after(&res, 1, names));
+        names[1] = NULL;
+        assert_null(provisioner_claim_after(&res, 2, names));
+        a = provisioner_claim_after(&res, 0, names);
+        assert_string_equal(json_string_value(a), "general-q9z5m");
+        json_decref(a);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_host_from_agent),
@@ -571,6 +590,7 @@ int main(void) {
                 cmocka_unit_test(test_charge_pending),
                 cmocka_unit_test(test_agent_state_messages),
                 cmocka_unit_test(test_names_and_reasons),
+                cmocka_unit_test(test_claim_after),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -352,9 +352,17 @@ static void test_node_selector_pools(void **state) {
         assert_string_equal(claim_label(claim_of("fast"), "disk"), "ssd");
         assert_string_equal(claim_label(claim_of("fast"), "pvescale.io/nodepool"), "ssd");
         assert_reason("odd", "no NodePool matches nodeSelector disk=nvme");
-        /* a planned claim is tried before a new one: "any" joins the ssd claim */
-        assert_ptr_equal(claim_of("any"), claim_of("fast"));
-        assert_int_equal(res->n_claims, 1);
+        /* "any" does not take room on the ssd claim: its home is the first pool by weight and name (plain), and
+         * kube-scheduler, which knows nothing of the plan, could give the ssd node's room to it before "fast" */
+        assert_string_equal(claim_label(claim_of("any"), "pvescale.io/nodepool"), "plain");
+        assert_ptr_not_equal(claim_of("any"), claim_of("fast"));
+        assert_int_equal(res->n_claims, 2);
+        /* the ssd claim's Node should take pods after the plain one's: "any" fits an ssd node too, "fast" no plain
+         * one */
+        const struct sim_claim *ssd = claim_of("fast"), *plain = claim_of("any");
+        assert_int_equal(plain->n_after, 0);
+        assert_int_equal(ssd->n_after, 1);
+        assert_ptr_equal(&res->claims[ssd->after[0]], plain);
 }
 
 static void test_node_affinity_operators(void **state) {
@@ -801,6 +809,55 @@ static void test_daemonset_overhead(void **state) {
         assert_string_equal(c->shape->name, "c1.2VCPU-4GB"); /* 1920m holds 1500m */
 }
 
+/* Pods any pool takes join another pool's planned claim only when their home pool cannot have another node. */
+static void test_foreign_claim_when_home_pool_is_full(void **state) {
+        (void)state;
+        add_host("pve1", 64, 256);
+        add_pool_json("{'metadata': {'name': 'ssd'}, 'spec': {'template': {'metadata': {'labels': {'disk': 'ssd'}},"
+                      " 'spec': {'nodeClassRef': {'name': 'default'}}}}}");
+        add_pool_json("{'metadata': {'name': 'plain'}, 'spec': {'limits': {'nodes': '1'}, 'template': {'spec':"
+                      " {'nodeClassRef': {'name': 'default'}}}}}");
+        add_pod("fast", "2", "2Gi", "", "'nodeSelector': {'disk': 'ssd'}");
+        add_pod("any1", "1", "1Gi", "'app': 'any'", ANTI(HOST, "any"));
+        add_pod("any2", "1", "1Gi", "'app': 'any'", ANTI(HOST, "any"));
+        run();
+        /* any1 gets the one plain node; any2 may not share it and plain may have no second node: the ssd claim */
+        assert_string_equal(claim_label(claim_of("any1"), "pvescale.io/nodepool"), "plain");
+        assert_ptr_equal(claim_of("any2"), claim_of("fast"));
+        assert_int_equal(res->n_claims, 2);
+        assert_int_equal(res->n_unplaced, 0);
+}
+
+/* A pool with a higher weight is every pod's home that it takes: the others join its claims as before. */
+static void test_heavier_pool_is_home(void **state) {
+        (void)state;
+        add_host("pve1", 64, 256);
+        add_pool_json("{'metadata': {'name': 'ssd'}, 'spec': {'weight': 10, 'template': {'metadata': {'labels':"
+                      " {'disk': 'ssd'}}, 'spec': {'nodeClassRef': {'name': 'default'}}}}}");
+        add_pool("plain", "");
+        add_pod("fast", "1", "1Gi", "", "'nodeSelector': {'disk': 'ssd'}");
+        add_pod("any", "1", "1Gi", "", "");
+        run();
+        assert_ptr_equal(claim_of("any"), claim_of("fast"));
+        assert_int_equal(res->n_claims, 1);
+        assert_int_equal(res->claims[0].n_after, 0);
+}
+
+/* Two pools that take each other's pods: neither claim waits for the other (it could wait for ever). */
+static void test_interchangeable_pools_do_not_wait(void **state) {
+        (void)state;
+        add_host("pve1", 64, 256);
+        add_pool_json("{'metadata': {'name': 'plain'}, 'spec': {'limits': {'nodes': '1'}, 'template': {'spec':"
+                      " {'nodeClassRef': {'name': 'default'}}}}}");
+        add_pool("spare", "");
+        add_pods("a", 2, "1", "'app': 'a'", ANTI(HOST, "a"));
+        run();
+        assert_int_equal(res->n_claims, 2);
+        assert_ptr_not_equal(claim_of("a0"), claim_of("a1"));
+        assert_int_equal(res->claims[0].n_after, 0);
+        assert_int_equal(res->claims[1].n_after, 0);
+}
+
 /* ---- node pools: limits, weight, requirements ---- */
 
 static void test_nodepool_limits(void **state) {
@@ -1071,6 +1128,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_existing_then_inflight_then_new, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unschedulable_node_skipped, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_node_selector_pools, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_foreign_claim_when_home_pool_is_full, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_heavier_pool_is_home, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_interchangeable_pools_do_not_wait, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_node_affinity_operators, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_node_affinity_on_shapes, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_taints_and_tolerations, setup, teardown),
