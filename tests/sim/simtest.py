@@ -231,9 +231,14 @@ class Sim:
         return conn, conn.getresponse()
 
     # ---- admin --------------------------------------------------------------------------
-    def admin(self, method, path, body=None):
+    def admin(self, method, path, body=None, timeout=None):
+        """An admin call. A kube-restart waits for a real kube-apiserver's /readyz (up to 120 s on a loaded machine):
+        its client waits longer than that by default."""
         data = json.dumps(body) if body is not None else None
-        return self._request(self.ep["admin"]["url"], method, path, data, {"Content-Type": "application/json"})
+        if timeout is None:
+            timeout = 180 if path == "/actions/kube-restart" else 30
+        return self._request(self.ep["admin"]["url"], method, path, data, {"Content-Type": "application/json"},
+                             timeout=timeout)
 
     def knobs(self, **kv):
         r = self.admin("POST", "/knobs", kv)
