@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "simulate_internal.h"
 
 static bool taints_tolerated(const struct sim_pod *pod, const struct slot *sl) {
@@ -355,37 +356,92 @@ static int place_pending(struct ctx *c, struct sim_result *res) {
         return r < 0 ? r : 0;
 }
 
-/* Does a new node of the pool take some pod planned on claim k? */
-static bool claim_pods_fit_pool(struct ctx *c, size_t k, size_t pool) {
-        const struct claim_c *cl = &c->claims[k];
-        for (size_t j = 0; j < cl->n_pods; j++)
-                if (simulate__pool_compatible(c, &c->classes[c->class_of_pod[cl->pods[j]]], pool))
+/* The pools whose new nodes take some pod planned on each claim, as one bitset of n_pools bits per claim
+ * (pools[k * words ...]); a class's answer per pool is asked once (class_pool: 0 unknown, 1 yes, -1 no). */
+struct claim_pools {
+        uint64_t *bits;
+        int8_t *class_pool;
+        size_t words;
+};
+
+static bool pools_has(const struct claim_pools *cp, size_t k, size_t pool) {
+        return cp->bits[k * cp->words + pool / 64] >> (pool % 64) & 1;
+}
+
+static bool class_takes(struct ctx *c, struct claim_pools *cp, uint32_t cls, size_t pool) {
+        int8_t *known = &cp->class_pool[(size_t)cls * c->n_pools + pool];
+        if (*known == 0)
+                *known = simulate__pool_compatible(c, &c->classes[cls], pool) ? 1 : -1;
+        return *known > 0;
+}
+
+static int claim_pools_fill(struct ctx *c, struct claim_pools *cp) {
+        cp->words = (c->n_pools + 63) / 64;
+        cp->bits = calloc(c->n_claims * cp->words, sizeof *cp->bits);
+        cp->class_pool = calloc(c->n_classes * c->n_pools, 1);
+        if (!cp->bits || !cp->class_pool)
+                return -ENOMEM;
+        for (size_t k = 0; k < c->n_claims; k++)
+                for (size_t pool = 0; pool < c->n_pools; pool++)
+                        for (size_t j = 0; j < c->claims[k].n_pods && !pools_has(cp, k, pool); j++)
+                                if (class_takes(c, cp, c->class_of_pod[c->claims[k].pods[j]], pool))
+                                        cp->bits[k * cp->words + pool / 64] |= UINT64_C(1) << (pool % 64);
+        return 0;
+}
+
+/* Must claim i's Node wait for claim k's? k is of another pool, a new node of i's pool takes some pod planned on
+ * k, and no pod planned on i could go to k's pool. */
+static bool waits_for(const struct ctx *c, const struct claim_pools *cp, size_t i, size_t k) {
+        size_t pool = c->claims[i].pool, other = c->claims[k].pool;
+        return other != pool && pools_has(cp, k, pool) && !pools_has(cp, i, other);
+}
+
+/* The claims of other pools whose pods claim i's pool takes too, when none of claim i's pods goes to theirs. */
+static int claim_after(struct ctx *c, const struct claim_pools *cp, size_t i, struct sim_arena *ra,
+                       struct sim_claim *out) {
+        size_t n = 0;
+        for (size_t k = 0; k < c->n_claims; k++)
+                n += waits_for(c, cp, i, k);
+        if (n == 0)
+                return 0;
+        out->after = simulate__arena_alloc(ra, n * sizeof(size_t));
+        if (!out->after)
+                return -ENOMEM;
+        for (size_t k = 0; k < c->n_claims; k++)
+                if (waits_for(c, cp, i, k))
+                        out->after[out->n_after++] = k;
+        return 0;
+}
+
+/* Do the claims of this round come from more than one pool? Only then may one wait for another. */
+static bool claims_of_several_pools(const struct ctx *c) {
+        for (size_t k = 1; k < c->n_claims; k++)
+                if (c->claims[k].pool != c->claims[0].pool)
                         return true;
         return false;
 }
 
-/* The claims of other pools whose pods claim i's pool takes too, when none of claim i's pods goes to theirs. */
-static int claim_after(struct ctx *c, size_t i, struct sim_arena *ra, struct sim_claim *out) {
-        size_t pool = c->claims[i].pool;
-        out->after = simulate__arena_alloc(ra, (c->n_claims + 1) * sizeof(size_t));
-        if (!out->after)
-                return -ENOMEM;
-        for (size_t k = 0; k < c->n_claims; k++) {
-                size_t other = c->claims[k].pool;
-                if (other != pool && claim_pods_fit_pool(c, k, pool) && !claim_pods_fit_pool(c, i, other))
-                        out->after[out->n_after++] = k;
-        }
-        return 0;
-}
-
 static int build_claims(struct ctx *c, struct sim_result *res) {
+        _cleanup_free_ uint64_t *bits = NULL;
+        _cleanup_free_ int8_t *class_pool = NULL;
+        struct claim_pools cp = { 0 };
+        bool several = claims_of_several_pools(c);
         res->claims = simulate__arena_alloc(res->arena, (c->n_claims + 1) * sizeof(struct sim_claim));
         if (!res->claims)
                 return -ENOMEM;
-        for (size_t i = 0; i < c->n_claims; i++)
-                if (simulate__claim_result(c, i, res->arena, &res->claims[i]) < 0 ||
-                    claim_after(c, i, res->arena, &res->claims[i]) < 0)
+        if (several) {
+                int r = claim_pools_fill(c, &cp);
+                bits = cp.bits;
+                class_pool = cp.class_pool;
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < c->n_claims; i++) {
+                if (simulate__claim_result(c, i, res->arena, &res->claims[i]) < 0)
                         return -ENOMEM;
+                if (several && claim_after(c, &cp, i, res->arena, &res->claims[i]) < 0)
+                        return -ENOMEM;
+        }
         res->n_claims = res->cap_claims = c->n_claims;
         return 0;
 }
