@@ -13,6 +13,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 
+#include "cleanup.h"
 #include "gotmpl_internal.h"
 
 /* ---- helpers ---- */
@@ -362,27 +363,24 @@ static int fn_split_list(struct gt_exec *x, json_t **argv, size_t argc, json_t *
 
 /* Sprig's split returns a map with keys _0, _1, ... */
 static int fn_split(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        json_t *list, *map = json_object(), *e;
+        _cleanup_(json_decrefp) json_t *map = json_object();
+        _cleanup_(json_decrefp) json_t *list = NULL;
+        json_t *e;
         size_t i;
         char key[32];
         (void)x;
         (void)argc;
-        int r = map ? split_pieces(argv[0], argv[1], &list) : -ENOMEM;
-        if (r < 0) {
-                json_decref(map);
+        if (!map)
+                return -ENOMEM;
+        int r = split_pieces(argv[0], argv[1], &list);
+        if (r < 0)
                 return r;
-        }
         json_array_foreach(list, i, e) {
                 snprintf(key, sizeof key, "_%zu", i);
                 if (json_object_set(map, key, e) < 0)
-                        r = -ENOMEM;
+                        return -ENOMEM;
         }
-        json_decref(list);
-        if (r < 0) {
-                json_decref(map);
-                return r;
-        }
-        *ret = map;
+        *ret = TAKE_PTR(map);
         return 0;
 }
 
