@@ -49,7 +49,8 @@ static void serve_health(struct app *a, const char *path, struct http_response *
                 snprintf(body, sizeof body, "{\"status\": \"%s\"}\n", st.healthy ? "ok" : "stalled");
                 http_response_set(resp, st.healthy ? 200 : 503, "application/json", body);
         } else {
-                snprintf(body, sizeof body, "{\"ready\": %s, \"leader\": %s, \"pending_pods\": %zu, \"nodeclaims\": %zu}\n",
+                snprintf(body, sizeof body,
+                         "{\"ready\": %s, \"leader\": %s, \"pending_pods\": %zu, \"nodeclaims\": %zu}\n",
                          st.ready ? "true" : "false", st.leader ? "true" : "false", st.pending_pods, st.nodeclaims);
                 http_response_set(resp, st.ready ? 200 : 503, "application/json", body);
         }
@@ -124,7 +125,8 @@ static int configure(struct app *a, int argc, char **argv, char **envp) {
         if (load_kube(a, err, sizeof err) < 0)
                 return usage_error(err);
         if (a->opts.launch && !main_launcher_ops())
-                return usage_error("--launch: this build has no launcher (coordinator/launch/launcher.c); run with --launch=false");
+                return usage_error("--launch: this build has no launcher (coordinator/launch/launcher.c); "
+                                   "run with --launch=false");
         return 0;
 }
 

@@ -10,8 +10,8 @@
 #define BACKOFF_RETRY_AFTER_MAX_MS (10L * 60 * 1000)
 
 /* The un-jittered delay before retry number attempt (0-based): min(max_ms, base_ms * 2^attempt), without
- * overflow for any attempt; max_ms when base_ms >= max_ms, base_ms when it is not positive. Pure. For waits that must be exact (a launch
- * pause written into a status, a task poll interval) and the ceiling of backoff_delay_ms. */
+ * overflow for any attempt; max_ms when base_ms >= max_ms, base_ms when it is not positive. Pure. For waits that
+ * must be exact (a launch pause written into a status, a task poll interval) and the ceiling of backoff_delay_ms. */
 long backoff_ceiling_ms(unsigned attempt, long base_ms, long max_ms);
 
 /* Delay before retry number attempt (0-based): d = backoff_ceiling_ms(attempt, base_ms, max_ms), then "equal

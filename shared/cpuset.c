@@ -296,8 +296,12 @@ char *cpuset_format(const struct cpuset *s) {
                 while (cpuset_test(s, (unsigned)end + 1))
                         end++;
                 char item[32];
-                int n = end == c ? snprintf(item, sizeof item, "%s%d", len ? "," : "", c)
-                                 : snprintf(item, sizeof item, "%s%d-%d", len ? "," : "", c, end);
+                const char *sep = len ? "," : "";
+                int n;
+                if (end == c)
+                        n = snprintf(item, sizeof item, "%s%d", sep, c);
+                else
+                        n = snprintf(item, sizeof item, "%s%d-%d", sep, c, end);
                 if (len + (size_t)n + 1 > cap) {
                         cap = (len + (size_t)n + 1) * 2;
                         char *grown = realloc(out, cap);

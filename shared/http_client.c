@@ -123,7 +123,8 @@ char *http_client_escape(const char *s) {
 /* ---- the shared pool ---- */
 
 static void pool_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *userdata) {
-        (void)h, (void)access;
+        (void)h;
+        (void)access;
         struct http_pool *p = userdata;
         pthread_mutex_lock(&p->locks[data]);
 }
@@ -438,7 +439,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *userdata) {
 }
 
 static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-        (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+        (void)dltotal;
+        (void)dlnow;
+        (void)ultotal;
+        (void)ulnow;
         struct transfer *t = userdata;
         if (t->c->cancel && atomic_load(t->c->cancel)) {
                 t->canceled = true;

@@ -300,9 +300,11 @@ static void answer_bad_length(struct conn_ctx *c) {
         const union MHD_ConnectionInfo *info = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
         char answer[512];
         size_t n = (size_t)bad_length_answer(answer, sizeof answer);
-        ssize_t sent = info && info->tls_session ? gnutls_record_send(info->tls_session, answer, n)
-                       : c->fd >= 0             ? send(c->fd, answer, n, MSG_NOSIGNAL)
-                                                : -1;
+        ssize_t sent = -1;
+        if (info && info->tls_session)
+                sent = gnutls_record_send(info->tls_session, answer, n);
+        else if (c->fd >= 0)
+                sent = send(c->fd, answer, n, MSG_NOSIGNAL);
         if (sent != (ssize_t)n)
                 log_debug("the 400 for a malformed Content-Length was not sent whole (%zd of %zu bytes)", sent, n);
         cut(c);

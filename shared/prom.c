@@ -30,8 +30,10 @@ char *prom_close(struct prom *p) {
 /* The shortest of %.15g, %.16g and %.17g that reads back as v, as Go's client prints floats ('g', -1); the
  * format's own spelling for NaN and the infinities. */
 static const char *format_double(double v, char buf[PROM_DOUBLE_MAX]) {
-        if (isnan(v) || isinf(v))
-                return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+        if (isnan(v))
+                return "NaN";
+        if (isinf(v))
+                return v > 0 ? "+Inf" : "-Inf";
         for (int digits = 15; digits < 17; digits++) {
                 snprintf(buf, PROM_DOUBLE_MAX, "%.*g", digits, v);
                 if (strtod(buf, NULL) == v)
@@ -79,10 +81,24 @@ void prom_gauge_u64(struct prom *p, const char *name, const char *help, uint64_t
         prom_sample_u64(p, name, NULL, value);
 }
 
+/* The two-character escape of c in a label value, or NULL when c stands for itself. */
+static const char *label_escape(char c) {
+        switch (c) {
+        case '\\':
+                return "\\\\";
+        case '"':
+                return "\\\"";
+        case '\n':
+                return "\\n";
+        default:
+                return NULL;
+        }
+}
+
 int prom_escape_label(const char *value, char *out, size_t outlen) {
         size_t n = 0;
         for (const char *c = value ? value : ""; *c; c++) {
-                const char *rep = *c == '\\' ? "\\\\" : *c == '"' ? "\\\"" : *c == '\n' ? "\\n" : NULL;
+                const char *rep = label_escape(*c);
                 size_t len = rep ? 2 : 1;
                 if (n + len >= outlen) {
                         if (outlen)

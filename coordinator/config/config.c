@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cleanup.h"
 #include "errmsg.h"
 #include "fileio.h"
 #include "yamlconf.h"
@@ -402,20 +403,28 @@ static int normalize_url(char **url) {
 }
 
 static bool url_ok(const char *url) {
-        const char *host = strncmp(url, "https://", 8) == 0 ? url + 8 : strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;
-        return host && *host && *host != '/';
+        const char *host;
+        if (strncmp(url, "https://", 8) == 0)
+                host = url + 8;
+        else if (strncmp(url, "http://", 7) == 0)
+                host = url + 7;
+        else
+                return false;
+        return *host && *host != '/';
 }
 
 static int cluster_strings(const json_t *o, const char *path, struct config_cluster *c, char *err, size_t errlen) {
         int r = get_string(o, "url", path, true, &c->url, err, errlen);
         if (r == 0 && !url_ok(c->url))
-                r = errmsg_invalid(err, errlen, "%s.url: expected an https:// URL such as https://pve1:8006/api2/json", path);
+                r = errmsg_invalid(err, errlen, "%s.url: expected an https:// URL such as https://pve1:8006/api2/json",
+                                   path);
         if (r == 0)
                 r = normalize_url(&c->url);
         if (r == 0)
                 r = get_string(o, "token_id", path, true, &c->token_id, err, errlen);
         if (r == 0 && !token_id_ok(c->token_id))
-                r = errmsg_invalid(err, errlen, "%s.token_id: expected user@realm!tokenid (got \"%s\")", path, c->token_id);
+                r = errmsg_invalid(err, errlen, "%s.token_id: expected user@realm!tokenid (got \"%s\")", path,
+                                   c->token_id);
         if (r == 0)
                 r = get_string(o, "token_secret", path, false, &c->token_secret, err, errlen);
         if (r == 0)
@@ -433,7 +442,8 @@ static int parse_cluster(const json_t *o, size_t i, struct config_cluster *c, ch
         char path[32];
         snprintf(path, sizeof path, "clusters[%zu]", i);
         if (!json_is_object(o))
-                return errmsg_invalid(err, errlen, "%s: expected a mapping with url, token_id, token_secret and region", path);
+                return errmsg_invalid(err, errlen, "%s: expected a mapping with url, token_id, token_secret and region",
+                                      path);
         int r = check_keys(o, path, allowed, err, errlen);
         if (r == 0)
                 r = cluster_strings(o, path, c, err, errlen);
@@ -442,16 +452,21 @@ static int parse_cluster(const json_t *o, size_t i, struct config_cluster *c, ch
         if (r == 0 && !c->token_secret && !c->token_secret_file)
                 r = errmsg_invalid(err, errlen, "%s.token_secret: required (or token_secret_file)", path);
         if (r == 0 && c->token_secret && c->token_secret_file)
-                r = errmsg_invalid(err, errlen, "%s.token_secret_file: give token_secret or token_secret_file, not both", path);
+                r = errmsg_invalid(err, errlen,
+                                   "%s.token_secret_file: give token_secret or token_secret_file, not both", path);
         return r;
 }
 
 static int check_regions(const struct config_cluster *cl, size_t n, char *err, size_t errlen) {
-        for (size_t i = 0; i < n; i++)
-                for (size_t j = 0; j < i; j++)
-                        if (strcmp(cl[i].region, cl[j].region) == 0)
-                                return errmsg_invalid(err, errlen, "clusters[%zu].region: \"%s\" is already used by clusters[%zu]",
-                                            i, cl[i].region, j);
+        for (size_t i = 0; i < n; i++) {
+                for (size_t j = 0; j < i; j++) {
+                        if (strcmp(cl[i].region, cl[j].region) != 0)
+                                continue;
+                        return errmsg_invalid(err, errlen,
+                                              "clusters[%zu].region: \"%s\" is already used by clusters[%zu]", i,
+                                              cl[i].region, j);
+                }
+        }
         return 0;
 }
 
@@ -555,7 +570,8 @@ static int parse_join(const json_t *o, struct config_join *j, char *err, size_t 
         if (r == 0)
                 r = get_string(o, "api_server", "join", true, &j->api_server, err, errlen);
         if (r == 0 && strncmp(j->api_server, "https://", 8) != 0)
-                r = errmsg_invalid(err, errlen, "join.api_server: expected an https:// URL (got \"%s\")", j->api_server);
+                r = errmsg_invalid(err, errlen, "join.api_server: expected an https:// URL (got \"%s\")",
+                                   j->api_server);
         if (r == 0)
                 r = get_string(o, "ca_file", "join", true, &j->ca_file, err, errlen);
         return r;
@@ -595,8 +611,9 @@ int config_parse_document(struct config *cfg, const json_t *doc, char *err, size
 
 int config_check(const struct config *cfg, char *err, size_t errlen) {
         if (cfg->batch_idle_ms > cfg->batch_max_ms)
-                return errmsg_invalid(err, errlen, "--batch-idle-duration: %llums is longer than --batch-max-duration (%llums)",
-                            (unsigned long long)cfg->batch_idle_ms, (unsigned long long)cfg->batch_max_ms);
+                return errmsg_invalid(err, errlen,
+                                      "--batch-idle-duration: %llums is longer than --batch-max-duration (%llums)",
+                                      (unsigned long long)cfg->batch_idle_ms, (unsigned long long)cfg->batch_max_ms);
         if (cfg->metrics_port == cfg->health_port)
                 return errmsg_invalid(err, errlen, "--health-port: %u is also the metrics port", cfg->health_port);
         return 0;
@@ -606,7 +623,7 @@ int config_check(const struct config *cfg, char *err, size_t errlen) {
 
 /* Read a secret file: its first line, trimmed. */
 static int read_secret(const char *path, const char *key, char **ret, char *err, size_t errlen) {
-        char *text;
+        _cleanup_free_ char *text = NULL;
         size_t len;
         int r = fileio_read(path, TOKEN_FILE_MAX, &text, &len);
         if (r < 0) {
@@ -617,12 +634,9 @@ static int read_secret(const char *path, const char *key, char **ret, char *err,
         size_t n = strcspn(start, "\r\n");
         while (n && (start[n - 1] == ' ' || start[n - 1] == '\t'))
                 n--;
-        if (n == 0) {
-                free(text);
+        if (n == 0)
                 return errmsg_invalid(err, errlen, "%s: %s is empty", key, path);
-        }
         *ret = strndup(start, n);
-        free(text);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -699,10 +713,12 @@ const char *config_usage(void) {
         return "Usage: pvescale-coordinator [flags]\n"
                "\n"
                "Flags (environment variable in brackets; flags win over the environment):\n"
-               "  --config FILE               [PVESCALE_CONFIG] Proxmox clusters and agents (default " CONFIG_DEFAULT_FILE ")\n"
+               "  --config FILE               [PVESCALE_CONFIG] Proxmox clusters and agents (default "
+               CONFIG_DEFAULT_FILE ")\n"
                "  --kubeconfig FILE           [KUBECONFIG] default: in-cluster service account\n"
                "  --node-policy POLICY        [NODE_POLICY] static (agents place and pin; default) or simple\n"
-               "  --batch-idle-duration DUR   [BATCH_IDLE_DURATION] batch closes this long after the last new pod (1s)\n"
+               "  --batch-idle-duration DUR   [BATCH_IDLE_DURATION] batch closes this long after the last new pod"
+               " (1s)\n"
                "  --batch-max-duration DUR    [BATCH_MAX_DURATION] and at most this long after the first (10s)\n"
                "  --log-level LEVEL           [LOG_LEVEL] debug, info, warning or error (info)\n"
                "  --log-format FORMAT         [LOG_FORMAT] stderr lines as text, logfmt or json (text); under systemd\n"

@@ -97,7 +97,8 @@ static int apply_count(struct options *o, const char *name, const char *value, c
         char *end;
         long v = strtol(value, &end, 10);
         if (!*value || *end || v < 1 || v > OPTIONS_MAX_WORKERS) {
-                snprintf(err, errlen, "%s: expected a number from 1 to %d (got \"%s\")", name, OPTIONS_MAX_WORKERS, value);
+                snprintf(err, errlen, "%s: expected a number from 1 to %d (got \"%s\")", name, OPTIONS_MAX_WORKERS,
+                         value);
                 return -EINVAL;
         }
         o->workers = (unsigned)v;
@@ -219,7 +220,8 @@ const char *options_usage(void) {
         return "Controller flags:\n"
                "  --launch[=BOOL]             [LAUNCH] launch VMs for NodeClaims (true); false stops after the claims\n"
                "                              are created (the launcher is not run)\n"
-               "  --leader-elect[=BOOL]       [LEADER_ELECT] hold the Lease pvescale-coordinator before acting (true);\n"
+               "  --leader-elect[=BOOL]       [LEADER_ELECT] hold the Lease pvescale-coordinator before acting"
+               " (true);\n"
                "                              the Lease lives in POD_NAMESPACE (else the kubeconfig's namespace) and\n"
                "                              the identity is POD_NAME (else the host name)\n"
                "  --disruption[=BOOL]         [DISRUPTION] scale down: delete or replace nodes that are empty,\n"

@@ -49,11 +49,11 @@ struct options {
 
 void options_init(struct options *o);
 
-/* Apply the environment (LAUNCH, LEADER_ELECT, DISRUPTION, NODE_REPAIR, WORKERS and the durations'), then remove the flags above from argv (in place,
- * *argc updated) and apply them: "--launch", "--launch=false", "--launch false" (the next argument is taken
- * only when it is a boolean), "--workers 8", "--workers=8"; one leading dash works too. Other arguments are
- * left for config_load. Booleans: true/false/1/0/yes/no; durations: "30s", "2m", "1h30m". On a bad value -EINVAL with "--flag: reason" (or
- * "NAME: reason") in err. Pure. */
+/* Apply the environment (LAUNCH, LEADER_ELECT, DISRUPTION, NODE_REPAIR, WORKERS and the durations'), then remove
+ * the flags above from argv (in place, *argc updated) and apply them: "--launch", "--launch=false", "--launch false"
+ * (the next argument is taken only when it is a boolean), "--workers 8", "--workers=8"; one leading dash works too.
+ * Other arguments are left for config_load. Booleans: true/false/1/0/yes/no; durations: "30s", "2m", "1h30m". On a
+ * bad value -EINVAL with "--flag: reason" (or "NAME: reason") in err. Pure. */
 int options_parse(struct options *o, int *argc, char **argv, const char *const *envp, char *err, size_t errlen);
 
 /* Help text for these flags (static). */

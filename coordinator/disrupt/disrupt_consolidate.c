@@ -97,8 +97,8 @@ static void consolidation_message(const struct disrupt__ctx *ctx, struct disrupt
                 disrupt__say(d->message, MSG, "Consolidation: %zu nodes%s into %zu, their %zu pods %s", d->n_candidates,
                              pools, t->n_claims, t->n_moved, to);
         else
-                disrupt__say(d->message, MSG, "Consolidation: %s %s, its %zu pods %s", t->n_claims ? "replace" : "delete",
-                         name, t->n_moved, to);
+                disrupt__say(d->message, MSG, "Consolidation: %s %s, its %zu pods %s",
+                             t->n_claims ? "replace" : "delete", name, t->n_moved, to);
 }
 
 static int take(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m, const size_t *list, size_t n,
@@ -118,7 +118,8 @@ static bool no_better_than_a_delete(const struct disrupt__ctx *ctx, const size_t
         static const struct resources none;
         for (size_t k = 0; t->n_claims == 1 && k < n; k++) {
                 const struct disrupt_candidate *c = &ctx->in->candidates[list[k]];
-                if (c->price <= t->claims_price && resources_fit(&t->claims[0]->allocatable, &none, &c->shape->allocatable))
+                bool costs_no_less = c->price <= t->claims_price;
+                if (costs_no_less && resources_fit(&t->claims[0]->allocatable, &none, &c->shape->allocatable))
                         return true;
         }
         return false;
@@ -137,7 +138,9 @@ static int first_n(struct disrupt__ctx *ctx, const size_t *list, size_t n) {
                         return rc;
                 disrupt__need_hosts(ctx, &t, price);
                 if (saves(&t, price) && !no_better_than_a_delete(ctx, list, mid, &t)) {
-                        best = mid, kept = t, lo = mid + 1;
+                        best = mid;
+                        kept = t;
+                        lo = mid + 1;
                 } else {
                         hi = mid - 1;
                 }
@@ -187,9 +190,11 @@ static bool might_save(const struct disrupt__ctx *ctx, size_t i) {
                 return true;
         for (size_t k = 0; k < ctx->in->sim->n_classes; k++) {
                 const struct shape_catalog *cat = ctx->in->sim->classes[k]->shapes;
-                for (size_t s = 0; cat && s < cat->n; s++)
-                        if (disrupt_price(&cat->items[s]) < c->price && resources_fit(&all, &none, &cat->items[s].allocatable))
+                for (size_t s = 0; cat && s < cat->n; s++) {
+                        const struct shape *sh = &cat->items[s];
+                        if (disrupt_price(sh) < c->price && resources_fit(&all, &none, &sh->allocatable))
                                 return true;
+                }
         }
         return false;
 }

@@ -57,10 +57,13 @@ static int part(const struct range *r, const char *s, size_t len, uint64_t *bits
         if (slash && (step = value(&(struct range){ "", 1, 59, NULL }, slash + 1, len - head - 1)) < 0)
                 return -EINVAL;
         if (head == 1 && (s[0] == '*' || s[0] == '?')) {
-                lo = r->min, hi = r->max;
+                lo = r->min;
+                hi = r->max;
                 *star = *star || step == 1;
         } else if ((dash = memchr(s, '-', head))) {
-                lo = value(r, s, (size_t)(dash - s)), hi = value(r, dash + 1, head - (size_t)(dash - s) - 1);
+                size_t first = (size_t)(dash - s);
+                lo = value(r, s, first);
+                hi = value(r, dash + 1, head - first - 1);
         } else {
                 lo = value(r, s, head);
                 hi = slash ? r->max : lo;

@@ -24,7 +24,8 @@ static void note_budget(struct disrupt__ctx *ctx, size_t i, size_t pool, enum di
 /* Where the moved pods go, for a message: "fit on node-b", "fit on node-b and 2 other nodes". */
 static void where(const struct disrupt__trial *t, char *buf, size_t len) {
         if (t->n_claims > 0)
-                disrupt__say(buf, len, "fit on a new %s%s", t->claims[0]->name, t->n_targets ? " and the other nodes" : "");
+                disrupt__say(buf, len, "fit on a new %s%s", t->claims[0]->name,
+                             t->n_targets ? " and the other nodes" : "");
         else if (t->n_targets > 1)
                 disrupt__say(buf, len, "fit on %s and %zu other nodes", t->target, t->n_targets - 1);
         else
@@ -58,8 +59,8 @@ int disrupt__emptiness(struct disrupt__ctx *ctx, size_t pool) {
         if (d && n == 1)
                 disrupt__say(d->message, MSG, "Emptiness: delete, no pods but DaemonSet pods for %s or more", after);
         else if (d)
-                disrupt__say(d->message, MSG, "Emptiness: delete %zu nodes, no pods but DaemonSet pods for %s or more", n,
-                         after);
+                disrupt__say(d->message, MSG,
+                             "Emptiness: delete %zu nodes, no pods but DaemonSet pods for %s or more", n, after);
         return d ? 1 : 0;
 }
 
@@ -138,9 +139,10 @@ int disrupt__expiry(struct disrupt__ctx *ctx, size_t pool) {
                 if (disrupt__open(ctx, pool, i) && !cand(ctx, i)->deleting && now >= cand(ctx, i)->created_ms + after)
                         list[n++] = i;
         if (n > 0) {
-                disrupt__say(msg, sizeof msg, "Expiry: %s%screated %s ago, expireAfter is %s", n > 1 ? "the oldest of " : "",
-                         n > 1 ? "these nodes " : "", disrupt__human(now - cand(ctx, list[0])->created_ms, a, 32),
-                         disrupt__human(after, b, 32));
+                bool several = n > 1;
+                disrupt__say(msg, sizeof msg, "Expiry: %s%screated %s ago, expireAfter is %s",
+                             several ? "the oldest of " : "", several ? "these nodes " : "",
+                             disrupt__human(now - cand(ctx, list[0])->created_ms, a, 32), disrupt__human(after, b, 32));
                 rc = forceful(ctx, pool, DISRUPT_METHOD_EXPIRY, DISRUPT_REASON_EXPIRED, list, n, msg);
         }
         free(list);

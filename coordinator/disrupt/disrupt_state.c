@@ -235,8 +235,8 @@ static bool too_young(const struct disrupt__ctx *ctx, size_t i, bool consolidati
         if (after < 0 && consolidation)
                 snprintf(why, len, "consolidateAfter is Never");
         else if (after >= 0 && now < c->initialized_ms + after)
-                snprintf(why, len, "initialized %s ago, consolidateAfter is %s", disrupt__human(now - c->initialized_ms, a, 32),
-                         disrupt__human(after, b, 32));
+                snprintf(why, len, "initialized %s ago, consolidateAfter is %s",
+                         disrupt__human(now - c->initialized_ms, a, 32), disrupt__human(after, b, 32));
         else if (after >= 0 && consolidation && now < c->last_pod_event_ms + after)
                 snprintf(why, len, "a pod came or went %s ago, consolidateAfter is %s",
                          disrupt__human(now - c->last_pod_event_ms, a, 32), disrupt__human(after, b, 32));

@@ -159,9 +159,11 @@ static double cheapest_holding(const struct sim_input *s, const struct resources
         double best = HUGE_VAL;
         for (size_t k = 0; k < s->n_classes; k++) {
                 const struct shape_catalog *cat = s->classes[k]->shapes;
-                for (size_t i = 0; cat && i < cat->n; i++)
-                        if (disrupt_price(&cat->items[i]) < best && resources_fit(req, &none, &cat->items[i].allocatable))
-                                best = disrupt_price(&cat->items[i]);
+                for (size_t i = 0; cat && i < cat->n; i++) {
+                        const struct shape *sh = &cat->items[i];
+                        if (disrupt_price(sh) < best && resources_fit(req, &none, &sh->allocatable))
+                                best = disrupt_price(sh);
+                }
         }
         return best;
 }

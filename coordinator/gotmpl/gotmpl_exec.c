@@ -179,7 +179,9 @@ static int check_type(struct gt_exec *x, enum gt_ptype want, json_t *v) {
 }
 
 static enum gt_ptype param_type(const struct gt_func *f, size_t i) {
-        return i < 3 && (f->max_args < 0 ? (int)i < f->min_args : (int)i < f->max_args) ? f->types[i] : f->rest;
+        int fixed = f->max_args < 0 ? f->min_args : f->max_args; /* the parameters before the variadic rest */
+        bool typed = i < 3 && (int)i < fixed;
+        return typed ? f->types[i] : f->rest;
 }
 
 static int check_arg_count(struct gt_exec *x, const struct gt_func *f, size_t argc) {

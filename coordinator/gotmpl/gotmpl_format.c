@@ -251,10 +251,23 @@ int gotmpl__print_value(struct gt_buf *b, const json_t *v, bool top, int depth) 
 
 /* ---- strconv.Quote ---- */
 
+/* The length of the UTF-8 sequence that lead starts, or 0 when lead cannot start one. */
+static size_t utf8_length(unsigned char lead) {
+        if (lead < 0x80)
+                return 1;
+        if ((lead & 0xe0) == 0xc0)
+                return 2;
+        if ((lead & 0xf0) == 0xe0)
+                return 3;
+        if ((lead & 0xf8) == 0xf0)
+                return 4;
+        return 0;
+}
+
 /* Decode one UTF-8 sequence; its length, or 0 for an invalid byte. */
 size_t gotmpl__utf8_decode(const unsigned char *s, size_t len, uint32_t *ret_cp) {
         static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-        size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+        size_t n = utf8_length(s[0]);
         if (n == 0 || n > len)
                 return 0;
         uint32_t cp = n == 1 ? s[0] : (uint32_t)(s[0] & (0x7f >> n));
@@ -423,9 +436,12 @@ static int go_json_escapes(const char *s, struct gt_buf *b) {
                 const char *u = html_escape(s + i);
                 if (s[i] == '\\') {
                         char c = s[++i];
-                        r = c == 'b'   ? gotmpl__buf_adds(b, "\\u0008")
-                            : c == 'f' ? gotmpl__buf_adds(b, "\\u000c")
-                                       : gotmpl__buf_add(b, s + i - 1, 2);
+                        if (c == 'b')
+                                r = gotmpl__buf_adds(b, "\\u0008");
+                        else if (c == 'f')
+                                r = gotmpl__buf_adds(b, "\\u000c");
+                        else
+                                r = gotmpl__buf_add(b, s + i - 1, 2);
                 } else if (u) {
                         r = gotmpl__buf_adds(b, u);
                         i += u[2] == '2' ? 2 : 0; /* the two more bytes of U+2028/9 */

@@ -1,5 +1,6 @@
 /* gotmpl_funcs: the template functions: Go's built-ins (and, or, not, eq.., len, index, print*) and the Sprig/Helm
- * string and encoding functions (default, quote, indent, nindent, b64enc, sha256sum, toJson, toYaml, join, upper, ...). */
+ * string and encoding functions (default, quote, indent, nindent, b64enc, sha256sum, toJson, toYaml, join, upper,
+ * ...). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <ctype.h>
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 
+#include "cleanup.h"
 #include "gotmpl_internal.h"
 
 /* ---- helpers ---- */
@@ -108,7 +110,11 @@ static int fn_indent(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret
         struct gt_buf b = new_buf(x);
         (void)argc;
         int r = indent_into(x, &b, json_integer_value(argv[0]), argv[1]);
-        return r == -EINVAL ? (gotmpl__buf_done(&b), r) : ret_buf(x, &b, r, ret);
+        if (r == -EINVAL) {
+                gotmpl__buf_done(&b);
+                return r;
+        }
+        return ret_buf(x, &b, r, ret);
 }
 
 static int fn_nindent(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
@@ -117,7 +123,11 @@ static int fn_nindent(struct gt_exec *x, json_t **argv, size_t argc, json_t **re
         int r = gotmpl__buf_adds(&b, "\n");
         if (r >= 0)
                 r = indent_into(x, &b, json_integer_value(argv[0]), argv[1]);
-        return r == -EINVAL ? (gotmpl__buf_done(&b), r) : ret_buf(x, &b, r, ret);
+        if (r == -EINVAL) {
+                gotmpl__buf_done(&b);
+                return r;
+        }
+        return ret_buf(x, &b, r, ret);
 }
 
 static int fn_b64enc(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
@@ -226,14 +236,18 @@ static bool ascii_space(char c) {
 
 /* U+0085 or U+00A0 (C2 85, C2 A0) at s[i]. */
 static bool latin1_space(const char *s, size_t i, size_t end) {
-        return i + 1 < end && (unsigned char)s[i] == 0xc2 && ((unsigned char)s[i + 1] == 0x85 || (unsigned char)s[i + 1] == 0xa0);
+        if (i + 1 >= end || (unsigned char)s[i] != 0xc2)
+                return false;
+        unsigned char next = (unsigned char)s[i + 1];
+        return next == 0x85 || next == 0xa0;
 }
 
 /* strings.TrimSpace for ASCII white space, U+0085 and U+00A0. */
 static int fn_trim(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         const char *s = str(argv[0]);
         size_t start = 0, end = slen(argv[0]);
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         for (;;) {
                 if (start < end && ascii_space(s[start]))
                         start++;
@@ -262,24 +276,28 @@ static bool has_suffix(json_t *s, json_t *p) {
 }
 
 static int fn_trim_prefix(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         size_t skip = has_prefix(argv[1], argv[0]) ? slen(argv[0]) : 0;
         return ret_str(ret, str(argv[1]) + skip, slen(argv[1]) - skip);
 }
 
 static int fn_trim_suffix(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         size_t cut = has_suffix(argv[1], argv[0]) ? slen(argv[0]) : 0;
         return ret_str(ret, str(argv[1]), slen(argv[1]) - cut);
 }
 
 static int fn_has_prefix(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return ret_bool(ret, has_prefix(argv[1], argv[0]));
 }
 
 static int fn_has_suffix(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return ret_bool(ret, has_suffix(argv[1], argv[0]));
 }
 
@@ -288,7 +306,8 @@ static const char *find(json_t *hay, size_t from, json_t *needle) {
 }
 
 static int fn_contains(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return ret_bool(ret, find(argv[1], 0, argv[0]) != NULL);
 }
 
@@ -337,32 +356,31 @@ static int split_pieces(json_t *sep, json_t *s, json_t **ret_list) {
 }
 
 static int fn_split_list(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return split_pieces(argv[0], argv[1], ret);
 }
 
 /* Sprig's split returns a map with keys _0, _1, ... */
 static int fn_split(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        json_t *list, *map = json_object(), *e;
+        _cleanup_(json_decrefp) json_t *map = json_object();
+        _cleanup_(json_decrefp) json_t *list = NULL;
+        json_t *e;
         size_t i;
         char key[32];
-        (void)x, (void)argc;
-        int r = map ? split_pieces(argv[0], argv[1], &list) : -ENOMEM;
-        if (r < 0) {
-                json_decref(map);
+        (void)x;
+        (void)argc;
+        if (!map)
+                return -ENOMEM;
+        int r = split_pieces(argv[0], argv[1], &list);
+        if (r < 0)
                 return r;
-        }
         json_array_foreach(list, i, e) {
                 snprintf(key, sizeof key, "_%zu", i);
                 if (json_object_set(map, key, e) < 0)
-                        r = -ENOMEM;
+                        return -ENOMEM;
         }
-        json_decref(list);
-        if (r < 0) {
-                json_decref(map);
-                return r;
-        }
-        *ret = map;
+        *ret = TAKE_PTR(map);
         return 0;
 }
 
@@ -378,12 +396,21 @@ static int fn_list(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) 
         return list ? 0 : -ENOMEM;
 }
 
+/* The value after key argv[i]: "" when the key is the last argument, null for a nil value. */
+static json_t *dict_value(json_t **argv, size_t argc, size_t i) {
+        if (i + 1 >= argc)
+                return json_string("");
+        if (!argv[i + 1])
+                return json_null();
+        return json_incref(argv[i + 1]);
+}
+
 static int fn_dict(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
         json_t *map = json_object();
         struct gt_buf k = { 0 };
         int r = map ? 0 : -ENOMEM;
         for (size_t i = 0; i < argc && r >= 0; i += 2) {
-                json_t *v = i + 1 >= argc ? json_string("") : argv[i + 1] ? json_incref(argv[i + 1]) : json_null();
+                json_t *v = dict_value(argv, argc, i);
                 k.len = 0;
                 r = add_strval(&k, argv[i]);
                 if (r >= 0 && json_object_setn_new(map, k.data ? k.data : "", k.len, v) < 0)
@@ -401,7 +428,8 @@ static int fn_dict(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) 
 }
 
 static int fn_empty(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return ret_bool(ret, gotmpl__empty(argv[0]));
 }
 
@@ -416,7 +444,8 @@ static int fn_required(struct gt_exec *x, json_t **argv, size_t argc, json_t **r
 }
 
 static int fn_ternary(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         *ret = json_incref(json_is_true(argv[2]) ? argv[0] : argv[1]);
         return 0;
 }
@@ -456,8 +485,10 @@ static enum kind kind_of(const json_t *v) {
 
 /* -1, 0, 1 for two values of the same basic kind. */
 static int compare_same(enum kind k, json_t *a, json_t *b) {
-        if (k == K_INT)
-                return (json_integer_value(a) > json_integer_value(b)) - (json_integer_value(a) < json_integer_value(b));
+        if (k == K_INT) {
+                json_int_t ia = json_integer_value(a), ib = json_integer_value(b);
+                return (ia > ib) - (ia < ib);
+        }
         if (k == K_FLOAT)
                 return (json_real_value(a) > json_real_value(b)) - (json_real_value(a) < json_real_value(b));
         if (k == K_BOOL)
@@ -552,7 +583,8 @@ static int fn_ge(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
 }
 
 static int fn_not(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
-        (void)x, (void)argc;
+        (void)x;
+        (void)argc;
         return ret_bool(ret, !gotmpl__truth(argv[0]));
 }
 
@@ -565,7 +597,13 @@ static int fn_len(struct gt_exec *x, json_t **argv, size_t argc, json_t **ret) {
                 return gotmpl__fail(x, "error calling len: len of nil pointer");
         if (!json_is_string(v) && !json_is_array(v) && !json_is_object(v))
                 return gotmpl__fail(x, "error calling len: len of type %s", gotmpl__type_name(v));
-        size_t n = json_is_string(v) ? slen(v) : json_is_array(v) ? json_array_size(v) : json_object_size(v);
+        size_t n;
+        if (json_is_string(v))
+                n = slen(v);
+        else if (json_is_array(v))
+                n = json_array_size(v);
+        else
+                n = json_object_size(v);
         *ret = json_integer((json_int_t)n);
         return *ret ? 0 : -ENOMEM;
 }

@@ -121,7 +121,15 @@ struct gt_pipe {
         size_t n_cmds;
 };
 
-enum gt_node_type { GT_NODE_TEXT, GT_NODE_ACTION, GT_NODE_IF, GT_NODE_RANGE, GT_NODE_WITH, GT_NODE_BREAK, GT_NODE_CONTINUE };
+enum gt_node_type {
+        GT_NODE_TEXT,
+        GT_NODE_ACTION,
+        GT_NODE_IF,
+        GT_NODE_RANGE,
+        GT_NODE_WITH,
+        GT_NODE_BREAK,
+        GT_NODE_CONTINUE
+};
 
 struct gt_node;
 struct gt_list {

@@ -155,8 +155,14 @@ static struct gt_token lex_number(struct gt_lexer *l, size_t start) {
         if (p + 1 < l->len && l->text[p] == '0' && strchr("xXoObB", l->text[p + 1])) {
                 char b = l->text[p + 1];
                 p += 2;
-                digits = (b == 'x' || b == 'X') ? "0123456789abcdefABCDEF_" : (b == 'o' || b == 'O') ? "01234567_" : "01_";
-                exp = (b == 'x' || b == 'X') ? "pP" : "";
+                bool hex = b == 'x' || b == 'X';
+                if (hex)
+                        digits = "0123456789abcdefABCDEF_";
+                else if (b == 'o' || b == 'O')
+                        digits = "01234567_";
+                else
+                        digits = "01_";
+                exp = hex ? "pP" : "";
         }
         p = accept_run(l, p, digits);
         if (p < l->len && l->text[p] == '.')

@@ -129,13 +129,27 @@ static int hexval(char c) {
 }
 
 /* One escape after a backslash at s[*i] (pointing past the backslash); appends its bytes. */
+/* How many digits follow the escape letter c: \x, \u, \U, or an octal \NNN that c starts; 0 for none. */
+static int escape_digits(char c) {
+        switch (c) {
+        case 'x':
+                return 2;
+        case 'u':
+                return 4;
+        case 'U':
+                return 8;
+        default:
+                return (c >= '0' && c <= '7') ? 3 : 0;
+        }
+}
+
 static int unescape_one(const char *s, size_t len, size_t *i, struct gt_buf *b) {
         static const char simple_from[] = "abfnrtv\\\"", simple_to[] = "\a\b\f\n\r\t\v\\\"";
         char c = s[(*i)++];
         const char *k = strchr(simple_from, c);
         if (c && k)
                 return gotmpl__buf_add(b, &simple_to[k - simple_from], 1);
-        int digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : (c >= '0' && c <= '7') ? 3 : 0;
+        int digits = escape_digits(c);
         int base = (c >= '0' && c <= '7') ? 8 : 16;
         if (digits == 0)
                 return -EINVAL;
@@ -173,7 +187,9 @@ static int unquote(const struct gt_token *t, json_t **ret) {
                 i++;
                 r = unescape_one(s, len, &i, &b);
         }
-        json_t *v = r >= 0 ? gotmpl__string(b.data ? b.data : "", b.len) : NULL;
+        json_t *v = NULL;
+        if (r >= 0)
+                v = gotmpl__string(b.data ? b.data : "", b.len);
         gotmpl__buf_done(&b);
         if (r < 0)
                 return r;
@@ -208,7 +224,12 @@ static int parse_number(const struct gt_token *t, json_t **ret) {
                 int base = 10;
                 const char *num = digits;
                 if (digits[0] == '0' && digits[1] && strchr("xXoObB", digits[1])) {
-                        base = strchr("xX", digits[1]) ? 16 : strchr("oO", digits[1]) ? 8 : 2;
+                        if (strchr("xX", digits[1]))
+                                base = 16;
+                        else if (strchr("oO", digits[1]))
+                                base = 8;
+                        else
+                                base = 2;
                         num = digits + 2;
                 } else if (digits[0] == '0' && digits[1])
                         base = 8;
@@ -615,8 +636,20 @@ static int control_body(struct parser *p, struct gt_node *n, const char *context
         return 0;
 }
 
+/* The keyword that opens a control node of this type, for messages. */
+static const char *control_keyword(enum gt_node_type type) {
+        switch (type) {
+        case GT_NODE_IF:
+                return "if";
+        case GT_NODE_RANGE:
+                return "range";
+        default:
+                return "with";
+        }
+}
+
 static int parse_control(struct parser *p, enum gt_node_type type, size_t pos, struct gt_list *into) {
-        const char *context = type == GT_NODE_IF ? "if" : type == GT_NODE_RANGE ? "range" : "with";
+        const char *context = control_keyword(type);
         if (++p->depth > GT_MAX_NESTING)
                 return fail(p, pos, "template nested too deeply (more than %d levels)", GT_MAX_NESTING);
         struct gt_node *n = node_new(type, pos);

@@ -234,12 +234,15 @@ static int get_quantity(const json_t *obj, const char *key, enum quantity_scale 
                 return -ENOENT;
         if (json_is_string(v))
                 text = json_string_value(v);
-        else if (json_is_integer(v))
-                snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v)), text = buf;
-        else if (json_is_real(v))
-                snprintf(buf, sizeof buf, "%.15g", json_real_value(v)), text = buf;
-        else
+        else if (json_is_integer(v)) {
+                snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+                text = buf;
+        } else if (json_is_real(v)) {
+                snprintf(buf, sizeof buf, "%.15g", json_real_value(v));
+                text = buf;
+        } else {
                 return -EINVAL;
+        }
         int64_t value;
         int r = quantity_parse(text, scale, &value);
         if (r < 0 || value < 0)
@@ -385,9 +388,11 @@ static int kubelet_eviction(const json_t *ev, struct shape_options *o, char *err
                 o->eviction_memory_bytes = bytes;
                 o->eviction_memory_percent = 0;
         } else if (mem || json_object_get(ev, "memory.available")) {
-                return fail(err, errlen, "evictionHard.memory.available: %s%s", "a quantity or a percent is required", "");
+                return fail(err, errlen, "evictionHard.memory.available: %s%s",
+                            "a quantity or a percent is required", "");
         }
-        if ((fs || json_object_get(ev, "nodefs.available")) && (!fs || parse_percent(fs, &o->eviction_nodefs_percent) < 0))
+        bool nodefs_given = fs || json_object_get(ev, "nodefs.available");
+        if (nodefs_given && (!fs || parse_percent(fs, &o->eviction_nodefs_percent) < 0))
                 return fail(err, errlen, "evictionHard.nodefs.available: %s%s", "a percent is required", "");
         return 0;
 }

@@ -292,12 +292,12 @@ static int place(struct ctx *c, size_t i, struct sim_placement *pl, struct sim_a
 
 /* The bound pods onto their nodes' slots (counted for resources, ports and topology); placements may be NULL. */
 static int place_bound(struct ctx *c, struct sim_placement *placements) {
-        uint32_t *slot_of = NULL;
+        _cleanup_free_ uint32_t *slot_of = NULL;
         size_t cap = 0;
         for (size_t s = 0; s < c->n_slots; s++) {
                 uint32_t id = simulate__intern(c, c->in->nodes[c->slots[s].index]->name);
                 if (!id || simulate__grow(&slot_of, &cap, (size_t)id + 1, sizeof(uint32_t)) < 0)
-                        goto oom;
+                        return -ENOMEM;
                 slot_of[id] = (uint32_t)s + 1;
         }
         for (size_t i = 0; i < c->in->n_pods; i++) {
@@ -308,13 +308,9 @@ static int place_bound(struct ctx *c, struct sim_placement *placements) {
                         placements[i] = (struct sim_placement){ .target = SIM_TARGET_BOUND };
                 uint32_t id = simulate__intern(c, pod->node_name);
                 if (id < cap && slot_of[id] && land(c, i, slot_of[id] - 1) < 0)
-                        goto oom;
+                        return -ENOMEM;
         }
-        free(slot_of);
         return 0;
-oom:
-        free(slot_of);
-        return -ENOMEM;
 }
 
 struct order {

@@ -67,7 +67,8 @@ static long claim_pick_shape(struct ctx *c, struct claim_c *cl, const uint64_t *
         simulate__host_release(h, cl->nc, cl->shape, cur, cl);
         for (size_t si = 0; si < c->ncs[cl->nc].shapes->n && found < 0; si++) {
                 const struct shape *s = claim_shape(c, cl, si);
-                if (!(mask[si / 64] >> (si % 64) & 1) || !resources_fit(need, &(struct resources){ 0 }, &s->allocatable))
+                bool in_mask = mask[si / 64] >> (si % 64) & 1;
+                if (!in_mask || !resources_fit(need, &(struct resources){ 0 }, &s->allocatable))
                         continue;
                 if (si != cl->shape && !limits_ok(&c->pools[cl->pool], cur, s, 0, &which))
                         continue;
@@ -94,8 +95,10 @@ static void claim_set_shape(struct ctx *c, struct claim_c *cl, size_t si) {
 }
 
 static int claim_add_reqs(struct ctx *c, struct claim_c *cl, const struct cterm *t) {
+        const struct slot *sl = &c->slots[cl->slot];
         for (uint32_t i = 0; i < t->n; i++) {
-                if (is_special(c, t->reqs[i].key) || simulate__label(c->slots[cl->slot].labels, c->slots[cl->slot].n_labels, t->reqs[i].key))
+                uint32_t key = t->reqs[i].key;
+                if (is_special(c, key) || simulate__label(sl->labels, sl->n_labels, key))
                         continue;
                 size_t cap = cl->cap_reqs;
                 if (simulate__grow(&cl->reqs, &cap, (size_t)cl->n_reqs + 1, sizeof(struct creq)) < 0)
@@ -136,8 +139,9 @@ int simulate__claim_try(struct ctx *c, struct claim_c *cl, const struct pclass *
                         continue;
                 if (!resources_fit(&need, &(struct resources){ 0 }, &cl->maxalloc))
                         return FIT_RESOURCES;
+                const struct shape *cur = claim_shape(c, cl, cl->shape);
                 bool cur_ok = mask[cl->shape / 64] >> (cl->shape % 64) & 1 &&
-                              resources_fit(&need, &(struct resources){ 0 }, &claim_shape(c, cl, cl->shape)->allocatable);
+                              resources_fit(&need, &(struct resources){ 0 }, &cur->allocatable);
                 long si = cur_ok ? (long)cl->shape : claim_pick_shape(c, cl, mask, &need);
                 if (si < 0)
                         return FIT_RESOURCES;
@@ -307,9 +311,12 @@ struct hostscan {
 static bool host_place_ok(const struct ctx *c, const struct pool_c *p, const struct cterm *t, const struct host_c *h) {
         if (c->ncs[p->nc].region && c->ncs[p->nc].region != h->region)
                 return false;
-        for (uint32_t i = 0; i < p->n_zreqs; i++)
-                if (!simulate__req_matches(c, &p->zreqs[i], p->zreqs[i].key == c->k_zone ? c->zone_ids[h->zone] : h->region))
+        for (uint32_t i = 0; i < p->n_zreqs; i++) {
+                const struct creq *z = &p->zreqs[i];
+                uint32_t value = z->key == c->k_zone ? c->zone_ids[h->zone] : h->region;
+                if (!simulate__req_matches(c, z, value))
                         return false;
+        }
         for (uint32_t i = 0; i < t->n; i++) {
                 const struct creq *r = &t->reqs[i];
                 if (r->key == c->k_zone && !simulate__req_matches(c, r, c->zone_ids[h->zone]))
@@ -382,15 +389,25 @@ static size_t filter_hosts(struct ctx *c, struct pclass *pc, const struct pool_c
 static void scan_note(struct hostscan *hs, const struct host_c *h, enum room r) {
         if (r > hs->worst)
                 hs->worst = r;
-        if (h->free_cpus > hs->best_cpus)
-                hs->best_cpus = h->free_cpus, hs->best_cpus_h = h;
-        if (h->free_mem > hs->best_mem)
-                hs->best_mem = h->free_mem, hs->best_mem_h = h;
+        if (h->free_cpus > hs->best_cpus) {
+                hs->best_cpus = h->free_cpus;
+                hs->best_cpus_h = h;
+        }
+        if (h->free_mem > hs->best_mem) {
+                hs->best_mem = h->free_mem;
+                hs->best_mem_h = h;
+        }
         for (size_t i = 0; i < h->src->n_numa; i++) {
-                if (h->numa_cpus[i] > hs->best_numa_cpus)
-                        hs->best_numa_cpus = h->numa_cpus[i], hs->best_numa_cpus_h = h, hs->best_numa_cpus_id = h->src->numa[i].id;
-                if (h->numa_mem[i] > hs->best_numa_mem)
-                        hs->best_numa_mem = h->numa_mem[i], hs->best_numa_mem_h = h, hs->best_numa_mem_id = h->src->numa[i].id;
+                if (h->numa_cpus[i] > hs->best_numa_cpus) {
+                        hs->best_numa_cpus = h->numa_cpus[i];
+                        hs->best_numa_cpus_h = h;
+                        hs->best_numa_cpus_id = h->src->numa[i].id;
+                }
+                if (h->numa_mem[i] > hs->best_numa_mem) {
+                        hs->best_numa_mem = h->numa_mem[i];
+                        hs->best_numa_mem_h = h;
+                        hs->best_numa_mem_id = h->src->numa[i].id;
+                }
         }
 }
 
@@ -401,13 +418,14 @@ static void host_reason(const struct hostscan *hs, const struct shape *s, struct
                 snprintf(buf, sizeof buf, "no host has %u free cores (best: %s with %" PRId64 ")", s->vcpus,
                          hs->best_cpus_h->src->name, hs->best_cpus);
         else if (hs->worst == ROOM_MEMORY)
-                snprintf(buf, sizeof buf, "no host has %s free memory (best: %s with %s)", need, hs->best_mem_h->src->name,
-                         quantity_format_bytes_human(hs->best_mem, have, sizeof have));
+                snprintf(buf, sizeof buf, "no host has %s free memory (best: %s with %s)", need,
+                         hs->best_mem_h->src->name, quantity_format_bytes_human(hs->best_mem, have, sizeof have));
         else if (hs->worst == ROOM_OFFER)
                 snprintf(buf, sizeof buf, "no agent offers room for %s (%zu hosts asked)", s->name, hs->n_cand);
         else if (hs->best_numa_cpus < s->vcpus)
-                snprintf(buf, sizeof buf, "no host has %u free cores in one NUMA node (best: %s numa%d with %" PRId64 ")",
-                         s->vcpus, hs->best_numa_cpus_h->src->name, hs->best_numa_cpus_id, hs->best_numa_cpus);
+                snprintf(buf, sizeof buf,
+                         "no host has %u free cores in one NUMA node (best: %s numa%d with %" PRId64 ")", s->vcpus,
+                         hs->best_numa_cpus_h->src->name, hs->best_numa_cpus_id, hs->best_numa_cpus);
         else
                 snprintf(buf, sizeof buf, "no host has %s free memory in one NUMA node (best: %s numa%d with %s)", need,
                          hs->best_numa_mem_h->src->name, hs->best_numa_mem_id,
@@ -442,11 +460,14 @@ static void shape_reason(const struct ctx *c, const struct pool_c *p, const uint
                         resources_max(&most, &cat->items[s].allocatable);
         int k = resources_first_excess(need, &(struct resources){ 0 }, &most);
         if (k >= 0)
-                snprintf(buf, sizeof buf, "NodePool %s has no instance type with room for the pod's %s %s (largest allocatable %s)",
+                snprintf(buf, sizeof buf,
+                         "NodePool %s has no instance type with room for the pod's %s %s (largest allocatable %s)",
                          p->src->name, resources_name(k), resources_format_value(k, need->v[k], a, sizeof a),
                          resources_format_value(k, most.v[k], b, sizeof b));
         else
-                snprintf(buf, sizeof buf, "NodePool %s has no single instance type with room for the pod's cpu %s and memory %s together",
+                snprintf(buf, sizeof buf,
+                         "NodePool %s has no single instance type with room for the pod's cpu %s and memory %s "
+                         "together",
                          p->src->name, resources_format_value(RESOURCE_CPU, need->v[RESOURCE_CPU], a, sizeof a),
                          resources_format_value(RESOURCE_MEMORY, need->v[RESOURCE_MEMORY], b, sizeof b));
         note(w, ST_SHAPE, buf);
@@ -631,8 +652,9 @@ static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod
                         if (!simulate_tolerates(pod->tolerations, pod->n_tolerations, &p->src->taints[i]))
                                 t = &p->src->taints[i];
                 static const char *const EFFECTS[] = { "", "NoSchedule", "PreferNoSchedule", "NoExecute" };
-                snprintf(buf, sizeof buf, "NodePool %s has taint %s%s%s:%s that the pod does not tolerate", p->src->name,
-                         t->key, t->value && *t->value ? "=" : "", t->value ? t->value : "", EFFECTS[t->effect]);
+                bool has_value = t->value && *t->value;
+                snprintf(buf, sizeof buf, "NodePool %s has taint %s%s%s:%s that the pod does not tolerate",
+                         p->src->name, t->key, has_value ? "=" : "", t->value ? t->value : "", EFFECTS[t->effect]);
                 note(w, ST_TAINT, buf);
                 return false;
         }
@@ -641,8 +663,10 @@ static bool try_pool(struct ctx *c, struct pclass *pc, const struct sim_pod *pod
         size_t cand[c->n_hosts + 1];
         struct hostscan hs = { .cand = cand, .worst = ROOM_OK, .best_cpus = -1, .best_mem = -1,
                                .best_numa_cpus = -1, .best_numa_mem = -1 };
-        if (!ch.mask)
-                return c->error = -ENOMEM, false;
+        if (!ch.mask) {
+                c->error = -ENOMEM;
+                return false;
+        }
         int t = simulate__pick_term(c, pc, p, ch.mask, buf, sizeof buf);
         if (t < 0)
                 note(w, ST_REQ, buf);
@@ -725,8 +749,9 @@ int simulate__claim_result(struct ctx *c, size_t i, struct sim_arena *ra, struct
         for (uint32_t k = 0; k < sl->n_labels; k++)
                 if (add_label(ra, out, simulate__str(c, sl->labels[k].k), simulate__str(c, sl->labels[k].v)) < 0)
                         return -ENOMEM;
-        if (add_label(ra, out, SIM_LABEL_INSTANCE_TYPE, s->name) < 0 || add_label(ra, out, SIM_LABEL_FAMILY, s->family) < 0 ||
-            generic_labels(c, cl, ra, out) < 0)
+        if (add_label(ra, out, SIM_LABEL_INSTANCE_TYPE, s->name) < 0)
+                return -ENOMEM;
+        if (add_label(ra, out, SIM_LABEL_FAMILY, s->family) < 0 || generic_labels(c, cl, ra, out) < 0)
                 return -ENOMEM;
         qsort(out->labels, out->n_labels, sizeof *out->labels, cmp_label);
         return 0;

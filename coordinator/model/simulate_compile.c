@@ -47,8 +47,10 @@ static void compile_req(struct ctx *c, const struct sim_requirement *r, bool fro
         out->n_vals = (uint32_t)r->n_values;
         qsort(out->vals, out->n_vals, sizeof(uint32_t), cmp_u32);
         if ((r->op == SIM_OP_GT || r->op == SIM_OP_LT) &&
-            (r->n_values != 1 || !simulate__parse_int(r->values[0], &out->num)))
-                out->op = SIM_OP_IN, out->n_vals = 0; /* an invalid bound matches nothing */
+            (r->n_values != 1 || !simulate__parse_int(r->values[0], &out->num))) {
+                out->op = SIM_OP_IN; /* an invalid bound matches nothing */
+                out->n_vals = 0;
+        }
 }
 
 static void compile_selector(struct ctx *c, const struct sim_selector *s, struct cselector *out) {
@@ -220,13 +222,17 @@ static uint32_t group_for(struct ctx *c, uint32_t *ns, uint32_t n_ns, const stru
         sig_selector(&b, sel);
         uint32_t id = b.s ? simulate__intern(c, b.s) : 0;
         free(b.s);
-        if (!id)
-                return c->error = -ENOMEM, 0;
+        if (!id) {
+                c->error = -ENOMEM;
+                return 0;
+        }
         if (id < c->group_of_sig_cap && c->group_of_sig[id])
                 return c->group_of_sig[id] - 1;
         if (simulate__grow(&c->groups, &c->cap_groups, c->n_groups + 1, sizeof(struct group)) < 0 ||
-            map_set(&c->group_of_sig, &c->group_of_sig_cap, id, (uint32_t)c->n_groups + 1) < 0)
-                return c->error = -ENOMEM, 0;
+            map_set(&c->group_of_sig, &c->group_of_sig_cap, id, (uint32_t)c->n_groups + 1) < 0) {
+                c->error = -ENOMEM;
+                return 0;
+        }
         struct group *g = &c->groups[c->n_groups];
         *g = (struct group){ .ns = ns, .n_ns = n_ns, .src = sel };
         compile_selector(c, sel, &g->sel);
@@ -234,10 +240,14 @@ static uint32_t group_for(struct ctx *c, uint32_t *ns, uint32_t n_ns, const stru
 }
 
 static int topo_of(const char *key, enum topo *ret) {
-        if (key && strcmp(key, SIM_LABEL_HOSTNAME) == 0)
-                return *ret = TOPO_HOST, 0;
-        if (key && strcmp(key, SIM_LABEL_ZONE) == 0)
-                return *ret = TOPO_ZONE, 0;
+        if (key && strcmp(key, SIM_LABEL_HOSTNAME) == 0) {
+                *ret = TOPO_HOST;
+                return 0;
+        }
+        if (key && strcmp(key, SIM_LABEL_ZONE) == 0) {
+                *ret = TOPO_ZONE;
+                return 0;
+        }
         return -EINVAL;
 }
 
@@ -311,7 +321,8 @@ static struct kv *compile_selected_labels(struct ctx *c, const struct sim_label 
 
 static void select_keys(struct ctx *c, const struct sim_selector *sel) {
         for (size_t i = 0; i < sel->n_match_labels + sel->n_exprs; i++) {
-                const char *key = i < sel->n_match_labels ? sel->match_labels[i].key : sel->exprs[i - sel->n_match_labels].key;
+                bool from_labels = i < sel->n_match_labels;
+                const char *key = from_labels ? sel->match_labels[i].key : sel->exprs[i - sel->n_match_labels].key;
                 uint32_t id = simulate__intern(c, key);
                 if (!id || simulate__grow(&c->selected_key, &c->selected_key_cap, (size_t)id + 1, 1) < 0) {
                         c->error = -ENOMEM;
@@ -333,13 +344,17 @@ static void select_pod_keys(struct ctx *c, const struct sim_pod *p) {
 static uint32_t class_for(struct ctx *c, const struct sim_pod *p, struct sigbuf *b) {
         pod_signature(c, p, b);
         uint32_t id = b->s ? simulate__intern(c, b->s) : 0;
-        if (!id)
-                return c->error = -ENOMEM, 0;
+        if (!id) {
+                c->error = -ENOMEM;
+                return 0;
+        }
         if (id < c->class_of_sig_cap && c->class_of_sig[id])
                 return c->class_of_sig[id] - 1;
         if (simulate__grow(&c->classes, &c->cap_classes, c->n_classes + 1, sizeof(struct pclass)) < 0 ||
-            map_set(&c->class_of_sig, &c->class_of_sig_cap, id, (uint32_t)c->n_classes + 1) < 0)
-                return c->error = -ENOMEM, 0;
+            map_set(&c->class_of_sig, &c->class_of_sig_cap, id, (uint32_t)c->n_classes + 1) < 0) {
+                c->error = -ENOMEM;
+                return 0;
+        }
         struct pclass *pc = &c->classes[c->n_classes];
         *pc = (struct pclass){ .example = p, .ns = simulate__intern(c, p->namespace) };
         pc->labels = compile_selected_labels(c, p->labels, p->n_labels, &pc->n_labels);

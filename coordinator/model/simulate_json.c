@@ -180,8 +180,10 @@ static int resource_list(struct jp *p, const json_t *obj, const char *path, stru
 static int parse_op(const char *s, bool allow_numeric, enum sim_op *ret) {
         static const char *const OPS[] = { "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt" };
         for (int i = 0; i < (allow_numeric ? 6 : 4); i++)
-                if (s && strcmp(s, OPS[i]) == 0)
-                        return *ret = (enum sim_op)i, 0;
+                if (s && strcmp(s, OPS[i]) == 0) {
+                        *ret = (enum sim_op)i;
+                        return 0;
+                }
         return -EINVAL;
 }
 
@@ -270,6 +272,15 @@ static int container_requests(struct jp *p, const json_t *ctr, const char *path,
         return 0;
 }
 
+/* A host port's protocol as the bits above the port number: 0 for TCP (the default), 1 for UDP, 2 for SCTP. */
+static uint32_t protocol_code(const char *proto) {
+        if (proto && strcmp(proto, "UDP") == 0)
+                return 1;
+        if (proto && strcmp(proto, "SCTP") == 0)
+                return 2;
+        return 0;
+}
+
 static int container_ports(struct jp *p, const json_t *ctr, const char *path, bool host_network, struct sim_pod *pod) {
         const json_t *ports;
         char b[PATH_MAX_LEN];
@@ -279,12 +290,13 @@ static int container_ports(struct jp *p, const json_t *ctr, const char *path, bo
                 const json_t *port = json_array_get(ports, i);
                 int64_t hp = 0;
                 const char *proto = NULL;
-                if (get_int(p, port, host_network ? "containerPort" : "hostPort", idx(b, sub(b, path, "ports"), i), &hp) < 0 ||
+                const char *field = host_network ? "containerPort" : "hostPort";
+                if (get_int(p, port, field, idx(b, sub(b, path, "ports"), i), &hp) < 0 ||
                     get_str(p, port, "protocol", b, &proto) < 0)
                         return -EINVAL;
                 if (hp <= 0 || hp > 65535)
                         continue;
-                uint32_t code = (uint32_t)hp | (uint32_t)(proto && strcmp(proto, "UDP") == 0 ? 1 : proto && strcmp(proto, "SCTP") == 0 ? 2 : 0) << 16;
+                uint32_t code = (uint32_t)hp | protocol_code(proto) << 16;
                 uint32_t *n = alloc(p, pod->n_host_ports + 1, sizeof *n);
                 if (!n)
                         return oom(p);
@@ -449,8 +461,10 @@ static int pod_terms(struct jp *p, const json_t *affinity, const char *kind, con
 static int effect_of(const char *s, enum sim_effect *ret) {
         static const char *const NAMES[] = { "", "NoSchedule", "PreferNoSchedule", "NoExecute" };
         for (int i = 0; i < 4; i++)
-                if (strcmp(s ? s : "", NAMES[i]) == 0)
-                        return *ret = (enum sim_effect)i, 0;
+                if (strcmp(s ? s : "", NAMES[i]) == 0) {
+                        *ret = (enum sim_effect)i;
+                        return 0;
+                }
         return -EINVAL;
 }
 
@@ -520,8 +534,9 @@ static int spread(struct jp *p, const json_t *spec, const char *path, struct sim
                 const char *when = NULL;
                 int64_t skew = 1, mind = 0;
                 idx(b, sub(b2, path, "topologySpreadConstraints"), i);
-                if (get_str(p, o, "topologyKey", b, &s->topology_key) < 0 || get_str(p, o, "whenUnsatisfiable", b, &when) < 0 ||
-                    get_int(p, o, "maxSkew", b, &skew) < 0 || get_int(p, o, "minDomains", b, &mind) < 0 ||
+                if (get_str(p, o, "topologyKey", b, &s->topology_key) < 0 ||
+                    get_str(p, o, "whenUnsatisfiable", b, &when) < 0 || get_int(p, o, "maxSkew", b, &skew) < 0 ||
+                    get_int(p, o, "minDomains", b, &mind) < 0 ||
                     member(p, o, "labelSelector", JSON_OBJECT, b, &sel) < 0 ||
                     selector(p, sel, sub(b2, b, "labelSelector"), &s->selector) < 0 ||
                     member(p, o, "matchLabelKeys", JSON_ARRAY, b, &mlk) < 0 ||
@@ -547,7 +562,8 @@ static int pod_spec(struct jp *p, const json_t *spec, const char *path, struct s
         if (!json_is_object(spec))
                 return bad(p, path, "an object is required");
         int r;
-        if ((r = get_str(p, spec, "nodeName", path, &pod->node_name)) < 0 || (r = pod_requests(p, spec, path, pod)) < 0 ||
+        if ((r = get_str(p, spec, "nodeName", path, &pod->node_name)) < 0 ||
+            (r = pod_requests(p, spec, path, pod)) < 0 ||
             labels_at(p, spec, "nodeSelector", path, &pod->node_selector, &pod->n_node_selector) < 0 ||
             member(p, spec, "affinity", JSON_OBJECT, path, &aff) < 0)
                 return r < 0 ? r : -EINVAL;
@@ -634,7 +650,8 @@ static int taints_at(struct jp *p, const json_t *obj, const char *key, const cha
 
 static int status_resources(struct jp *p, const json_t *obj, struct sim_node *n, bool *ret_has_alloc) {
         const json_t *st, *cap, *al;
-        if (member(p, obj, "status", JSON_OBJECT, "", &st) < 0 || member(p, st, "capacity", JSON_OBJECT, "status", &cap) < 0 ||
+        if (member(p, obj, "status", JSON_OBJECT, "", &st) < 0 ||
+            member(p, st, "capacity", JSON_OBJECT, "status", &cap) < 0 ||
             member(p, st, "allocatable", JSON_OBJECT, "status", &al) < 0 ||
             resource_list(p, cap, "status.capacity", &n->capacity, NULL, NULL) < 0 ||
             resource_list(p, al, "status.allocatable", &n->allocatable, NULL, NULL) < 0)
@@ -700,7 +717,8 @@ static int claim_spec(struct jp *p, const json_t *spec, const struct shape_catal
         n->nodepool = pool ? pool : simulate_label_get(n->labels, n->n_labels, SIM_LABEL_NODEPOOL);
         const struct shape *s = shape && catalog ? shapes_catalog_find(catalog, shape) : NULL;
         if (!has_alloc && !s)
-                return bad(p, "spec.instanceType", "unknown shape \"%s\" and no status.allocatable", shape ? shape : "");
+                return bad(p, "spec.instanceType", "unknown shape \"%s\" and no status.allocatable",
+                           shape ? shape : "");
         if (!has_alloc) {
                 n->capacity = s->capacity;
                 n->allocatable = s->allocatable;
@@ -732,12 +750,14 @@ static int pool_limits(struct jp *p, const json_t *spec, struct sim_nodepool *ou
         const json_t *lim, *v;
         if (member(p, spec, "limits", JSON_OBJECT, "spec", &lim) < 0)
                 return -EINVAL;
-        if ((v = json_object_get(lim, "cpu")) && quantity_of(p, v, RESOURCE_CPU, "spec.limits.cpu", &out->limit_cpu_milli) < 0)
+        if ((v = json_object_get(lim, "cpu")) &&
+            quantity_of(p, v, RESOURCE_CPU, "spec.limits.cpu", &out->limit_cpu_milli) < 0)
                 return -EINVAL;
         if ((v = json_object_get(lim, "memory")) &&
             quantity_of(p, v, RESOURCE_MEMORY, "spec.limits.memory", &out->limit_memory_bytes) < 0)
                 return -EINVAL;
-        if ((v = json_object_get(lim, "nodes")) && quantity_of(p, v, RESOURCE_PODS, "spec.limits.nodes", &out->limit_nodes) < 0)
+        if ((v = json_object_get(lim, "nodes")) &&
+            quantity_of(p, v, RESOURCE_PODS, "spec.limits.nodes", &out->limit_nodes) < 0)
                 return -EINVAL;
         return 0;
 }
@@ -801,14 +821,16 @@ int simulate_json_daemonset(struct sim_input *in, const json_t *ds, struct sim_p
         size_t extra = sizeof DS_TOLERATIONS / sizeof DS_TOLERATIONS[0];
         if (!out)
                 return oom(&p);
-        if (meta(&p, ds, &out->name, &out->namespace, NULL, NULL) < 0 || member(&p, ds, "spec", JSON_OBJECT, "", &spec) < 0 ||
+        if (meta(&p, ds, &out->name, &out->namespace, NULL, NULL) < 0 ||
+            member(&p, ds, "spec", JSON_OBJECT, "", &spec) < 0 ||
             member(&p, spec, "template", JSON_OBJECT, "spec", &tmpl) < 0 ||
             member(&p, tmpl, "spec", JSON_OBJECT, "spec.template", &ts) < 0 ||
             pod_spec(&p, ts, "spec.template.spec", out, extra) < 0)
                 return undo(&in->n_daemonsets, -EINVAL);
         for (size_t i = 0; i < extra; i++)
-                out->tolerations[out->n_tolerations++] =
-                        (struct sim_toleration){ .key = DS_TOLERATIONS[i].key, .exists = true, .effect = DS_TOLERATIONS[i].effect };
+                out->tolerations[out->n_tolerations++] = (struct sim_toleration){
+                        .key = DS_TOLERATIONS[i].key, .exists = true, .effect = DS_TOLERATIONS[i].effect
+                };
         out->node_name = NULL;
         if (ret)
                 *ret = out;
@@ -822,7 +844,8 @@ static int nodeclass_options(struct jp *p, const json_t *spec, struct shape_opti
         const char *size = NULL;
         char msg[160];
         if (member(p, spec, "kubeletConfiguration", JSON_OBJECT, "spec", &kubelet) < 0 ||
-            member(p, spec, "bootDevice", JSON_OBJECT, "spec", &boot) < 0 || get_str(p, boot, "size", "spec.bootDevice", &size) < 0)
+            member(p, spec, "bootDevice", JSON_OBJECT, "spec", &boot) < 0 ||
+            get_str(p, boot, "size", "spec.bootDevice", &size) < 0)
                 return -EINVAL;
         if (kubelet && shapes_options_from_kubelet(kubelet, o, msg, sizeof msg) < 0)
                 return bad(p, "spec.kubeletConfiguration", "%s", msg);
@@ -894,7 +917,8 @@ static int host_numa(struct jp *p, const json_t *arr, struct sim_host *h) {
                 uint64_t id = i, fc = 0, tc = 0, fm = 0;
                 idx(b, "numa", i);
                 if (u64_member(p, o, "id", b, false, &id) < 0 || u64_member(p, o, "free_cpus", b, true, &fc) < 0 ||
-                    u64_member(p, o, "total_cpus", b, false, &tc) < 0 || u64_member(p, o, "free_memory_bytes", b, true, &fm) < 0)
+                    u64_member(p, o, "total_cpus", b, false, &tc) < 0 ||
+                    u64_member(p, o, "free_memory_bytes", b, true, &fm) < 0)
                         return -EINVAL;
                 h->numa[i] = (struct sim_numa){ (int)id, (uint32_t)fc, (uint32_t)tc, fm };
         }
@@ -953,10 +977,13 @@ int simulate_json_host(struct sim_input *in, const json_t *host, struct sim_host
         uint64_t cpus = 0, mem = 0;
         if (!out)
                 return oom(&p);
-        if (!json_is_object(host) || get_str(&p, host, "name", "", &out->name) < 0 || get_str(&p, host, "region", "", &out->region) < 0 ||
-            u64_member(&p, host, "free_cpus", "", true, &cpus) < 0 || u64_member(&p, host, "free_memory_bytes", "", true, &mem) < 0 ||
-            member(&p, host, "numa", JSON_ARRAY, "", &numa) < 0 || member(&p, host, "offers", JSON_ARRAY, "", &offers) < 0 ||
-            host_numa(&p, numa, out) < 0 || host_offers(&p, offers, out) < 0)
+        if (!json_is_object(host) || get_str(&p, host, "name", "", &out->name) < 0 ||
+            get_str(&p, host, "region", "", &out->region) < 0 ||
+            u64_member(&p, host, "free_cpus", "", true, &cpus) < 0 ||
+            u64_member(&p, host, "free_memory_bytes", "", true, &mem) < 0 ||
+            member(&p, host, "numa", JSON_ARRAY, "", &numa) < 0 ||
+            member(&p, host, "offers", JSON_ARRAY, "", &offers) < 0 || host_numa(&p, numa, out) < 0 ||
+            host_offers(&p, offers, out) < 0)
                 return undo(&in->n_hosts, json_is_object(host) ? -EINVAL : bad(&p, "host", "an object is required"));
         if (!out->name || !*out->name)
                 return undo(&in->n_hosts, bad(&p, "name", "required"));

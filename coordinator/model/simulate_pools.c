@@ -7,8 +7,12 @@
 #include "simulate_internal.h"
 
 bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool) {
-        if (!pc->pool_tol && !(pc->pool_tol = simulate__arena_alloc(c->arena, c->n_pools + 1)))
-                return c->error = -ENOMEM, false;
+        if (!pc->pool_tol)
+                pc->pool_tol = simulate__arena_alloc(c->arena, c->n_pools + 1);
+        if (!pc->pool_tol) {
+                c->error = -ENOMEM;
+                return false;
+        }
         if (!pc->pool_tol[pool]) {
                 const struct sim_nodepool *p = c->pools[pool].src;
                 bool ok = true;
@@ -21,12 +25,18 @@ bool simulate__tolerates_pool(struct ctx *c, struct pclass *pc, size_t pool) {
 
 const uint64_t *simulate__term_mask(struct ctx *c, struct pclass *pc, int nc, uint32_t term) {
         size_t words = c->ncs[nc].words;
-        if (!pc->term_masks && !(pc->term_masks = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(uint64_t *))))
-                return c->error = -ENOMEM, NULL;
+        if (!pc->term_masks)
+                pc->term_masks = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof(uint64_t *));
+        if (!pc->term_masks) {
+                c->error = -ENOMEM;
+                return NULL;
+        }
         if (!pc->term_masks[nc]) {
                 uint64_t *m = simulate__arena_alloc(c->arena, (pc->n_terms * words + 1) * sizeof(uint64_t));
-                if (!m)
-                        return c->error = -ENOMEM, NULL;
+                if (!m) {
+                        c->error = -ENOMEM;
+                        return NULL;
+                }
                 for (uint32_t t = 0; t < pc->n_terms; t++)
                         simulate__shape_mask(c, nc, pc->terms[t].reqs, pc->terms[t].n, m + t * words);
                 pc->term_masks[nc] = m;
@@ -48,10 +58,14 @@ uint32_t simulate__generic_value(const struct ctx *c, const struct reqlists *rl,
                         const struct creq *r = &rl->l[i][j];
                         if (r->key != key || r->op != SIM_OP_IN)
                                 continue;
-                        for (uint32_t k = 0; k < r->n_vals; k++)
-                                if (value_ok(c, rl, key, r->vals[k]))
-                                        return *ret_ok = true, r->vals[k];
-                        return *ret_ok = false, 0;
+                        for (uint32_t k = 0; k < r->n_vals; k++) {
+                                if (value_ok(c, rl, key, r->vals[k])) {
+                                        *ret_ok = true;
+                                        return r->vals[k];
+                                }
+                        }
+                        *ret_ok = false;
+                        return 0;
                 }
         *ret_ok = value_ok(c, rl, key, 0);
         return 0;

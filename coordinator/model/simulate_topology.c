@@ -110,8 +110,10 @@ int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc) {
                 if (!simulate__zone_eligible(c, pc, (int32_t)z))
                         continue;
                 int64_t room = zone_room(c, (int32_t)z);
-                if (room > best_room)
-                        best = (int32_t)z, best_room = room;
+                if (room > best_room) {
+                        best = (int32_t)z;
+                        best_room = room;
+                }
         }
         return best;
 }

@@ -58,7 +58,8 @@ static const struct metric_doc COUNTERS[STATS_N_COUNTERS] = {
 };
 
 static const struct metric_doc GAUGES[STATS_N_GAUGES] = {
-        [STATS_PENDING_PODS] = { "pending_pods", "Pods kube-scheduler marked Unschedulable (intake candidates).", NULL },
+        [STATS_PENDING_PODS] = { "pending_pods", "Pods kube-scheduler marked Unschedulable (intake candidates).",
+                                 NULL },
         [STATS_UNPLACED_PODS] = { "unplaced_pods", "Pods the last round could not place.", NULL },
         [STATS_NODECLAIMS] = { "nodeclaims", "NodeClaims in the cache.", NULL },
         [STATS_LEADER] = { "leader", "1 while this replica holds the leader lease.", NULL },
@@ -332,7 +333,8 @@ static void render_cluster(struct prom *p, const struct stats_cluster *cl) {
         render_phases(p, cl);
         render_resources(p, cl, "nodes_capacity", "The nodes' capacity by NodePool (cpu in cores, memory in bytes).",
                          offsetof(struct stats_pool, capacity));
-        render_resources(p, cl, "nodes_allocatable", "The nodes' allocatable by NodePool (cpu in cores, memory in bytes).",
+        render_resources(p, cl, "nodes_allocatable",
+                         "The nodes' allocatable by NodePool (cpu in cores, memory in bytes).",
                          offsetof(struct stats_pool, allocatable));
         render_resources(p, cl, "nodes_total_pod_requests",
                          "Requests of the pods bound to the nodes and not terminated, DaemonSet pods included, by "
