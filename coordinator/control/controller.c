@@ -86,10 +86,10 @@ static bool initialized(const json_t *claim) {
 
 /* The event of the launcher's own last status write: the launcher has already queued what comes next. */
 static bool own_write(struct controller *c, enum kube_watch_event ev, const json_t *claim) {
-        const json_t *meta = json_object_get(claim, "metadata");
-        return ev == KUBE_EVENT_MODIFIED && c->launcher && c->ops && c->ops->wrote &&
-               c->ops->wrote(c->launcher, json_string_value(json_object_get(meta, "name")),
-                             json_string_value(json_object_get(meta, "resourceVersion")));
+        if (ev != KUBE_EVENT_MODIFIED || !c->launcher || !c->ops || !c->ops->wrote)
+                return false;
+        struct kube_meta m = kube_meta_of(claim);
+        return c->ops->wrote(c->launcher, m.name, m.resource_version);
 }
 
 static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {

@@ -8,9 +8,8 @@
 #include "kube_types.h"
 
 void controller__store_key(const json_t *obj, char *buf, size_t len) {
-        const json_t *meta = json_object_get(obj, "metadata");
-        const char *ns = json_string_value(json_object_get(meta, "namespace"));
-        const char *name = json_string_value(json_object_get(meta, "name"));
+        struct kube_meta meta = kube_meta_of(obj);
+        const char *ns = meta.namespace_, *name = meta.name;
         if (ns && *ns)
                 snprintf(buf, len, "%s/%s", ns, name ? name : "");
         else

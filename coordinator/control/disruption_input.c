@@ -76,7 +76,7 @@ static int add_classes(struct disruption_input *di, const json_t *classes) {
         for (size_t i = 0; di->classes && i < n; i++) {
                 const json_t *nc = json_array_get(classes, i);
                 struct disrupt_nodeclass *c = &di->classes[di->n_classes];
-                c->name = kube_str(json_object_get(nc, "metadata"), "name");
+                c->name = kube_meta_of(nc).name;
                 di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0;
         }
         return di->classes ? 0 : -ENOMEM;
@@ -97,7 +97,7 @@ static json_t *claims_by_provider_id(const json_t *claims) {
         json_t *index = json_object(), *c;
         size_t i;
         json_array_foreach(claims, i, c) {
-                const char *pid = kube_str(json_object_get(c, "status"), "providerID");
+                const char *pid = kube_nodeclaim_of(c).provider_id;
                 if (index && pid && *pid && !json_object_get(index, pid) && json_object_set(index, pid, c) < 0) {
                         json_decref(index);
                         return NULL;
@@ -352,7 +352,7 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
         if (sn->in_flight || !sn->nodepool || (kind && strcmp(kind, "Node") != 0))
                 return false;
         const struct disrupt_pool *pool = pool_named(di, sn->nodepool);
-        const char *type = claim ? kube_str(json_object_get(claim, "spec"), "instanceType") : NULL;
+        const char *type = claim ? kube_nodeclaim_of(claim).instance_type : NULL;
         const struct shape_catalog *cat = pool ? provisioner_round_catalog(r, pool->nodeclass) : NULL;
         const struct shape *shape = cat && type ? shapes_catalog_find(cat, type) : NULL;
         if (!claim || !shape || !kube_condition_true(json_object_get(claim, "status"), "Initialized"))

@@ -186,7 +186,7 @@ static json_t *standing_index(const json_t *claims, const json_t *idx) {
 static json_t *standing_claim(const json_t *node, const json_t *standing) {
         char key[512];
         json_t *claim = NULL;
-        if (node_key(key, sizeof key, 'p', kube_str(json_object_get(node, "spec"), "providerID")) == 0)
+        if (node_key(key, sizeof key, 'p', kube_node_of(node).provider_id) == 0)
                 claim = json_object_get(standing, key);
         if (!claim && node_key(key, sizeof key, 'n', kube_meta_str(node, "name")) == 0)
                 claim = json_object_get(standing, key);
