@@ -339,15 +339,15 @@ static void rebuild_one(struct disruption *d, const json_t *claims, const json_t
         if (!old || !name || kube_deleting(c) || !any_listed(claims, old, true))
                 return;
         rfc3339_parse(kube_meta_str(c, "creationTimestamp") ?: "", &created);
-        struct replace *r = replace_find(d, old);
-        if (!r) {
-                r = replace_new(old, disruption_replace_method(c, old), msg ?: "Replace", created);
-                if (!r)
-                        return;
-                replace_add(d, r);
-        }
-        if (replace_add_claim(r, name) < 0)
+        struct replace *r = replace_find(d, old), *fresh = NULL;
+        if (!r && !(r = fresh = replace_new(old, disruption_replace_method(c, old), msg ?: "Replace", created)))
                 return;
+        if (replace_add_claim(r, name) < 0) { /* a replace without replacements would delete the old claims */
+                replace_free(fresh);
+                return;
+        }
+        if (fresh)
+                replace_add(d, fresh);
         if (created < r->started_ms)
                 r->started_ms = created;
         log_info("disruption: NodeClaim %s replaces %s, as before the restart", name, old);
