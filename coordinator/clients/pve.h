@@ -98,6 +98,12 @@ int pve_req_cluster_resources(struct pve_request *ret, const char *type);
 int pve_req_nextid(struct pve_request *ret, uint32_t vmid);
 int pve_req_nodes(struct pve_request *ret);
 int pve_req_node_status(struct pve_request *ret, const char *node);
+/* The answer of GET /nodes/{node}/status, the fields the coordinator reads (borrowed; NULL when missing). */
+struct pve_node_status {
+        const json_t *cpus;         /* cpuinfo.cpus */
+        const json_t *memory_total; /* memory.total, bytes */
+};
+void pve_node_status_decode(const json_t *status, struct pve_node_status *ret);
 int pve_req_vm_list(struct pve_request *ret, const char *node);
 int pve_req_vm_clone(struct pve_request *ret, const char *node, uint32_t vmid, const struct pve_clone *o);
 int pve_req_vm_config_get(struct pve_request *ret, const char *node, uint32_t vmid);

@@ -208,6 +208,11 @@ int pve_req_node_status(struct pve_request *ret, const char *node) {
         return req_start(ret, "GET", "/nodes/{node}/status", "/nodes/%s/status", n.s);
 }
 
+void pve_node_status_decode(const json_t *status, struct pve_node_status *ret) {
+        *ret = (struct pve_node_status){ .cpus = json_object_get(json_object_get(status, "cpuinfo"), "cpus"),
+                                         .memory_total = json_object_get(json_object_get(status, "memory"), "total") };
+}
+
 int pve_req_vm_list(struct pve_request *ret, const char *node) {
         SEG(n);
         *ret = (struct pve_request){ 0 };

@@ -20,6 +20,7 @@
 #include "rfc3339.h"
 #include "monotime.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define DEFAULT_WORKERS 64
 #define DEFAULT_GC_INTERVAL_MS 60000
@@ -76,7 +77,7 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
 }
 
 static bool placed(const json_t *claim) {
-        return json_object_get(json_object_get(claim, "status"), "host") != NULL;
+        return kube_nodeclaim_of(claim).host != NULL;
 }
 
 static bool initialized(const json_t *claim) {
@@ -85,10 +86,10 @@ static bool initialized(const json_t *claim) {
 
 /* The event of the launcher's own last status write: the launcher has already queued what comes next. */
 static bool own_write(struct controller *c, enum kube_watch_event ev, const json_t *claim) {
-        const json_t *meta = json_object_get(claim, "metadata");
-        return ev == KUBE_EVENT_MODIFIED && c->launcher && c->ops && c->ops->wrote &&
-               c->ops->wrote(c->launcher, json_string_value(json_object_get(meta, "name")),
-                             json_string_value(json_object_get(meta, "resourceVersion")));
+        if (ev != KUBE_EVENT_MODIFIED || !c->launcher || !c->ops || !c->ops->wrote)
+                return false;
+        struct kube_meta m = kube_meta_of(claim);
+        return c->ops->wrote(c->launcher, m.name, m.resource_version);
 }
 
 static void claim_changed(struct controller *c, enum kube_watch_event ev, const json_t *claim, const json_t *prev) {
@@ -113,7 +114,7 @@ static void claim_changed(struct controller *c, enum kube_watch_event ev, const 
 
 /* A Node came, changed or went: reconcile the claim that launched it. */
 static void node_changed(struct controller *c, enum kube_watch_event ev, const json_t *node) {
-        const char *pid = json_string_value(json_object_get(json_object_get(node, "spec"), "providerID"));
+        const char *pid = kube_node_of(node).provider_id;
         if (ev != KUBE_EVENT_MODIFIED)
                 c->usage_stale = true;
         if (ev == KUBE_EVENT_DELETED)
@@ -125,9 +126,10 @@ static void node_changed(struct controller *c, enum kube_watch_event ev, const j
 
 /* Added, deleted, or a new generation (status-only updates, such as our own NodePool usage, do not count). */
 static bool spec_changed(enum kube_watch_event ev, const json_t *obj, const json_t *prev) {
-        const json_t *g = json_object_get(json_object_get(obj, "metadata"), "generation");
-        const json_t *pg = json_object_get(json_object_get(prev, "metadata"), "generation");
-        return ev != KUBE_EVENT_MODIFIED || !prev || !json_equal((json_t *)g, (json_t *)pg);
+        if (ev != KUBE_EVENT_MODIFIED || !prev)
+                return true;
+        struct kube_meta m = kube_meta_of(obj), pm = kube_meta_of(prev);
+        return !m.has_generation || !pm.has_generation || m.generation != pm.generation;
 }
 
 static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watch_event ev, const json_t *obj) {
@@ -219,8 +221,8 @@ static json_t *values(const json_t *obj) {
 }
 
 static bool bound_and_running(const json_t *pod) {
-        const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-        const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+        struct kube_pod p = kube_pod_of(pod);
+        const char *node = p.node_name, *phase = p.phase;
         return node && *node && !(phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0));
 }
 

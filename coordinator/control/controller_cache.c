@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "controller_internal.h"
+#include "kube_types.h"
 
 void controller__store_key(const json_t *obj, char *buf, size_t len) {
-        const json_t *meta = json_object_get(obj, "metadata");
-        const char *ns = json_string_value(json_object_get(meta, "namespace"));
-        const char *name = json_string_value(json_object_get(meta, "name"));
+        struct kube_meta meta = kube_meta_of(obj);
+        const char *ns = meta.namespace_, *name = meta.name;
         if (ns && *ns)
                 snprintf(buf, len, "%s/%s", ns, name ? name : "");
         else
@@ -17,8 +17,7 @@ void controller__store_key(const json_t *obj, char *buf, size_t len) {
 }
 
 static const char *provider_id(enum ctl_kind kind, const json_t *obj) {
-        const char *part = kind == K_NODES ? "spec" : "status";
-        const char *pid = json_string_value(json_object_get(json_object_get(obj, part), "providerID"));
+        const char *pid = kind == K_NODES ? kube_node_of(obj).provider_id : kube_nodeclaim_of(obj).provider_id;
         return pid && *pid ? pid : NULL;
 }
 

@@ -8,9 +8,10 @@
 #include "kube.h"
 #include "simulate_json.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 static const char *name_of(const json_t *obj) {
-        return json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+        return kube_meta_of(obj).name;
 }
 
 /* Karpenter's phases: deletion first, then the furthest condition reached. */
@@ -39,7 +40,7 @@ static int add_claims(struct stats_cluster *out, const json_t *claims) {
         size_t i;
         const json_t *claim;
         json_array_foreach(claims, i, claim) {
-                const char *pool = json_string_value(json_object_get(json_object_get(claim, "spec"), "nodePool"));
+                const char *pool = kube_nodeclaim_of(claim).node_pool;
                 struct stats_pool *p = pool ? stats_cluster_pool(out, pool) : NULL;
                 if (pool && !p)
                         return -ENOMEM;

@@ -10,6 +10,7 @@
 
 #include "array.h"
 #include "controller_internal.h"
+#include "kube_types.h"
 #include "fiber.h"
 #include "log.h"
 #include "rfc3339.h"
@@ -56,7 +57,7 @@ static void remove_item(struct controller *c, struct ctl_item *it) {
  * waited behind the other claims of their worker while other workers idled), and an item that is running is
  * never taken by a second worker, so no two workers ever reconcile one claim at once. */
 void controller__enqueue_locked(struct controller *c, const json_t *claim) {
-        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        const char *name = kube_meta_of(claim).name;
         if (!c->ops || !name || !c->work_init)
                 return;
         struct ctl_item *it = find_item(c, name);

@@ -22,15 +22,25 @@
 #define PLAN_MAX 64    /* decisions kept for the next pass */
 #define KEY_MAX 2048   /* "pool|method|claim,claim,..." (pool: the first claim's) */
 
+/* A replace under way: the old claims and the replacements launched to take their place. */
+struct replace {
+        char *old;              /* the old claims, "a,b" (the replacements' annotation) */
+        char **claims;          /* the replacements' names */
+        size_t n_claims;
+        int64_t started_ms;
+        enum stats_disruption_method method;
+        char *message;          /* the decision's */
+        struct replace *next;
+};
+
 struct disruption {
         struct disruption_env env;
         char *plan[PLAN_MAX]; /* the keys of the last pass's decisions, to be carried out when they still hold */
         size_t n_plan;
         json_t *told;         /* claim name -> the last "left alone" message sent as an Event */
         json_t *logged;       /* NodePools' setting errors already logged -> true */
-        /* Replaces under way: the old claims ("a,b", their annotation) -> {"claims": [the replacements' names],
-         * "started": ms, "method": enum stats_disruption_method, "message": the decision's}. */
-        json_t *replacing;
+        struct replace *replacing; /* the replaces under way, oldest first */
+        size_t n_replacing;
         json_t *tainted;      /* Nodes tainted for a decision whose claims are not yet seen being deleted -> claim */
         json_t *pod_marks;    /* Node -> its pods' signature and last change (disruption_input_pod_events) */
         bool rebuilt;         /* replacing read back from the claims' annotations (once, after start) */
@@ -44,16 +54,26 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         if (d->env.replace_timeout_ms <= 0)
                 d->env.replace_timeout_ms = DISRUPTION_REPLACE_TIMEOUT_MS;
         d->told = json_object();
-        d->replacing = json_object();
         d->logged = json_object();
         d->tainted = json_object();
         d->pod_marks = json_object();
-        if (!d->told || !d->replacing || !d->logged || !d->tainted || !d->pod_marks) {
+        if (!d->told || !d->logged || !d->tainted || !d->pod_marks) {
                 disruption_free(d);
                 return -ENOMEM;
         }
         *ret = d;
         return 0;
+}
+
+static void replace_free(struct replace *r) {
+        if (!r)
+                return;
+        for (size_t i = 0; i < r->n_claims; i++)
+                free(r->claims[i]);
+        free(r->claims);
+        free(r->old);
+        free(r->message);
+        free(r);
 }
 
 static void plan_clear(struct disruption *d) {
@@ -67,7 +87,11 @@ void disruption_free(struct disruption *d) {
                 return;
         plan_clear(d);
         json_decref(d->told);
-        json_decref(d->replacing);
+        while (d->replacing) {
+                struct replace *r = d->replacing;
+                d->replacing = r->next;
+                replace_free(r);
+        }
         json_decref(d->logged);
         json_decref(d->tainted);
         json_decref(d->pod_marks);
@@ -243,16 +267,51 @@ static bool any_listed(const json_t *claims, const char *list, bool live) {
         return false;
 }
 
-static json_t *entry_new(enum stats_disruption_method m, const char *message, int64_t started_ms) {
-        return json_pack("{s:[], s:I, s:i, s:s}", "claims", "started", (json_int_t)started_ms, "method", (int)m,
-                         "message", message);
+static struct replace *replace_new(const char *old, enum stats_disruption_method m, const char *message,
+                                   int64_t started_ms) {
+        struct replace *r = calloc(1, sizeof *r);
+        if (!r)
+                return NULL;
+        *r = (struct replace){ .old = strdup(old), .started_ms = started_ms, .method = m, .message = strdup(message) };
+        if (r->old && r->message)
+                return r;
+        replace_free(r);
+        return NULL;
+}
+
+static int replace_add_claim(struct replace *r, const char *name) {
+        char **claims = realloc(r->claims, (r->n_claims + 1) * sizeof *claims);
+        if (!claims)
+                return -ENOMEM;
+        r->claims = claims;
+        if (!(claims[r->n_claims] = strdup(name)))
+                return -ENOMEM;
+        r->n_claims++;
+        return 0;
+}
+
+static struct replace *replace_find(const struct disruption *d, const char *old) {
+        for (struct replace *r = d->replacing; r; r = r->next)
+                if (strcmp(r->old, old) == 0)
+                        return r;
+        return NULL;
+}
+
+/* r joins the replaces under way, after the others. */
+static void replace_add(struct disruption *d, struct replace *r) {
+        struct replace **at = &d->replacing;
+        while (*at)
+                at = &(*at)->next;
+        r->next = NULL;
+        *at = r;
+        d->n_replacing++;
 }
 
 /* ---- after a restart: the replaces under way, from the claims' annotations ---- */
 
-/* The decision's method from its message and its old claims: both consolidations say "Consolidation", and only
- * the multi-node one replaces two claims or more. */
-static enum stats_disruption_method method_of(const char *message, const char *old) {
+/* The decision's method from its message and its old claims, for claims from before the method annotation: both
+ * consolidations say "Consolidation", and only the multi-node one replaces two claims or more. */
+static enum stats_disruption_method method_of_message(const char *message, const char *old) {
         for (int m = 0; m < DISRUPT_METHOD_COUNT; m++) {
                 const char *name = disrupt_method_name((enum disrupt_method)m);
                 if (strncmp(message, name, strlen(name)) != 0)
@@ -264,6 +323,13 @@ static enum stats_disruption_method method_of(const char *message, const char *o
         return strchr(old, ',') ? STATS_DISRUPTION_MULTI_NODE_CONSOLIDATION : STATS_DISRUPTION_CONSOLIDATION;
 }
 
+enum stats_disruption_method disruption_replace_method(const json_t *claim, const char *old) {
+        int m = stats_disruption_method_parse(kube_annotation(claim, DISRUPTION_ANNOTATION_METHOD));
+        if (m >= 0)
+                return (enum stats_disruption_method)m;
+        return method_of_message(kube_annotation(claim, DISRUPTION_ANNOTATION_DECISION) ?: "", old);
+}
+
 /* A replacement claim into the replace of the claims it names, unless those are all gone or being deleted (that
  * replace was carried out). */
 static void rebuild_one(struct disruption *d, const json_t *claims, const json_t *c) {
@@ -273,14 +339,17 @@ static void rebuild_one(struct disruption *d, const json_t *claims, const json_t
         if (!old || !name || kube_deleting(c) || !any_listed(claims, old, true))
                 return;
         rfc3339_parse(kube_meta_str(c, "creationTimestamp") ?: "", &created);
-        json_t *e = json_object_get(d->replacing, old);
-        if (!e && json_object_set_new(d->replacing, old,
-                                      entry_new(method_of(msg ?: "", old), msg ?: "Replace", created)))
+        struct replace *r = replace_find(d, old), *fresh = NULL;
+        if (!r && !(r = fresh = replace_new(old, disruption_replace_method(c, old), msg ?: "Replace", created)))
                 return;
-        e = json_object_get(d->replacing, old);
-        json_array_append_new(json_object_get(e, "claims"), json_string(name));
-        if (created < json_integer_value(json_object_get(e, "started")))
-                json_object_set_new(e, "started", json_integer(created));
+        if (replace_add_claim(r, name) < 0) { /* a replace without replacements would delete the old claims */
+                replace_free(fresh);
+                return;
+        }
+        if (fresh)
+                replace_add(d, fresh);
+        if (created < r->started_ms)
+                r->started_ms = created;
         log_info("disruption: NodeClaim %s replaces %s, as before the restart", name, old);
 }
 
@@ -310,11 +379,10 @@ static void hold(struct disruption_input *di, const json_t *claims) {
 /* A Node left with our taint by a coordinator that stopped between the taint and the delete loses it; not those of
  * the old claims of a replace under way. */
 static void untaint_stale(struct disruption *d, const struct disruption_input *di) {
-        json_t *held = json_object(), *entry, *names, *n;
-        const char *old;
+        json_t *held = json_object(), *names, *n;
         size_t i;
-        json_object_foreach(d->replacing, old, entry) {
-                names = names_of(old);
+        for (const struct replace *r = d->replacing; r; r = r->next) {
+                names = names_of(r->old);
                 json_array_foreach(names, i, n) {
                         json_object_set(held, json_string_value(n), json_true());
                 }
@@ -343,19 +411,16 @@ static int replacement_state(const json_t *claim, const char *name, char *why, s
 }
 
 /* 1 every replacement Initialized, 0 waiting, -1 to be dropped (why says why). */
-static int replace_state(const json_t *entry, const json_t *claims, int64_t now_ms, int64_t timeout_ms, char *why,
-                         size_t len) {
-        size_t i;
-        json_t *n;
+static int replace_state(const struct replace *r, const json_t *claims, int64_t now_ms, int64_t timeout_ms,
+                         char *why, size_t len) {
         int state = 1;
-        json_array_foreach(json_object_get(entry, "claims"), i, n) {
-                const char *name = json_string_value(n);
-                int s = replacement_state(claim_named(claims, name), name, why, len);
+        for (size_t i = 0; i < r->n_claims; i++) {
+                int s = replacement_state(claim_named(claims, r->claims[i]), r->claims[i], why, len);
                 if (s < 0)
                         return s;
                 state &= s;
         }
-        if (state == 0 && now_ms - json_integer_value(json_object_get(entry, "started")) > timeout_ms) {
+        if (state == 0 && now_ms - r->started_ms > timeout_ms) {
                 snprintf(why, len, "its replacements are not Initialized after %lld s", (long long)(timeout_ms / 1000));
                 return -1;
         }
@@ -363,29 +428,28 @@ static int replace_state(const json_t *entry, const json_t *claims, int64_t now_
 }
 
 /* Every replacement is Initialized: delete the old claims, as a delete decision does. */
-static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims, const char *old,
-                    const json_t *entry) {
-        const char *msg = json_string_value(json_object_get(entry, "message"));
-        bool repair = json_integer_value(json_object_get(entry, "method")) == STATS_DISRUPTION_REPAIR;
-        json_t *names = names_of(old), *n;
+static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims,
+                    const struct replace *rp) {
+        bool repair = rp->method == STATS_DISRUPTION_REPAIR;
+        json_t *names = names_of(rp->old), *n;
         size_t i;
         int r = names ? 0 : -ENOMEM;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
                 if (r == 0 && claim && !kube_deleting(claim))
-                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), msg, repair);
+                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), rp->message, repair);
         }
         json_decref(names);
         if (r == 0)
-                stats_disruption_action(d->env.stats, (enum stats_disruption_method)json_integer_value(
-                                                json_object_get(entry, "method")), STATS_DISRUPTION_REPLACE);
+                stats_disruption_action(d->env.stats, rp->method, STATS_DISRUPTION_REPLACE);
         return r;
 }
 
 /* A replacement that stays (Initialized) is an ordinary claim from now on: its annotations go. */
 static void release(struct disruption *d, const char *name) {
-        json_t *patch = json_pack("{s:{s:{s:n, s:n}}}", "metadata", "annotations", DISRUPTION_ANNOTATION_REPLACES,
-                                  DISRUPTION_ANNOTATION_DECISION);
+        json_t *patch = json_pack("{s:{s:{s:n, s:n, s:n}}}", "metadata", "annotations",
+                                  DISRUPTION_ANNOTATION_REPLACES, DISRUPTION_ANNOTATION_DECISION,
+                                  DISRUPTION_ANNOTATION_METHOD);
         if (!patch || kube_patch(d->env.kube, &kube_nodeclaims, NULL, name, NULL, KUBE_PATCH_MERGE, patch, NULL) < 0)
                 log_warning("disruption: NodeClaim %s: cannot remove its replace annotations: %s", name,
                             kube_client_error(d->env.kube));
@@ -393,11 +457,9 @@ static void release(struct disruption *d, const char *name) {
 }
 
 /* Delete the replacements that are not Initialized (the others stay, released). */
-static void undo_replacements(struct disruption *d, const json_t *claims, const json_t *names) {
-        size_t i;
-        json_t *n;
-        json_array_foreach(names, i, n) {
-                const char *name = json_string_value(n);
+static void undo_replacements(struct disruption *d, const json_t *claims, const struct replace *rp) {
+        for (size_t i = 0; i < rp->n_claims; i++) {
+                const char *name = rp->claims[i];
                 const json_t *claim = claim_named(claims, name);
                 struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
                 int r = 0;
@@ -412,12 +474,12 @@ static void undo_replacements(struct disruption *d, const json_t *claims, const 
 }
 
 /* The decision drops: the replacements not Initialized go, the old claims stay, with a Warning saying why. */
-static void dropped(struct disruption *d, const struct disruption_input *di, const json_t *claims, const char *old,
-                    const json_t *entry, const char *why) {
+static void dropped(struct disruption *d, const struct disruption_input *di, const json_t *claims,
+                    const struct replace *r, const char *why) {
         char msg[2 * DISRUPT_MESSAGE_MAX];
-        snprintf(msg, sizeof msg, "%s: not carried out: %s", json_string_value(json_object_get(entry, "message")), why);
-        undo_replacements(d, claims, json_object_get(entry, "claims"));
-        json_t *names = names_of(old), *n;
+        snprintf(msg, sizeof msg, "%s: not carried out: %s", r->message, why);
+        undo_replacements(d, claims, r);
+        json_t *names = names_of(r->old), *n;
         size_t i;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
@@ -428,21 +490,23 @@ static void dropped(struct disruption *d, const struct disruption_input *di, con
                         tell(d, claim, node, "Warning", "DisruptionReplacementFailed", msg);
         }
         json_decref(names);
-        log_warning("disruption: %s: %s", old, msg);
+        log_warning("disruption: %s: %s", r->old, msg);
 }
 
 /* Each replace under way: carried out once its replacements are Initialized, dropped when one fails. */
 static void follow(struct disruption *d, const struct disruption_input *di, const json_t *claims, int64_t now_ms) {
-        const char *old;
-        json_t *entry, *tmp;
         char why[DISRUPT_MESSAGE_MAX];
-        json_object_foreach_safe(d->replacing, tmp, old, entry) {
-                int s = replace_state(entry, claims, now_ms, d->env.replace_timeout_ms, why, sizeof why);
-                if (s == 0 || (s > 0 && replaced(d, di, claims, old, entry) < 0))
+        for (struct replace **at = &d->replacing, *r; (r = *at);) {
+                int s = replace_state(r, claims, now_ms, d->env.replace_timeout_ms, why, sizeof why);
+                if (s == 0 || (s > 0 && replaced(d, di, claims, r) < 0)) {
+                        at = &r->next;
                         continue;
+                }
                 if (s < 0)
-                        dropped(d, di, claims, old, entry, why);
-                json_object_del(d->replacing, old);
+                        dropped(d, di, claims, r, why);
+                *at = r->next;
+                d->n_replacing--;
+                replace_free(r);
         }
 }
 
@@ -457,38 +521,38 @@ static bool same_shapes(const struct sim_result *res, const struct disrupt_decis
         return true;
 }
 
-/* Create the replacement claims of res into entry's "claims"; when not all could be, delete those that were. */
+/* Create the replacement claims of res into r's claims; when not all could be, delete those that were. */
 static int launch(struct disruption *d, const struct disruption_input *di, const struct sim_result *res,
-                  const char *old, json_t *entry) {
-        json_t *ann = json_pack("{s:s, s:O}", DISRUPTION_ANNOTATION_REPLACES, old, DISRUPTION_ANNOTATION_DECISION,
-                                json_object_get(entry, "message"));
+                  struct replace *r) {
+        json_t *ann = json_pack("{s:s, s:s, s:s}", DISRUPTION_ANNOTATION_REPLACES, r->old,
+                                DISRUPTION_ANNOTATION_DECISION, r->message,
+                                DISRUPTION_ANNOTATION_METHOD, stats_disruption_method_name(r->method));
         char **names = calloc(res->n_claims + 1, sizeof *names);
         size_t n = ann && names ? provisioner_create_replacements(d->env.provisioner, di->round, res, ann, names) : 0;
+        int added = 0;
         for (size_t k = 0; names && k < res->n_claims; k++) {
-                if (names[k])
-                        json_array_append_new(json_object_get(entry, "claims"), json_string(names[k]));
+                if (names[k] && added == 0)
+                        added = replace_add_claim(r, names[k]);
                 free(names[k]);
         }
         json_decref(ann);
         if (!names)
                 return -ENOMEM;
         free(names);
-        if (n == res->n_claims)
+        if (n == res->n_claims && added == 0)
                 return 0;
-        undo_replacements(d, NULL, json_object_get(entry, "claims"));
-        return -EIO;
+        undo_replacements(d, NULL, r);
+        return added < 0 ? added : -EIO;
 }
 
 /* Events on the old claims and Nodes: the replacements come first. */
 static void announce(struct disruption *d, const struct disruption_input *di, const struct disrupt_decision *dec,
-                     const json_t *entry) {
+                     const struct replace *r) {
         char msg[2 * DISRUPT_MESSAGE_MAX], *at = msg;
-        size_t i;
-        json_t *n;
         at += snprintf(msg, sizeof msg, "%s; launching the replacement first:", dec->message);
-        json_array_foreach(json_object_get(entry, "claims"), i, n) {
+        for (size_t i = 0; i < r->n_claims; i++) {
                 if (at < msg + sizeof msg)
-                        at += snprintf(at, (size_t)(msg + sizeof msg - at), " nodeclaim/%s", json_string_value(n));
+                        at += snprintf(at, (size_t)(msg + sizeof msg - at), " nodeclaim/%s", r->claims[i]);
         }
         for (size_t k = 0; k < dec->n_candidates; k++)
                 tell(d, di->claims[dec->candidates[k]], di->nodes[dec->candidates[k]], "Normal",
@@ -505,20 +569,24 @@ static int start_replace(struct disruption *d, const struct disruption_input *di
         if (r < 0)
                 return r;
         claims_list(di, dec, old, sizeof old);
-        json_t *entry = entry_new(stats_method(dec->method), dec->message, di->in.now_ms);
-        r = !entry ? -ENOMEM : !same_shapes(res, dec) ? -ESTALE : 0;
+        struct replace *rp = replace_new(old, stats_method(dec->method), dec->message, di->in.now_ms);
+        if (!rp)
+                r = -ENOMEM;
+        else if (!same_shapes(res, dec))
+                r = -ESTALE;
         if (r == 0)
                 r = disruption_taint(d->env.kube, d->tainted, di, dec->candidates, dec->n_candidates);
-        if (r == 0 && (r = launch(d, di, res, old, entry)) < 0)
+        if (r == 0 && (r = launch(d, di, res, rp)) < 0)
                 for (size_t k = 0; k < dec->n_candidates; k++)
                         disruption_untaint(d->env.kube, d->tainted, di->nodes[dec->candidates[k]]);
         simulate_result_free(res);
-        if (r == 0)
-                announce(d, di, dec, entry);
-        if (r == 0 && json_object_set_new(d->replacing, old, entry) == 0)
-                return 0;
-        json_decref(r == 0 ? NULL : entry);
-        return r == 0 ? -ENOMEM : r;
+        if (r < 0) {
+                replace_free(rp);
+                return r;
+        }
+        announce(d, di, dec, rp);
+        replace_add(d, rp);
+        return 0;
 }
 
 /* A NodePool whose disruption settings are bad is left out of scale-down: say so once per error. */
@@ -656,7 +724,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         act(d, di, res, &out);
         replan(d, di, res);
         tell_skips(d, di, res);
-        out.replacing = json_object_size(d->replacing);
+        out.replacing = d->n_replacing;
         disrupt_result_free(res);
         disruption_input_free(di);
         *ret = out;

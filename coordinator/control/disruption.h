@@ -11,14 +11,18 @@
 #include "disrupt.h"
 #include "nodeclaim.h"
 #include "provisioner.h"
+#include "stats.h"
 
 #define DISRUPTION_TAINT "pvescale.io/disrupted"
 #define DISRUPTION_TAINT_KARPENTER "karpenter.sh/disrupted" /* set by Karpenter's tooling; read as ours */
 #define DISRUPTION_PERIOD_MS 10000                           /* a pass every 10 s (--disruption-interval) */
-/* On a claim launched to replace others: their names, comma-separated, and the decision's message. The decision
- * is carried out (those claims deleted) once every claim with the same value is Initialized. */
+/* On a claim launched to replace others: their names, comma-separated, the decision's message and its method (the
+ * metrics label: "drift", "multi_node_consolidation", ...). The decision is carried out (those claims deleted) once
+ * every claim with the same value is Initialized. Claims from before the method annotation carry only the message:
+ * their method is read from its prefix. */
 #define DISRUPTION_ANNOTATION_REPLACES NODECLAIM_ANNOTATION_REPLACES /* the launcher reads it too */
 #define DISRUPTION_ANNOTATION_DECISION "pvescale.io/disruption"
+#define DISRUPTION_ANNOTATION_METHOD "pvescale.io/disruption-method"
 #define DISRUPTION_REPLACE_TIMEOUT_MS (10 * 60 * 1000) /* replacements not Initialized by then: the decision drops
                                                          * (--replacement-timeout) */
 
@@ -117,6 +121,11 @@ struct disruption_outcome {
         size_t candidates, decided, carried_out, stale, blocked;
         size_t replacing; /* decisions waiting for their replacement claims to be Initialized */
 };
+
+/* The method of the replace a replacement claim was launched for: its DISRUPTION_ANNOTATION_METHOD; a claim from
+ * before that annotation (an upgrade) by its DISRUPTION_ANNOTATION_DECISION message's prefix and old (the claims it
+ * replaces, "a,b"): both consolidations say "Consolidation", and only the multi-node one replaces two or more. */
+enum stats_disruption_method disruption_replace_method(const json_t *claim, const char *old);
 
 int disruption_new(const struct disruption_env *env, struct disruption **ret);
 void disruption_free(struct disruption *d);

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "pve.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define CONDITION_DRIFTED "Drifted"
 
@@ -118,7 +119,7 @@ static int modify(json_t *claim, void *userdata) {
 }
 
 static void sync_one(struct kube_client *kube, const json_t *claim, struct drift_want *w) {
-        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        const char *name = kube_meta_of(claim).name;
         if (!name || as_wanted(claim, w))
                 return;
         int r = kube_modify_from(kube, &kube_nodeclaims, NULL, name, "status", claim, modify, w, 3, NULL);
@@ -134,7 +135,8 @@ static void sync_one(struct kube_client *kube, const json_t *claim, struct drift
 /* Was candidate i's template to be looked up, and could it not be? */
 static bool template_unknown(const struct disruption_input *di, size_t i) {
         const char *key = json_string_value(json_array_get(di->template_keys, i));
-        return key && json_is_true(json_object_get(json_object_get(di->templates, key), "unknown"));
+        const json_t *e = key ? json_object_get(di->templates, key) : NULL;
+        return json_is_true(json_object_get(e, "unknown"));
 }
 
 void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms) {

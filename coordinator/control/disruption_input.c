@@ -12,6 +12,7 @@
 #include "kube.h"
 #include "rfc3339.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define ANNOTATION_MIRROR "kubernetes.io/config.mirror"
 #define ANNOTATION_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -75,7 +76,7 @@ static int add_classes(struct disruption_input *di, const json_t *classes) {
         for (size_t i = 0; di->classes && i < n; i++) {
                 const json_t *nc = json_array_get(classes, i);
                 struct disrupt_nodeclass *c = &di->classes[di->n_classes];
-                c->name = kube_str(json_object_get(nc, "metadata"), "name");
+                c->name = kube_meta_of(nc).name;
                 di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0;
         }
         return di->classes ? 0 : -ENOMEM;
@@ -96,7 +97,7 @@ static json_t *claims_by_provider_id(const json_t *claims) {
         json_t *index = json_object(), *c;
         size_t i;
         json_array_foreach(claims, i, c) {
-                const char *pid = kube_str(json_object_get(c, "status"), "providerID");
+                const char *pid = kube_nodeclaim_of(c).provider_id;
                 if (index && pid && *pid && !json_object_get(index, pid) && json_object_set(index, pid, c) < 0) {
                         json_decref(index);
                         return NULL;
@@ -106,14 +107,14 @@ static json_t *claims_by_provider_id(const json_t *claims) {
 }
 
 static const json_t *claim_of_node(const json_t *by_provider_id, const json_t *node) {
-        const char *pid = kube_str(json_object_get(node, "spec"), "providerID");
+        const char *pid = kube_node_of(node).provider_id;
         return pid && *pid ? json_object_get(by_provider_id, pid) : NULL;
 }
 
 static bool has_taint(const json_t *node, const char *key) {
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(json_object_get(node, "spec"), "taints"), i, t) {
+        json_array_foreach(kube_node_of(node).taints, i, t) {
                 const char *k = kube_str(t, "key");
                 if (k && strcmp(k, key) == 0)
                         return true;
@@ -196,15 +197,16 @@ static bool pod_not_ready(const json_t *pod) {
 }
 
 static bool pdb_blocks(const json_t *pdb, const json_t *pod) {
-        const json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pdb, "spec");
-        const char *ns = kube_str(json_object_get(pdb, "metadata"), "namespace"), *pod_ns = kube_str(meta, "namespace");
-        const char *policy = kube_str(spec, "unhealthyPodEvictionPolicy");
-        if (!ns || !pod_ns || strcmp(ns, pod_ns) != 0 ||
-            !selector_matches(json_object_get(spec, "selector"), json_object_get(meta, "labels")))
+        struct kube_pdb b;
+        kube_pdb_decode(pdb, &b);
+        struct kube_meta meta = kube_meta_of(pod);
+        const char *ns = b.meta.namespace_, *pod_ns = meta.namespace_;
+        const char *policy = b.unhealthy_pod_eviction_policy;
+        if (!ns || !pod_ns || strcmp(ns, pod_ns) != 0 || !selector_matches(b.selector, meta.labels))
                 return false;
         if (policy && strcmp(policy, "AlwaysAllow") == 0 && pod_not_ready(pod))
                 return false;
-        return json_integer_value(json_object_get(json_object_get(pdb, "status"), "disruptionsAllowed")) <= 0;
+        return b.disruptions_allowed <= 0;
 }
 
 /* "ns/name" of the first PDB that blocks evicting the pod (names[k] is that of pdbs[k]), else NULL. DaemonSet and
@@ -350,7 +352,7 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
         if (sn->in_flight || !sn->nodepool || (kind && strcmp(kind, "Node") != 0))
                 return false;
         const struct disrupt_pool *pool = pool_named(di, sn->nodepool);
-        const char *type = claim ? kube_str(json_object_get(claim, "spec"), "instanceType") : NULL;
+        const char *type = claim ? kube_nodeclaim_of(claim).instance_type : NULL;
         const struct shape_catalog *cat = pool ? provisioner_round_catalog(r, pool->nodeclass) : NULL;
         const struct shape *shape = cat && type ? shapes_catalog_find(cat, type) : NULL;
         if (!claim || !shape || !kube_condition_true(json_object_get(claim, "status"), "Initialized"))
@@ -440,7 +442,7 @@ static const json_t *class_named(const json_t *classes, const char *name) {
         size_t i;
         json_t *nc;
         json_array_foreach(classes, i, nc) {
-                const char *n = kube_str(json_object_get(nc, "metadata"), "name");
+                const char *n = kube_meta_of(nc).name;
                 if (n && name && strcmp(n, name) == 0)
                         return nc;
         }
@@ -487,8 +489,7 @@ int disruption_input_templates(struct disruption_input *di, const json_t *classe
                 return -ENOMEM;
         for (size_t i = 0; i < di->n_candidates; i++) {
                 struct disrupt_candidate *c = &di->candidates[i];
-                const json_t *ref = json_object_get(json_object_get(class_named(classes, c->nodeclass), "spec"),
-                                                    "instanceTemplateRef");
+                const json_t *ref = kube_nodeclass_of(class_named(classes, c->nodeclass)).instance_template_ref;
                 if (json_array_append_new(di->template_keys, json_null()) < 0)
                         return -ENOMEM;
                 if (!launched_from(di->claims[i], &c->template_launched) || !json_is_object(ref))

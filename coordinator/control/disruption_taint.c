@@ -11,9 +11,10 @@
 #include "launchstep.h"
 #include "log.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 static const char *name_of(const json_t *o) {
-        return json_string_value(json_object_get(json_object_get(o, "metadata"), "name"));
+        return kube_meta_of(o).name;
 }
 
 static int taint_fn(json_t *node, void *userdata) {
@@ -61,7 +62,7 @@ int disruption_taint(struct kube_client *kube, json_t *tainted, const struct dis
 static bool ours(const json_t *node) {
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(json_object_get(node, "spec"), "taints"), i, t) {
+        json_array_foreach(kube_node_of(node).taints, i, t) {
                 const char *key = json_string_value(json_object_get(t, "key"));
                 if (key && strcmp(key, DISRUPTION_TAINT) == 0)
                         return true;

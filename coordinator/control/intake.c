@@ -6,6 +6,7 @@
 
 #include "kube.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define MIRROR_ANNOTATION "kubernetes.io/config.mirror"
 
@@ -36,7 +37,7 @@ enum intake_verdict intake_classify_pod(const json_t *pod) {
                 return INTAKE_FINISHED;
         if (kube_deleting(pod))
                 return INTAKE_TERMINATING;
-        if (json_object_get(json_object_get(meta, "annotations"), MIRROR_ANNOTATION))
+        if (json_object_get(kube_meta_of(pod).annotations, MIRROR_ANNOTATION))
                 return INTAKE_MIRROR;
         if (kube_owned_by_daemonset(pod))
                 return INTAKE_DAEMONSET;

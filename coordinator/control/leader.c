@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "kube_types.h"
 
 void leader_init(struct leader *l, const struct leader_options *o) {
         *l = (struct leader){ .o = *o };
@@ -22,14 +23,12 @@ void leader_init(struct leader *l, const struct leader_options *o) {
                 l->o.retry_ms = LEADER_DEFAULT_RETRY_MS;
 }
 
-static const char *spec_str(const json_t *lease, const char *key) {
-        return json_string_value(json_object_get(json_object_get(lease, "spec"), key));
-}
-
 enum leader_action leader_decide(struct leader *l, const json_t *lease, int64_t now_ms) {
         if (!lease)
                 return LEADER_CREATE;
-        const char *holder = spec_str(lease, "holderIdentity"), *renew = spec_str(lease, "renewTime");
+        struct kube_lease ls;
+        kube_lease_decode(lease, &ls);
+        const char *holder = ls.holder_identity, *renew = ls.renew_time;
         char seen[sizeof l->observed];
         snprintf(seen, sizeof seen, "%s|%s", holder ? holder : "", renew ? renew : "");
         if (strcmp(seen, l->observed) != 0 || l->observed_at == 0) {
@@ -136,7 +135,10 @@ void leader_release(struct leader *l, struct kube_client *kube) {
         if (!l->leading)
                 return;
         int r = kube_get(kube, &kube_leases, l->o.namespace, l->o.name, &lease);
-        const char *holder = r == 0 ? spec_str(lease, "holderIdentity") : NULL;
+        struct kube_lease ls = { 0 };
+        if (r == 0)
+                kube_lease_decode(lease, &ls);
+        const char *holder = ls.holder_identity;
         if (r == 0 && holder && strcmp(holder, l->o.identity) == 0) {
                 micro_now(now, sizeof now);
                 released = leader_released(lease, now);

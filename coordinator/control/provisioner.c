@@ -21,6 +21,7 @@
 #include "stats.h"
 #include "monotime.h"
 #include "nodeclaim.h"
+#include "kube_types.h"
 
 #define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
 #define CLAIM_NAME_ATTEMPTS 3
@@ -365,7 +366,7 @@ struct claim_writes {
 /* The claim object of planned claim i, with the round's extra annotations. */
 static json_t *claim_object(const struct claim_writes *w, size_t i, const char *name) {
         json_t *obj = provisioner_claim_object(w->r, w->res, i, name);
-        json_t *annotations = json_object_get(json_object_get(obj, "metadata"), "annotations");
+        json_t *annotations = kube_annotations_mut(obj);
         json_t *after = obj ? provisioner_claim_after(w->res, i, w->planned) : NULL;
         if (after && json_object_set_new(annotations, NODECLAIM_ANNOTATION_AFTER, after) < 0) {
                 json_decref(obj);
@@ -405,7 +406,7 @@ static json_t *create_claim(const struct claim_writes *w, struct kube_client *ku
 /* Write host, region, capacity and allocatable; returns the stored claim (or the created one on failure). */
 static json_t *claim_status(struct provisioner *p, struct kube_client *kube, const struct provisioner_round *r,
                             const struct sim_result *res, size_t i, json_t *claim) {
-        const char *name = json_string_value(json_object_get(json_object_get(claim, "metadata"), "name"));
+        const char *name = kube_meta_of(claim).name;
         json_t *patch = json_pack("{s:o}", "status", provisioner_claim_status(r, res, i)), *stored = NULL;
         if (patch && kube_patch(kube, &kube_nodeclaims, NULL, name, "status", KUBE_PATCH_MERGE, patch, &stored) == 0) {
                 json_decref(patch);
@@ -432,7 +433,7 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, const 
         latency_waits_since(waits0, &mine);
         mine.api_us += w->pre_waits.api_us;
         mine.cpu_us += w->pre_waits.cpu_us;
-        w->jobs[i].name = strdup(json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
+        w->jobs[i].name = strdup(kube_meta_of(claim).name);
         const struct sim_claim *c = &w->res->claims[i];
         log_info("NodeClaim %s: %s on %s (%s), %zu pods", w->jobs[i].name, c->shape->name,
                  r->in->hosts[c->host]->name, r->in->pools[c->nodepool]->name, c->n_pods);
@@ -594,7 +595,7 @@ static void update_pools(struct provisioner *p, const struct provisioner_round *
                          struct provisioner_outcome *out) {
         for (size_t i = 0; i < r->in->n_pools; i++) {
                 json_t *usage = provisioner_pool_usage(r, res, i);
-                const json_t *now = json_object_get(json_object_get(r->pools[i], "status"), "resources");
+                const json_t *now = kube_nodepool_of(r->pools[i]).resources;
                 if (usage && !json_equal(usage, (json_t *)now)) {
                         json_t *patch = json_pack("{s:{s:O}}", "status", "resources", usage);
                         if (!patch || kube_patch(p->env.kube, &kube_nodepools, NULL, r->in->pools[i]->name, "status",
@@ -714,10 +715,10 @@ static void seed_verdicts(struct provisioner *p) {
         size_t i;
         json_t *ev;
         json_array_foreach(json_object_get(list, "items"), i, ev) {
-                const char *comp = json_string_value(json_object_get(json_object_get(ev, "source"), "component"));
-                const char *uid = json_string_value(json_object_get(json_object_get(ev, "involvedObject"), "uid"));
-                const char *msg = json_string_value(json_object_get(ev, "message"));
-                const char *rv = json_string_value(json_object_get(json_object_get(ev, "metadata"), "resourceVersion"));
+                struct kube_event e;
+                kube_event_decode(ev, &e);
+                const char *comp = e.source_component, *uid = e.involved_uid, *msg = e.message;
+                const char *rv = e.meta.resource_version;
                 const char *at = msg ? strstr(msg, "nodeclaim/") : NULL;
                 long long v = rv ? strtoll(rv, NULL, 10) : 0;
                 char verdict[300];

@@ -16,6 +16,7 @@
 #include "quantity.h"
 #include "simulate_json.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define API_VERSION "pvescale.io/v1alpha1"
 #define ERR_LEN 256
@@ -139,12 +140,13 @@ static json_t *node_index(const json_t *nodes) {
         size_t i;
         char key[512];
         json_array_foreach(nodes, i, node) {
-                if (kube_taints_have_key(json_object_get(json_object_get(node, "spec"), "taints"),
-                                         CLOUDINIT_UNREGISTERED_TAINT_KEY))
+                struct kube_node n;
+                kube_node_decode(node, &n);
+                if (kube_taints_have_key(n.taints, CLOUDINIT_UNREGISTERED_TAINT_KEY))
                         continue;
-                if (node_key(key, sizeof key, 'p', kube_str(json_object_get(node, "spec"), "providerID")) == 0)
+                if (node_key(key, sizeof key, 'p', n.provider_id) == 0)
                         json_object_set_new(idx, key, json_true());
-                if (node_key(key, sizeof key, 'n', kube_meta_str(node, "name")) == 0)
+                if (node_key(key, sizeof key, 'n', n.meta.name) == 0)
                         json_object_set_new(idx, key, json_true());
         }
         return idx;
@@ -184,7 +186,7 @@ static json_t *standing_index(const json_t *claims, const json_t *idx) {
 static json_t *standing_claim(const json_t *node, const json_t *standing) {
         char key[512];
         json_t *claim = NULL;
-        if (node_key(key, sizeof key, 'p', kube_str(json_object_get(node, "spec"), "providerID")) == 0)
+        if (node_key(key, sizeof key, 'p', kube_node_of(node).provider_id) == 0)
                 claim = json_object_get(standing, key);
         if (!claim && node_key(key, sizeof key, 'n', kube_meta_str(node, "name")) == 0)
                 claim = json_object_get(standing, key);
@@ -195,14 +197,13 @@ static int add_node(struct provisioner_round *r, const json_t *obj, bool claim) 
         char err[ERR_LEN];
         int rc;
         if (claim) {
-                const char *nc = kube_str(json_object_get(json_object_get(obj, "spec"), "nodeClassRef"), "name");
+                const char *nc = kube_nodeclaim_of(obj).node_class;
                 rc = simulate_json_nodeclaim(r->in, obj, provisioner_round_catalog(r, nc), NULL, err, sizeof err);
         } else {
                 struct sim_node *n = NULL;
                 rc = simulate_json_node(r->in, obj, &n, err, sizeof err);
                 if (rc == 0) /* marked for deletion: it holds no limit against its replacement */
-                        n->leaving = kube_deleting(obj) ||
-                                     launchstep_node_disrupted(json_object_get(json_object_get(obj, "spec"), "taints"));
+                        n->leaving = kube_deleting(obj) || launchstep_node_disrupted(kube_node_of(obj).taints);
         }
         rc = verdict(r, rc, claim ? "NodeClaim" : "Node", obj, err);
         if (rc == 0)
@@ -395,7 +396,7 @@ static json_t *requirement(const char *key, const char *value) {
 /* Copy the template's taints, startupTaints, expireAfter and terminationGracePeriod into spec (as Karpenter does). */
 static void copy_template(json_t *spec, const json_t *pool) {
         static const char *const keys[] = { "taints", "startupTaints", "expireAfter", "terminationGracePeriod" };
-        const json_t *ts = json_object_get(json_object_get(json_object_get(pool, "spec"), "template"), "spec");
+        const json_t *ts = kube_nodepool_of(pool).template_spec;
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
                 json_t *v = json_object_get(ts, keys[i]);
                 if (is_set(v) && !(json_is_array(v) && json_array_size(v) == 0))
@@ -530,15 +531,14 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
         size_t i;
         json_t *c;
         json_array_foreach(claims, i, c) {
-                const json_t *spec = json_object_get(c, "spec");
+                struct kube_nodeclaim nc;
+                kube_nodeclaim_decode(c, &nc);
                 const char *h = nodeclaim_host(c), *reg = nodeclaim_region(c);
                 if (!name || !h || strcmp(h, name) != 0 || (region && reg && strcmp(region, reg) != 0) ||
-                    host_knows(c, agent, vmids) ||
-                    is_set(json_object_get(json_object_get(c, "metadata"), "deletionTimestamp")))
+                    host_knows(c, agent, vmids) || nc.meta.deleting)
                         continue;
-                const struct shape_catalog *cat =
-                        provisioner_round_catalog(r, kube_str(json_object_get(spec, "nodeClassRef"), "name"));
-                const struct shape *s = cat ? shapes_catalog_find(cat, kube_str(spec, "instanceType")) : NULL;
+                const struct shape_catalog *cat = provisioner_round_catalog(r, nc.node_class);
+                const struct shape *s = cat ? shapes_catalog_find(cat, nc.instance_type) : NULL;
                 if (s)
                         provisioner_host_charge(host, s->vcpus, s->vm_memory_bytes, shapes);
         }

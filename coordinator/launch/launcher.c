@@ -115,7 +115,7 @@ static void ctx_identify(struct launcher__ctx *c) {
         copy_str(c->region, sizeof c->region, c->st->region[0] ? c->st->region : nodeclaim_region(c->claim));
         copy_str(c->host, sizeof c->host, c->st->host[0] ? c->st->host : nodeclaim_host(c->claim));
         copy_str(c->nodepool, sizeof c->nodepool,
-                 json_string_value(json_object_get(json_object_get(c->claim, "spec"), "nodePool")));
+                 kube_nodeclaim_of(c->claim).node_pool);
 }
 
 static void ctx_clients(struct launcher__ctx *c) {
@@ -169,7 +169,7 @@ static struct launchstep_result reconcile_passes(struct launcher__ctx *c) {
 }
 
 static const char *claim_rv(const json_t *claim) {
-        return json_string_value(json_object_get(json_object_get(claim, "metadata"), "resourceVersion"));
+        return kube_meta_of(claim).resource_version;
 }
 
 /* A claim's reconcile error is logged when it starts, when its message changes and when it ends (a drain refused

@@ -35,7 +35,9 @@ struct launchstep_result launcher__task_wait(struct launcher__ctx *c, const char
 static int token_from_secret(const json_t *secret, char token[32]) {
         const char *id = NULL;
         char value[TOKENS_SECRET_LEN + 1];
-        const char *b64 = json_string_value(json_object_get(json_object_get(secret, "data"), "token-id"));
+        struct kube_data_object s;
+        kube_data_object_decode(secret, &s);
+        const char *b64 = json_string_value(json_object_get(s.data, "token-id"));
         gnutls_datum_t in = { (unsigned char *)(uintptr_t)b64, b64 ? (unsigned)strlen(b64) : 0 }, out = { 0 };
         if (!b64 || gnutls_base64_decode2(&in, &out) < 0 || out.size != TOKENS_ID_LEN) {
                 gnutls_free(out.data);
@@ -50,8 +52,7 @@ static int token_from_secret(const json_t *secret, char token[32]) {
 }
 
 static bool token_is_claims(const json_t *secret, const char *uid) {
-        const json_t *labels = json_object_get(json_object_get(secret, "metadata"), "labels");
-        const char *owner = json_string_value(json_object_get(labels, TOKENS_LABEL_CLAIM_UID));
+        const char *owner = json_string_value(json_object_get(kube_meta_of(secret).labels, TOKENS_LABEL_CLAIM_UID));
         return owner && strcmp(owner, uid) == 0;
 }
 
@@ -155,7 +156,9 @@ static struct launchstep_result cluster_info(struct launcher__ctx *c, char **ret
         if (r < 0)
                 return launchstep_error(r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
                                         kube_client_error(c->kube));
-        const char *kc = json_string_value(json_object_get(json_object_get(cm, "data"), "kubeconfig"));
+        struct kube_data_object info;
+        kube_data_object_decode(cm, &info);
+        const char *kc = json_string_value(json_object_get(info.data, "kubeconfig"));
         r = kc ? yamlconf_parse(kc, strlen(kc), &doc, err, sizeof err) : -EINVAL;
         json_t *cluster = json_object_get(json_array_get(json_object_get(doc, "clusters"), 0), "cluster");
         const char *server = json_string_value(json_object_get(cluster, "server"));
@@ -270,7 +273,7 @@ static struct launchstep_result tdata_load(struct launcher__ctx *c, struct tdata
         struct launchstep_result res = join_data(c, t);
         if (!launchstep_ok(&res))
                 return res;
-        res = ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "valuesRef"), &secret);
+        res = ref_secret(c, kube_nodeclass_of(c->nodeclass).values_ref, &secret);
         if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
                 return res;
         t->values = secret ? secret_strings(secret) : json_object();
@@ -322,7 +325,7 @@ static json_t *kubelet_configuration(struct launcher__ctx *c) {
 static struct launchstep_result template_data(struct launcher__ctx *c, const char *token, const struct tdata *t,
                                               json_t **ret) {
         char err[512];
-        const char *nc = json_string_value(json_object_get(json_object_get(c->nodeclass, "metadata"), "name"));
+        const char *nc = kube_meta_of(c->nodeclass).name;
         json_t *kubelet = kubelet_configuration(c);
         if (!kubelet)
                 return launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
@@ -351,8 +354,7 @@ static struct launchstep_result template_data(struct launcher__ctx *c, const cha
 /* The NodeClass's template texts ({"user-data": ..., ...} from its templatesRef Secret), or NULL for the defaults. */
 static struct launchstep_result template_texts(struct launcher__ctx *c, json_t **ret) {
         json_t *secret = NULL;
-        struct launchstep_result res =
-                ref_secret(c, json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "templatesRef"), &secret);
+        struct launchstep_result res = ref_secret(c, kube_nodeclass_of(c->nodeclass).templates_ref, &secret);
         if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
                 return res;
         bool found = secret != NULL;
@@ -571,7 +573,7 @@ static struct launchstep_result deliver_iso(struct launcher__ctx *c, const char 
 }
 
 bool launcher__joins_by_cdrom(const struct launcher__ctx *c) {
-        const char *type = json_string_value(json_object_get(json_object_get(nc_spec(c), "metadataOptions"), "type"));
+        const char *type = kube_nodeclass_of(c->nodeclass).metadata_type;
         return type && strcmp(type, "cdrom") == 0;
 }
 

@@ -110,7 +110,7 @@ static int rebase(struct launcher__ctx *c, json_t *fresh) {
                 return -ENOMEM;
         }
         *mine = *c->s;
-        const char *uid = json_string_value(json_object_get(json_object_get(fresh, "metadata"), "uid"));
+        const char *uid = kube_meta_of(fresh).uid;
         int r = launcher__ctx_take(c, fresh);
         bool same = r == 0 && !c->status_error[0] &&
                     launchstep_same_launch(c->uid, &mine->base, uid, &c->s->base, kube_deleting(c->claim));
@@ -178,8 +178,7 @@ static int need_object(struct launcher__ctx *c, const struct kube_resource *rt, 
 }
 
 struct launchstep_result launcher__need_nodeclass(struct launcher__ctx *c) {
-        const char *name = json_string_value(
-                json_object_get(json_object_get(json_object_get(c->claim, "spec"), "nodeClassRef"), "name"));
+        const char *name = kube_nodeclaim_of(c->claim).node_class;
         if (c->nodeclass)
                 return launchstep_done();
         if (!name)
@@ -220,7 +219,7 @@ struct launchstep_result launcher__need_shape(struct launcher__ctx *c) {
         struct launchstep_result res = launcher__need_nodeclass(c);
         if (!launchstep_ok(&res))
                 return res;
-        const char *type = json_string_value(json_object_get(json_object_get(c->claim, "spec"), "instanceType"));
+        const char *type = kube_nodeclaim_of(c->claim).instance_type;
         int r = catalog_for(json_object_get(c->nodeclass, "spec"), &cat, err, sizeof err);
         const struct shape *s = r == 0 && type ? shapes_catalog_find(cat, type) : NULL;
         if (s) {
@@ -303,7 +302,7 @@ static bool kubelet_may_set(const char *key) {
 static void add_requirement_labels(const json_t *claim, json_t *labels) {
         size_t i;
         json_t *req;
-        json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, req) {
+        json_array_foreach(kube_nodeclaim_of(claim).requirements, i, req) {
                 const char *k = json_string_value(json_object_get(req, "key"));
                 const char *op = json_string_value(json_object_get(req, "operator"));
                 json_t *values = json_object_get(req, "values");
@@ -316,18 +315,17 @@ static void add_requirement_labels(const json_t *claim, json_t *labels) {
 json_t *launcher__wanted_labels(struct launcher__ctx *c, bool kubelet_only) {
         json_t *labels = json_object(), *v;
         const char *k;
-        json_t *pool_labels = json_object_get(
-                json_object_get(json_object_get(json_object_get(c->pool, "spec"), "template"), "metadata"), "labels");
+        const json_t *pool_labels = kube_nodepool_of(c->pool).template_labels;
         if (!labels)
                 return NULL;
-        json_object_update(labels, pool_labels);
+        json_object_update(labels, (json_t *)pool_labels);
         add_requirement_labels(c->claim, labels);
         json_object_set_new(labels, LAUNCHER__LABEL_NODEPOOL, json_string(c->nodepool));
         if (c->have_shape)
                 json_object_set_new(labels, LAUNCHER__LABEL_INSTANCE_TYPE, json_string(c->shape.name));
-        if (c->nodeclass)
-                json_object_set(labels, LAUNCHER__LABEL_NODECLASS,
-                                json_object_get(json_object_get(c->nodeclass, "metadata"), "name"));
+        const char *nodeclass = c->nodeclass ? kube_meta_of(c->nodeclass).name : NULL;
+        if (nodeclass)
+                json_object_set_new(labels, LAUNCHER__LABEL_NODECLASS, json_string(nodeclass));
         void *tmp;
         json_object_foreach_safe(labels, tmp, k, v) {
                 if (!json_is_string(v) || (kubelet_only && !kubelet_may_set(k)))
@@ -338,11 +336,12 @@ json_t *launcher__wanted_labels(struct launcher__ctx *c, bool kubelet_only) {
 
 /* spec.taints (+ startupTaints) of the claim, else of its NodePool template. */
 static const json_t *taint_list(struct launcher__ctx *c, const char *key) {
-        const json_t *t = json_object_get(json_object_get(c->claim, "spec"), key);
+        struct kube_nodeclaim nc;
+        kube_nodeclaim_decode(c->claim, &nc);
+        const json_t *t = strcmp(key, "startupTaints") == 0 ? nc.startup_taints : nc.taints;
         if (t)
                 return t;
-        return json_object_get(json_object_get(json_object_get(json_object_get(c->pool, "spec"), "template"), "spec"),
-                               key);
+        return json_object_get(kube_nodepool_of(c->pool).template_spec, key);
 }
 
 const json_t *launcher__startup_taints(struct launcher__ctx *c) {

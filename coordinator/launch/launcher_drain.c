@@ -17,7 +17,7 @@
 int launcher__finalizer_index(const json_t *obj) {
         size_t i;
         json_t *f;
-        json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "finalizers"), i, f) {
+        json_array_foreach(kube_meta_of(obj).finalizers, i, f) {
                 if (json_is_string(f) && strcmp(json_string_value(f), LAUNCHER_FINALIZER) == 0)
                         return (int)i;
         }
@@ -60,7 +60,7 @@ struct drain_count {
  * only when the claim has none of its own. */
 static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *ret_ms) {
         char err[NODECLAIM_MESSAGE_MAX];
-        bool own = json_object_get(json_object_get(c->claim, "spec"), "terminationGracePeriod") != NULL;
+        bool own = kube_nodeclaim_of(c->claim).termination_grace_period != NULL;
         struct launchstep_result res = c->nodepool[0] && !own ? launcher__need_pool(c) : launchstep_done();
         if (!launchstep_ok(&res) && !launchstep_is_error(&res, -ENOENT))
                 return res;
@@ -78,7 +78,7 @@ static struct launchstep_result grace_period(struct launcher__ctx *c, int64_t *r
 static int delete_pod(struct launcher__ctx *c, const char *ns, const char *name, const json_t *pod) {
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.grace_period_seconds = 0;
-        o.precondition_uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+        o.precondition_uid = kube_meta_of(pod).uid;
         int r = kube_delete(c->kube, &kube_pods, ns, name, &o, NULL);
         if (r == 0)
                 log_info("launcher: NodeClaim %s: deleted pod %s/%s (its termination grace period is over)", c->name,
@@ -192,7 +192,7 @@ static int drop_node_finalizer(json_t *node, void *userdata) {
         (void)userdata;
         if (i < 0)
                 return KUBE_MODIFY_SKIP;
-        json_array_remove(json_object_get(json_object_get(node, "metadata"), "finalizers"), (size_t)i);
+        json_array_remove(kube_finalizers_mut(node), (size_t)i);
         return 0;
 }
 

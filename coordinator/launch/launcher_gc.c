@@ -321,13 +321,13 @@ static void gc_tokens(struct gc *g) {
                 return;
         }
         json_array_foreach(json_object_get(list, "items"), i, s) {
-                const json_t *meta = json_object_get(s, "metadata");
-                const char *name = json_string_value(json_object_get(meta, "name"));
-                const char *uid = json_string_value(json_object_get(json_object_get(meta, "labels"), TOKENS_LABEL_CLAIM_UID));
+                struct kube_meta meta = kube_meta_of(s);
+                const char *name = meta.name;
+                const char *uid = json_string_value(json_object_get(meta.labels, TOKENS_LABEL_CLAIM_UID));
                 int64_t created = 0;
                 /* the claims given may be a little older than a token made a moment ago */
                 if (!name || !uid || uid_owned(g, uid, strlen(uid)) ||
-                    rfc3339_parse(json_string_value(json_object_get(meta, "creationTimestamp")), &created) < 0 ||
+                    rfc3339_parse(meta.creation_timestamp, &created) < 0 ||
                     g->now - created < LAUNCHER__RESERVATION_GRACE_MS)
                         continue;
                 log_info("launcher: GC: deleting join token %s: its NodeClaim is gone", name);
@@ -347,7 +347,7 @@ static void gc_nodes(struct gc *g) {
                 return;
         }
         json_array_foreach(json_object_get(list, "items"), i, n) {
-                const char *name = json_string_value(json_object_get(json_object_get(n, "metadata"), "name"));
+                const char *name = kube_meta_of(n).name;
                 for (size_t k = 0; name && k < g->n_owners; k++)
                         if (strcmp(g->owners[k].node, name) == 0)
                                 g->owners[k].node_seen = true;

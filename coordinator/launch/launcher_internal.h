@@ -24,6 +24,7 @@
 
 #include "launcher.h"
 #include "launcher_plan.h"
+#include "kube_types.h"
 #include "launchstep.h"
 #include "nodeclaim.h"
 #include "shapes.h"

@@ -25,7 +25,7 @@ static const json_t *find_node(struct launcher__ctx *c, json_t **owned) {
         if (kube_list(c->kube, &kube_nodes, NULL, NULL, &list) < 0)
                 return NULL;
         json_array_foreach(json_object_get(list, "items"), i, n) {
-                const char *p = json_string_value(json_object_get(json_object_get(n, "spec"), "providerID"));
+                const char *p = kube_node_of(n).provider_id;
                 if (!*owned && p && strcmp(p, pid) == 0)
                         *owned = json_incref(n);
         }
@@ -145,7 +145,7 @@ static struct launchstep_result label_node(struct launcher__ctx *c, const json_t
 /* Label and taint the Node, then Registered, or Initialized at once when the Node is ready already (one status
  * write instead of two), or nothing yet while Kubernetes takes its ephemeral taints off (launchstep_node). */
 static struct launchstep_result register_node(struct launcher__ctx *c, const json_t *node) {
-        const char *node_name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
+        const char *node_name = kube_meta_of(node).name;
         json_t *stored = NULL;
         struct launchstep_result res = label_node(c, node, node_name, &stored);
         if (!launchstep_ok(&res))
@@ -216,9 +216,9 @@ static bool pods_pending_on(struct launcher__ctx *c, struct hold_view *v, const 
         if (!v->read)
                 hold_view_read(c, v);
         json_array_foreach(json_object_get(v->nominated, "items"), i, ev) {
-                const char *uid = json_string_value(json_object_get(json_object_get(ev, "involvedObject"), "uid"));
-                if (uid && json_object_get(v->unbound, uid) &&
-                    names_claim(json_string_value(json_object_get(ev, "message")), claim))
+                struct kube_event e;
+                kube_event_decode(ev, &e);
+                if (e.involved_uid && json_object_get(v->unbound, e.involved_uid) && names_claim(e.message, claim))
                         return true;
         }
         return false;
@@ -234,7 +234,7 @@ static bool claim_ahead(struct launcher__ctx *c, struct hold_view *v, const char
         const char *since = json_string_value(json_object_get(kube_condition(status, "Initialized"),
                                                               "lastTransitionTime"));
         int64_t at = 0;
-        bool ahead = !json_object_get(json_object_get(claim, "metadata"), "deletionTimestamp");
+        bool ahead = !kube_meta_of(claim).deleting;
         if (ahead && kube_condition_true(status, "Initialized"))
                 ahead = since && rfc3339_parse(since, &at) == 0 && c->now - at < NODECLAIM_SETTLE_MS &&
                         pods_pending_on(c, v, name);
@@ -245,8 +245,8 @@ static bool claim_ahead(struct launcher__ctx *c, struct hold_view *v, const char
 /* The first claim named in NODECLAIM_ANNOTATION_AFTER that is still ahead of this one, copied to buf, while the
  * launch began less than NODECLAIM_HOLD_MAX_MS ago; false when none. */
 static bool held_for(struct launcher__ctx *c, char *buf, size_t len) {
-        const json_t *a = json_object_get(json_object_get(c->claim, "metadata"), "annotations");
-        const char *after = json_string_value(json_object_get(a, NODECLAIM_ANNOTATION_AFTER));
+        const char *after = json_string_value(json_object_get(kube_meta_of(c->claim).annotations,
+                                                              NODECLAIM_ANNOTATION_AFTER));
         char names[1024];
         struct hold_view v = { 0 };
         bool held = false;
@@ -266,7 +266,7 @@ static bool held_for(struct launcher__ctx *c, char *buf, size_t len) {
 struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
-        const char *n = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
+        const char *n = kube_meta_of(node).name;
         if (!n || !*n || !launchstep_node_is_claims(node, c->uid)) {
                 json_decref(owned);
                 return launchstep_registration_wait(c->st->started_ms, c->now, c->l->o.registration_timeout_ms,

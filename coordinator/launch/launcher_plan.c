@@ -14,6 +14,8 @@
 
 #include "cloudinit.h"
 #include "kube.h"
+#include "kube_types.h"
+#include "pve.h"
 #include "rfc3339.h"
 
 #define MIB (1024ULL * 1024ULL)
@@ -433,8 +435,9 @@ static int64_t vm_cpus(const json_t *vm) {
 
 int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const uint32_t *skip_vmids, size_t n_skip,
                            int64_t inflight_cpus, int64_t inflight_bytes, struct launcher_room *ret) {
-        json_t *cpus = json_object_get(json_object_get(node_status, "cpuinfo"), "cpus");
-        json_t *mem = json_object_get(json_object_get(node_status, "memory"), "total");
+        struct pve_node_status st;
+        pve_node_status_decode(node_status, &st);
+        const json_t *cpus = st.cpus, *mem = st.memory_total;
         size_t i;
         json_t *vm;
         if (!json_is_integer(cpus) || !json_is_integer(mem) || !json_is_array(vms))
@@ -485,7 +488,7 @@ bool launcher_condition_true(const json_t *status, const char *type) {
 }
 
 enum launcher_node_state launcher_node_state(const json_t *node, const json_t *startup_taints) {
-        const json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        const json_t *taints = kube_node_of(node).taints;
         bool ephemeral = false;
         size_t i;
         json_t *t;

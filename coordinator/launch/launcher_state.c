@@ -183,7 +183,7 @@ void launcher__vmid_release(struct launcher *l, uint32_t vmid) {
 /* ---- the last status writes ---- */
 
 static const char *claim_rv(const json_t *claim) {
-        return json_string_value(json_object_get(json_object_get(claim, "metadata"), "resourceVersion"));
+        return kube_meta_of(claim).resource_version;
 }
 
 /* Per claim, what this process last wrote: {"claim": the write as stored, "rvs": [the versions of its last

@@ -222,7 +222,7 @@ static struct launchstep_result wait_for_running_clone(struct launcher__ctx *c) 
 }
 
 static struct launchstep_result resize_boot_disk(struct launcher__ctx *c, uint32_t vmid, const json_t *config) {
-        const char *size = json_string_value(json_object_get(json_object_get(nc_spec(c), "bootDevice"), "size"));
+        const char *size = kube_nodeclass_of(c->nodeclass).boot_device_size;
         char arg[32], key[16], *upid = NULL;
         uint64_t want, have;
         if (!size)

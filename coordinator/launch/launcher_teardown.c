@@ -98,7 +98,7 @@ static struct launchstep_result teardown_tokens(struct launcher__ctx *c) {
         struct kube_list_options o = { .label_selector = selector };
         int r = kube_list(c->kube, &kube_secrets, TOKENS_NAMESPACE, &o, &list);
         json_array_foreach(json_object_get(list, "items"), i, s) {
-                const char *name = json_string_value(json_object_get(json_object_get(s, "metadata"), "name"));
+                const char *name = kube_meta_of(s).name;
                 if (r == 0 && name)
                         r = kube_delete(c->kube, &kube_secrets, TOKENS_NAMESPACE, name, NULL, NULL);
                 if (r == -ENOENT)
@@ -203,11 +203,11 @@ static struct launchstep_result teardown(struct launcher__ctx *c) {
 /* ---- finalizer ---- */
 
 static int drop_finalizer(json_t *obj, void *userdata) {
-        const char *uid = userdata, *u = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
+        const char *uid = userdata, *u = kube_meta_of(obj).uid;
         int i = launcher__finalizer_index(obj);
         if (!u || strcmp(u, uid) != 0 || i < 0)
                 return KUBE_MODIFY_SKIP;
-        json_array_remove(json_object_get(json_object_get(obj, "metadata"), "finalizers"), (size_t)i);
+        json_array_remove(kube_finalizers_mut(obj), (size_t)i);
         return 0;
 }
 
@@ -264,7 +264,7 @@ static struct launchstep_result record_failure(struct launcher__ctx *c, const st
 /* Tear down the claim the delete answered with (its finalizer holds it: the status writes of the termination go
  * on top of it); otherwise the claim as it was. */
 static struct launchstep_result finalize_deleted(struct launcher__ctx *c, json_t *deleted) {
-        const char *uid = json_string_value(json_object_get(json_object_get(deleted, "metadata"), "uid"));
+        const char *uid = kube_meta_of(deleted).uid;
         bool held = uid && strcmp(uid, c->uid) == 0 && kube_deleting(deleted);
         int r = held ? launcher__ctx_take(c, deleted) : 0;
         if (!held)

@@ -14,6 +14,7 @@
 #include "pve.h"
 #include "rfc3339.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 /* ---- results ---- */
 
@@ -134,8 +135,7 @@ int launchstep_vm_owner(const char *uid, const json_t *config) {
 }
 
 bool launchstep_node_is_claims(const json_t *node, const char *uid) {
-        const json_t *info = json_object_get(json_object_get(node, "status"), "nodeInfo");
-        const char *uuid = json_string_value(json_object_get(info, "systemUUID"));
+        const char *uuid = kube_node_of(node).system_uuid;
         return !uuid || !*uuid || strcasecmp(uuid, uid) == 0;
 }
 
@@ -357,7 +357,7 @@ int launchstep_node_taint(json_t *node) {
 }
 
 int launchstep_node_untaint(json_t *node) {
-        json_t *taints = json_object_get(json_object_get(node, "spec"), "taints");
+        json_t *taints = kube_taints_mut(node);
         int r = 1;
         for (size_t i = json_array_size(taints); i-- > 0;)
                 if (taint_is(json_array_get(taints, i), LAUNCHSTEP_TAINT_DISRUPTED, "NoSchedule")) {
@@ -365,10 +365,6 @@ int launchstep_node_untaint(json_t *node) {
                         r = 0;
                 }
         return r;
-}
-
-static const char *str_at(const json_t *obj, const char *a, const char *b) {
-        return json_string_value(json_object_get(json_object_get(obj, a), b));
 }
 
 /* A toleration of key:NoSchedule (no value), as the scheduler matches them: the key, or an empty key with Exists;
@@ -387,7 +383,7 @@ static bool tolerates(const json_t *tol, const char *key) {
 static bool tolerates_disrupted(const json_t *pod) {
         size_t i;
         json_t *tol;
-        json_array_foreach(json_object_get(json_object_get(pod, "spec"), "tolerations"), i, tol) {
+        json_array_foreach(kube_pod_of(pod).tolerations, i, tol) {
                 if (tolerates(tol, LAUNCHSTEP_TAINT_DISRUPTED))
                         return true;
         }
@@ -395,7 +391,7 @@ static bool tolerates_disrupted(const json_t *pod) {
 }
 
 static bool finished(const json_t *pod) {
-        const char *phase = str_at(pod, "status", "phase");
+        const char *phase = kube_pod_of(pod).phase;
         return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
 }
 
@@ -414,7 +410,7 @@ static bool do_not_disrupt(const json_t *meta) {
 
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
-        if (json_object_get(json_object_get(meta, "annotations"), "kubernetes.io/config.mirror") ||
+        if (kube_annotation(pod, "kubernetes.io/config.mirror") ||
             kube_owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
         if (kube_deleting(pod))
@@ -424,12 +420,11 @@ enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
 
 int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *ret_ms, char *err, size_t errlen) {
         const char *where = "spec.terminationGracePeriod";
-        const char *s = str_at(claim, "spec", "terminationGracePeriod");
+        const char *s = json_string_value(kube_nodeclaim_of(claim).termination_grace_period);
         uint64_t ms;
         if (!s) {
                 where = "NodePool spec.template.spec.terminationGracePeriod";
-                s = str_at(json_object_get(json_object_get(pool, "spec"), "template"), "spec",
-                           "terminationGracePeriod");
+                s = kube_nodepool_of(pool).termination_grace_period;
         }
         *ret_ms = -1;
         if (!s)
@@ -445,8 +440,7 @@ bool launchstep_grace_over(int64_t started_ms, int64_t grace_ms, int64_t now_ms)
 }
 
 bool launchstep_termination_due(const json_t *claim, int64_t now_ms) {
-        const char *s = str_at(json_object_get(claim, "metadata"), "annotations",
-                               LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP);
+        const char *s = kube_annotation(claim, LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP);
         int64_t at;
         return s && rfc3339_parse(s, &at) == 0 && now_ms >= at;
 }

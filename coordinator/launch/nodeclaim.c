@@ -12,6 +12,7 @@
 #include "rfc3339.h"
 #include "simulate.h"
 #include "kube_object.h"
+#include "kube_types.h"
 
 #define KEY_LAUNCH_STEP "launchStep"
 #define KEY_HOST "host"
@@ -593,7 +594,7 @@ static const char *claim_place(const json_t *claim, const char *status_key, cons
                 return v;
         size_t i;
         json_t *req;
-        json_array_foreach(json_object_get(json_object_get(claim, "spec"), "requirements"), i, req) {
+        json_array_foreach(kube_nodeclaim_of(claim).requirements, i, req) {
                 const char *key = kube_str(req, "key"), *op = kube_str(req, "operator");
                 json_t *values = json_object_get(req, "values");
                 if (key && op && strcmp(key, label) == 0 && strcmp(op, "In") == 0 && json_array_size(values) == 1)
@@ -611,7 +612,6 @@ const char *nodeclaim_region(const json_t *claim) {
 }
 
 bool nodeclaim_is_replacement(const json_t *claim) {
-        const json_t *ann = json_object_get(json_object_get(claim, "metadata"), "annotations");
-        const char *old = json_string_value(json_object_get(ann, NODECLAIM_ANNOTATION_REPLACES));
+        const char *old = kube_annotation(claim, NODECLAIM_ANNOTATION_REPLACES);
         return old && old[0];
 }

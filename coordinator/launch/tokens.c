@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "launcher_plan.h"
+#include "kube_types.h"
 #include "rfc3339.h"
 
 static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -70,7 +71,9 @@ json_t *tokens_secret(const char *id, const char *secret, int64_t expires_ms, co
 }
 
 int tokens_secret_value(const json_t *secret, char buf[TOKENS_SECRET_LEN + 1]) {
-        const char *b64 = json_string_value(json_object_get(json_object_get(secret, "data"), "token-secret"));
+        struct kube_data_object s;
+        kube_data_object_decode(secret, &s);
+        const char *b64 = json_string_value(json_object_get(s.data, "token-secret"));
         gnutls_datum_t in = { (unsigned char *)(uintptr_t)b64, b64 ? (unsigned)strlen(b64) : 0 }, out = { 0 };
         if (!b64 || gnutls_base64_decode2(&in, &out) < 0)
                 return -EINVAL;

@@ -86,6 +86,17 @@ static const char *const METHODS[STATS_N_DISRUPTION_METHODS] = {
         [STATS_DISRUPTION_EXPIRY] = "expiry",
         [STATS_DISRUPTION_REPAIR] = "repair",
 };
+const char *stats_disruption_method_name(enum stats_disruption_method m) {
+        return (unsigned)m < STATS_N_DISRUPTION_METHODS ? METHODS[m] : NULL;
+}
+
+int stats_disruption_method_parse(const char *name) {
+        for (int m = 0; name && m < STATS_N_DISRUPTION_METHODS; m++)
+                if (strcmp(METHODS[m], name) == 0)
+                        return m;
+        return -1;
+}
+
 static const char *const REASONS[STATS_N_DISRUPTION_REASONS] = {
         [STATS_DISRUPTION_DELETE] = "delete",
         [STATS_DISRUPTION_REPLACE] = "replace",

@@ -164,6 +164,10 @@ void stats_disruption_decision(struct stats *s, enum stats_disruption_method m, 
 /* A decision to disrupt carried out after its re-check; r is delete or replace (others are ignored). */
 void stats_disruption_action(struct stats *s, enum stats_disruption_method m, enum stats_disruption_reason r);
 void stats_eviction(struct stats *s, enum stats_eviction_result result);
+/* A method's name as the metrics label it ("emptiness", "multi_node_consolidation", ...); and back: -1 when name
+ * is none of them. */
+const char *stats_disruption_method_name(enum stats_disruption_method m);
+int stats_disruption_method_parse(const char *name);
 /* Register a watched resource before its informer thread starts; returns its slot (or NULL when full). */
 struct stats_watch *stats_watch_add(struct stats *s, const char *resource);
 

@@ -182,6 +182,8 @@ class ConsolidationTest(cl.CoordinatorTest):
         new = c.claims()[0]
         self.assertEqual(new["spec"]["instanceType"], SMALL)
         self.assertEqual((new["metadata"].get("annotations") or {}).get("pvescale.io/replaces"), name)
+        self.assertEqual((new["metadata"].get("annotations") or {}).get("pvescale.io/disruption-method"),
+                         "consolidation")
         msg = "Consolidation: replace %s, its 1 pods fit on one cheaper %s" % (name, SMALL)
         launching = self.events("DisruptionLaunchingReplacement", "NodeClaim", name)
         self.assertEqual([e["message"] for e in launching],

@@ -105,6 +105,7 @@ class ReplaceTest(cl.CoordinatorTest):
         ann = new["metadata"].get("annotations") or {}
         self.assertEqual(ann.get("pvescale.io/replaces"), name)
         self.assertIn("Drift", ann.get("pvescale.io/disruption", ""))
+        self.assertEqual(ann.get("pvescale.io/disruption-method"), "drift")
         launching = [e for e in self.events("DisruptionLaunchingReplacement")
                      if e["involvedObject"]["kind"] == "NodeClaim" and e["involvedObject"]["name"] == name]
         self.assertEqual(len(launching), 1, launching)
