@@ -231,9 +231,11 @@ class Sim:
         return conn, conn.getresponse()
 
     # ---- admin --------------------------------------------------------------------------
-    def admin(self, method, path, body=None):
+    def admin(self, method, path, body=None, timeout=30):
+        """timeout: seconds to wait for the answer (an action that waits on the control plane takes longer)."""
         data = json.dumps(body) if body is not None else None
-        return self._request(self.ep["admin"]["url"], method, path, data, {"Content-Type": "application/json"})
+        return self._request(self.ep["admin"]["url"], method, path, data, {"Content-Type": "application/json"},
+                             timeout)
 
     def knobs(self, **kv):
         r = self.admin("POST", "/knobs", kv)
