@@ -45,6 +45,8 @@ struct fiber {
         int64_t due_us;      /* F_SLEEP: when it is over */
         int64_t ready_at_us; /* when it last became ready */
         CURLcode result;
+        CURL *transfer;              /* F_TRANSFER: the handle in the multi */
+        const atomic_bool *cancel;   /* F_TRANSFER: ends it when true (fiber_perform_cancelable) */
         int64_t done_us;
         int64_t wait_us, ready_us;
         void *asan_fake;
@@ -357,6 +359,22 @@ static void collect_transfers(struct fiber_sched *s) {
         }
 }
 
+/* The transfers whose cancel flag is set end now, as if their progress callback had aborted them. */
+static void cancel_transfers(struct fiber_sched *s) {
+        int64_t now = monotime_us();
+        pthread_mutex_lock(&s->mu);
+        for (size_t i = 0; i < s->n_alive; i++) {
+                struct fiber *f = s->alive[i];
+                if (f->state != F_TRANSFER || !f->cancel || !atomic_load(f->cancel))
+                        continue;
+                curl_multi_remove_handle(s->multi, f->transfer);
+                f->result = CURLE_ABORTED_BY_CALLBACK;
+                f->done_us = now;
+                ready_locked(s, f);
+        }
+        pthread_mutex_unlock(&s->mu);
+}
+
 static long until_curl_due(const struct fiber_sched *s, long limit_ms) {
         if (!s->curl_due_us)
                 return limit_ms;
@@ -401,6 +419,7 @@ size_t fiber_sched_step(struct fiber_sched *s, long timeout_ms) {
         long wait = wake_sleepers(s, timeout_ms > 0 ? timeout_ms : 0);
         drive_transfers(s, until_curl_due(s, wait));
         collect_transfers(s);
+        cancel_transfers(s);
         wake_sleepers(s, 0);
         run_ready(s);
         tl_sched = NULL;
@@ -438,9 +457,9 @@ void fiber_sleep_ms(long ms) {
         yield(f);
 }
 
-CURLcode fiber_perform(CURL *h, int64_t *ret_done_us) {
+CURLcode fiber_perform_cancelable(CURL *h, const atomic_bool *cancel, int64_t *ret_done_us) {
         struct fiber *f = fiber_self();
-        if (!f) {
+        if (!f) { /* curl_easy_perform polls at least once a second: the progress callback sees the cancel */
                 CURLcode r = curl_easy_perform(h);
                 *ret_done_us = monotime_us();
                 return r;
@@ -450,10 +469,20 @@ CURLcode fiber_perform(CURL *h, int64_t *ret_done_us) {
                 *ret_done_us = monotime_us();
                 return CURLE_FAILED_INIT;
         }
+        pthread_mutex_lock(&f->s->mu);
+        f->transfer = h;
+        f->cancel = cancel;
         f->state = F_TRANSFER;
+        pthread_mutex_unlock(&f->s->mu);
         yield(f);
+        f->transfer = NULL;
+        f->cancel = NULL;
         *ret_done_us = f->done_us;
         return f->result;
+}
+
+CURLcode fiber_perform(CURL *h, int64_t *ret_done_us) {
+        return fiber_perform_cancelable(h, NULL, ret_done_us);
 }
 
 void fiber_park(void) {

@@ -686,8 +686,10 @@ void http_client_thread_wait_note(int64_t us) {
 static int perform(struct transfer *t, struct http_client_response *ret) {
         int64_t t0 = monotime_us(), done_us;
         pool_enter(t->c->pool);
-        CURLcode code = fiber_perform(t->c->curl, &done_us);
+        CURLcode code = fiber_perform_cancelable(t->c->curl, t->c->cancel, &done_us);
         pool_leave(t->c->pool);
+        if (code == CURLE_ABORTED_BY_CALLBACK && t->c->cancel && atomic_load(t->c->cancel))
+                t->canceled = true; /* ended by the scheduler, not by on_progress */
         *wait_counter() += done_us - t0;
         int r = transfer_result(t, code);
         if (r == 0)

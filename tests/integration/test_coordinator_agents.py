@@ -9,6 +9,7 @@
 # - Static policy, one of two agents stopped: VMs only on the other host, one AgentUnavailable Warning on the
 #   NodePool naming the host (not one per round), hosts_left_out_total counts it.
 # - Simple policy, the same: the host is placed by Proxmox's accounting as before, and the Event says so.
+# On a real control plane (../shared/k8s) shared by the class's tests, each with its own simulator and agents.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import subprocess
@@ -115,10 +116,12 @@ def spread_pod(name, app):
          "labelSelector": {"matchLabels": {"app": app}}}])
 
 
-class AgentsTest(cl.CoordinatorTest):
+class AgentsTest(cl.SharedControlPlaneTest):
+    def setUp(self):  # each test makes its own Cluster (kube=self.cp)
+        self.c = self.co = None
+
     def start(self, cluster, pods, args=()):
         c = self.c = cluster
-        self.co = None
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
@@ -148,7 +151,7 @@ class AgentsTest(cl.CoordinatorTest):
         return sorted(x["status"]["host"] for x in self.c.claims())
 
     def test_cluster_layout_one_token_one_ca(self):
-        self.c = ClusterLayout(THREE)
+        self.c = ClusterLayout(THREE, kube=self.cp)
         c = self.c
         # The postinst made the token once, on one host; the others reuse it; no host got a standalone token or
         # certificate (the agent uses the host's Proxmox certificate).
@@ -196,7 +199,7 @@ class AgentsTest(cl.CoordinatorTest):
             self.assertIn(rid, p.stdout)
 
     def test_static_leaves_out_a_host_without_agent(self):
-        c = cl.Cluster(TWO)
+        c = self.c = cl.Cluster(TWO, kube=self.cp)
         c.stop_agent("pve2")
         self.start(c, [spread_pod("a-%d" % i, "a") for i in range(2)])
         self.assertEqual(set(self.hosts_of_claims()), {"pve1"})
@@ -219,7 +222,7 @@ class AgentsTest(cl.CoordinatorTest):
         self.assertIn("is left out of placement", self.co.logtext())
 
     def test_simple_falls_back_to_proxmox_accounting(self):
-        c = cl.Cluster(TWO)
+        c = self.c = cl.Cluster(TWO, kube=self.cp)
         c.stop_agent("pve2")
         self.start(c, [spread_pod("a-%d" % i, "a") for i in range(2)], ["--node-policy=simple"])
         self.assertEqual(self.hosts_of_claims(), ["pve1", "pve2"])

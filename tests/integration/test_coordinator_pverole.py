@@ -4,6 +4,7 @@
 # as Proxmox VE 8.4 does. A scale-up (pods -> VMs Running, pinned by the agent) and a termination then go through
 # without a single 403; a role short of one privilege fails the launch with the 403's message and leaves nothing
 # behind. The guide's table of calls is checked against the API schema's permissions and the calls really made.
+# On a real control plane (../shared/k8s) shared by the class's tests.
 # SPDX-License-Identifier: Apache-2.0
 import json
 import os
@@ -78,14 +79,19 @@ def unmet(check, cell):
     return ["a check of kind %s" % test]
 
 
-class PveRoleTest(cl.CoordinatorTest):
+class PveRoleTest(cl.SharedControlPlaneTest):
+    hosts = "pve1=eas-tioga"
+
     def setUp(self):
-        self.c = cl.Cluster("pve1=eas-tioga")
-        self.co = None
-        self.assertEqual(self.c.sim.admin("POST", "/actions/pve-access-reset", {"region": "r1"}).status, 200)
-        bindir = os.path.join(self.c.tmp, "bin")
-        os.makedirs(bindir)
-        os.symlink(PVEUM, os.path.join(bindir, "pveum"))
+        super().setUp()
+        try:  # a failed setUp has no tearDown: the shared control plane is cleaned for the next test here
+            self.assertEqual(self.c.sim.admin("POST", "/actions/pve-access-reset", {"region": "r1"}).status, 200)
+            bindir = os.path.join(self.c.tmp, "bin")
+            os.makedirs(bindir)
+            os.symlink(PVEUM, os.path.join(bindir, "pveum"))
+        except BaseException:
+            self.c.stop()
+            raise
         self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"], PVESCALE_SIM_STATE=self.c.sim.state)
 
     def sh(self, script):

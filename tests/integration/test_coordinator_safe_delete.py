@@ -4,7 +4,8 @@
 # keeps the claim and its finalizer, with a Warning Event naming the host, the VMID and Proxmox's error, and is
 # tried again until the VM is gone; a VMID reused by hand (the claim's VM deleted behind its back and another VM
 # made with the same id, name, description and tags, but its own SMBIOS UUID) is never taken for the claim's VM:
-# the claim finishes and the other VM is left as it was.
+# the claim finishes and the other VM is left as it was. On a real control plane (../shared/k8s) shared by the
+# class's tests.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import re
@@ -37,10 +38,8 @@ class Watcher(cl.FirstSeen):
         self.note("claim gone", claim.status == 404)
 
 
-class SafeDeleteTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
-        self.co = None
+class SafeDeleteTest(cl.SharedControlPlaneTest):
+    hosts = "pve1=32intel64-2p8co2t+8ve"
 
     def scale_up(self, args=(), **pod_spec):
         c = self.c
