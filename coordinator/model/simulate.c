@@ -224,7 +224,7 @@ static int find_slot(struct ctx *c, size_t i, bool soft, const int32_t *mins, si
         const struct sim_pod *pod = c->in->pods[i];
         struct pclass *pc = &c->classes[c->class_of_pod[i]];
         int r = 1;
-        c->home_only = home_pool(c, pc) != SIZE_MAX;
+        c->home_only = c->n_pools > 1 && home_pool(c, pc) != SIZE_MAX; /* one pool: every claim is home */
         if (c->home_only) {
                 *s = scan_slots(c, pc, pod, mins, soft);
                 r = *s != SIZE_MAX ? take_claim(c, pc, pod, *s) : new_claim(c, i, soft, s, reason);
