@@ -149,6 +149,19 @@ static struct launchstep_result vm_gone(struct launcher__ctx *c, bool *ret_gone)
         return launchstep_done();
 }
 
+/* Is the Node gone (deleted behind the claim's back)? Then there is nothing to drain: as Karpenter, which drains
+ * only the Nodes that exist; PodGC removes the pods still bound to it (a real kube-controller-manager does so 40 s
+ * after the Node went, so a drain that waits for them holds the claim that long or, without a kubelet, for ever). */
+static struct launchstep_result node_gone(struct launcher__ctx *c, bool *ret_gone) {
+        json_t *obj = NULL;
+        int r = kube_get(c->kube, &kube_nodes, NULL, c->st->node_name, &obj);
+        json_decref(obj);
+        *ret_gone = r == -ENOENT;
+        if (r < 0 && r != -ENOENT)
+                return launchstep_error(r, "get Node %s: %s", c->st->node_name, kube_client_error(c->kube));
+        return launchstep_done();
+}
+
 struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
         const char *node = c->st->node_name;
         struct drain_count n = { 0 };
@@ -159,6 +172,13 @@ struct launchstep_result launcher__drain_node(struct launcher__ctx *c) {
                 return res;
         if (gone) {
                 log_info("launcher: NodeClaim %s: its VM is gone: Node %s is not drained", c->name, node);
+                return launchstep_done();
+        }
+        res = node_gone(c, &gone);
+        if (!launchstep_ok(&res))
+                return res;
+        if (gone) {
+                log_info("launcher: NodeClaim %s: its Node %s is gone: not drained", c->name, node);
                 return launchstep_done();
         }
         res = grace_period(c, &grace);

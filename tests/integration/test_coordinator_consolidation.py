@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-# pvescale-coordinator's consolidation and replacement against the simulator and real agents, with the short periods
-# (--disruption-interval=1s, --gc-interval=2s): three under-used nodes go down to one by a multi-node consolidation;
-# a big node is replaced by a cheaper shape (launched and Initialized first, counted as vms_created_total{reason=
-# "replacement"}); a replacement whose launch fails, or that does not join within --replacement-timeout, drops the
-# decision (a Warning, the old node untouched); a kill -9 of the coordinator mid-replace is finished by the next one
-# from the claims' annotations, once; a claim carries its NodePool's terminationGracePeriod and its drain deletes a
-# pod that a PodDisruptionBudget holds once that period is over; a joined claim whose Node is deleted is collected.
+# pvescale-coordinator's consolidation and replacement against the simulator, real agents and a real control plane
+# (../shared/k8s, shared by the module's tests), with the short periods (--disruption-interval=1s, --gc-interval=2s):
+# three under-used nodes go down to one by a multi-node consolidation; a big node is replaced by a cheaper shape
+# (launched and Initialized first, counted as vms_created_total{reason="replacement"}); a replacement whose launch
+# fails, or that does not join within --replacement-timeout, drops the decision (a Warning, the old node untouched);
+# a kill -9 of the coordinator mid-replace is finished by the next one from the claims' annotations, once; a claim
+# carries its NodePool's terminationGracePeriod and its drain deletes a pod that a PodDisruptionBudget holds once that
+# period is over; a joined claim whose Node is deleted is collected (not drained: its pods are PodGC's).
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import os
@@ -35,10 +36,9 @@ def shapes(*names):
     return [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(names)}]
 
 
-class ConsolidationTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve")
-        self.co = None
+class ConsolidationTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests."""
+    hosts = "pve1=32intel64-2p8co2t+8ve"
 
     # ---- helpers ----
     def start(self, pool, nodeclass=None, args=()):
@@ -344,8 +344,11 @@ class ConsolidationTest(cl.CoordinatorTest):
                     what="the claim and its VM gone")
         evs = self.events("GarbageCollected", "NodeClaim", name)
         self.assertEqual([(e["type"], e["message"]) for e in evs], [("Warning", "its Node %s is gone" % node)])
+        # The coordinator's Events on the claim and its Node (the real node lifecycle controller's RegisteredNode and
+        # RemovingNode on the Node are not the coordinator's).
         order = sorted((int(e["metadata"]["resourceVersion"]), e["reason"]) for e in
-                       c.items("/api/v1/namespaces/default/events") if e["involvedObject"]["name"] == name)
+                       c.items("/api/v1/namespaces/default/events") if e["involvedObject"]["name"] == name and
+                       (e.get("source") or {}).get("component", "").startswith("pvescale-"))
         reasons = [r for _, r in order if r != "DisruptionBlocked"]  # consolidateAfter is Never
         self.assertEqual(reasons, ["GarbageCollected", "Terminating", "Terminated"], order)
         self.assertEqual(self.co.metric('vms_deleted_total{reason="terminated"}'), 1.0)

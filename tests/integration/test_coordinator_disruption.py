@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-# pvescale-coordinator's scale-down pass against the simulator and real agents: nodes left empty are deleted (the
-# decision re-checked a pass later, Events on the NodeClaim and the Node, the VM gone), and a Node marked
-# do-not-disrupt stays, with an Event that says why; consolidation moves a Deployment's pods (evicted, Running again
-# on the other node) and deletes a node, unless a PodDisruptionBudget or a do-not-disrupt pod holds it; budgets limit
-# parallel disruption and block in their schedule; an expired node goes.
+# pvescale-coordinator's scale-down pass against the simulator, real agents and a real control plane (../shared/k8s,
+# shared by the module's tests): nodes left empty are deleted (the decision re-checked a pass later, Events on the
+# NodeClaim and the Node, the VM gone), and a Node marked do-not-disrupt stays, with an Event that says why;
+# consolidation moves a Deployment's pods (evicted, Running again on the other node) and deletes a node, unless a
+# PodDisruptionBudget or a do-not-disrupt pod holds it; budgets limit parallel disruption and block in their schedule;
+# an expired node goes.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import ssl
@@ -32,10 +33,10 @@ ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
 
-class DisruptionTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
-        self.co = None
+class DisruptionTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests: the real scheduler binds the pods, the
+    real ReplicaSet controller recreates the evicted ones, the real disruption controller keeps the PDB's status."""
+    hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 
     def scale_up(self, names, disruption=WHEN_EMPTY, pool=None):
         c = self.c
