@@ -119,6 +119,12 @@ class RepairTest(cl.SharedControlPlaneTest):
     def test_nothing_is_repaired_while_more_than_a_fifth_is_unhealthy(self):
         nodes = self.scale_up(5, ARGS + ["--node-repair"])
         sick, dead = sorted(nodes)[1], sorted(nodes)[3]
+        # The stopped kubelet's Node turns Unknown only after the grace period (4 s), the not-ready one's False at
+        # once: with both set together, the NotReady Node alone was not Ready for the repair period (5 s) before the
+        # other one was Unknown, and a repair was decided (not carried out). So the kubelet stops first, and the
+        # other reports NotReady as soon as that Node is Unknown: both unhealthy before either is due.
+        self.c.sim.knobs(kubelet_stopped=[dead])
+        cl.wait_for(lambda: self.ready(dead) == "Unknown", 20, interval=0.2, what="the stopped kubelet's Node Unknown")
         self.c.sim.knobs(kubelet_not_ready=[sick], kubelet_stopped=[dead])
         why = "not repaired: 2 of the 5 nodes of pool default are not Ready, repair acts only while at most 20% are"
         for node in (sick, dead):
