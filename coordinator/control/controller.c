@@ -298,12 +298,12 @@ static void round_locked(struct controller *c, struct provisioner *p) {
         pthread_mutex_unlock(&c->mu);
         int r = provisioner_run(p, &s.s, &out);
         if (r == 0)
-                log_info("batch of %zu new (arriving over %lld ms, closed %lld ms after the first): %zu pending pods: "
-                         "%zu fit nodes, %zu in-flight claims, %zu on %zu new claims, %zu stay pending; "
-                         "%zu hosts (%zu by agents); simulation %.1f ms",
-                         n, (long long)span, (long long)(now - c->round_origin_ms), out.candidates, out.on_nodes,
-                         out.on_inflight, out.on_new, out.claims_created, out.unplaced, out.hosts, out.hosts_from_agents,
-                         out.simulate_seconds * 1000);
+                log_info("batch of %zu new (arriving over %lld ms, closed %lld ms after the first): %zu pending pods "
+                         "(and %zu of nodes being deleted): %zu fit nodes, %zu in-flight claims, %zu on %zu new "
+                         "claims, %zu stay pending; %zu hosts (%zu by agents); simulation %.1f ms",
+                         n, (long long)span, (long long)(now - c->round_origin_ms), out.candidates, out.leaving,
+                         out.on_nodes, out.on_inflight, out.on_new, out.claims_created, out.unplaced, out.hosts,
+                         out.hosts_from_agents, out.simulate_seconds * 1000);
         snapshot_done(&s);
         pthread_mutex_lock(&c->mu);
         c->last_round_ms = monotime_ms();

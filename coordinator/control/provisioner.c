@@ -563,7 +563,7 @@ static void unplaced(struct provisioner *p, const json_t *pod, const char *why, 
 static void tell_pods(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
                       char *const *names, struct provisioner_outcome *out) {
         json_t *seen = json_object();
-        for (size_t i = 0; seen && i < r->n_candidates; i++) {
+        for (size_t i = 0; seen && i < r->n_pending; i++) { /* the leaving Nodes' pods are not pending yet */
                 const struct sim_placement *pl = &res->placements[i];
                 const struct sim_node *n = pl->target == SIM_TARGET_NODE ? r->in->nodes[pl->index] : NULL;
                 char detail[160] = "";
@@ -636,8 +636,9 @@ static int simulate(struct provisioner *p, struct provisioner_round *r, struct s
 }
 
 static void count(const struct provisioner_round *r, const struct sim_result *res, struct provisioner_outcome *out) {
-        out->candidates = r->n_candidates;
-        for (size_t i = 0; i < r->n_candidates; i++) {
+        out->candidates = r->n_pending;
+        out->leaving = r->n_candidates - r->n_pending;
+        for (size_t i = 0; i < r->n_pending; i++) {
                 const struct sim_placement *pl = &res->placements[i];
                 if (pl->target == SIM_TARGET_CLAIM)
                         out->on_new++;
@@ -755,6 +756,7 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         struct provisioner_snapshot s = *snap;
         json_t *nominated = nominations(p);
         s.nominated = nominated;
+        s.reschedule_leaving = true;
         int rc = provisioner_round_new(&s, &r);
         if (rc < 0) {
                 json_decref(nominated);

@@ -40,6 +40,9 @@ struct provisioner_snapshot {
         const json_t *nominated;
         /* PodDisruptionBudgets, all namespaces (may be NULL): the scale-down pass's, not the round's. */
         const json_t *pdbs;
+        /* A provisioning round's: the pods bound to Nodes marked for deletion enter as pending too (Karpenter's
+         * deleting-node pods), so a node launched for the first of them to be evicted has room for the others. */
+        bool reschedule_leaving;
 };
 
 /* One round: the simulation input and what it was built from. */
@@ -52,6 +55,8 @@ struct provisioner_round {
         struct shape_catalog **catalogs; /* per input class (owned) */
         size_t n_catalogs;
         size_t n_candidates;      /* pending pods that entered the input (the first n_candidates pods) */
+        size_t n_pending;         /* of those, the first n_pending are pending now; the rest are the pods of Nodes
+                                   * marked for deletion (snapshot's reschedule_leaving), entered unbound */
         json_t *problems;         /* ["Pod default/x: spec...: invalid quantity", ...]: objects left out */
         json_t *node_claims;      /* Node name -> the claim that stands for it while not Initialized */
 };
@@ -190,6 +195,7 @@ struct provisioner_env {
 
 struct provisioner_outcome {
         size_t candidates;     /* pending pods considered */
+        size_t leaving;        /* and pods of Nodes marked for deletion, planned as pending (not counted below) */
         size_t on_nodes;       /* fit existing nodes (kube-scheduler will bind them) */
         size_t on_inflight;    /* fit claims launched earlier */
         size_t on_new;         /* fit claims created this round */

@@ -245,24 +245,53 @@ static const char *nominated_claim(const struct provisioner_round *r, const json
         return NULL;
 }
 
-static int add_pods(struct provisioner_round *r, const json_t *pods, bool pending, const json_t *nominated) {
+/* Is the pod bound to a Node marked for deletion (being deleted, or tainted by a disruption)? */
+static bool on_leaving_node(const struct provisioner_round *r, const json_t *pod) {
+        const char *node = kube_str(json_object_get(pod, "spec"), "nodeName");
+        for (size_t i = 0; node && i < r->in->n_nodes; i++)
+                if (r->in->nodes[i]->leaving && strcmp(r->in->nodes[i]->name, node) == 0)
+                        return true;
+        return false;
+}
+
+/* A pod that will need room elsewhere: on a leaving Node, not going already, not its DaemonSet's. */
+static bool rescheduled(const struct provisioner_round *r, const json_t *pod) {
+        return !kube_deleting(pod) && !kube_owned_by_daemonset(pod) && on_leaving_node(r, pod);
+}
+
+/* Which pods add_pods takes: the pending ones (bound to the claim they were nominated to), the bound pods of
+ * leaving Nodes (unbound), or the other bound pods (those of leaving Nodes too, unless they entered unbound). */
+enum pod_set { PODS_PENDING, PODS_LEAVING, PODS_BOUND };
+
+static bool takes(const struct provisioner_round *r, enum pod_set set, bool reschedule, const json_t *pod) {
+        if (set == PODS_PENDING)
+                return true;
+        return set == PODS_LEAVING ? rescheduled(r, pod) : !(reschedule && rescheduled(r, pod));
+}
+
+static int add_pods(struct provisioner_round *r, const json_t *pods, enum pod_set set,
+                    const struct provisioner_snapshot *snap) {
         size_t i;
         json_t *pod;
         json_array_foreach(pods, i, pod) {
                 struct sim_pod *sp;
                 char err[ERR_LEN];
+                if (!takes(r, set, snap->reschedule_leaving, pod))
+                        continue;
                 int rc = verdict(r, simulate_json_pod(r->in, pod, &sp, err, sizeof err), "Pod", pod, err);
                 if (rc < 0)
                         return rc;
                 if (rc > 0)
                         continue;
-                if (pending)
-                        sp->node_name = nominated_claim(r, nominated, pod);
+                if (set == PODS_PENDING)
+                        sp->node_name = nominated_claim(r, snap->nominated, pod);
+                else if (set == PODS_LEAVING)
+                        sp->node_name = NULL;
                 else if (sp->node_name && json_object_get(r->node_claims, sp->node_name))
                         sp->node_name = json_string_value(json_object_get(r->node_claims, sp->node_name));
                 else if (!sp->node_name)
                         r->in->n_pods--; /* not bound after all: leave it out */
-                if (pending || sp->node_name)
+                if (set != PODS_BOUND || sp->node_name)
                         r->pods[r->in->n_pods - 1] = pod;
         }
         return 0;
@@ -286,10 +315,13 @@ int provisioner_round_new(const struct provisioner_snapshot *snap, struct provis
         if (rc == 0)
                 rc = add_nodes(r, snap);
         if (rc == 0)
-                rc = add_pods(r, snap->candidates, true, snap->nominated);
+                rc = add_pods(r, snap->candidates, PODS_PENDING, snap);
+        r->n_pending = r->in ? r->in->n_pods : 0;
+        if (rc == 0 && snap->reschedule_leaving)
+                rc = add_pods(r, snap->bound, PODS_LEAVING, snap);
         r->n_candidates = r->in ? r->in->n_pods : 0;
         if (rc == 0)
-                rc = add_pods(r, snap->bound, false, NULL);
+                rc = add_pods(r, snap->bound, PODS_BOUND, snap);
         if (rc < 0) {
                 provisioner_round_free(r);
                 return rc;

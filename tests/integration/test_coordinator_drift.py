@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 # pvescale-coordinator's drift of the Proxmox template and of NodePool requirements, against the simulator and real
-# agents. Three NodePools, a node each, at once: the template the "tmpl" pool's node was cloned from is edited
-# through the PVE API (its config digest changes), the "reqs" pool is made to require the other zone, and the
-# "keep" pool too, whose Node is annotated do-not-disrupt. Each drifted claim gets the condition Drifted with the
+# agents, on a real control plane. Three NodePools, a node each, at once: the template the "tmpl" pool's node was cloned
+# from is edited through the PVE API (its config digest changes), the "reqs" pool is made to require the other zone, and
+# the "keep" pool too, whose Node is annotated do-not-disrupt. Each drifted claim gets the condition Drifted with the
 # reason naming the drift (TemplateDrifted, RequirementsDrifted); tmpl's and reqs's are replaced first (the old Node
-# tainted before the new claim is created, and deleted only once it is Initialized), by a node that matches (cloned from the edited template, in
-# the required zone), and their old VMs go; keep's stays, and loses its condition once its requirements are put
-# back.
+# tainted before the new claim is created, and deleted only once it is Initialized), by a node that matches (cloned from
+# the edited template, in the required zone), and their old VMs go; keep's stays, and loses its condition once its
+# requirements are put back.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
@@ -71,10 +71,10 @@ class Watcher(cl.FirstSeen):
 
 
 
-class DriftTest(cl.CoordinatorTest):
-    def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
-        self.co = None
+class DriftTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s): the real scheduler places the Deployments' pods, the real Eviction API
+    drains the old Nodes."""
+    hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 
     def events(self, reason, kind="NodeClaim"):
         return [e for e in self.c.items("/api/v1/namespaces/default/events")

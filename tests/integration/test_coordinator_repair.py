@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # pvescale-coordinator's node repair (--node-repair) against the simulator and real agents. The simulated kubelet of
-# one node stops posting (its VM runs on), and the node lifecycle controller marks the Node Unknown: once it has
+# one node stops posting (its VM runs on), and the real node lifecycle controller marks the Node Unknown: once it has
 # been Unknown for --node-repair-after, a replacement is launched, the old claim is deleted with its termination
 # grace period over at once (its pods deleted, not evicted: no kubelet would stop them), the Deployment's pods run
 # on again, with Events and metrics that say Repair. While more than 20 % of a pool is not Ready nothing is
@@ -21,8 +21,10 @@ PODS = "/api/v1/namespaces/default/pods"
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 EVICT = "POST /api/v1/namespaces/{namespace}/pods/{name}/eviction"
 DELETE_POD = "DELETE /api/v1/namespaces/{namespace}/pods/{name}"
-# Kubelets renew their Lease every 0.5 s; the node lifecycle controller marks a silent one Unknown after 2 s.
-KNOBS = ("lease_interval_seconds=0.5", "node_monitor_grace_seconds=2")
+# Kubelets renew their Lease every 0.5 s; the real node lifecycle controller (kube-controller-manager) looks every
+# second and marks a silent one Unknown (and taints it unreachable) after 4 s.
+KNOBS = ("lease_interval_seconds=0.5",)
+KCM_FLAGS = {"node-monitor-period": "1s", "node-monitor-grace-period": "4s"}
 REPAIR_AFTER_S = 5
 ARGS = cl.FAST_SCALE_DOWN + ["--node-repair-after=%ds" % REPAIR_AFTER_S]
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -39,9 +41,14 @@ def web(replicas):
                                   "spec": tmpl["spec"]}}}
 
 
-class RepairTest(cl.CoordinatorTest):
+class RepairTest(cl.SharedControlPlaneTest):
+    """On a real control plane (../shared/k8s) shared by the class's tests: the real node lifecycle controller marks
+    the Node of a stopped kubelet Unknown and taints it."""
+    hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
+    kcm_flags = KCM_FLAGS
+
     def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", knobs=KNOBS)
+        self.c = cl.Cluster(self.hosts, agents=self.agents, knobs=KNOBS, kube=self.cp)
         self.co = None
 
     def scale_up(self, n, args):
@@ -112,6 +119,12 @@ class RepairTest(cl.CoordinatorTest):
     def test_nothing_is_repaired_while_more_than_a_fifth_is_unhealthy(self):
         nodes = self.scale_up(5, ARGS + ["--node-repair"])
         sick, dead = sorted(nodes)[1], sorted(nodes)[3]
+        # The stopped kubelet's Node turns Unknown only after the grace period (4 s), the not-ready one's False at
+        # once: with both set together, the NotReady Node alone was not Ready for the repair period (5 s) before the
+        # other one was Unknown, and a repair was decided (not carried out). So the kubelet stops first, and the
+        # other reports NotReady as soon as that Node is Unknown: both unhealthy before either is due.
+        self.c.sim.knobs(kubelet_stopped=[dead])
+        cl.wait_for(lambda: self.ready(dead) == "Unknown", 20, interval=0.2, what="the stopped kubelet's Node Unknown")
         self.c.sim.knobs(kubelet_not_ready=[sick], kubelet_stopped=[dead])
         why = "not repaired: 2 of the 5 nodes of pool default are not Ready, repair acts only while at most 20% are"
         for node in (sick, dead):

@@ -396,6 +396,64 @@ static void test_round_leaving_node_holds_no_limit(void **state) {
         }
 }
 
+/* The pod (JSON text) bound to node, among the fixture's bound pods. */
+static void bind_pod(struct fixture *f, const char *text, const char *node) {
+        json_t *pod = parse(text);
+        json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
+        json_array_append_new(f->bound, pod);
+}
+
+/* Karpenter counts the pods of Nodes marked for deletion as pending when it provisions: a provisioning round
+ * (reschedule_leaving) enters the pods of a leaving Node unbound after the pending ones, so the claim launched for
+ * the first pod evicted from it has room for the next one too; its DaemonSet's pods and pods already going stay
+ * bound. The scale-down pass's rounds (without it) keep every pod where it is. */
+static void test_round_leaving_node_pods_reschedule(void **state) {
+        (void)state;
+        for (int reschedule = 0; reschedule < 2; reschedule++) {
+                struct fixture f;
+                fixture_init(&f, "[" POD("a", "u-a", "1") "]",
+                             "[{\"metadata\": {\"name\": \"old\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}},"
+                             " \"spec\": {\"taints\": [{\"key\": \"pvescale.io/disrupted\", \"effect\": \"NoSchedule\"}]},"
+                             " \"status\": {\"capacity\": {\"cpu\": \"8\", \"memory\": \"16Gi\"}}},"
+                             " {\"metadata\": {\"name\": \"stays\"}, \"spec\": {},"
+                             " \"status\": {\"capacity\": {\"cpu\": \"1\", \"memory\": \"2Gi\"}}}]",
+                             "[]", "[" POOL("default", "") "]");
+                bind_pod(&f, POD("b", "u-b", "1"), "old");
+                bind_pod(&f, POD("going", "u-g", "1"), "old");
+                json_object_set_new(json_object_get(json_array_get(f.bound, 1), "metadata"), "deletionTimestamp",
+                                    json_string("2026-01-01T00:00:00Z"));
+                bind_pod(&f, POD("ds", "u-d", "1"), "old");
+                json_object_set_new(json_object_get(json_array_get(f.bound, 2), "metadata"), "ownerReferences",
+                                    parse("[{\"kind\": \"DaemonSet\", \"name\": \"d\", \"controller\": true}]"));
+                bind_pod(&f, POD("c", "u-c", "1"), "stays");
+                f.snap.reschedule_leaving = reschedule;
+                struct provisioner_round *r;
+                struct sim_result *res;
+                assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+                assert_int_equal(r->n_pending, 1);
+                assert_int_equal(r->n_candidates, reschedule ? 2 : 1);
+                assert_int_equal(r->in->n_pods, 5);
+                if (reschedule) {
+                        assert_string_equal(r->in->pods[1]->name, "b");
+                        assert_null(r->in->pods[1]->node_name);
+                }
+                for (size_t i = r->n_candidates; i < r->in->n_pods; i++)
+                        assert_non_null(r->in->pods[i]->node_name);
+                add_host(r, HOST("pve1"));
+                assert_int_equal(simulate_run(r->in, &res), 0);
+                assert_int_equal(res->n_claims, 1);
+                assert_int_equal(res->placements[0].target, SIM_TARGET_CLAIM);
+                if (reschedule) { /* one claim for both: a and b */
+                        assert_int_equal(res->placements[1].target, SIM_TARGET_CLAIM);
+                        assert_int_equal(res->placements[1].index, res->placements[0].index);
+                }
+                assert_true(res->claims[0].shape->vcpus >= (reschedule ? 2u : 1u));
+                simulate_result_free(res);
+                provisioner_round_free(r);
+                fixture_done(&f);
+        }
+}
+
 /* The claims watch can bring Initialized before the nodes watch brings the launcher's Node update: a cached Node
  * that still carries the unregistered taint is older than its claim, and the claim stands for it until the new
  * copy arrives. Without that, a pod that only fits there gets a second claim. */
@@ -585,6 +643,7 @@ int main(void) {
                 cmocka_unit_test(test_round_inflight_and_nominations),
                 cmocka_unit_test(test_round_registered_not_initialized),
                 cmocka_unit_test(test_round_leaving_node_holds_no_limit),
+                cmocka_unit_test(test_round_leaving_node_pods_reschedule),
                 cmocka_unit_test(test_round_initialized_before_node_update),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),

@@ -212,6 +212,20 @@ class RealKube:
         return [controlplane.denial(e) for e in evs if (e.get("responseStatus") or {}).get("code") == 403
                 and not (e.get("userAgent") or "").startswith(COMPONENT_AGENTS)]
 
+    def evictions(self):
+        """Every Eviction call since this run started, by pod and HTTP status (the imitation's /report "evictions"),
+        from the audit log."""
+        evs, _ = controlplane.audit_events(self.info["audit_log"], self.audit_offset)
+        out = {}
+        for e in evs:
+            ref = e.get("objectRef") or {}
+            if (e.get("stage"), e.get("verb"), ref.get("subresource")) != ("ResponseComplete", "create", "eviction"):
+                continue
+            codes = out.setdefault("%s/%s" % (ref.get("namespace"), ref.get("name")), {})
+            code = str((e.get("responseStatus") or {}).get("code"))
+            codes[code] = codes.get(code, 0) + 1
+        return out
+
     def restart_apiserver(self):
         if self.cp is None:
             raise UsageError("kube-restart: the control plane is attached (--kube-attach); its owner restarts it")
@@ -226,6 +240,11 @@ class RealKube:
             return self.denials()
         if m == "GET" and p == "/calls":
             return {"pve": self.w.call_counts()["pve"], "kube": self.calls()}
+        if m == "GET" and p == "/report":  # the imitation's report, with the Eviction calls the audit log has
+            with self.w.lock:
+                rep = self.w.report.to_json(self.w)
+            rep["evictions"] = self.evictions()
+            return rep
         if m == "POST" and p == "/calls/reset":
             with self.w.lock:
                 self.w.counts.clear()
