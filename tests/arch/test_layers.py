@@ -97,6 +97,10 @@ def check_cycles():
 
 def main():
     rules = folder_rules()
+    check({"agent/host", "agent/model", "agent/service", "agent/api", "agent/daemon"} <= set(rules),
+          "the agent is cut into host, model, service, api and daemon")
+    check(rules.get("agent/model") == {"agent/model", "agent/host", "shared"},
+          "the agent's model uses only what host/ describes")
     check("coordinator/gotmpl" in rules and rules["coordinator/gotmpl"] == {"coordinator/gotmpl", "shared"},
           "the template engine uses nothing of the coordinator")
     check_includes(rules, headers(rules))
