@@ -254,7 +254,8 @@ static void bind_reply(struct agent *a, const char *id, int vmid, struct http_re
         char field[64];
         snprintf(field, sizeof field, "VMID=%d", vmid);
         log_info_field(field, "bound %s to VM %d", id, vmid);
-        pin_service_vm_changed(a, vmid);
+        struct pin_env env = agent_pin_env(a);
+        pin_service_vm_changed(&a->pins, &env, vmid);
         api__reply(resp, 200, reservation_to_json(r));
 }
 

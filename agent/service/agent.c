@@ -69,6 +69,15 @@ int agent_load_settings(struct agent *a, char *err, size_t errlen) {
         return 0;
 }
 
+struct pin_env agent_pin_env(const struct agent *a) {
+        return (struct pin_env){
+                .ledger = a->ledger,
+                .inventory = a->inventory,
+                .run_dir = a->cfg.pve_run_dir,
+                .pin = a->cfg.node_policy == NODE_POLICY_STATIC,
+        };
+}
+
 int64_t agent_now(void) {
         return (int64_t)time(NULL);
 }

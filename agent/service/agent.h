@@ -61,6 +61,8 @@ bool agent_ledger_ready(const struct agent *a);
 void agent_retry_ledger(struct agent *a);
 /* Release reservations whose TTL passed; save when any was. Returns how many, or -errno. */
 int agent_expire(struct agent *a);
+/* What the pin service reads of the agent's state (pin_service.h), for one call. */
+struct pin_env agent_pin_env(const struct agent *a);
 /* Unix time now (seconds). */
 int64_t agent_now(void);
 void agent_done(struct agent *a);
