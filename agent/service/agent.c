@@ -111,7 +111,8 @@ int agent_ledger_changed(struct agent *a) {
         return recompute_capacity(a);
 }
 
-int agent_ledger_undone(struct agent *a) {
+/* After undoing a change whose save failed: save again and recompute capacity. 0 or -errno. */
+static int agent_ledger_undone(struct agent *a) {
         int r = agent_ledger_changed(a);
         if (r < 0 && r != -EAGAIN) {
                 a->ledger_unsaved = true;
@@ -119,6 +120,16 @@ int agent_ledger_undone(struct agent *a) {
                           a->cfg.state_dir, LEDGER_STATE_FILE);
                 recompute_capacity(a);
         }
+        return r;
+}
+
+int agent_ledger_commit(struct agent *a, const struct ledger_undo *u) {
+        int r = agent_ledger_changed(a);
+        if (r == 0)
+                return 0;
+        if (u)
+                ledger_undo(a->ledger, u);
+        agent_ledger_undone(a);
         return r;
 }
 
