@@ -167,7 +167,7 @@ static void refresh(struct loop *l) {
         }
         if (r > 0) {
                 scan_pins(l->agent, PIN_SCAN_NEW); /* a VM (re)started: pin its new QEMU process */
-                hosttune_sync(l->agent);                  /* and its cores' governors, its IRQs */
+                agent_tune_host(l->agent);                  /* and its cores' governors, its IRQs */
                 char status[128];
                 snprintf(status, sizeof status, "STATUS=Serving; %zu VMs, %u CPUs free", l->agent->inventory->n_vms,
                          l->agent->capacity->cpus_free);
@@ -196,12 +196,12 @@ static void handle_tick(struct loop *l) {
         }
         if (every(l, l->agent->cfg.pin_interval_s)) {
                 scan_pins(l->agent, PIN_SCAN_REPAIR);
-                hosttune_sync(l->agent); /* governors and IRQs changed behind the agent's back */
+                agent_tune_host(l->agent); /* governors and IRQs changed behind the agent's back */
         } else if (l->agent->pins.pending) {
                 scan_pins(l->agent, PIN_SCAN_TICK);
         }
         if (l->agent->tune.pending)
-                hosttune_sync(l->agent); /* a reservation was bound or released */
+                agent_tune_host(l->agent); /* a reservation was bound or released */
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
@@ -300,11 +300,12 @@ int daemon_run(struct agent *a) {
                           .watch_config = -1, .watch_run = -1, .watch_lxc = -1, .watch_cgroup = -1 };
         uint64_t usec = 0;
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
+        struct hosttune_env tune = agent_hosttune_env(a);
         int r = loop_open(&l);
         if (r == 0) {
-                hosttune_start(a); /* what a crashed run left changed, first */
+                hosttune_start(&tune); /* what a crashed run left changed, first */
                 scan_pins(a, PIN_SCAN_REPAIR);
-                hosttune_sync(a);
+                agent_tune_host(a);
                 sd_notifyf(0, "READY=1\nSTATUS=Serving; %zu VMs, %u CPUs free\nMAINPID=%d", a->inventory->n_vms,
                            a->capacity->cpus_free, (int)getpid());
                 log_info("ready: node %s, region %s, %zu VMs", a->cfg.node_name, a->cfg.region, a->inventory->n_vms);
@@ -312,7 +313,8 @@ int daemon_run(struct agent *a) {
         while (r == 0 && !l.stop)
                 r = loop_iterate(&l);
         sd_notify(0, "STOPPING=1\nSTATUS=Stopping");
-        hosttune_stop(a);
+        tune = agent_hosttune_env(a); /* the state now */
+        hosttune_stop(&a->tune, &tune);
         loop_close(&l);
         if (r < 0 && r != -EMFILE)
                 log_error_errno(r, "event loop failed");

@@ -78,6 +78,30 @@ struct pin_env agent_pin_env(const struct agent *a) {
         };
 }
 
+struct hosttune_env agent_hosttune_env(const struct agent *a) {
+        return (struct hosttune_env){
+                .root = a->cfg.fsroot,
+                .state_dir = a->cfg.state_dir,
+                .cpu_governors = a->cfg.cpu_governors,
+                .irq_affinity = a->cfg.irq_affinity,
+                .governor_busy = a->cfg.governor_busy,
+                .governor_free = a->cfg.governor_free,
+                .epp_busy = a->cfg.epp_busy,
+                .epp_free = a->cfg.epp_free,
+                .topology = a->topology,
+                .inventory = a->inventory,
+                .ledger = a->ledger,
+                .reserved_cpus = a->settings ? a->settings->reserved_cpus : NULL,
+        };
+}
+
+void agent_tune_host(struct agent *a) {
+        struct hosttune_env env = agent_hosttune_env(a);
+        hosttune_sync(&a->tune, &env);
+        free(a->capacity_json); /* the document shows the governors and IRQs */
+        a->capacity_json = NULL;
+}
+
 int64_t agent_now(void) {
         return (int64_t)time(NULL);
 }
@@ -299,8 +323,9 @@ json_t *agent_topology_json(const struct agent *a) {
 
 json_t *agent_capacity_json(const struct agent *a) {
         json_t *doc = capacity_to_json(a->capacity);
+        struct hosttune_env env = agent_hosttune_env(a);
         if (doc)
-                json_object_set_new(doc, "host_tuning", hosttune_json(a));
+                json_object_set_new(doc, "host_tuning", hosttune_json(&a->tune, &env));
         return with_identity(a, doc);
 }
 

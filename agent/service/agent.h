@@ -65,6 +65,11 @@ void agent_retry_ledger(struct agent *a);
 int agent_expire(struct agent *a);
 /* What the pin service reads of the agent's state (pin_service.h), for one call. */
 struct pin_env agent_pin_env(const struct agent *a);
+/* What host tuning reads of the agent's state (hosttune.h), for one call. */
+struct hosttune_env agent_hosttune_env(const struct agent *a);
+/* Bring governors and IRQ affinity in line with the VMs now (hosttune_sync); the /v1/capacity document, which
+ * shows them, is built anew. */
+void agent_tune_host(struct agent *a);
 /* Unix time now (seconds). */
 int64_t agent_now(void);
 void agent_done(struct agent *a);

@@ -254,7 +254,7 @@ char *metrics_render(const struct metrics *m, const struct agent *a) {
         if (a->inventory)
                 render_vms(&p, a->inventory, a->inventory_reads);
         render_pinning(&p, a);
-        hosttune_render_metrics(&p, a);
+        hosttune_render_metrics(&p, &a->tune);
         render_requests(&p, m);
         render_latency(&p, m);
         procself_render(&p, NULL);
