@@ -20,26 +20,34 @@ def check(ok, what):
         failures.append(what)
 
 
-def folder_rules():
-    """folder -> the folders its files may include from: itself, shared/, and what its meson.build declares
-    ('# May use: a, b.'). agent/ may use shared/; shared/ only itself."""
-    rules = {"shared": {"shared"}, "agent": {"agent", "shared"}}
-    croot = os.path.join(SRC, "coordinator")
-    for d in sorted(os.listdir(croot)):
-        mb = os.path.join(croot, d, "meson.build")
+def program_rules(program, var):
+    """For each subsystem folder of program (agent, coordinator): the folders its files may include from: itself,
+    shared/, and what its meson.build declares ('# May use: a, b.') and links (<var>_<folder>_dep)."""
+    rules = {}
+    root = os.path.join(SRC, program)
+    for d in sorted(os.listdir(root)):
+        mb = os.path.join(root, d, "meson.build")
         if not os.path.isfile(mb):
             continue
         text = open(mb).read()
         m = re.search(r"^# May use: (.*)\.$", text, re.M)
         said = {u.strip() for u in (m.group(1).split(",") if m else [])} - {"shared"}
-        built = set(re.findall(r"coord_(\w+)_dep", re.search(r"coord_uses = \[(.*?)\]", text, re.S).group(1)))
+        built = set(re.findall(var + r"_(\w+)_dep", re.search(var + r"_uses = \[(.*?)\]", text, re.S).group(1)))
         check(m is not None and said == built,
-              f"coordinator/{d}/meson.build: '# May use' ({', '.join(sorted(said))}) is what it links")
+              f"{program}/{d}/meson.build: '# May use' ({', '.join(sorted(said))}) is what it links")
         uses = built | {"shared"}
-        rules["coordinator/" + d] = {"coordinator/" + u if u != "shared" else u for u in uses} | {
-            "coordinator/" + d, "shared"}
-    # main.c and main_launcher.c wire everything together.
-    rules["coordinator"] = set(rules) | {"coordinator"}
+        rules[program + "/" + d] = {program + "/" + u if u != "shared" else u for u in uses} | {
+            program + "/" + d, "shared"}
+    # The files at a program's root (the coordinator's main.c and main_launcher.c) wire everything together.
+    rules[program] = set(rules) | {program, "shared"}
+    return rules
+
+
+def folder_rules():
+    """folder -> the folders its files may include from; shared/ only itself."""
+    rules = {"shared": {"shared"}}
+    rules.update(program_rules("agent", "agent"))
+    rules.update(program_rules("coordinator", "coord"))
     return rules
 
 
@@ -89,6 +97,10 @@ def check_cycles():
 
 def main():
     rules = folder_rules()
+    check({"agent/host", "agent/model", "agent/service", "agent/api", "agent/daemon"} <= set(rules),
+          "the agent is cut into host, model, service, api and daemon")
+    check(rules.get("agent/model") == {"agent/model", "agent/host", "shared"},
+          "the agent's model uses only what host/ describes")
     check("coordinator/gotmpl" in rules and rules["coordinator/gotmpl"] == {"coordinator/gotmpl", "shared"},
           "the template engine uses nothing of the coordinator")
     check_includes(rules, headers(rules))

@@ -331,5 +331,36 @@ class StateFileTest(AgentCase):
         self.assertEqual(self.ids(), [])
 
 
+    def test_a_grant_or_a_bind_whose_save_failed_is_taken_back(self):
+        self.start()
+        held = self.reserve()
+        rid = held["id"]
+        with open(os.path.join(self.conf_dir, "150.conf"), "w") as f:
+            f.write("name: bindme\ncores: 2\nmemory: 1024\n")
+        away = self.state_dir + ".away"
+        os.rename(self.state_dir, away)
+        open(self.state_dir, "w").close()  # every save now fails (ENOTDIR)
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % rid, {"vmid": 150})
+        self.assertEqual(status, 500, body)
+        self.assertIn("nothing changed", body["detail"])
+        status, body = self.client.request("GET", "/v1/reservations/" + rid)
+        self.assertEqual((status, body), (200, held))  # still held, with its expiry
+        status, body = self.client.request("POST", "/v1/reservations", {"vcpus": 2, "memory_bytes": GIB,
+                                                                         "ttl_seconds": 600, "owner": "claim-b"})
+        self.assertEqual(status, 500, body)
+        self.assertIn("nothing was reserved", body["detail"])
+        self.assertEqual(self.ids(), [rid])
+        os.unlink(self.state_dir)
+        os.rename(away, self.state_dir)
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % rid, {"vmid": 150})
+        self.assertEqual(status, 200, body)
+        self.agent.stop(signal.SIGKILL)
+        self.start()
+        status, body = self.client.request("GET", "/v1/reservations/" + rid)
+        self.assertEqual(status, 200, body)
+        self.assertEqual((body["state"], body["vmid"], body["expires_at"]), ("bound", 150, None))
+        self.assertEqual(self.ids(), [rid])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

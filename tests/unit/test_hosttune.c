@@ -129,6 +129,22 @@ static void make_tree(struct fixture *f) {
 
 /* An agent over the tree: CPU 0 reserved for the host, VM 101 running on VM_CPUS with the NIC (short
  * slot form: both functions), VM 102 stopped. */
+/* Host tuning as the daemon calls it: with what it reads of the agent's state now. */
+static void sync_host(struct agent *a) {
+        struct hosttune_env env = agent_hosttune_env(a);
+        hosttune_sync(&a->tune, &env);
+}
+
+static void stop_host(struct agent *a) {
+        struct hosttune_env env = agent_hosttune_env(a);
+        hosttune_stop(&a->tune, &env);
+}
+
+static int start_host(const struct agent *a) {
+        struct hosttune_env env = agent_hosttune_env(a);
+        return hosttune_start(&env);
+}
+
 static void make_agent(struct fixture *f, bool governors, bool irqs) {
         struct agent *a = &f->a;
         char err[512] = "";
@@ -192,7 +208,7 @@ static int teardown(void **state) {
 static void test_governors_follow_pinning_and_are_restored(void **state) {
         struct fixture *f = *state;
         make_agent(f, true, false);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(cpu_file(f, 4, "scaling_governor"), "performance");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "performance");
         assert_string_equal(cpu_file(f, 21, "scaling_governor"), "performance");
@@ -206,11 +222,11 @@ static void test_governors_follow_pinning_and_are_restored(void **state) {
         assert_true(state_file_exists(f));
         /* VM 101 stops: its cores are free now. */
         f->a.inventory->vms[0]->running = false;
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(cpu_file(f, 4, "scaling_governor"), "powersave");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "power");
         assert_string_equal(cpu_file(f, 6, "scaling_governor"), "powersave");
-        hosttune_stop(&f->a);
+        stop_host(&f->a);
         for (unsigned cpu = 0; cpu < 32; cpu++)
                 assert_string_equal(cpu_file(f, cpu, "scaling_governor"), "schedutil");
         assert_string_equal(cpu_file(f, 4, "energy_performance_preference"), "balance_performance");
@@ -226,15 +242,15 @@ static void test_failed_write_is_counted_and_not_restored(void **state) {
         assert_int_equal(unlink(path), 0);
         assert_int_equal(symlink("/proc/sys/kernel/ostype", path), 0);
         make_agent(f, true, false);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(cpu_file(f, 10, "scaling_governor"), "powersave");
         assert_int_equal(f->a.tune.write_failures, 1);
         /* The governors of CPUs 2-31 and the EPP of the even ones among them, but not CPU 10's EPP. */
         assert_int_equal(hosttune_originals_count(f->a.tune.originals), 30 + 15 - 1);
-        hosttune_sync(&f->a); /* tried again, still failing, logged once */
+        sync_host(&f->a); /* tried again, still failing, logged once */
         assert_int_equal(f->a.tune.write_failures, 2);
         assert_int_equal(json_object_size(f->a.tune.failing), 1);
-        hosttune_stop(&f->a);
+        stop_host(&f->a);
         assert_string_equal(cpu_file(f, 10, "scaling_governor"), "schedutil");
         assert_false(state_file_exists(f));
 }
@@ -242,7 +258,7 @@ static void test_failed_write_is_counted_and_not_restored(void **state) {
 static void test_governors_off_changes_nothing_but_reads(void **state) {
         struct fixture *f = *state;
         make_agent(f, false, false);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(cpu_file(f, 4, "scaling_governor"), "schedutil");
         assert_false(state_file_exists(f));
         assert_int_equal(f->a.tune.n_cpus, 32);
@@ -253,13 +269,13 @@ static void test_governors_off_changes_nothing_but_reads(void **state) {
 static void test_crash_leftovers_are_restored_at_start(void **state) {
         struct fixture *f = *state;
         make_agent(f, true, true);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(cpu_file(f, 5, "scaling_governor"), "performance");
         assert_string_equal(irq_file(f, 40), VM_CPUS);
         hosttune_state_done(&f->a.tune); /* the crash: nothing restored */
         agent_done(&f->a);
         make_agent(f, false, false);
-        assert_int_equal(hosttune_start(&f->a), 0);
+        assert_int_equal(start_host(&f->a), 0);
         assert_string_equal(cpu_file(f, 5, "scaling_governor"), "schedutil");
         assert_string_equal(cpu_file(f, 6, "energy_performance_preference"), "balance_performance");
         assert_string_equal(irq_file(f, 40), "0-31");
@@ -272,7 +288,7 @@ static void test_crash_leftovers_are_restored_at_start(void **state) {
 static void test_irqs_follow_the_vm_and_others_stay_off(void **state) {
         struct fixture *f = *state;
         make_agent(f, false, true);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(irq_file(f, 40), VM_CPUS);
         assert_string_equal(irq_file(f, 41), VM_CPUS);
         assert_string_equal(irq_file(f, 42), VM_CPUS);     /* function 1 of the slot too */
@@ -284,10 +300,10 @@ static void test_irqs_follow_the_vm_and_others_stay_off(void **state) {
         assert_int_equal(f->a.tune.irqs_off_pinned, 2);
         /* The VM stops: its IRQs get their original affinity back. */
         f->a.inventory->vms[0]->running = false;
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_string_equal(irq_file(f, 40), "0-31");
         assert_int_equal(f->a.tune.n_vms, 0);
-        hosttune_stop(&f->a);
+        stop_host(&f->a);
         assert_string_equal(irq_file(f, 0), "0-31");
         assert_string_equal(irq_file(f, 9), "4");
         assert_false(state_file_exists(f));
@@ -297,7 +313,7 @@ static void test_irqbalance_running_leaves_other_irqs(void **state) {
         struct fixture *f = *state;
         put(f, "/proc/4242/comm", "irqbalance");
         make_agent(f, false, true);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         assert_true(f->a.tune.irqbalance);
         assert_string_equal(irq_file(f, 40), VM_CPUS); /* the VM's own IRQs still follow it */
         assert_string_equal(irq_file(f, 0), "0-31");
@@ -314,7 +330,7 @@ static void test_metrics_and_document_show_governors_and_irqs(void **state) {
         make_agent(f, true, true);
         assert_int_equal(ledger_effective_capacity(f->a.ledger, f->a.topology, f->a.settings, f->a.inventory,
                                                    &(struct capacity_options){ 0 }, &f->a.capacity), 0);
-        hosttune_sync(&f->a);
+        sync_host(&f->a);
         struct metrics m = { 0 };
         char *text = metrics_render(&m, &f->a);
         assert_non_null(text);
@@ -336,7 +352,7 @@ static void test_metrics_and_document_show_governors_and_irqs(void **state) {
         assert_string_equal(json_string_value(json_object_get(vm, "cpus")), VM_CPUS);
         assert_int_equal(json_array_size(json_object_get(vm, "irqs")), 3);
         json_decref(doc);
-        hosttune_stop(&f->a);
+        stop_host(&f->a);
 }
 
 /* ---- pure parts ---- */

@@ -1,4 +1,4 @@
-/* Tests for agent/ledger's state file: the previous generation, the fallback to it, unreadable state, leftover
+/* Tests for agent/ledger's undo of a change whose save failed, and its state file: the previous generation, the fallback to it, unreadable state, leftover
  * temporary files, a save that cannot build an entry (placement_to_json is wrapped: -Wl,--wrap), a save killed
  * with SIGKILL after each of its file-system calls (those are wrapped too), and a save the file-size limit stops. */
 /* SPDX-License-Identifier: Apache-2.0 */
@@ -355,8 +355,41 @@ static void test_failed_write_leaves_two_generations_and_no_temporaries(void **s
         ledger_free(many);
 }
 
+/* A bind taken back gives the reservation its vmid and expiry again; a grant taken back removes it; a reservation
+ * gone meanwhile is left alone. */
+static void test_undo_takes_a_change_back(void **state) {
+        (void)state;
+        struct ledger *l = ledger_of(2);
+        struct reservation *r = l->items[0];
+        int64_t expiry = r->expires_at;
+        struct ledger_undo bind = ledger_undo_bind(r);
+        assert_int_equal(ledger_bind(l, r->id, 105), 0);
+        assert_int_equal(r->vmid, 105);
+        assert_int_equal(r->expires_at, 0);
+        ledger_undo(l, &bind);
+        assert_int_equal(r->vmid, 0);
+        assert_int_equal(r->expires_at, expiry);
+        assert_null(ledger_find_vmid(l, 105));
+
+        struct ledger_undo grant = ledger_undo_reserve(l->items[1]);
+        char id[LEDGER_ID_LEN + 1];
+        snprintf(id, sizeof id, "%s", l->items[1]->id);
+        ledger_undo(l, &grant);
+        assert_int_equal(l->n, 1);
+        assert_null(ledger_find(l, id));
+        assert_non_null(ledger_find(l, bind.id));
+        ledger_undo(l, &grant); /* gone already */
+        assert_int_equal(l->n, 1);
+
+        assert_int_equal(ledger_release(l, bind.id), 0);
+        ledger_undo(l, &bind); /* the reservation is gone: nothing to give back */
+        assert_int_equal(l->n, 0);
+        ledger_free(l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_undo_takes_a_change_back),
                 cmocka_unit_test_setup_teardown(test_save_fails_when_an_entry_cannot_be_built, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_damaged_current_falls_back_to_previous, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_intact_generation_loads_nothing, setup, teardown),

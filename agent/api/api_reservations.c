@@ -154,9 +154,8 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
         char id[LEDGER_ID_LEN + 1];
         snprintf(id, sizeof id, "%s", res->id);
         json_t *doc = reservation_to_json(res);
-        if (agent_ledger_changed(a) < 0) {
-                ledger_release(a->ledger, id);
-                agent_ledger_undone(a);
+        struct ledger_undo undo = ledger_undo_reserve(res);
+        if (agent_ledger_commit(a, &undo) < 0) {
                 json_decref(doc);
                 api__error(resp, 500, "internal error", "the reservation could not be saved; nothing was reserved");
                 return;
@@ -204,8 +203,8 @@ void api__delete_reservation(struct agent *a, const struct http_request *req, st
                 api__error(resp, 404, "no such reservation", id);
                 return;
         }
-        if (agent_ledger_changed(a) < 0) {
-                agent_ledger_undone(a); /* the release stands: save again now and, failing that, every tick */
+        /* The release stands: saved again now and, failing that, every tick. */
+        if (agent_ledger_commit(a, NULL) < 0) {
                 api__error(resp, 500, "internal error",
                            "released, but the state file could not be saved; the agent keeps trying to save it");
                 return;
@@ -236,25 +235,22 @@ static void bind_reply(struct agent *a, const char *id, int vmid, struct http_re
                 api__error(resp, 404, "no such reservation", id);
                 return;
         }
-        int prev_vmid = r->vmid;
-        int64_t prev_expiry = r->expires_at;
+        struct ledger_undo undo = ledger_undo_bind(r);
         int err = ledger_bind(a->ledger, id, vmid);
         if (err == -EEXIST) {
                 snprintf(detail, sizeof detail, "reservation %s or VM %d is already bound elsewhere", id, vmid);
                 api__error(resp, 409, "conflict", detail);
                 return;
         }
-        if (agent_ledger_changed(a) < 0) {
-                r->vmid = prev_vmid;
-                r->expires_at = prev_expiry;
-                agent_ledger_undone(a);
+        if (agent_ledger_commit(a, &undo) < 0) {
                 api__error(resp, 500, "internal error", "the binding could not be saved; nothing changed");
                 return;
         }
         char field[64];
         snprintf(field, sizeof field, "VMID=%d", vmid);
         log_info_field(field, "bound %s to VM %d", id, vmid);
-        pin_service_vm_changed(a, vmid);
+        struct pin_env env = agent_pin_env(a);
+        pin_service_vm_changed(&a->pins, &env, vmid);
         api__reply(resp, 200, reservation_to_json(r));
 }
 

@@ -48,19 +48,28 @@ int agent_refresh(struct agent *a);
  * ledger_problem). */
 int agent_load_all(struct agent *a, char *err, size_t errlen);
 /* Recompute capacity after a ledger change, and save the ledger when persist is set. 0 or -errno
- * (the ledger change is then not durable and the caller must undo it, then call agent_ledger_undone). -EAGAIN
- * while the reservation state is unavailable (nothing is saved). */
+ * (the ledger change is then not durable: a change the API made goes through agent_ledger_commit, which undoes
+ * it). -EAGAIN while the reservation state is unavailable (nothing is saved). */
 int agent_ledger_changed(struct agent *a);
-/* After undoing a change whose save failed: save again and recompute capacity. When this save fails too, the
- * file may hold the undone change (a save can fail after its rename): ledger_unsaved is set and the tick retries
- * (agent_retry_ledger). 0 or -errno. */
-int agent_ledger_undone(struct agent *a);
+/* Save a change just made to the ledger, as one transaction with its undo: 0 when it is saved (or the agent does
+ * not persist). When it cannot be, u is applied (NULL: the change stands, as a release does) and the state saved
+ * again; when that save fails too, the file may hold the undone change (a save can fail after its rename), so
+ * ledger_unsaved is set and the tick retries (agent_retry_ledger). Returns the first failure's -errno (-EAGAIN
+ * while the reservation state is unavailable). */
+int agent_ledger_commit(struct agent *a, const struct ledger_undo *u);
 /* Is the reservation state loaded (the agent may take reservations)? */
 bool agent_ledger_ready(const struct agent *a);
 /* The tick's retries: load the reservation state again while it is unavailable, save it while unsaved. */
 void agent_retry_ledger(struct agent *a);
 /* Release reservations whose TTL passed; save when any was. Returns how many, or -errno. */
 int agent_expire(struct agent *a);
+/* What the pin service reads of the agent's state (pin_service.h), for one call. */
+struct pin_env agent_pin_env(const struct agent *a);
+/* What host tuning reads of the agent's state (hosttune.h), for one call. */
+struct hosttune_env agent_hosttune_env(const struct agent *a);
+/* Bring governors and IRQ affinity in line with the VMs now (hosttune_sync); the /v1/capacity document, which
+ * shows them, is built anew. */
+void agent_tune_host(struct agent *a);
 /* Unix time now (seconds). */
 int64_t agent_now(void);
 void agent_done(struct agent *a);

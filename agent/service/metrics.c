@@ -196,8 +196,9 @@ static void render_vms(struct prom *p, const struct inventory *inv, uint64_t rea
 
 static void render_pinning(struct prom *p, const struct agent *a) {
         struct pin_totals t = { 0 };
+        struct pin_env env = agent_pin_env(a);
         if (a->ledger && a->inventory)
-                pin_service_totals(a, &t);
+                pin_service_totals(&a->pins, &env, &t);
         prom_gauge_u64(p, "pvescale_agent_vms_to_pin", "Running VMs bound to a placed reservation: VMs the agent pins.",
                        t.wanted);
         prom_gauge_u64(p, "pvescale_agent_pinned_vms",
@@ -253,7 +254,7 @@ char *metrics_render(const struct metrics *m, const struct agent *a) {
         if (a->inventory)
                 render_vms(&p, a->inventory, a->inventory_reads);
         render_pinning(&p, a);
-        hosttune_render_metrics(&p, a);
+        hosttune_render_metrics(&p, &a->tune);
         render_requests(&p, m);
         render_latency(&p, m);
         procself_render(&p, NULL);

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent.h"
+#include "inventory.h"
+#include "ledger.h"
 #include "log.h"
 #include "pinning_apply.h"
 #include "pinning_proc.h"
@@ -21,9 +22,9 @@
 static const struct pinning_env live = {.proc_root = PINNING_PROC_ROOT, .sys = &pinning_sys_linux};
 
 /* The plan for a VM bound to a placed reservation: borrowed from the placement; mem_nodes is owned. */
-static int plan_for(const struct agent *a, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
-        const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
-        const struct vm *vm = inventory_find(a->inventory, vmid);
+static int plan_for(const struct pin_env *env, int vmid, struct pin_plan *plan, struct cpuset **ret_nodes) {
+        const struct reservation *r = ledger_find_vmid(env->ledger, vmid);
+        const struct vm *vm = inventory_find(env->inventory, vmid);
         if (!r || !r->placement)
                 return -ENOENT;
         if (!vm || !vm->running || vm->pid <= 0)
@@ -95,24 +96,24 @@ static void log_report(struct pin_record *rec, int vmid, int r, const struct pin
 }
 
 /* Count and log a pinning run; record the pid when everything was pinned. */
-static void note_run(struct agent *a, const struct pin_plan *plan, int r, const struct pin_report *rep) {
+static void note_run(struct pin_state *s, const struct pin_plan *plan, int r, const struct pin_report *rep) {
         bool complete = r == 0 && rep->vcpus_missing == 0;
-        struct pin_record *rec = record_for(&a->pins, plan->vmid);
+        struct pin_record *rec = record_for(s, plan->vmid);
         if (complete && rec) {
                 if (rec->pid != plan->pid) { /* a QEMU process pinned for the first time */
                         rec->rechecks = PIN_RECHECKS;
-                        a->pins.pending = true;
+                        s->pending = true;
                 }
                 rec->pid = plan->pid;
         }
         if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
-                a->pins.pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
+                s->pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
                 return;
         }
         if (complete)
-                a->pins.pins_ok++;
+                s->pins_ok++;
         else
-                a->pins.pin_failures++;
+                s->pin_failures++;
         if (rec)
                 rec->failed_pid = complete ? 0 : plan->pid;
         log_report(rec, plan->vmid, r, rep);
@@ -120,135 +121,135 @@ static void note_run(struct agent *a, const struct pin_plan *plan, int r, const 
 
 /* Pin one VM with the vCPU threads QMP named (qmp_error 0), else with those /proc names. Returns
  * pinning_apply's result. */
-static int pin_with(struct agent *a, const struct pin_plan *plan, int qmp_error, const int *qmp_tids,
+static int pin_with(struct pin_state *s, const struct pin_plan *plan, int qmp_error, const int *qmp_tids,
                     unsigned qmp_n, struct pin_report *rep) {
         struct pin_vcpus vcpus = {0};
         int r = pinning_find_vcpus(live.proc_root, plan->pid, qmp_error, qmp_tids, qmp_n, &vcpus);
         if (r == 0)
                 r = pinning_apply(plan, &vcpus, &live, rep);
         pinning_vcpus_done(&vcpus);
-        note_run(a, plan, r, rep);
+        note_run(s, plan, r, rep);
         return r;
 }
 
-static int ask_qmp(struct agent *a, int vmid, int pid) {
+static int ask_qmp(struct pin_state *s, const struct pin_env *env, int vmid, int pid) {
         char *path = NULL;
-        if (!a->pins.qmp)
+        if (!s->qmp)
                 return -ENOTCONN;
-        if (asprintf(&path, "%s/%d.qmp", a->cfg.pve_run_dir, vmid) < 0)
+        if (asprintf(&path, "%s/%d.qmp", env->run_dir, vmid) < 0)
                 return -ENOMEM;
-        int r = qmp_worker_ask(a->pins.qmp, vmid, pid, path);
+        int r = qmp_worker_ask(s->qmp, vmid, pid, path);
         free(path);
         return r;
 }
 
 /* Ask QMP for the VM's vCPU threads; its answer pins the VM (pin_service_answers). Without a worker, or
  * when the question cannot be queued, pin now with the threads /proc names. */
-static void pin_vm(struct agent *a, int vmid) {
+static void pin_vm(struct pin_state *s, const struct pin_env *env, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
-        if (plan_for(a, vmid, &plan, &nodes) < 0)
+        if (plan_for(env, vmid, &plan, &nodes) < 0)
                 return;
-        struct pin_record *rec = record_for(&a->pins, vmid);
-        int r = rec && rec->asking_pid == plan.pid ? 0 : ask_qmp(a, vmid, plan.pid);
+        struct pin_record *rec = record_for(s, vmid);
+        int r = rec && rec->asking_pid == plan.pid ? 0 : ask_qmp(s, env, vmid, plan.pid);
         if (r == 0 && rec)
                 rec->asking_pid = plan.pid;
         if (r < 0) {
                 struct pin_report rep;
-                pin_with(a, &plan, r, NULL, 0, &rep);
+                pin_with(s, &plan, r, NULL, 0, &rep);
         }
         cpuset_free(nodes);
 }
 
-static bool wants_pin(const struct agent *a, int vmid) {
-        if (a->cfg.node_policy != NODE_POLICY_STATIC)
+static bool wants_pin(const struct pin_env *env, int vmid) {
+        if (!env->pin)
                 return false;
-        const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
-        const struct vm *vm = inventory_find(a->inventory, vmid);
+        const struct reservation *r = ledger_find_vmid(env->ledger, vmid);
+        const struct vm *vm = inventory_find(env->inventory, vmid);
         return r && r->placement && vm && vm->running && vm->pid > 0;
 }
 
-static struct pin_record *find_record(const struct agent *a, int vmid) {
-        for (size_t i = 0; i < a->pins.n; i++)
-                if (a->pins.records[i].vmid == vmid)
-                        return &a->pins.records[i];
+static struct pin_record *find_record(const struct pin_state *s, int vmid) {
+        for (size_t i = 0; i < s->n; i++)
+                if (s->records[i].vmid == vmid)
+                        return &s->records[i];
         return NULL;
 }
 
-static bool already_pinned(const struct agent *a, int vmid) {
-        const struct vm *vm = inventory_find(a->inventory, vmid);
-        const struct pin_record *rec = find_record(a, vmid);
+static bool already_pinned(const struct pin_state *s, const struct pin_env *env, int vmid) {
+        const struct vm *vm = inventory_find(env->inventory, vmid);
+        const struct pin_record *rec = find_record(s, vmid);
         return vm && rec && rec->pid == vm->pid;
 }
 
 /* This QEMU process already failed to pin: leave it to the periodic repair. */
-static bool failed_before(const struct agent *a, int vmid) {
-        const struct vm *vm = inventory_find(a->inventory, vmid);
-        const struct pin_record *rec = find_record(a, vmid);
+static bool failed_before(const struct pin_state *s, const struct pin_env *env, int vmid) {
+        const struct vm *vm = inventory_find(env->inventory, vmid);
+        const struct pin_record *rec = find_record(s, vmid);
         return vm && rec && rec->failed_pid == vm->pid;
 }
 
-void pin_service_vm_changed(struct agent *a, int vmid) {
-        if (wants_pin(a, vmid) && !already_pinned(a, vmid) && !failed_before(a, vmid))
-                pin_vm(a, vmid);
+void pin_service_vm_changed(struct pin_state *s, const struct pin_env *env, int vmid) {
+        if (wants_pin(env, vmid) && !already_pinned(s, env, vmid) && !failed_before(s, env, vmid))
+                pin_vm(s, env, vmid);
 }
 
-static unsigned vm_drift(const struct agent *a, int vmid) {
+static unsigned vm_drift(const struct pin_env *env, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL;
         unsigned drift = 0;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
+        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_drift(&plan, real, &drift);
         json_decref(real);
         cpuset_free(nodes);
         return drift;
 }
 
-static void forget_gone(struct agent *a) {
+static void forget_gone(struct pin_state *s, const struct pin_env *env) {
         size_t kept = 0;
-        for (size_t i = 0; i < a->pins.n; i++)
-                if (ledger_find_vmid(a->ledger, a->pins.records[i].vmid))
-                        a->pins.records[kept++] = a->pins.records[i];
-        a->pins.n = kept;
+        for (size_t i = 0; i < s->n; i++)
+                if (ledger_find_vmid(env->ledger, s->records[i].vmid))
+                        s->records[kept++] = s->records[i];
+        s->n = kept;
 }
 
 /* A VM pinned a moment ago: whether one of its rechecks is due and finds a thread off its CPUs. */
-static bool recheck_drifted(struct agent *a, int vmid) {
-        struct pin_record *rec = find_record(a, vmid);
-        if (!rec || rec->rechecks == 0 || !already_pinned(a, vmid))
+static bool recheck_drifted(struct pin_state *s, const struct pin_env *env, int vmid) {
+        struct pin_record *rec = find_record(s, vmid);
+        if (!rec || rec->rechecks == 0 || !already_pinned(s, env, vmid))
                 return false;
         rec->rechecks--;
-        return vm_drift(a, vmid) > 0;
+        return vm_drift(env, vmid) > 0;
 }
 
-void pin_service_scan(struct agent *a, enum pin_scan mode) {
-        a->pins.pending = false;
-        forget_gone(a);
-        for (size_t i = 0; i < a->ledger->n; i++) {
-                int vmid = a->ledger->items[i]->vmid;
-                if (!vmid || !wants_pin(a, vmid))
+void pin_service_scan(struct pin_state *s, const struct pin_env *env, enum pin_scan mode) {
+        s->pending = false;
+        forget_gone(s, env);
+        for (size_t i = 0; i < env->ledger->n; i++) {
+                int vmid = env->ledger->items[i]->vmid;
+                if (!vmid || !wants_pin(env, vmid))
                         continue;
-                bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(a, vmid) || vm_drift(a, vmid) > 0
-                           : (!already_pinned(a, vmid) && !failed_before(a, vmid)) ||
-                                     (mode == PIN_SCAN_TICK && recheck_drifted(a, vmid));
+                bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(s, env, vmid) || vm_drift(env, vmid) > 0
+                           : (!already_pinned(s, env, vmid) && !failed_before(s, env, vmid)) ||
+                                     (mode == PIN_SCAN_TICK && recheck_drifted(s, env, vmid));
                 if (due)
-                        pin_vm(a, vmid);
+                        pin_vm(s, env, vmid);
         }
-        for (size_t i = 0; i < a->pins.n; i++)
-                if (a->pins.records[i].rechecks > 0)
-                        a->pins.pending = true;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->records[i].rechecks > 0)
+                        s->pending = true;
 }
 
-int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report) {
-        if (a->cfg.node_policy != NODE_POLICY_STATIC)
+int pin_service_pin_now(struct pin_state *s, const struct pin_env *env, int vmid, json_t **ret_report) {
+        if (!env->pin)
                 return -EPERM;
         struct pin_plan plan;
         struct pin_report rep;
         struct cpuset *nodes = NULL;
-        int r = plan_for(a, vmid, &plan, &nodes);
+        int r = plan_for(env, vmid, &plan, &nodes);
         if (r == 0)
-                r = pin_with(a, &plan, PIN_QMP_NOT_ASKED, NULL, 0, &rep);
+                r = pin_with(s, &plan, PIN_QMP_NOT_ASKED, NULL, 0, &rep);
         cpuset_free(nodes);
         if (r < 0)
                 return r;
@@ -256,26 +257,26 @@ int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report) {
         return *ret_report ? 0 : -ENOMEM;
 }
 
-json_t *pin_service_vm_status(const struct agent *a, int vmid) {
+json_t *pin_service_vm_status(const struct pin_env *env, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL, *status = NULL;
-        if (plan_for(a, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
+        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
                 pinning_status(&plan, real, &status);
         json_decref(real);
         cpuset_free(nodes);
         return status;
 }
 
-void pin_service_totals(const struct agent *a, struct pin_totals *ret) {
+void pin_service_totals(const struct pin_state *s, const struct pin_env *env, struct pin_totals *ret) {
         struct pin_totals t = { 0 };
-        for (size_t i = 0; i < a->ledger->n; i++) {
-                int vmid = a->ledger->items[i]->vmid;
-                if (!vmid || !wants_pin(a, vmid))
+        for (size_t i = 0; i < env->ledger->n; i++) {
+                int vmid = env->ledger->items[i]->vmid;
+                if (!vmid || !wants_pin(env, vmid))
                         continue;
-                unsigned drift = vm_drift(a, vmid);
+                unsigned drift = vm_drift(env, vmid);
                 t.wanted++;
-                t.pinned += already_pinned(a, vmid) && drift == 0;
+                t.pinned += already_pinned(s, env, vmid) && drift == 0;
                 t.drift += drift;
         }
         *ret = t;
@@ -283,46 +284,46 @@ void pin_service_totals(const struct agent *a, struct pin_totals *ret) {
 
 /* ---- the QMP worker ---- */
 
-int pin_service_start(struct agent *a) {
-        return a->pins.qmp ? 0 : qmp_worker_start(PINNING_QMP_TIMEOUT_MS, &a->pins.qmp);
+int pin_service_start(struct pin_state *s) {
+        return s->qmp ? 0 : qmp_worker_start(PINNING_QMP_TIMEOUT_MS, &s->qmp);
 }
 
-void pin_service_stop(struct agent *a) {
-        qmp_worker_free(a->pins.qmp);
-        a->pins.qmp = NULL;
-        for (size_t i = 0; i < a->pins.n; i++)
-                a->pins.records[i].asking_pid = 0; /* those answers are dropped */
+void pin_service_stop(struct pin_state *s) {
+        qmp_worker_free(s->qmp);
+        s->qmp = NULL;
+        for (size_t i = 0; i < s->n; i++)
+                s->records[i].asking_pid = 0; /* those answers are dropped */
 }
 
-int pin_service_fd(const struct agent *a) {
-        return a->pins.qmp ? qmp_worker_fd(a->pins.qmp) : -1;
+int pin_service_fd(const struct pin_state *s) {
+        return s->qmp ? qmp_worker_fd(s->qmp) : -1;
 }
 
 /* QMP answered about a VM: pin it, unless it no longer wants pinning or its QEMU changed meanwhile. */
-static void on_answer(struct agent *a, const struct qmp_answer *ans) {
-        struct pin_record *rec = find_record(a, ans->vmid);
+static void on_answer(struct pin_state *s, const struct pin_env *env, const struct qmp_answer *ans) {
+        struct pin_record *rec = find_record(s, ans->vmid);
         if (rec && rec->asking_pid == ans->pid)
                 rec->asking_pid = 0;
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
-        if (!wants_pin(a, ans->vmid) || plan_for(a, ans->vmid, &plan, &nodes) < 0)
+        if (!wants_pin(env, ans->vmid) || plan_for(env, ans->vmid, &plan, &nodes) < 0)
                 return;
         if (plan.pid == ans->pid) {
                 struct pin_report rep;
                 if (ans->error)
                         log_debug("vm %d: QMP gave no vCPU threads (%s), reading /proc", ans->vmid,
                                   strerror(-ans->error));
-                pin_with(a, &plan, ans->error, ans->tids, ans->n, &rep);
+                pin_with(s, &plan, ans->error, ans->tids, ans->n, &rep);
         } else {
-                a->pins.pending = true; /* QEMU restarted while we asked: the next tick asks the new one */
+                s->pending = true; /* QEMU restarted while we asked: the next tick asks the new one */
         }
         cpuset_free(nodes);
 }
 
-void pin_service_answers(struct agent *a) {
+void pin_service_answers(struct pin_state *s, const struct pin_env *env) {
         struct qmp_answer ans;
-        while (a->pins.qmp && qmp_worker_take(a->pins.qmp, &ans) > 0) {
-                on_answer(a, &ans);
+        while (s->qmp && qmp_worker_take(s->qmp, &ans) > 0) {
+                on_answer(s, env, &ans);
                 free(ans.tids);
         }
 }

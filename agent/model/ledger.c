@@ -236,6 +236,30 @@ int ledger_release(struct ledger *l, const char *id) {
         return -ENOENT;
 }
 
+struct ledger_undo ledger_undo_reserve(const struct reservation *r) {
+        struct ledger_undo u = { .kind = LEDGER_UNDO_RESERVE };
+        snprintf(u.id, sizeof u.id, "%s", r->id);
+        return u;
+}
+
+struct ledger_undo ledger_undo_bind(const struct reservation *r) {
+        struct ledger_undo u = { .kind = LEDGER_UNDO_BIND, .vmid = r->vmid, .expires_at = r->expires_at };
+        snprintf(u.id, sizeof u.id, "%s", r->id);
+        return u;
+}
+
+void ledger_undo(struct ledger *l, const struct ledger_undo *u) {
+        if (u->kind == LEDGER_UNDO_RESERVE) {
+                ledger_release(l, u->id);
+                return;
+        }
+        struct reservation *r = ledger_find(l, u->id);
+        if (!r)
+                return;
+        r->vmid = u->vmid;
+        r->expires_at = u->expires_at;
+}
+
 static bool reservation_expired(const struct reservation *r, const struct inventory *inv, int64_t now) {
         if (r->vmid == 0)
                 return r->expires_at <= now;

@@ -69,6 +69,39 @@ int agent_load_settings(struct agent *a, char *err, size_t errlen) {
         return 0;
 }
 
+struct pin_env agent_pin_env(const struct agent *a) {
+        return (struct pin_env){
+                .ledger = a->ledger,
+                .inventory = a->inventory,
+                .run_dir = a->cfg.pve_run_dir,
+                .pin = a->cfg.node_policy == NODE_POLICY_STATIC,
+        };
+}
+
+struct hosttune_env agent_hosttune_env(const struct agent *a) {
+        return (struct hosttune_env){
+                .root = a->cfg.fsroot,
+                .state_dir = a->cfg.state_dir,
+                .cpu_governors = a->cfg.cpu_governors,
+                .irq_affinity = a->cfg.irq_affinity,
+                .governor_busy = a->cfg.governor_busy,
+                .governor_free = a->cfg.governor_free,
+                .epp_busy = a->cfg.epp_busy,
+                .epp_free = a->cfg.epp_free,
+                .topology = a->topology,
+                .inventory = a->inventory,
+                .ledger = a->ledger,
+                .reserved_cpus = a->settings ? a->settings->reserved_cpus : NULL,
+        };
+}
+
+void agent_tune_host(struct agent *a) {
+        struct hosttune_env env = agent_hosttune_env(a);
+        hosttune_sync(&a->tune, &env);
+        free(a->capacity_json); /* the document shows the governors and IRQs */
+        a->capacity_json = NULL;
+}
+
 int64_t agent_now(void) {
         return (int64_t)time(NULL);
 }
@@ -102,7 +135,8 @@ int agent_ledger_changed(struct agent *a) {
         return recompute_capacity(a);
 }
 
-int agent_ledger_undone(struct agent *a) {
+/* After undoing a change whose save failed: save again and recompute capacity. 0 or -errno. */
+static int agent_ledger_undone(struct agent *a) {
         int r = agent_ledger_changed(a);
         if (r < 0 && r != -EAGAIN) {
                 a->ledger_unsaved = true;
@@ -110,6 +144,16 @@ int agent_ledger_undone(struct agent *a) {
                           a->cfg.state_dir, LEDGER_STATE_FILE);
                 recompute_capacity(a);
         }
+        return r;
+}
+
+int agent_ledger_commit(struct agent *a, const struct ledger_undo *u) {
+        int r = agent_ledger_changed(a);
+        if (r == 0)
+                return 0;
+        if (u)
+                ledger_undo(a->ledger, u);
+        agent_ledger_undone(a);
         return r;
 }
 
@@ -279,8 +323,9 @@ json_t *agent_topology_json(const struct agent *a) {
 
 json_t *agent_capacity_json(const struct agent *a) {
         json_t *doc = capacity_to_json(a->capacity);
+        struct hosttune_env env = agent_hosttune_env(a);
         if (doc)
-                json_object_set_new(doc, "host_tuning", hosttune_json(a));
+                json_object_set_new(doc, "host_tuning", hosttune_json(&a->tune, &env));
         return with_identity(a, doc);
 }
 

@@ -147,6 +147,17 @@ static void handle_signals(struct loop *l) {
         }
 }
 
+/* The pin service with what it reads of the agent's state now. */
+static void scan_pins(struct agent *a, enum pin_scan mode) {
+        struct pin_env env = agent_pin_env(a);
+        pin_service_scan(&a->pins, &env, mode);
+}
+
+static void pin_answers(struct agent *a) {
+        struct pin_env env = agent_pin_env(a);
+        pin_service_answers(&a->pins, &env);
+}
+
 static void refresh(struct loop *l) {
         l->dirty = false;
         int r = agent_refresh(l->agent);
@@ -155,8 +166,8 @@ static void refresh(struct loop *l) {
                 return;
         }
         if (r > 0) {
-                pin_service_scan(l->agent, PIN_SCAN_NEW); /* a VM (re)started: pin its new QEMU process */
-                hosttune_sync(l->agent);                  /* and its cores' governors, its IRQs */
+                scan_pins(l->agent, PIN_SCAN_NEW); /* a VM (re)started: pin its new QEMU process */
+                agent_tune_host(l->agent);                  /* and its cores' governors, its IRQs */
                 char status[128];
                 snprintf(status, sizeof status, "STATUS=Serving; %zu VMs, %u CPUs free", l->agent->inventory->n_vms,
                          l->agent->capacity->cpus_free);
@@ -184,13 +195,13 @@ static void handle_tick(struct loop *l) {
                 mark_dirty(l); /* pmxcfs (FUSE) does not report edits made on other nodes */
         }
         if (every(l, l->agent->cfg.pin_interval_s)) {
-                pin_service_scan(l->agent, PIN_SCAN_REPAIR);
-                hosttune_sync(l->agent); /* governors and IRQs changed behind the agent's back */
+                scan_pins(l->agent, PIN_SCAN_REPAIR);
+                agent_tune_host(l->agent); /* governors and IRQs changed behind the agent's back */
         } else if (l->agent->pins.pending) {
-                pin_service_scan(l->agent, PIN_SCAN_TICK);
+                scan_pins(l->agent, PIN_SCAN_TICK);
         }
         if (l->agent->tune.pending)
-                hosttune_sync(l->agent); /* a reservation was bound or released */
+                agent_tune_host(l->agent); /* a reservation was bound or released */
 }
 
 static void dispatch(struct loop *l, uint32_t tag) {
@@ -203,7 +214,7 @@ static void dispatch(struct loop *l, uint32_t tag) {
         else if (tag == SRC_HTTP && http_server_run(l->http) < 0)
                 log_error("HTTP server processing failed");
         else if (tag == SRC_PIN)
-                pin_service_answers(l->agent); /* QMP answered on the worker thread: pin with its answers */
+                pin_answers(l->agent); /* QMP answered on the worker thread: pin with its answers */
 }
 
 static int loop_iterate(struct loop *l) {
@@ -254,7 +265,7 @@ static int add_sources(struct loop *l) {
         if (r == 0)
                 r = add_fd(l->epoll_fd, http_server_fd(l->http), SRC_HTTP);
         if (r == 0)
-                r = add_fd(l->epoll_fd, pin_service_fd(l->agent), SRC_PIN);
+                r = add_fd(l->epoll_fd, pin_service_fd(&l->agent->pins), SRC_PIN);
         return r < 0 ? log_error_errno(r, "epoll setup failed") : 0;
 }
 
@@ -269,14 +280,14 @@ static int loop_open(struct loop *l) {
         if (l->epoll_fd < 0 || l->signal_fd < 0 || l->inotify_fd < 0 || l->timer_fd < 0)
                 return log_error_errno(-EMFILE, "cannot create the event loop file descriptors");
         watch_dirs(l);
-        r = pin_service_start(l->agent);
+        r = pin_service_start(&l->agent->pins);
         if (r < 0)
                 return log_error_errno(r, "cannot start the QMP worker thread");
         return add_sources(l);
 }
 
 static void loop_close(struct loop *l) {
-        pin_service_stop(l->agent);
+        pin_service_stop(&l->agent->pins);
         http_server_free(l->http);
         int fds[] = { l->epoll_fd, l->signal_fd, l->inotify_fd, l->timer_fd };
         for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
@@ -289,11 +300,12 @@ int daemon_run(struct agent *a) {
                           .watch_config = -1, .watch_run = -1, .watch_lxc = -1, .watch_cgroup = -1 };
         uint64_t usec = 0;
         l.watchdog = sd_watchdog_enabled(0, &usec) > 0;
+        struct hosttune_env tune = agent_hosttune_env(a);
         int r = loop_open(&l);
         if (r == 0) {
-                hosttune_start(a); /* what a crashed run left changed, first */
-                pin_service_scan(a, PIN_SCAN_REPAIR);
-                hosttune_sync(a);
+                hosttune_start(&tune); /* what a crashed run left changed, first */
+                scan_pins(a, PIN_SCAN_REPAIR);
+                agent_tune_host(a);
                 sd_notifyf(0, "READY=1\nSTATUS=Serving; %zu VMs, %u CPUs free\nMAINPID=%d", a->inventory->n_vms,
                            a->capacity->cpus_free, (int)getpid());
                 log_info("ready: node %s, region %s, %zu VMs", a->cfg.node_name, a->cfg.region, a->inventory->n_vms);
@@ -301,7 +313,8 @@ int daemon_run(struct agent *a) {
         while (r == 0 && !l.stop)
                 r = loop_iterate(&l);
         sd_notify(0, "STOPPING=1\nSTATUS=Stopping");
-        hosttune_stop(a);
+        tune = agent_hosttune_env(a); /* the state now */
+        hosttune_stop(&a->tune, &tune);
         loop_close(&l);
         if (r < 0 && r != -EMFILE)
                 log_error_errno(r, "event loop failed");

@@ -7,7 +7,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-struct agent;
+struct inventory;
+struct ledger;
 struct qmp_worker;
 
 /* What the service remembers of one VM: the QEMU pid it last pinned fully. */
@@ -31,16 +32,26 @@ struct pin_state {
         struct qmp_worker *qmp;        /* asks QMP off the event loop; NULL: vCPU threads from /proc only */
 };
 
+/* What the service reads of the rest of the agent: the reservations and VMs it pins by, where QEMU's QMP sockets
+ * are, and whether the policy pins at all. The agent builds one from its state for each call (agent_pin_env); the
+ * service keeps none of it. */
+struct pin_env {
+        const struct ledger *ledger;
+        const struct inventory *inventory;
+        const char *run_dir; /* <vmid>.qmp */
+        bool pin;            /* node policy static: bound VMs are pinned */
+};
+
 /* Start and stop the QMP worker thread (the daemon, around its loop). 0 or -errno. */
-int pin_service_start(struct agent *a);
-void pin_service_stop(struct agent *a);
+int pin_service_start(struct pin_state *s);
+void pin_service_stop(struct pin_state *s);
 /* Readable when QMP answers wait: then call pin_service_answers(), which pins with them. */
-int pin_service_fd(const struct agent *a);
-void pin_service_answers(struct agent *a);
+int pin_service_fd(const struct pin_state *s);
+void pin_service_answers(struct pin_state *s, const struct pin_env *env);
 
 /* A VM's config, run state or binding changed: pin it if it is bound, running under a QEMU pid that was not
  * pinned yet, and the policy is static. The pinning itself follows QMP's answer (pin_service_answers). */
-void pin_service_vm_changed(struct agent *a, int vmid);
+void pin_service_vm_changed(struct pin_state *s, const struct pin_env *env, int vmid);
 
 enum pin_scan {
         PIN_SCAN_NEW,    /* pin new QEMU processes (starts, restarts) */
@@ -49,15 +60,15 @@ enum pin_scan {
 };
 
 /* Look at every bound VM as the mode says, and ask QMP about those to pin. Forget records of VMs that are gone. */
-void pin_service_scan(struct agent *a, enum pin_scan mode);
+void pin_service_scan(struct pin_state *s, const struct pin_env *env, enum pin_scan mode);
 
 /* POST /v1/vms/{vmid}/pin: pin now whatever was pinned before, with the vCPU threads /proc names (it does not
  * wait for QMP). 0 with a report; -ENOENT not bound to a placed reservation, -ESRCH not running, -EPERM policy
  * is simple; other negative errno from pinning. */
-int pin_service_pin_now(struct agent *a, int vmid, json_t **ret_report);
+int pin_service_pin_now(struct pin_state *s, const struct pin_env *env, int vmid, json_t **ret_report);
 
 /* {"wanted", "real", "drift"} for a bound, running VM; NULL otherwise. */
-json_t *pin_service_vm_status(const struct agent *a, int vmid);
+json_t *pin_service_vm_status(const struct pin_env *env, int vmid);
 
 struct pin_totals {
         unsigned wanted; /* running VMs bound to a placed reservation: the agent wants them pinned */
@@ -67,6 +78,6 @@ struct pin_totals {
 };
 
 /* The totals over all bound running VMs, read now from /proc. */
-void pin_service_totals(const struct agent *a, struct pin_totals *ret);
+void pin_service_totals(const struct pin_state *s, const struct pin_env *env, struct pin_totals *ret);
 
 void pin_state_done(struct pin_state *s);

@@ -9,26 +9,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
 #include "cleanup.h"
 #include "fileio.h"
+#include "inventory.h"
+#include "ledger.h"
 #include "log.h"
 #include "prom.h"
 
 #define STATE_MAX_BYTES (4u << 20)
 
-static const char *root_of(const struct agent *a) {
-        return a->cfg.fsroot;
-}
-
 /* ---- which CPUs are whose ---- */
 
 /* The host CPUs of a running VM: its reservation's placement when it is bound to one, else its affinity
  * option; NULL when not running or not known. */
-static const struct cpuset *vm_host_cpus(const struct agent *a, const struct vm *vm) {
+static const struct cpuset *vm_host_cpus(const struct hosttune_env *env, const struct vm *vm) {
         if (!vm->running)
                 return NULL;
-        const struct reservation *r = a->ledger ? ledger_find_vmid(a->ledger, vm->vmid) : NULL;
+        const struct reservation *r = env->ledger ? ledger_find_vmid(env->ledger, vm->vmid) : NULL;
         if (r && r->placement && r->placement->cpus)
                 return r->placement->cpus;
         return vm->affinity;
@@ -43,17 +40,17 @@ static const struct cpuset *container_host_cpus(const struct container *ct) {
 }
 
 /* Busy cores: those of running VMs with known CPUs and of running pinned containers. */
-static struct cpuset *busy_cpus(const struct agent *a) {
+static struct cpuset *busy_cpus(const struct hosttune_env *env) {
         struct cpuset *busy = cpuset_new();
-        for (size_t i = 0; busy && i < a->inventory->n_vms; i++) {
-                const struct cpuset *c = vm_host_cpus(a, a->inventory->vms[i]);
+        for (size_t i = 0; busy && i < env->inventory->n_vms; i++) {
+                const struct cpuset *c = vm_host_cpus(env, env->inventory->vms[i]);
                 if (c && cpuset_or(busy, c) < 0) {
                         cpuset_free(busy);
                         return NULL;
                 }
         }
-        for (size_t i = 0; busy && i < a->inventory->containers.n; i++) {
-                const struct cpuset *c = container_host_cpus(a->inventory->containers.items[i]);
+        for (size_t i = 0; busy && i < env->inventory->containers.n; i++) {
+                const struct cpuset *c = container_host_cpus(env->inventory->containers.items[i]);
                 if (c && cpuset_or(busy, c) < 0) {
                         cpuset_free(busy);
                         return NULL;
@@ -64,17 +61,17 @@ static struct cpuset *busy_cpus(const struct agent *a) {
 
 /* ---- the originals' state file ---- */
 
-static int state_path(const struct agent *a, char *buf, size_t size) {
-        int n = snprintf(buf, size, "%s/%s", a->cfg.state_dir, HOSTTUNE_STATE_FILE);
+static int state_path(const struct hosttune_env *env, char *buf, size_t size) {
+        int n = snprintf(buf, size, "%s/%s", env->state_dir, HOSTTUNE_STATE_FILE);
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-static int save_originals(const struct agent *a) {
+static int save_originals(struct hosttune_state *s, const struct hosttune_env *env) {
         char path[PATH_MAX];
-        int r = state_path(a, path, sizeof path);
+        int r = state_path(env, path, sizeof path);
         if (r < 0)
                 return r;
-        _cleanup_free_ char *text = json_dumps(a->tune.originals, JSON_SORT_KEYS | JSON_INDENT(1));
+        _cleanup_free_ char *text = json_dumps(s->originals, JSON_SORT_KEYS | JSON_INDENT(1));
         if (!text)
                 return -ENOMEM;
         r = fileio_write_atomic(path, text, strlen(text), 0600);
@@ -82,9 +79,9 @@ static int save_originals(const struct agent *a) {
                      : 0;
 }
 
-static void remove_state(const struct agent *a) {
+static void remove_state(const struct hosttune_env *env) {
         char path[PATH_MAX];
-        if (state_path(a, path, sizeof path) == 0 && unlink(path) < 0 && errno != ENOENT)
+        if (state_path(env, path, sizeof path) == 0 && unlink(path) < 0 && errno != ENOENT)
                 log_warning_errno(-errno, "cannot remove %s", path);
 }
 
@@ -99,8 +96,7 @@ static bool fails_everywhere(int r) {
 /* Count a write and log a failure when it starts. Failures are keyed by what failed, or by cause alone when
  * group is given (one cpufreq file of every CPU: a governor the driver lacks fails on all of them) or when
  * nothing of the kind can be written. */
-static void note_write(struct agent *a, const char *what, const char *group, int r) {
-        struct hosttune_state *s = &a->tune;
+static void note_write(struct hosttune_state *s, const char *what, const char *group, int r) {
         char cause[96];
         snprintf(cause, sizeof cause, "%s errno %d", group ? group : "", -r);
         const char *key = r < 0 && (group || fails_everywhere(r)) ? cause : what;
@@ -123,42 +119,41 @@ static void note_write(struct agent *a, const char *what, const char *group, int
 
 /* ---- governors ---- */
 
-static void set_cpu_file(struct agent *a, unsigned cpu, const char *file, const char *want,
-                         char current[HOSTTUNE_VALUE_MAX]) {
+static void set_cpu_file(struct hosttune_state *s, const struct hosttune_env *env, unsigned cpu, const char *file,
+                         const char *want, char current[HOSTTUNE_VALUE_MAX]) {
         if (!*want || strcmp(current, want) == 0)
                 return;
-        int added = hosttune_originals_note_cpu(a->tune.originals, cpu, file, current);
-        if (added < 0 || (added > 0 && save_originals(a) < 0))
+        int added = hosttune_originals_note_cpu(s->originals, cpu, file, current);
+        if (added < 0 || (added > 0 && save_originals(s, env) < 0))
                 return;
-        int r = hosttune_fs_write_cpu(root_of(a), cpu, file, want);
+        int r = hosttune_fs_write_cpu(env->root, cpu, file, want);
         if (r < 0 && added > 0) { /* nothing changed: nothing to restore */
-                hosttune_originals_forget_cpu(a->tune.originals, cpu, file);
-                save_originals(a);
+                hosttune_originals_forget_cpu(s->originals, cpu, file);
+                save_originals(s, env);
         }
         /* intel_pstate's performance governor holds EPP at "performance" and refuses other values. */
         if (r == -EBUSY && strcmp(file, HOSTTUNE_EPP) == 0)
                 return;
         char what[96];
         snprintf(what, sizeof what, "cpu%u/cpufreq/%s", cpu, file);
-        note_write(a, what, file, r);
+        note_write(s, what, file, r);
         if (r == 0)
                 snprintf(current, HOSTTUNE_VALUE_MAX, "%s", want);
 }
 
-static void tune_cpu(struct agent *a, struct hosttune_cpu *c) {
-        if (!a->cfg.cpu_governors || c->role == HOSTTUNE_LEAVE)
+static void tune_cpu(struct hosttune_state *s, const struct hosttune_env *env, struct hosttune_cpu *c) {
+        if (!env->cpu_governors || c->role == HOSTTUNE_LEAVE)
                 return;
         bool busy = c->role == HOSTTUNE_BUSY;
         /* The governor first: switching it may reset EPP to the driver's default. */
-        set_cpu_file(a, c->cpu, HOSTTUNE_GOVERNOR, busy ? a->cfg.governor_busy : a->cfg.governor_free, c->governor);
+        set_cpu_file(s, env, c->cpu, HOSTTUNE_GOVERNOR, busy ? env->governor_busy : env->governor_free, c->governor);
         if (*c->epp)
-                set_cpu_file(a, c->cpu, HOSTTUNE_EPP, busy ? a->cfg.epp_busy : a->cfg.epp_free, c->epp);
+                set_cpu_file(s, env, c->cpu, HOSTTUNE_EPP, busy ? env->epp_busy : env->epp_free, c->epp);
 }
 
 /* Read the governor of every online CPU that has one. */
-static int read_cpus(struct agent *a, const struct cpuset *busy) {
-        struct hosttune_state *s = &a->tune;
-        const struct cpuset *online = a->topology->online;
+static int read_cpus(struct hosttune_state *s, const struct hosttune_env *env, const struct cpuset *busy) {
+        const struct cpuset *online = env->topology->online;
         struct hosttune_cpu *cpus = calloc(cpuset_count(online) + 1, sizeof *cpus);
         if (!cpus)
                 return -ENOMEM;
@@ -166,15 +161,15 @@ static int read_cpus(struct agent *a, const struct cpuset *busy) {
         CPUSET_FOREACH(cpu, online) {
                 struct hosttune_cpu *c = &cpus[n];
                 c->cpu = (unsigned)cpu;
-                if (hosttune_fs_read_cpu(root_of(a), c->cpu, HOSTTUNE_GOVERNOR, c->governor) < 0)
+                if (hosttune_fs_read_cpu(env->root, c->cpu, HOSTTUNE_GOVERNOR, c->governor) < 0)
                         continue;
-                if (hosttune_fs_read_cpu(root_of(a), c->cpu, HOSTTUNE_EPP, c->epp) < 0)
+                if (hosttune_fs_read_cpu(env->root, c->cpu, HOSTTUNE_EPP, c->epp) < 0)
                         c->epp[0] = '\0';
                 struct cpuset *policy = NULL;
-                if (hosttune_fs_cpu_policy(root_of(a), c->cpu, &policy) < 0)
+                if (hosttune_fs_cpu_policy(env->root, c->cpu, &policy) < 0)
                         policy = NULL;
                 c->role = hosttune_policy_role(c->cpu, policy, online,
-                                               a->settings ? a->settings->reserved_cpus : NULL, busy);
+                                               env->reserved_cpus, busy);
                 cpuset_free(policy);
                 n++;
         }
@@ -184,49 +179,50 @@ static int read_cpus(struct agent *a, const struct cpuset *busy) {
         return 0;
 }
 
-static void sync_governors(struct agent *a, const struct cpuset *busy) {
-        if (read_cpus(a, busy) < 0)
+static void sync_governors(struct hosttune_state *s, const struct hosttune_env *env, const struct cpuset *busy) {
+        if (read_cpus(s, env, busy) < 0)
                 return;
-        for (size_t i = 0; i < a->tune.n_cpus; i++)
-                tune_cpu(a, &a->tune.cpus[i]);
+        for (size_t i = 0; i < s->n_cpus; i++)
+                tune_cpu(s, env, &s->cpus[i]);
 }
 
 /* ---- IRQs ---- */
 
 /* Set an IRQ's affinity to want, remembering the original. 0 or -errno. */
-static int steer_irq(struct agent *a, int irq, const struct cpuset *want, bool log_failure) {
+static int steer_irq(struct hosttune_state *s, const struct hosttune_env *env, int irq, const struct cpuset *want,
+                     bool log_failure) {
         struct cpuset *now = NULL;
-        int r = hosttune_fs_read_irq(root_of(a), irq, &now);
+        int r = hosttune_fs_read_irq(env->root, irq, &now);
         if (r == 0 && !cpuset_equal(now, want)) {
-                int added = hosttune_originals_note_irq(a->tune.originals, irq, now);
-                r = added > 0 ? save_originals(a) : added;
+                int added = hosttune_originals_note_irq(s->originals, irq, now);
+                r = added > 0 ? save_originals(s, env) : added;
                 if (r == 0)
-                        r = hosttune_fs_write_irq(root_of(a), irq, want);
+                        r = hosttune_fs_write_irq(env->root, irq, want);
                 if (r < 0 && added > 0) { /* never changed: nothing to restore */
-                        hosttune_originals_forget_irq(a->tune.originals, irq);
-                        save_originals(a);
+                        hosttune_originals_forget_irq(s->originals, irq);
+                        save_originals(s, env);
                 }
                 char what[48];
                 snprintf(what, sizeof what, "irq %d", irq);
                 /* Some IRQs (timer, IPIs, managed queues) cannot move: -EIO is their normal answer. */
                 if (log_failure || (r != -EIO && r != -EINVAL))
-                        note_write(a, what, NULL, r);
+                        note_write(s, what, NULL, r);
         }
         cpuset_free(now);
         return r;
 }
 
-static void restore_irq(struct agent *a, int irq) {
-        const char *list = hosttune_originals_irq(a->tune.originals, irq);
+static void restore_irq(struct hosttune_state *s, const struct hosttune_env *env, int irq) {
+        const char *list = hosttune_originals_irq(s->originals, irq);
         struct cpuset *cpus = NULL;
         if (!list || cpuset_parse(list, &cpus) < 0)
                 return;
         char what[48];
         snprintf(what, sizeof what, "irq %d", irq);
-        note_write(a, what, NULL, hosttune_fs_write_irq(root_of(a), irq, cpus));
+        note_write(s, what, NULL, hosttune_fs_write_irq(env->root, irq, cpus));
         cpuset_free(cpus);
-        hosttune_originals_forget_irq(a->tune.originals, irq);
-        save_originals(a);
+        hosttune_originals_forget_irq(s->originals, irq);
+        save_originals(s, env);
 }
 
 static bool has_irq(const struct hosttune_vm *vms, size_t n, int irq) {
@@ -246,11 +242,11 @@ static void vms_free(struct hosttune_vm *vms, size_t n) {
 }
 
 /* The MSI IRQs of every passthrough device of vm, appended to out. */
-static int vm_irqs(const struct agent *a, const struct vm *vm, struct hosttune_vm *out) {
+static int vm_irqs(const struct hosttune_env *env, const struct vm *vm, struct hosttune_vm *out) {
         for (size_t i = 0; i < vm->n_hostpci; i++) {
                 int *irqs = NULL;
                 size_t n = 0;
-                int r = hosttune_fs_pci_irqs(root_of(a), vm->hostpci[i], &irqs, &n);
+                int r = hosttune_fs_pci_irqs(env->root, vm->hostpci[i], &irqs, &n);
                 int *grown = r == 0 ? realloc(out->irqs, (out->n_irqs + n + 1) * sizeof *grown) : NULL;
                 if (!grown) {
                         free(irqs);
@@ -266,37 +262,35 @@ static int vm_irqs(const struct agent *a, const struct vm *vm, struct hosttune_v
 
 /* Steer the passthrough IRQs of every running VM with known CPUs onto them; IRQs of VMs gone get their
  * original affinity back. */
-static void sync_vm_irqs(struct agent *a) {
-        struct hosttune_state *s = &a->tune;
-        struct hosttune_vm *vms = calloc(a->inventory->n_vms + 1, sizeof *vms);
+static void sync_vm_irqs(struct hosttune_state *s, const struct hosttune_env *env) {
+        struct hosttune_vm *vms = calloc(env->inventory->n_vms + 1, sizeof *vms);
         size_t n = 0;
-        for (size_t i = 0; vms && i < a->inventory->n_vms; i++) {
-                const struct vm *vm = a->inventory->vms[i];
-                const struct cpuset *cpus = vm_host_cpus(a, vm);
+        for (size_t i = 0; vms && i < env->inventory->n_vms; i++) {
+                const struct vm *vm = env->inventory->vms[i];
+                const struct cpuset *cpus = vm_host_cpus(env, vm);
                 if (!cpus || cpuset_is_empty(cpus) || vm->n_hostpci == 0)
                         continue;
                 struct hosttune_vm *v = &vms[n++];
                 v->vmid = vm->vmid;
                 v->cpus = cpuset_format(cpus);
-                if (vm_irqs(a, vm, v) < 0)
+                if (vm_irqs(env, vm, v) < 0)
                         continue;
                 for (size_t j = 0; j < v->n_irqs; j++)
-                        steer_irq(a, v->irqs[j], cpus, true);
+                        steer_irq(s, env, v->irqs[j], cpus, true);
         }
         if (!vms)
                 return;
         for (size_t i = 0; i < s->n_vms; i++)
                 for (size_t j = 0; j < s->vms[i].n_irqs; j++)
                         if (!has_irq(vms, n, s->vms[i].irqs[j]))
-                                restore_irq(a, s->vms[i].irqs[j]);
+                                restore_irq(s, env, s->vms[i].irqs[j]);
         vms_free(s->vms, s->n_vms);
         s->vms = vms;
         s->n_vms = n;
 }
 
 /* irqbalance would move the IRQs back: tell the operator once (per advice) what to set, as the seed's docs do. */
-static void advise_irqbalance(struct agent *a, const struct cpuset *pinned) {
-        struct hosttune_state *s = &a->tune;
+static void advise_irqbalance(struct hosttune_state *s, const struct cpuset *pinned) {
         _cleanup_free_ char *list = cpuset_format(pinned);
         char args[512] = "", *hint = NULL;
         size_t used = 0;
@@ -318,27 +312,26 @@ static void advise_irqbalance(struct agent *a, const struct cpuset *pinned) {
 }
 
 /* Every IRQ that serves no VM: off the pinned CPUs, unless irqbalance runs (then advise). */
-static void sync_other_irqs(struct agent *a, const struct cpuset *pinned) {
-        struct hosttune_state *s = &a->tune;
-        s->irqbalance = hosttune_fs_irqbalance_running(root_of(a));
+static void sync_other_irqs(struct hosttune_state *s, const struct hosttune_env *env, const struct cpuset *pinned) {
+        s->irqbalance = hosttune_fs_irqbalance_running(env->root);
         s->irqs_off_pinned = 0;
         if (cpuset_is_empty(pinned))
                 return;
         if (s->irqbalance) {
-                advise_irqbalance(a, pinned);
+                advise_irqbalance(s, pinned);
                 return;
         }
         int *irqs = NULL;
         size_t n = 0;
-        if (hosttune_fs_irqs(root_of(a), &irqs, &n) < 0)
+        if (hosttune_fs_irqs(env->root, &irqs, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
                 struct cpuset *now = NULL, *want = NULL;
-                if (has_irq(s->vms, s->n_vms, irqs[i]) || hosttune_fs_read_irq(root_of(a), irqs[i], &now) < 0)
+                if (has_irq(s->vms, s->n_vms, irqs[i]) || hosttune_fs_read_irq(env->root, irqs[i], &now) < 0)
                         continue;
-                int r = hosttune_irq_off_pinned(now, pinned, a->topology->online, &want);
+                int r = hosttune_irq_off_pinned(now, pinned, env->topology->online, &want);
                 if (r > 0)
-                        r = steer_irq(a, irqs[i], want, false);
+                        r = steer_irq(s, env, irqs[i], want, false);
                 s->irqs_off_pinned += r == 0 && hosttune_originals_irq(s->originals, irqs[i]);
                 cpuset_free(now);
                 cpuset_free(want);
@@ -349,7 +342,7 @@ static void sync_other_irqs(struct agent *a, const struct cpuset *pinned) {
 /* ---- restoring ---- */
 
 /* Write back every value of orig: governors before EPP. Returns how many writes failed (logged). */
-static unsigned restore_all(struct agent *a, const json_t *orig) {
+static unsigned restore_all(const struct hosttune_env *env, const json_t *orig) {
         unsigned failed = 0;
         const char *key, *file;
         json_t *v, *val;
@@ -358,7 +351,7 @@ static unsigned restore_all(struct agent *a, const json_t *orig) {
                 const char *files[] = { HOSTTUNE_GOVERNOR, HOSTTUNE_EPP };
                 for (int k = 0; k < 2; k++) {
                         const char *value = json_string_value(json_object_get(v, files[k]));
-                        int r = value ? hosttune_fs_write_cpu(root_of(a), cpu, files[k], value) : 0;
+                        int r = value ? hosttune_fs_write_cpu(env->root, cpu, files[k], value) : 0;
                         if (r < 0 && !(r == -EBUSY && k == 1)) {
                                 log_error("cannot restore cpu%u %s to %s: %s", cpu, files[k], value, strerror(-r));
                                 failed++;
@@ -369,7 +362,7 @@ static unsigned restore_all(struct agent *a, const json_t *orig) {
                 struct cpuset *cpus = NULL;
                 int r = cpuset_parse(json_string_value(val), &cpus);
                 if (r == 0)
-                        r = hosttune_fs_write_irq(root_of(a), atoi(file), cpus);
+                        r = hosttune_fs_write_irq(env->root, atoi(file), cpus);
                 cpuset_free(cpus);
                 if (r < 0) {
                         log_error("cannot restore irq %s to %s: %s", file, json_string_value(val), strerror(-r));
@@ -379,10 +372,10 @@ static unsigned restore_all(struct agent *a, const json_t *orig) {
         return failed;
 }
 
-int hosttune_start(struct agent *a) {
+int hosttune_start(const struct hosttune_env *env) {
         char path[PATH_MAX];
         _cleanup_free_ char *text = NULL;
-        int r = state_path(a, path, sizeof path);
+        int r = state_path(env, path, sizeof path);
         if (r == 0)
                 r = fileio_read(path, STATE_MAX_BYTES, &text, NULL);
         if (r == -ENOENT)
@@ -393,45 +386,42 @@ int hosttune_start(struct agent *a) {
         if (!hosttune_originals_valid(orig)) {
                 log_error("%s is not a host-settings file; removing it without restoring anything", path);
         } else {
-                unsigned failed = restore_all(a, orig);
+                unsigned failed = restore_all(env, orig);
                 log_info("restored %zu host settings a previous run left changed (%u failed)",
                          hosttune_originals_count(orig), failed);
         }
-        remove_state(a);
+        remove_state(env);
         return 0;
 }
 
-void hosttune_sync(struct agent *a) {
-        struct hosttune_state *s = &a->tune;
+void hosttune_sync(struct hosttune_state *s, const struct hosttune_env *env) {
         s->pending = false;
-        if (!a->topology || !a->inventory)
+        if (!env->topology || !env->inventory)
                 return;
         if (!s->originals && !(s->originals = hosttune_originals_new()))
                 return;
         if (!s->failing && !(s->failing = json_object()))
                 return;
-        struct cpuset *busy = busy_cpus(a);
+        struct cpuset *busy = busy_cpus(env);
         if (!busy)
                 return;
-        sync_governors(a, busy);
-        if (a->cfg.irq_affinity) {
-                sync_vm_irqs(a);
-                sync_other_irqs(a, busy);
+        sync_governors(s, env, busy);
+        if (env->irq_affinity) {
+                sync_vm_irqs(s, env);
+                sync_other_irqs(s, env, busy);
         }
         cpuset_free(busy);
-        free(a->capacity_json); /* the document shows the governors and IRQs */
-        a->capacity_json = NULL;
 }
 
-void hosttune_stop(struct agent *a) {
-        const json_t *orig = a->tune.originals;
+void hosttune_stop(struct hosttune_state *s, const struct hosttune_env *env) {
+        const json_t *orig = s->originals;
         if (!orig || hosttune_originals_count(orig) == 0)
                 return;
-        unsigned failed = restore_all(a, orig);
+        unsigned failed = restore_all(env, orig);
         log_info("restored %zu original host settings (%u failed)", hosttune_originals_count(orig), failed);
-        json_decref(a->tune.originals);
-        a->tune.originals = NULL;
-        remove_state(a);
+        json_decref(s->originals);
+        s->originals = NULL;
+        remove_state(env);
 }
 
 /* ---- showing it ---- */
@@ -459,15 +449,13 @@ static json_t *vms_json(const struct hosttune_state *s) {
         return arr;
 }
 
-json_t *hosttune_json(const struct agent *a) {
-        const struct hosttune_state *s = &a->tune;
-        return json_pack("{s:b, s:b, s:b, s:I, s:o*, s:o*}", "cpu_governors", a->cfg.cpu_governors, "irq_affinity",
-                         a->cfg.irq_affinity, "irqbalance", s->irqbalance, "irqs_off_pinned",
+json_t *hosttune_json(const struct hosttune_state *s, const struct hosttune_env *env) {
+        return json_pack("{s:b, s:b, s:b, s:I, s:o*, s:o*}", "cpu_governors", env->cpu_governors, "irq_affinity",
+                         env->irq_affinity, "irqbalance", s->irqbalance, "irqs_off_pinned",
                          (json_int_t)s->irqs_off_pinned, "cpus", cpus_json(s), "vms", vms_json(s));
 }
 
-void hosttune_render_metrics(struct prom *p, const struct agent *a) {
-        const struct hosttune_state *s = &a->tune;
+void hosttune_render_metrics(struct prom *p, const struct hosttune_state *s) {
         char v[16];
         prom_family(p, "pvescale_agent_cpu_governor", "gauge",
                     "The cpufreq governor of each online CPU that has one; the value is always 1.");

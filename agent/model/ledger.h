@@ -72,6 +72,23 @@ int ledger_add_bound(struct ledger *l, const char *id, const char *owner, int vm
 /* Remove a reservation. -ENOENT unknown id. */
 int ledger_release(struct ledger *l, const char *id);
 
+/* What one change replaced, so that a change whose save failed is taken back whole (ledger_undo). */
+enum ledger_undo_kind {
+        LEDGER_UNDO_RESERVE, /* a reservation was granted: remove it */
+        LEDGER_UNDO_BIND,    /* a reservation was bound: give it back its vmid and expiry */
+};
+struct ledger_undo {
+        enum ledger_undo_kind kind;
+        char id[LEDGER_ID_LEN + 1];
+        int vmid;           /* LEDGER_UNDO_BIND: before the bind */
+        int64_t expires_at; /* LEDGER_UNDO_BIND: before the bind */
+};
+/* The undo of r just granted (ledger_reserve), and of a bind of r about to be made (before ledger_bind). */
+struct ledger_undo ledger_undo_reserve(const struct reservation *r);
+struct ledger_undo ledger_undo_bind(const struct reservation *r);
+/* Take the change back. A reservation that is gone meanwhile is left alone. */
+void ledger_undo(struct ledger *l, const struct ledger_undo *u);
+
 /* Release unbound reservations whose TTL passed, and bound ones whose VM config is gone from inv.
  * Returns how many were released. */
 unsigned ledger_expire(struct ledger *l, const struct inventory *inv, int64_t now);

@@ -100,7 +100,8 @@ static void get_vm(struct agent *a, const struct http_request *req, struct http_
                 return;
         json_t *doc = vm_to_json(inventory_find(a->inventory, vmid));
         const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
-        json_t *pinning = pin_service_vm_status(a, vmid);
+        struct pin_env env = agent_pin_env(a);
+        json_t *pinning = pin_service_vm_status(&env, vmid);
         json_object_set_new(doc, "reservation", r ? reservation_to_json(r) : json_null());
         json_object_set_new(doc, "pinning", pinning ? pinning : json_null());
         api__reply(resp, 200, doc);
@@ -111,7 +112,8 @@ static void post_vm_pin(struct agent *a, const struct http_request *req, struct 
         json_t *report = NULL;
         if (vmid < 0)
                 return;
-        int r = pin_service_pin_now(a, vmid, &report);
+        struct pin_env env = agent_pin_env(a);
+        int r = pin_service_pin_now(&a->pins, &env, vmid, &report);
         if (r == -EPERM)
                 api__error(resp, 409, "conflict", "node_policy is simple: the agent does not pin");
         else if (r == -ENOENT)
