@@ -327,7 +327,14 @@ def install_phase():
         denials = c.sim.admin("GET", "/kube-denials").json
         check(denials == [], "the RBAC helm installed refused none of the coordinator's calls (%s)" % denials[:3])
         if got:
-            kubectl_views(c, kc, got[0])
+            # The claim is created, then its status (host) written in a second call: compare kubectl's columns with
+            # the claim once its status is there (with --launch=false nothing changes it after that).
+            try:
+                coordlib.wait_for(lambda: (claims() or [{}])[0].get("status", {}).get("host"), 20,
+                                  what="the NodeClaim's status.host")
+            except AssertionError:
+                pass
+            kubectl_views(c, kc, (claims() or got)[0])
         if coord.poll() is not None or not got:
             log.flush()
             with open(log.name) as f:
