@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/scaleup: the coordinator's own overhead from the first pending pod to the Proxmox start call, over 200
-claims, against the simulator with clone and boot delays set to 0 and a real agent per host. Prints a table and
-a RESULT line."""
+claims, against the simulator (Proxmox and kubelets) on a real Kubernetes control plane (../shared/k8s), with clone
+and boot delays set to 0 and a real agent per host. Prints a table and a RESULT line."""
 # SPDX-License-Identifier: Apache-2.0
 import collections
 import json
@@ -24,10 +24,8 @@ HOSTS = "pve1=eas-tioga,pve2=eas-tioga,pve3=eas-tioga"
 PODS = "/api/v1/namespaces/default/pods"
 ZERO = ("clone_seconds=0", "create_seconds=0", "start_seconds=0", "join_delay_seconds=0", "ready_delay_seconds=0",
         "pod_start_seconds=0", "stats_delay_seconds=0", "auth_delay_seconds=0.1")
-# The test suite's simulator retries unschedulable pods every 50-500 ms to keep tests short; a burst then
-# rewrites each pending pod's PodScheduled message about 20 times. kube-scheduler backs a pod off 1 s, doubling to
-# 10 s (podInitialBackoffSeconds, podMaxBackoffSeconds), so the bench uses that.
-SCHEDULER = ("scheduler_backoff_seconds=1", "scheduler_max_backoff_seconds=10")
+# The pods are scheduled by the real kube-scheduler, which backs an unschedulable pod off 1 s, doubling to 10 s
+# (podInitialBackoffSeconds, podMaxBackoffSeconds).
 
 
 def cpu_seconds(pid):
@@ -175,7 +173,7 @@ def print_task_polls(tasks):
 
 
 def main():
-    c = cl.Cluster(HOSTS, knobs=ZERO + SCHEDULER)
+    c = cl.Cluster(HOSTS, knobs=ZERO, kube="real")
     co = None
     try:
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
@@ -187,7 +185,8 @@ def main():
         probe = SpeedProbe()
         probe.start()
         cpu0, ticks0 = cpu_seconds(co.proc.pid), machine_ticks()
-        # All pods pending at one instant, as a Deployment scaled up makes them (the simulator's bulk create).
+        # All pods made at once, as a Deployment scaled up makes them (the simulator's bulk create: checked with
+        # dryRun=All, then created through the API one after another).
         r = c.sim.admin("POST", "/actions/pods", {"namespace": "default",
                                                   "pods": [one_node_each(i) for i in range(CLAIMS)]})
         assert r.status == 201, r
@@ -227,7 +226,7 @@ def main():
         row("    of that, before the launcher took it up", [o[4] for o in own])
         row("    of that, in the launcher", [o[2] - o[4] for o in own])
         for n, span, closed in BATCH.findall(co.logtext()):
-            print("batch of %s pods: they arrived over %s ms (as the simulator's scheduler marked them unschedulable), "
+            print("batch of %s pods: they arrived over %s ms (as kube-scheduler marked them unschedulable), "
                   "so it closed after %s ms" % (n, span, closed))
         print("%-46s %8.2f" % ("coordinator CPU per claim (ms)", cpu_ms))
         print("%-46s %8.2f" % ("  of which in the kernel", kernel * 1000 / CLAIMS))
@@ -235,7 +234,8 @@ def main():
         run_speed = pct(probe.samples, 50) if probe.samples else speed0
         print("%-46s %8.1f %8.1f" % ("machine speed: µs to read a NodeClaim (idle, run)", speed0, run_speed))
         print("%-46s %8.2f" % ("  CPU per claim at the idle speed (ms)", cpu_ms * speed0 / run_speed))
-        print_calls(report["api_calls"])
+        # Proxmox calls from the simulator, Kubernetes calls from kube-apiserver's audit log (GET /calls)
+        print_calls({"pve": report["api_calls"]["pve"], "kube": c.sim.admin("GET", "/calls").json["kube"]})
         print_task_polls(c.sim.admin("GET", "/tasks").json)
         print("own = the coordinator's account at each start call: time since its batch's first pending pod minus the "
               "time its\nthreads spent inside requests on that claim's way (provisioning round, launcher reconciles) "

@@ -11,8 +11,8 @@
  *    "exit_when": "initialized" | "empty" | "gc" | "never", "timeout_ms": 120000}
  * Exit 0 when exit_when is met, 1 on timeout, 2 on bad input. Progress goes to stderr.
  *
- * launcher_driver apply KUBECONFIG FILE.yaml...: create the objects of YAML files (e.g. the CRDs) and wait until
- * each CRD serves its kind. */
+ * launcher_driver apply KUBECONFIG FILE.yaml...: create the objects of YAML files (e.g. the CRDs; one that exists
+ * already is left as it is). It does not wait for a CRD to serve its kind: the caller does (launchlib.World). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <jansson.h>

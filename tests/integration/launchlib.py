@@ -1,5 +1,6 @@
-"""launchlib: a world for launcher tests: the simulator (PVE + Kubernetes), the pvescale CRDs, a real pvescale-agent
-per host, a NodeClass and NodePool, and the launcher_driver (a stand-in controller around launcher_reconcile)."""
+"""launchlib: a world for launcher tests: the simulator (PVE + kubelets) on a real Kubernetes control plane
+(../shared/k8s), the pvescale CRDs, a real pvescale-agent per host, a NodeClass and NodePool, and the launcher_driver
+(a stand-in controller around launcher_reconcile)."""
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import glob
@@ -19,6 +20,7 @@ BUILD = os.environ.get("PVESCALE_BUILD_DIR") or os.path.join(SRC, "build")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SRC, "tests", "sim"))
 import agentlib  # noqa: E402
+import coordlib  # noqa: E402
 import simtest  # noqa: E402
 from test_agent_reservations import Client  # noqa: E402
 
@@ -55,13 +57,27 @@ def node_pool(name="default", node_class_name="default"):
 
 
 class World:
-    """Simulator + CRDs + agents. agents: None = one per host, or a set of host names that get one."""
+    """Simulator + CRDs + agents. agents: None = one per host, or a set of host names that get one. kube: "real" (a
+    control plane of the World's own, started without kube-public/cluster-info: the World publishes it) or a
+    coordlib.ControlPlane the World attaches to (it must be clean; stop() deletes what the test made on it)."""
 
-    def __init__(self, hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", knobs=(), agents=None, nodeclass=None):
+    def __init__(self, hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", knobs=(), agents=None, nodeclass=None,
+                 kube="real"):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-launch-")
-        self.sim = simtest.Sim(hosts=hosts, knobs=list(knobs))
+        self.shared = kube if isinstance(kube, coordlib.ControlPlane) else None
         self.agents = {}
         self.procs = []
+        if self.shared:
+            left = self.shared.leftovers()
+            assert not left, "the shared control plane is not clean: %s" % left
+            args = ["--kube-attach", self.shared.dir]
+        else:
+            args = ["--no-cluster-info"]
+        try:
+            self.sim = simtest.Sim(hosts=hosts, knobs=list(knobs), kube="real", args=args)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         try:
             self._setup(agents, nodeclass)
         except BaseException:
@@ -76,7 +92,8 @@ class World:
         crds = sorted(glob.glob(os.path.join(SRC, "deploy", "crds", "*.yaml")))
         r = subprocess.run([DRIVER, "apply", self.kubeconfig] + crds, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-        wait_for(lambda: self.sim.kube("GET", API + "/nodeclaims").status == 200, 10, what="NodeClaim CRD served")
+        for kind in ("nodeclaims", "nodepools", "proxmoxnodeclasses"):  # a real API server serves them a moment later
+            wait_for(lambda: self.sim.kube("GET", API + "/" + kind).status == 200, 30, 0.1, what=kind + " served")
         self._cluster_info()
         self.ca, cert, key = agentlib.make_tls(self.tmp)
         self.token_file, self.token = agentlib.write_token(self.tmp)
@@ -121,7 +138,11 @@ class World:
         try:
             self.sim.stop()
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            try:
+                if self.shared:  # the simulator's kubelets are gone: what they and the test made goes too
+                    self.shared.clean()
+            finally:
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
     # ---- Kubernetes ----
     def kcreate(self, path, obj):

@@ -19,8 +19,14 @@ def step(w, name):
 
 
 class LauncherFaultTest(unittest.TestCase):
+    """On one real control plane (../shared/k8s) shared by the class's tests: each test's World attaches to it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cp = launchlib.coordlib.ControlPlane.start_for(cls)
+
     def world(self, **kw):
-        w = launchlib.World(**kw)
+        w = launchlib.World(kube=self.cp, **kw)
         self.addCleanup(w.stop)
         return w
 

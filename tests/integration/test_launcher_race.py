@@ -15,8 +15,14 @@ ONE_HOST = "pve1=32intel64-2p8co2t+8ve"
 
 
 class LauncherRaceTest(unittest.TestCase):
+    """On one real control plane (../shared/k8s) shared by the class's tests: each test's World attaches to it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cp = launchlib.coordlib.ControlPlane.start_for(cls)
+
     def world(self, **kw):
-        w = launchlib.World(**kw)
+        w = launchlib.World(kube=self.cp, **kw)
         self.addCleanup(w.stop)
         return w
 

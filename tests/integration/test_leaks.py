@@ -2,7 +2,7 @@
 # The agent and the coordinator under valgrind (memcheck: --leak-check=full, definite and indirect leaks are errors,
 # like every invalid access or use of an uninitialised value) through a scale-up: pending pods become NodeClaims,
 # offers and reservations on two real agents, VMs the agents pin, Nodes, Running pods; then a claim deleted (drain, VM
-# deleted, reservation released) and SIGTERM. Every process
+# deleted, reservation released) and SIGTERM, on a real Kubernetes control plane (../shared/k8s). Every process
 # must exit 0 with "ERROR SUMMARY: 0 errors". Plain build only (valgrind and ASan do not mix).
 # SPDX-License-Identifier: Apache-2.0
 import glob
@@ -43,7 +43,7 @@ class LeakTest(cl.CoordinatorTest):
         self.real = cl.AGENT, cl.COORDINATOR
         cl.AGENT = wrapper(self.tmp, "agent", self.real[0])
         cl.COORDINATOR = wrapper(self.tmp, "coordinator", self.real[1])
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga")
+        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", kube="real")
         self.co = None
 
     def tearDown(self):

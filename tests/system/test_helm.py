@@ -6,17 +6,19 @@ validated against ../shared/data/k8s-openapi (unknown fields refused; rbac.autho
 which the v3 files do not cover) or, for our custom resources, the CRDs' openAPIV3Schema; the ServiceMonitor
 (monitoring.coreos.com, in neither) checked for the shape prometheus-operator needs; and the in-house renderer
 (tests/unit/helmrender.c, build/tests/unit/helm_render) must render exactly what helm renders. Then helm install and
-helm upgrade (changed config and setting) into the simulated cluster, the CRD upgrade step of docs/install.md
+helm upgrade (changed config and setting, server-side apply, helm v4's default) into a real Kubernetes control plane
+(../shared/k8s, the simulator's real mode), the CRD upgrade step of docs/install.md
 (`kubectl apply -f` of the chart's crds/, which helm never upgrades), and the coordinator run with the args and
 env of the Deployment helm created, the config of the Secret it created and a token of the ServiceAccount it created
-(TokenRequest API), so the simulator authorizes its calls by the RBAC helm installed: ready, a pending pod gets a
-NodeClaim of the chart's NodePool, and no call is refused."""
+(TokenRequest API), so the real RBAC authorizer checks its calls by the RBAC helm installed: ready, a pending pod
+gets a NodeClaim of the chart's NodePool, and no call is refused (kube-apiserver's audit log, GET /kube-denials)."""
 # SPDX-License-Identifier: Apache-2.0
 import copy
 import glob
 import json
 import os
 import base64
+import re
 import subprocess
 import sys
 import tempfile
@@ -138,7 +140,7 @@ def compare_inhouse(objs, values, label):
 
 
 def helm_kube(kubeconfig, *args):
-    """helm against the simulator; client-side apply (--server-side=false): the simulator has no server-side apply."""
+    """helm against the real control plane (server-side apply, helm v4's default)."""
     return run(HELM, "--kubeconfig", kubeconfig, *args)
 
 
@@ -150,9 +152,12 @@ def sa_kubeconfig(c, tmp):
     path = os.path.join(tmp, "kubeconfig-sa")
     with open(c.sim.ep["kube"]["kubeconfig"]) as f:
         text = f.read()
-    sa = text.replace("token: " + c.sim.ep["kube"]["token"], "token: " + (r.json or {}).get("status", {}).get(
-        "token", "none"))
-    check(sa != text, "the coordinator's kubeconfig carries the ServiceAccount's token, not the admin's")
+    token = (r.json or {}).get("status", {}).get("token", "none")
+    # the admin's client certificate gives way to the token (as coordlib.Cluster.run_as_chart does)
+    sa = re.sub(r"(?m)^\s+client-(certificate|key)-data: .*\n", "", text)
+    sa = re.sub(r"(?m)^(\s+)user:\s*$", lambda m: m.group(0) + "\n" + m.group(1) + "  token: " + token, sa)
+    check("token: " + token in sa and "client-certificate" not in sa and "client-key" not in sa,
+          "the coordinator's kubeconfig carries the ServiceAccount's token, not the admin's certificate")
     with open(path, "w") as f:
         f.write(sa)
     return path
@@ -236,7 +241,7 @@ def kubectl_views(c, kc, claim):
               for r in rows), "kubectl get events: LAST SEEN TYPE REASON OBJECT MESSAGE, pod/web-1 Nominated on %s" % name)
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cp-1", "labels": {"node-role.kubernetes.io/control-plane": ""}}}
     c.sim.kube("POST", "/api/v1/nodes", node)
-    for _ in range(5):  # the simulator's node lifecycle controller may write the status between our read and write
+    for _ in range(5):  # kube-controller-manager's node lifecycle controller may write the status between our read and write
         node = c.sim.kube("GET", "/api/v1/nodes/cp-1").json
         node["status"] = {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": dict(
             {k: "x" for k in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
@@ -254,8 +259,8 @@ def kubectl_views(c, kc, claim):
 
 
 def install_phase():
-    """helm install and upgrade into the simulated cluster, then the coordinator run as the Deployment says."""
-    c = coordlib.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False)
+    """helm install and upgrade into a real control plane, then the coordinator run as the Deployment says."""
+    c = coordlib.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False, kube="real")
     tmp = tempfile.mkdtemp(prefix="pvescale-helm-")
     coord = None
     try:
@@ -269,14 +274,14 @@ def install_phase():
                        "customResources": {"nodeClass": {"default": {"enabled": True}},
                                            "nodePools": {"default": {"enabled": True}}}}, f)
         t0 = time.time()
-        p = helm_kube(kc, "install", RELEASE, CHART, "-n", NS, "-f", values, "--server-side=false")
-        check(p.returncode == 0 and "STATUS: deployed" in p.stdout, "helm install into the simulator (%.1fs)%s" % (
+        p = helm_kube(kc, "install", RELEASE, CHART, "-n", NS, "-f", values)
+        check(p.returncode == 0 and "STATUS: deployed" in p.stdout, "helm install into the control plane (%.1fs)%s" % (
             time.time() - t0, "" if p.returncode == 0 else ": " + p.stderr))
         config["clusters"][0]["insecure"] = False
         changed = os.path.join(tmp, "values-2.json")
         with open(changed, "w") as f:
             json.dump({"config": config}, f)
-        p = helm_kube(kc, "upgrade", RELEASE, CHART, "-n", NS, "-f", values, "-f", changed, "--server-side=false",
+        p = helm_kube(kc, "upgrade", RELEASE, CHART, "-n", NS, "-f", values, "-f", changed,
                       "--set", "settings.workers=8")
         check(p.returncode == 0 and "REVISION: 2" in p.stdout, "helm upgrade with a changed config and setting: revision 2%s" % (
             "" if p.returncode == 0 else ": " + p.stderr))
@@ -322,7 +327,14 @@ def install_phase():
         denials = c.sim.admin("GET", "/kube-denials").json
         check(denials == [], "the RBAC helm installed refused none of the coordinator's calls (%s)" % denials[:3])
         if got:
-            kubectl_views(c, kc, got[0])
+            # The claim is created, then its status (host) written in a second call: compare kubectl's columns with
+            # the claim once its status is there (with --launch=false nothing changes it after that).
+            try:
+                coordlib.wait_for(lambda: (claims() or [{}])[0].get("status", {}).get("host"), 20,
+                                  what="the NodeClaim's status.host")
+            except AssertionError:
+                pass
+            kubectl_views(c, kc, (claims() or got)[0])
         if coord.poll() is not None or not got:
             log.flush()
             with open(log.name) as f:

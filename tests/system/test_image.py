@@ -1,5 +1,5 @@
 """System test: packaging/build-image builds the coordinator's OCI image; unpacked, it holds no shell and runs its
-configured entrypoint as 65532 inside its own root against the simulator."""
+configured entrypoint as 65532 inside its own root against the simulator on a real Kubernetes control plane."""
 # SPDX-License-Identifier: Apache-2.0
 #
 # Needs root (chroot, mount namespaces), umoci, skopeo and the build dependencies. Steps:
@@ -9,9 +9,10 @@ configured entrypoint as 65532 inside its own root against the simulator."""
 # coordinator, passwd/group with 65532, the CA bundle, at most 30 MB -> the entrypoint with --version, then
 # against the simulator, run as a container runtime would (a new mount and PID namespace, the root bind-mounted
 # read-only as the chart's readOnlyRootFilesystem makes it, /proc and a minimal /dev, chroot with the image's
-# user): Kubernetes and Proxmox reached by the name localhost, Proxmox verified by the image's CA bundle (to which
-# the test adds the simulator's CA, as an operator with a private CA would), one agent's name found in
-# /etc/hosts and the other's through DNS (a stub server this test runs, named in /etc/resolv.conf); /readyz,
+# user): Kubernetes (a real kube-apiserver, ../shared/k8s) and Proxmox reached by the name localhost, Proxmox
+# verified by the image's CA bundle (to which the test adds the simulator's CA, as an operator with a private CA
+# would), one agent's name found in /etc/hosts and the other's through DNS (a stub server this test runs, named in
+# /etc/resolv.conf); /readyz,
 # a NodeClaim for a pending pod (--launch=false), the process's uid, gid, capabilities and PID 1, every mapped
 # file inside the image, and exit 0 on SIGTERM.
 import gzip
@@ -428,7 +429,7 @@ def check_process(ctr):
 def against_simulator(root, process, tmp):
     dns = None
     cl.make_tls = make_tls_with_names  # the agents' certificate names pveN.pvescale.test too
-    c = cl.Cluster(HOSTS)
+    c = cl.Cluster(HOSTS, kube="real")  # a real control plane (../shared/k8s): the image talks to kube-apiserver
     ctr = None
     try:
         # DNS knows every agent's name but the first's, which only /etc/hosts has.

@@ -7,9 +7,9 @@
 2. The Proxmox role: the guide's `pveum` block, run by bash through tests/sim/pveum against a fresh simulated
    cluster that checks every call's privileges as Proxmox VE does.
 3. The coordinator: the guide's Helm block, run by bash: `scp` of the token and the cluster CA from a host (a shim
-   copies from the /etc/pve tree), `kubectl create secret` and `helm install` with the real kubectl and helm into
-   the simulated Kubernetes API (a shim adds --server-side=false: the simulator has no server-side apply). In the
-   values heredoc only what names this test's cluster changes: the Proxmox URL and the token secret `pveum`
+   copies from the /etc/pve tree), `kubectl create secret` and `helm install` with the real kubectl and helm (as
+   written: server-side apply) into a real Kubernetes control plane (../shared/k8s, the simulator's real mode). In
+   the values heredoc only what names this test's cluster changes: the Proxmox URL and the token secret `pveum`
    printed, the region's name (the simulated kubelets' providerIDs carry it), the simulator's CA for Proxmox, the
    agents' port and their addresses (all simulated hosts say 127.0.0.1 in /cluster/status).
 4. The image the guide builds (packaging/build-image, unpacked with skopeo and umoci as tests/system/test_image.py
@@ -58,7 +58,7 @@ def write_shim(bindir, name, text):
 
 class InstallGuideTest(cl.CoordinatorTest):
     def setUp(self):
-        self.c = ClusterLayout("pve1=eas-tioga,pve2=32intel64-2p8co2t+8ve")
+        self.c = ClusterLayout("pve1=eas-tioga,pve2=32intel64-2p8co2t+8ve", kube="real")
         self.co = None
         c = self.c
         self.work = os.path.join(c.tmp, "operator")
@@ -72,8 +72,7 @@ class InstallGuideTest(cl.CoordinatorTest):
         # scp root@<host>:/etc/pve/<path>... <dir>: every host sees the same /etc/pve (pmxcfs).
         write_shim(bindir, "scp", 'dest="${@: -1}"\nfor src in "${@:1:$#-1}"; do\n'
                    '  cp "%s/${src#*:/etc/pve/}" "$dest"\ndone\n' % c.pve)
-        write_shim(bindir, "helm", 'case "$1" in install|upgrade) set -- "$@" --server-side=false;; esac\n'
-                   'exec "%s" "$@"\n' % test_helm.HELM)
+        os.symlink(test_helm.HELM, os.path.join(bindir, "helm"))
         self.env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"], PVESCALE_SIM_STATE=c.sim.state,
                         KUBECONFIG=c.sim.ep["kube"]["kubeconfig"])
         self.assertEqual(c.sim.admin("POST", "/actions/pve-access-reset", {"region": "r1"}).status, 200)
