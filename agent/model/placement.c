@@ -440,30 +440,55 @@ static bool next_combo(size_t *c, size_t k, size_t n) {
         return true;
 }
 
-/* The last resort, any CPUs (pairs may break, guest nodes may be small): fewest nodes first; among sets
- * of that size one package first, then the fullest. */
-static bool choose_fill(struct fit *f) {
+/* Visit the sets of k candidate nodes in lexicographic order, k from 2 up to what the VM and PLACEMENT_MAX_NUMA
+ * allow, at most MAX_SET_EVALS sets of each size: the fewest guest nodes first. Stops when visit returns true, or
+ * after a size once *found (when given) holds. True when it stopped early. */
+static bool each_set(const struct fit *f, bool (*visit)(const struct fit *, const size_t *, size_t, void *),
+                     void *ctx, const bool *found) {
         size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
         for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
-                struct set_eval best = { 0 }, e;
-                bool found = false;
                 size_t combo[PLACEMENT_MAX_NUMA];
                 for (size_t j = 0; j < k; j++)
                         combo[j] = j;
                 unsigned evals = 0;
                 do {
-                        if (eval_set(f, combo, k, &e) && (!found || set_better(&e, &best))) {
-                                best = e;
-                                found = true;
-                        }
+                        if (visit(f, combo, k, ctx))
+                                return true;
                 } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
-                if (found) {
-                        f->n_share = best.n;
-                        memcpy(f->share, best.share, best.n * sizeof(struct share));
+                if (found && *found)
                         return true;
-                }
         }
         return false;
+}
+
+static void take_shares(struct fit *f, const struct share *share, size_t n) {
+        f->n_share = n;
+        memcpy(f->share, share, n * sizeof(struct share));
+}
+
+/* The last resort, any CPUs (pairs may break, guest nodes may be small): fewest nodes first; among sets
+ * of that size one package first, then the fullest. */
+struct fill_search {
+        struct set_eval best;
+        bool found;
+};
+
+static bool visit_fill(const struct fit *f, const size_t *combo, size_t k, void *ctx) {
+        struct fill_search *fs = ctx;
+        struct set_eval e;
+        if (eval_set(f, combo, k, &e) && (!fs->found || set_better(&e, &fs->best))) {
+                fs->best = e;
+                fs->found = true;
+        }
+        return false;
+}
+
+static bool choose_fill(struct fit *f) {
+        struct fill_search fs = { 0 };
+        if (!each_set(f, visit_fill, &fs, &fs.found))
+                return false;
+        take_shares(f, fs.best.share, fs.best.n);
+        return true;
 }
 
 /* ---- splits that keep pairs and balance (placement_split.c) ---- */
@@ -582,45 +607,38 @@ static void eval_split(const struct fit *f, const size_t *combo, size_t k, int t
         }
 }
 
-static bool choose_tier(struct fit *f, int tier) {
-        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
-        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
-                struct set_eval best = { 0 };
-                bool found = false;
-                size_t combo[PLACEMENT_MAX_NUMA];
-                for (size_t j = 0; j < k; j++)
-                        combo[j] = j;
-                unsigned evals = 0;
-                do
-                        eval_split(f, combo, k, tier, &best, &found);
-                while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
-                if (found) {
-                        f->n_share = best.n;
-                        memcpy(f->share, best.share, best.n * sizeof(struct share));
-                        return true;
-                }
-        }
+struct tier_search {
+        int tier;
+        struct set_eval best;
+        bool found;
+};
+
+static bool visit_tier(const struct fit *f, const size_t *combo, size_t k, void *ctx) {
+        struct tier_search *ts = ctx;
+        eval_split(f, combo, k, ts->tier, &ts->best, &ts->found);
         return false;
+}
+
+static bool choose_tier(struct fit *f, int tier) {
+        struct tier_search ts = { .tier = tier };
+        if (!each_set(f, visit_tier, &ts, &ts.found))
+                return false;
+        take_shares(f, ts.best.share, ts.best.n);
+        return true;
 }
 
 /* Whether the free memory (or the host's node sizes) forces a guest node under a quarter of the VM:
  * no node set could hold a quarter split even if no VM used any CPU. */
-static bool small_forced(const struct fit *f) {
-        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
+static bool quarter_split_fits(const struct fit *f, const size_t *combo, size_t k, void *ctx) {
         struct placement__slot sl[PLACEMENT_MAX_NUMA];
         unsigned units[PLACEMENT_MAX_NUMA];
-        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
-                size_t combo[PLACEMENT_MAX_NUMA];
-                for (size_t j = 0; j < k; j++)
-                        combo[j] = j;
-                unsigned evals = 0;
-                do {
-                        set_slots(f, combo, k, TIER_QUARTER, true, sl);
-                        if (placement__split(sl, k, f->vcpus / fit_unit(f), PLACEMENT__BALANCED, units))
-                                return false;
-                } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
-        }
-        return true;
+        (void)ctx;
+        set_slots(f, combo, k, TIER_QUARTER, true, sl);
+        return placement__split(sl, k, f->vcpus / fit_unit(f), PLACEMENT__BALANCED, units);
+}
+
+static bool small_forced(const struct fit *f) {
+        return !each_set(f, quarter_split_fits, NULL, NULL);
 }
 
 /* ---- the fallback: any valid layout ---- */
@@ -797,29 +815,28 @@ static bool any_better(const struct any_eval *a, const struct any_eval *b) {
 
 /* Any valid layout: every guest node at least one vCPU and one memory unit, within what its host node
  * has free, the budget kept; the fewest nodes first. Bounded like the other searches. */
-static bool choose_any(struct fit *f) {
-        size_t max_k = f->n_cand < PLACEMENT_MAX_NUMA ? f->n_cand : PLACEMENT_MAX_NUMA;
-        for (size_t k = 2; k <= max_k && k <= f->vcpus; k++) {
-                struct any_eval best = { 0 }, e;
-                bool found = false;
-                size_t combo[PLACEMENT_MAX_NUMA];
-                for (size_t j = 0; j < k; j++)
-                        combo[j] = j;
-                unsigned evals = 0;
-                do {
-                        if (eval_any(f, combo, k, &e) && (!found || any_better(&e, &best))) {
-                                best = e;
-                                found = true;
-                        }
-                } while (++evals < MAX_SET_EVALS && next_combo(combo, k, f->n_cand));
-                if (found) {
-                        f->n_share = best.n;
-                        memcpy(f->share, best.share, best.n * sizeof(struct share));
-                        f->fallback = true;
-                        return true;
-                }
+struct any_search {
+        struct any_eval best;
+        bool found;
+};
+
+static bool visit_any(const struct fit *f, const size_t *combo, size_t k, void *ctx) {
+        struct any_search *as = ctx;
+        struct any_eval e;
+        if (eval_any(f, combo, k, &e) && (!as->found || any_better(&e, &as->best))) {
+                as->best = e;
+                as->found = true;
         }
         return false;
+}
+
+static bool choose_any(struct fit *f) {
+        struct any_search as = { 0 };
+        if (!each_set(f, visit_any, &as, &as.found))
+                return false;
+        take_shares(f, as.best.share, as.best.n);
+        f->fallback = true;
+        return true;
 }
 
 /* Pairs and quarters first; smaller guest nodes only where memory forces them; then the fill (pairs
