@@ -17,7 +17,6 @@
 #include "cleanup.h"
 
 #define SEAL_PREFIX "#sha256="
-#define SHA256_HEX_LEN 64
 
 static int read_fd(int fd, size_t max_bytes, char **ret_text, size_t *ret_len) {
         size_t cap = 4096, len = 0;
@@ -147,7 +146,7 @@ int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t m
         return write_atomic2(path, data, len, NULL, mode);
 }
 
-static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]) {
+int fileio_sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]) {
         unsigned char digest[32];
         if (gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, digest) < 0)
                 return -EIO;
@@ -158,7 +157,7 @@ static int sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]
 
 int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
         char hex[SHA256_HEX_LEN + 1];
-        int r = sha256_hex(data, len, hex);
+        int r = fileio_sha256_hex(data, len, hex);
         if (r < 0)
                 return r;
         char trailer[sizeof SEAL_PREFIX + SHA256_HEX_LEN + 2];
@@ -176,7 +175,7 @@ static int seal_padded(const void *data, size_t len, size_t size, char **ret_buf
                 return -ENOMEM;
         memcpy(buf, data, len);
         memset(buf + len, ' ', size - TRAILER_LEN - len);
-        int r = sha256_hex(buf, size - TRAILER_LEN, hex);
+        int r = fileio_sha256_hex(buf, size - TRAILER_LEN, hex);
         if (r < 0)
                 return r;
         snprintf(buf + size - TRAILER_LEN, TRAILER_LEN + 1, "%s%s\n", SEAL_PREFIX, hex);
@@ -296,7 +295,7 @@ int fileio_read_sealed(const char *path, size_t max_bytes, char **ret_data, size
         size_t trailer_len = strlen(SEAL_PREFIX) + SHA256_HEX_LEN + 1;
         char hex[SHA256_HEX_LEN + 1];
         if (len < trailer_len || strncmp(text + len - trailer_len, SEAL_PREFIX, strlen(SEAL_PREFIX)) != 0 ||
-            text[len - 1] != '\n' || sha256_hex(text, len - trailer_len, hex) < 0 ||
+            text[len - 1] != '\n' || fileio_sha256_hex(text, len - trailer_len, hex) < 0 ||
             strncmp(hex, text + len - trailer_len + strlen(SEAL_PREFIX), SHA256_HEX_LEN) != 0)
                 return -EBADMSG;
         len -= trailer_len;

@@ -5,6 +5,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#define SHA256_HEX_LEN 64
+
+/* The SHA-256 of data as 64 lower-case hex digits and a NUL. 0 or -EIO. */
+int fileio_sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]);
+
 /* Read a whole file (at most max_bytes) into a NUL-terminated buffer. Returns 0, -EFBIG, or -errno. */
 int fileio_read(const char *path, size_t max_bytes, char **ret_text, size_t *ret_len);
 

@@ -30,6 +30,7 @@ struct reservation {
 struct ledger {
         size_t n;
         struct reservation **items; /* in creation order */
+        uint64_t journal_epoch;      /* loaded from a state file: the journal records of this epoch apply on top */
 };
 
 /* What a reservation request asks for, parsed strictly from JSON (unknown fields, wrong types, zero or
@@ -102,12 +103,15 @@ int ledger_effective_capacity(const struct ledger *l, const struct topology *t, 
 json_t *reservation_to_json(const struct reservation *r);
 json_t *ledger_to_json(const struct ledger *l);
 
-/* Persistence under dir/LEDGER_STATE_FILE, a sealed (checksummed) JSON file written atomically, and the
- * generation before it, LEDGER_STATE_FILE LEDGER_PREV_SUFFIX.
+/* Persistence under dir: LEDGER_STATE_FILE, a sealed (checksummed) JSON file written atomically, the generation
+ * before it (LEDGER_STATE_FILE LEDGER_PREV_SUFFIX), and LEDGER_JOURNAL_FILE, the changes since the state file was
+ * written (ledger_store_*, below). The state file names its journal epoch; the journal's records of that epoch,
+ * numbered from 1, apply on top of it.
  * ledger_save: keep the file being replaced as the previous generation when it reads back intact (a damaged one
- * never replaces a good previous generation), then write the new one. -ENOMEM when an entry cannot be built
- * (nothing is written: a file never leaves a reservation out), or -errno.
- * ledger_load: first removes the temporary files of saves a crash interrupted. Then:
+ * never replaces a good previous generation), then write the new one, naming journal_epoch. -ENOMEM when an entry
+ * cannot be built (nothing is written: a file never leaves a reservation out), or -errno.
+ * ledger_load (the state file alone; its epoch in the ledger's journal_epoch): first removes the temporary files
+ * of saves a crash interrupted. Then:
  *   0: loaded (no file at all: an empty ledger);
  *   1: the current file was damaged or invalid: it is renamed "<file>.corrupt-<unix time>" and the previous
  *      generation is loaded; problem says so;
@@ -121,6 +125,27 @@ json_t *ledger_to_json(const struct ledger *l);
 #define LEDGER_SPARE_SUFFIX ".spare"
 int ledger_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret, char *problem,
                 size_t problemlen);
-int ledger_save(const struct ledger *l, const char *dir);
+int ledger_save(const struct ledger *l, const char *dir, uint64_t journal_epoch);
+
+/* The journal: a file of LEDGER_JOURNAL_BYTES, zeros written once, into which each commit writes its records in
+ * place ("J <epoch> <seq> <sha256> <json>\n": the put of a reservation new or changed, or the delete of one gone)
+ * and fdatasyncs them: no rename, no metadata, one flush per change. When the records do not fit, the ledger is
+ * written whole as a new state file of a new (random) epoch and the journal starts over at its beginning: the
+ * older records left behind it carry another epoch and are never applied. */
+#define LEDGER_JOURNAL_FILE "reservations.journal"
+#define LEDGER_JOURNAL_BYTES (1u << 20)
+struct ledger_store;
+/* ledger_load, then the journal replayed: its records of the state file's epoch in order, up to the first that is
+ * absent, torn (checksum) or of another epoch. Then, when records were replayed or the state file fell back, the
+ * ledger is compacted (a failure to is logged: the journal stays valid for the state file). Returns as ledger_load,
+ * and 1 too when the journal was damaged (a record of the epoch found past a torn one: the changes after the torn
+ * one are lost, problem says so), -EBADMSG when a record cannot be applied (problem names it; nothing loaded). */
+int ledger_store_load(const char *dir, const struct topology *t, int64_t now, struct ledger **ret,
+                      struct ledger_store **ret_store, char *problem, size_t problemlen);
+/* Make l durable: the records of what changed since the last commit appended and fdatasynced, or, when they do
+ * not fit (or the journal cannot be written), l written whole as a new state file. 0, or -errno: nothing of this
+ * commit is durable, and the next commit compares against the last durable state again. */
+int ledger_store_commit(struct ledger_store *s, const struct ledger *l);
+void ledger_store_free(struct ledger_store *s);
 /* Neither generation exists (the first start, or an operator removed damaged files). */
 bool ledger_state_absent(const char *dir);

@@ -126,7 +126,7 @@ int agent_ledger_changed(struct agent *a) {
         if (!agent_ledger_ready(a))
                 return -EAGAIN; /* never write over a state file that could not be read */
         a->tune.pending = true; /* a bound or released reservation changes which cores are busy */
-        int r = a->persist ? ledger_save(a->ledger, a->cfg.state_dir) : 0;
+        int r = a->persist ? ledger_store_commit(a->ledger_store, a->ledger) : 0;
         if (r < 0) {
                 log_error_errno(r, "cannot save reservations in %s", a->cfg.state_dir);
                 return r;
@@ -222,7 +222,7 @@ int agent_refresh(struct agent *a) {
 
 /* No state at all under the static policy: rebuild the bound reservations from the VM configs the coordinator
  * described and the CPUs their QEMU runs on, and save them. 0, or -errno with problem set (take none). */
-static int rebuild_ledger(struct agent *a, struct ledger *l, char *problem, size_t len) {
+static int rebuild_ledger(struct agent *a, struct ledger *l, struct ledger_store *store, char *problem, size_t len) {
         if (a->cfg.node_policy != NODE_POLICY_STATIC)
                 return 0;
         int n = ledger_rebuild(l, a->topology, a->cfg.pve_config_dir, a->cfg.pve_run_dir, PINNING_PROC_ROOT,
@@ -234,7 +234,7 @@ static int rebuild_ledger(struct agent *a, struct ledger *l, char *problem, size
         }
         if (n == 0)
                 return 0;
-        int r = ledger_save(l, a->cfg.state_dir);
+        int r = ledger_store_commit(store, l);
         a->ledger_unsaved = r < 0;
         log_info("no reservation state: rebuilt %d bound reservations from the VM configs and QEMU%s", n,
                  r < 0 ? " (not saved yet)" : "");
@@ -246,11 +246,14 @@ static int rebuild_ledger(struct agent *a, struct ledger *l, char *problem, size
 static int load_ledger(struct agent *a) {
         char problem[512] = "";
         struct ledger *l = NULL;
+        struct ledger_store *store = NULL;
         bool absent = a->persist && ledger_state_absent(a->cfg.state_dir);
-        int r = a->persist ? ledger_load(a->cfg.state_dir, a->topology, agent_now(), &l, problem, sizeof problem)
+        int r = a->persist ? ledger_store_load(a->cfg.state_dir, a->topology, agent_now(), &l, &store, problem,
+                                               sizeof problem)
                            : (l = ledger_new()) ? 0 : -ENOMEM;
-        if (r == 0 && absent && (r = rebuild_ledger(a, l, problem, sizeof problem)) < 0) {
+        if (r == 0 && absent && (r = rebuild_ledger(a, l, store, problem, sizeof problem)) < 0) {
                 ledger_free(l);
+                ledger_store_free(store);
                 l = NULL;
         }
         if (r == -ENOMEM || (r < 0 && !a->ledger && !(a->ledger = ledger_new())))
@@ -267,7 +270,9 @@ static int load_ledger(struct agent *a) {
                 log_info("reservation state loaded: %zu reservations", l->n);
         a->ledger_problem[0] = '\0';
         ledger_free(a->ledger);
+        ledger_store_free(a->ledger_store);
         a->ledger = l;
+        a->ledger_store = store;
         return 0;
 }
 
@@ -298,6 +303,7 @@ void agent_done(struct agent *a) {
         drop_caches(a);
         capacity_free(a->capacity);
         ledger_free(a->ledger);
+        ledger_store_free(a->ledger_store);
         pin_state_done(&a->pins);
         hosttune_state_done(&a->tune);
         inventory_free(a->inventory);

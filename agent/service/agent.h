@@ -22,6 +22,7 @@ struct agent {
         struct inventory *inventory;
         struct capacity *capacity; /* what is left for new placements (reservations charged) */
         struct ledger *ledger;
+        struct ledger_store *ledger_store; /* its state file and journal (persist only; NULL until loaded) */
         struct pin_state pins;
         struct hosttune_state tune; /* governors and IRQ affinity (hosttune.c) */
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */

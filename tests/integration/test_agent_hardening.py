@@ -245,12 +245,16 @@ class StateFileTest(AgentCase):
     def test_a_damaged_file_falls_back_to_the_previous_generation(self):
         self.start()
         first = self.reserve(owner="claim-1")["id"]
-        self.reserve(owner="claim-2")
+        second = self.reserve(owner="claim-2")["id"]  # journaled; the restart writes the state file whole, [claim-1]
+        # becomes .prev, and the journal's record of claim-2 (the epoch of .prev) stays until the next change
+        self.agent.stop(signal.SIGKILL)
+        self.assertFalse(os.path.exists(self.state + ".prev"))
+        self.start()
         self.agent.stop()
         self.assertTrue(os.path.exists(self.state + ".prev"))
         self.corrupt(self.state)
         self.start()
-        self.assertEqual(self.ids(), [first])
+        self.assertEqual(self.ids(), [first, second])  # the previous generation, and the journal's records of it
         self.assertEqual(len(glob.glob(self.state + ".corrupt-*")), 1)
         self.assertEqual(self.readyz()[0], 200)
         self.assertTrue(any("previous generation" in l for l in self.agent.lines), "".join(self.agent.lines))

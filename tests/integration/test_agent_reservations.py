@@ -110,8 +110,14 @@ class ReservationTest(unittest.TestCase):
         self.assertFalse(held & cpulist(cap["free_cpus"]))
 
     def test_corrupt_state_is_moved_aside(self):
+        # The state file is written whole at the first change and when a start replays the journal (the changes
+        # since, fdatasynced in reservations.journal): the restart makes [claim-1] the previous generation, and
+        # claim-3's record takes the place of claim-2's in the journal.
         first = self.reserve(owner="claim-1")[1]["id"]
         self.reserve(owner="claim-2")
+        self.agent.stop()
+        self.start()
+        self.reserve(owner="claim-3")
         self.agent.stop()
         path = os.path.join(self.state_dir, "reservations.json")
         with open(path, "r+b") as f:

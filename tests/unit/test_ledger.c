@@ -1,4 +1,5 @@
-/* Tests for agent/ledger's undo of a change whose save failed, and its state file: the previous generation, the fallback to it, unreadable state, leftover
+/* Tests for agent/ledger's undo of a change whose save failed, its journal (changes replayed, torn and damaged
+ * records, compaction, kill -9 between commits), and its state file: the previous generation, the fallback to it, unreadable state, leftover
  * temporary files, a save that cannot build an entry (placement_to_json is wrapped: -Wl,--wrap), a save killed
  * with SIGKILL after each of its file-system calls (those are wrapped too), and a save the file-size limit stops. */
 /* SPDX-License-Identifier: Apache-2.0 */
@@ -18,6 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "fileio.h"
 #include "ledger.h"
 #include "testutil.h"
 
@@ -131,11 +133,11 @@ static bool exists(const char *path) {
 static void test_save_fails_when_an_entry_cannot_be_built(void **state) {
         struct fixture *f = *state;
         struct ledger *l = ledger_of(2);
-        assert_int_equal(ledger_save(l, f->dir), 0);
+        assert_int_equal(ledger_save(l, f->dir, 1), 0);
         struct placement *fake = (struct placement *)&fail_placement_json; /* never read: the wrap refuses */
         l->items[1]->placement = fake;
         fail_placement_json = true;
-        assert_int_equal(ledger_save(l, f->dir), -ENOMEM);
+        assert_int_equal(ledger_save(l, f->dir, 1), -ENOMEM);
         l->items[1]->placement = NULL;
         fail_placement_json = false;
         assert_int_equal(loaded(f, 0), 2); /* the file still has both */
@@ -147,13 +149,13 @@ static void test_damaged_current_falls_back_to_previous(void **state) {
         char prev[160];
         snprintf(prev, sizeof prev, "%s%s", f->path, LEDGER_PREV_SUFFIX);
         struct ledger *one = ledger_of(1), *three = ledger_of(3);
-        assert_int_equal(ledger_save(one, f->dir), 0);
+        assert_int_equal(ledger_save(one, f->dir, 1), 0);
         assert_false(exists(prev)); /* nothing to keep yet */
-        assert_int_equal(ledger_save(three, f->dir), 0);
+        assert_int_equal(ledger_save(three, f->dir, 1), 0);
         assert_true(exists(prev));
         damage(f->path);
         /* A damaged current file never replaces the good previous generation. */
-        assert_int_equal(ledger_save(three, f->dir), 0);
+        assert_int_equal(ledger_save(three, f->dir, 1), 0);
         damage(f->path);
         assert_int_equal(loaded(f, 1), 1);
         assert_false(exists(f->path)); /* set aside as .corrupt-<time> */
@@ -167,7 +169,7 @@ static void test_damaged_current_falls_back_to_previous(void **state) {
 static void test_no_intact_generation_loads_nothing(void **state) {
         struct fixture *f = *state;
         struct ledger *l = ledger_of(1);
-        assert_int_equal(ledger_save(l, f->dir), 0);
+        assert_int_equal(ledger_save(l, f->dir, 1), 0);
         damage(f->path);
         assert_int_equal(loaded(f, -EBADMSG), 0);
         assert_true(exists(f->path)); /* kept for the operator: a restart must not find "no file" and start empty */
@@ -216,7 +218,7 @@ static void two_generations(struct fixture *f) {
         assert_int_equal(mkdir(f->dir, 0700), 0);
         for (unsigned i = 0; i < 4; i++) {
                 struct ledger *l = ledger_of(i < 3 ? 1 : 2);
-                assert_int_equal(ledger_save(l, f->dir), 0);
+                assert_int_equal(ledger_save(l, f->dir, 1), 0);
                 ledger_free(l);
         }
 }
@@ -290,7 +292,7 @@ static void kill_at_every_step(struct fixture *f) {
                 assert_true(pid >= 0);
                 if (pid == 0) {
                         kill_after = step;
-                        _exit(ledger_save(three, f->dir) == 0 ? 0 : 1);
+                        _exit(ledger_save(three, f->dir, 1) == 0 ? 0 : 1);
                 }
                 int status;
                 assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -343,7 +345,7 @@ static void test_failed_write_leaves_two_generations_and_no_temporaries(void **s
         small.rlim_cur = 1024;
         void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
         assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
-        int r = ledger_save(many, f->dir);
+        int r = ledger_save(many, f->dir, 1);
         assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
         signal(SIGXFSZ, old);
         assert_int_equal(r, -EFBIG);
@@ -387,10 +389,283 @@ static void test_undo_takes_a_change_back(void **state) {
         ledger_free(l);
 }
 
+/* ---- the journal (ledger_store) ---- */
+
+static void reserve_one(struct ledger *l, const char *owner) {
+        struct capacity free = { .cpus_free = 100000, .memory_free_bytes = 1ull << 50 };
+        struct reservation_request rq = { .shape = { 1, 1u << 30, 0 }, .ttl_seconds = 600 };
+        struct reservation *r;
+        char reason[128];
+        snprintf(rq.owner, sizeof rq.owner, "%s", owner);
+        assert_int_equal(ledger_reserve(l, NULL, &free, &rq, false, 1000, &r, reason, sizeof reason), 0);
+}
+
+/* Load the state directory through the journal; fails the test unless ledger_store_load returns want. */
+static struct ledger_store *store_load(struct fixture *f, int want, struct ledger **ret, char *problem, size_t len) {
+        struct ledger_store *s = NULL;
+        *ret = NULL;
+        problem[0] = '\0';
+        int r = ledger_store_load(f->dir, NULL, 2000, ret, &s, problem, len);
+        if (r != want)
+                fail_msg("ledger_store_load: %d, want %d (%s)", r, want, problem);
+        return s;
+}
+
+static char *read_all(const char *path, size_t *len) {
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        char *buf = malloc(LEDGER_JOURNAL_BYTES + 1);
+        *len = fread(buf, 1, LEDGER_JOURNAL_BYTES, fp);
+        buf[*len] = '\0';
+        fclose(fp);
+        return buf;
+}
+
+/* Reserve owner-0 .. owner-(n-1), committing after each; the first commit writes the state file, the others
+ * append records. */
+static void commit_each(struct ledger_store *s, struct ledger *l, unsigned n) {
+        char owner[32];
+        for (unsigned i = 0; i < n; i++) {
+                snprintf(owner, sizeof owner, "claim-%u", (unsigned)l->n);
+                reserve_one(l, owner);
+                assert_int_equal(ledger_store_commit(s, l), 0);
+        }
+}
+
+/* The offset of the journal's record number k (from 1). */
+static size_t record_at(const char *journal, unsigned k) {
+        const char *p = journal;
+        for (unsigned i = 1; i < k; i++)
+                p = strchr(p, '\n') + 1;
+        assert_true(p[0] == 'J');
+        return (size_t)(p - journal);
+}
+
+static void overwrite(const char *path, size_t off, const char *bytes) {
+        int fd = open(path, O_WRONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, bytes, strlen(bytes), (off_t)off), (ssize_t)strlen(bytes));
+        close(fd);
+}
+
+static void test_changes_are_journaled_and_replayed(void **state) {
+        struct fixture *f = *state;
+        char problem[512], journal[160];
+        snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+        commit_each(s, l, 1);
+        struct stat st;
+        assert_int_equal(stat(journal, &st), 0);
+        assert_int_equal(st.st_size, LEDGER_JOURNAL_BYTES);
+        size_t before_len, after_len;
+        char *before = read_all(f->path, &before_len);
+        commit_each(s, l, 2);
+        char first[LEDGER_ID_LEN + 1], second[LEDGER_ID_LEN + 1];
+        snprintf(first, sizeof first, "%s", l->items[0]->id);
+        snprintf(second, sizeof second, "%s", l->items[1]->id);
+        assert_int_equal(ledger_bind(l, first, 150), 0);
+        assert_int_equal(ledger_store_commit(s, l), 0);
+        assert_int_equal(ledger_release(l, second), 0);
+        assert_int_equal(ledger_store_commit(s, l), 0);
+        assert_int_equal(ledger_store_commit(s, l), 0); /* nothing changed: nothing written */
+        char *after = read_all(f->path, &after_len);
+        assert_string_equal(before, after); /* four changes, the state file untouched */
+        char *records = read_all(journal, &after_len);
+        assert_int_equal(record_at(records, 4), strrchr(records, 'J') - records); /* 2 puts, a put, a delete */
+        assert_non_null(strstr(records + record_at(records, 4), "\"delete\""));
+        ledger_store_free(s);
+        ledger_free(l);
+        s = store_load(f, 0, &l, problem, sizeof problem);
+        assert_int_equal(l->n, 2);
+        assert_string_equal(l->items[0]->id, first);
+        assert_int_equal(l->items[0]->vmid, 150);
+        assert_string_equal(l->items[1]->owner, "claim-2");
+        ledger_store_free(s);
+        ledger_free(l);
+        assert_int_equal(loaded(f, 0), 2); /* the load wrote the replayed state whole */
+        free(before);
+        free(after);
+        free(records);
+}
+
+/* A record whose write a crash tore (its checksum does not match) was never acknowledged: not applied, and the
+ * load reports nothing. */
+static void test_a_torn_last_record_is_not_applied(void **state) {
+        struct fixture *f = *state;
+        char problem[512], journal[160];
+        snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+        commit_each(s, l, 3);
+        ledger_store_free(s);
+        ledger_free(l);
+        size_t len;
+        char *records = read_all(journal, &len);
+        overwrite(journal, strchr(records + record_at(records, 2), '\n') - records - 3, "x"); /* in its JSON */
+        s = store_load(f, 0, &l, problem, sizeof problem);
+        assert_int_equal(l->n, 2);
+        assert_string_equal(problem, "");
+        ledger_store_free(s);
+        ledger_free(l);
+        free(records);
+}
+
+/* A record damaged with later records of its epoch behind it: those were acknowledged, and are lost: the load
+ * says so (1), keeps what came before, and rewrites the state. */
+static void test_a_damaged_record_before_others_is_reported(void **state) {
+        struct fixture *f = *state;
+        char problem[512], journal[160];
+        snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+        commit_each(s, l, 4);
+        ledger_store_free(s);
+        ledger_free(l);
+        size_t len;
+        char *records = read_all(journal, &len);
+        overwrite(journal, strchr(records + record_at(records, 2), '\n') - records - 3, "x"); /* in its JSON */
+        s = store_load(f, 1, &l, problem, sizeof problem);
+        assert_int_equal(l->n, 2);
+        assert_non_null(strstr(problem, "damaged"));
+        assert_non_null(strstr(problem, "after record 1"));
+        ledger_store_free(s);
+        ledger_free(l);
+        s = store_load(f, 0, &l, problem, sizeof problem); /* rewritten: the next start is clean */
+        assert_int_equal(l->n, 2);
+        ledger_store_free(s);
+        ledger_free(l);
+        free(records);
+}
+
+/* A record with a good checksum that does not fit the state (the delete of a reservation it does not have): the
+ * journal is not this state's; nothing is loaded and the problem names the record. */
+static void test_a_record_that_cannot_be_applied_loads_nothing(void **state) {
+        struct fixture *f = *state;
+        char problem[512], journal[160], hex[SHA256_HEX_LEN + 1], line[512], signed_part[256];
+        snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+        commit_each(s, l, 1);
+        ledger_store_free(s);
+        ledger_free(l);
+        assert_int_equal(ledger_load(f->dir, NULL, 2000, &l, problem, sizeof problem), 0);
+        const char *json = "{\"delete\":\"r-0000000000000000\"}";
+        snprintf(signed_part, sizeof signed_part, "%016llx 1 %s", (unsigned long long)l->journal_epoch, json);
+        ledger_free(l);
+        assert_int_equal(fileio_sha256_hex(signed_part, strlen(signed_part), hex), 0);
+        snprintf(line, sizeof line, "J %.18s %s %s\n", signed_part, hex, json);
+        overwrite(journal, 0, line);
+        s = store_load(f, -EBADMSG, &l, problem, sizeof problem);
+        assert_null(s);
+        assert_null(l);
+        assert_non_null(strstr(problem, "record 1 cannot be applied"));
+}
+
+/* Records that do not fit in the journal: the ledger is written whole under a new epoch and the journal starts
+ * over; the older epoch's records left behind the new ones are never applied. */
+static void test_a_full_journal_is_compacted(void **state) {
+        struct fixture *f = *state;
+        char problem[512];
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+        commit_each(s, l, 3); /* the state file, then two records of its epoch */
+        uint64_t epoch;
+        struct ledger *base;
+        assert_int_equal(ledger_load(f->dir, NULL, 2000, &base, problem, sizeof problem), 0);
+        epoch = base->journal_epoch;
+        ledger_free(base);
+        char owner[32];
+        for (unsigned i = 0; i < 5000; i++) { /* about 1.5 MiB of records in one commit */
+                snprintf(owner, sizeof owner, "bulk-%u", i);
+                reserve_one(l, owner);
+        }
+        assert_int_equal(ledger_store_commit(s, l), 0);
+        assert_int_equal(ledger_load(f->dir, NULL, 2000, &base, problem, sizeof problem), 0);
+        assert_int_equal(base->n, 5003);
+        assert_true(base->journal_epoch != epoch);
+        ledger_free(base);
+        assert_int_equal(ledger_release(l, l->items[0]->id), 0); /* a short record over the first old one */
+        assert_int_equal(ledger_store_commit(s, l), 0);
+        ledger_store_free(s);
+        ledger_free(l);
+        s = store_load(f, 0, &l, problem, sizeof problem);
+        assert_int_equal(l->n, 5002);
+        assert_string_equal(l->items[0]->owner, "claim-1");
+        ledger_store_free(s);
+        ledger_free(l);
+}
+
+/* A child commits one reservation at a time and reports each commit on a pipe; it is killed after 1, 2, ...
+ * file-system calls. Every reservation it reported is there after the load, in order, and at most the one in
+ * flight besides. */
+static void test_kill_9_during_commits_keeps_every_acknowledged_change(void **state) {
+        struct fixture *f = *state;
+        bool completed = false;
+        for (unsigned step = 1; !completed && step < 200; step++) {
+                test_rmtree(f->dir);
+                assert_int_equal(mkdir(f->dir, 0700), 0);
+                int fds[2];
+                assert_int_equal(pipe(fds), 0);
+                pid_t pid = fork();
+                assert_true(pid >= 0);
+                if (pid == 0) {
+                        char problem[512];
+                        struct ledger *l;
+                        struct ledger_store *s = NULL;
+                        close(fds[0]);
+                        if (ledger_store_load(f->dir, NULL, 2000, &l, &s, problem, sizeof problem) != 0)
+                                _exit(2);
+                        kill_after = step;
+                        for (unsigned i = 0; i < 6; i++) {
+                                char owner[32];
+                                snprintf(owner, sizeof owner, "claim-%u", i);
+                                reserve_one(l, owner);
+                                if (ledger_store_commit(s, l) != 0 || write(fds[1], "+", 1) != 1)
+                                        _exit(3);
+                        }
+                        _exit(0);
+                }
+                close(fds[1]);
+                unsigned acked = 0;
+                char c;
+                while (read(fds[0], &c, 1) == 1)
+                        acked++;
+                close(fds[0]);
+                int status;
+                assert_int_equal(waitpid(pid, &status, 0), pid);
+                completed = WIFEXITED(status);
+                if (completed)
+                        assert_int_equal(WEXITSTATUS(status), 0);
+                else
+                        assert_int_equal(WTERMSIG(status), SIGKILL);
+                char problem[512];
+                struct ledger *l;
+                struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
+                if (l->n < acked || l->n > acked + 1)
+                        fail_msg("killed after %u calls: %u commits acknowledged, %zu loaded", step, acked, l->n);
+                for (size_t i = 0; i < l->n; i++) {
+                        char owner[32];
+                        snprintf(owner, sizeof owner, "claim-%zu", i);
+                        assert_string_equal(l->items[i]->owner, owner);
+                }
+                ledger_store_free(s);
+                ledger_free(l);
+        }
+        assert_true(completed);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_undo_takes_a_change_back),
                 cmocka_unit_test_setup_teardown(test_save_fails_when_an_entry_cannot_be_built, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_changes_are_journaled_and_replayed, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_torn_last_record_is_not_applied, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_damaged_record_before_others_is_reported, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_record_that_cannot_be_applied_loads_nothing, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_full_journal_is_compacted, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kill_9_during_commits_keeps_every_acknowledged_change, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_damaged_current_falls_back_to_previous, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_intact_generation_loads_nothing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreadable_state_loads_nothing, setup, teardown),
