@@ -267,7 +267,8 @@ void api__bind_reservation(struct agent *a, const struct http_request *req, stru
                 api__error(resp, 400, "invalid request", detail);
                 return;
         }
-        agent_refresh(a); /* the VM config may have been written a moment ago */
+        if (!inventory_find(a->inventory, vmid))
+                agent_refresh(a); /* its config may have been written a moment ago, before inotify told the loop */
         if (!inventory_find(a->inventory, vmid)) {
                 snprintf(detail, sizeof detail, "VM %d has no config on node %s", vmid, a->cfg.node_name);
                 api__error(resp, 409, "conflict", detail);

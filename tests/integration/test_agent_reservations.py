@@ -154,6 +154,33 @@ class ReservationTest(unittest.TestCase):
         mine = [r for r in listing["reservations"] if r["owner"] == "claim-retry"]
         self.assertEqual([r["id"] for r in mine], [first["id"]])
 
+    def inventory_reads(self):
+        status, text = agentlib.curl("https://localhost:%d/metrics" % self.agent.port, self.ca)
+        self.assertEqual(status, 200, text)
+        line = [l for l in text.splitlines() if l.startswith("pvescale_agent_inventory_reads_total ")]
+        return int(float(line[0].split()[1]))
+
+    def test_bind_of_a_known_vm_reads_no_config(self):
+        """The bind handler runs on the loop that serialises reservations: a VM the agent already knows (inotify told
+        it) is bound without reading /etc/pve again; one whose config appeared a moment ago is read (test below)."""
+        self.agent.stop()
+        self.args += ["--rescan-interval", "3600"]  # no safety rescan in the middle of the count
+        self.start()
+        with open(os.path.join(self.conf_dir, "301.conf"), "w") as f:
+            f.write("name: k8s-b\ncores: 2\nmemory: 1024\n")
+        deadline = time.time() + 5
+        while time.time() < deadline and self.client.request("GET", "/v1/vms/301")[0] != 200:
+            time.sleep(0.05)
+        ids = [self.reserve(owner="claim-%d" % i)[1]["id"] for i in range(3)]
+        before = self.inventory_reads()
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[0], {"vmid": 301})
+        self.assertEqual(status, 200, body)
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[1], {"vmid": 301})
+        self.assertEqual(status, 409, body)  # bound already: still refused
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[2], {"vmid": 302})
+        self.assertEqual(status, 409, body)  # no config: read once to be sure, then refused
+        self.assertEqual(self.inventory_reads() - before, 1)
+
     def test_bind_and_release(self):
         status, r = self.reserve()
         self.assertEqual(status, 201)
