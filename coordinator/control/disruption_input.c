@@ -13,6 +13,7 @@
 #include "rfc3339.h"
 #include "kube_object.h"
 #include "kube_types.h"
+#include "launchstep.h"
 
 #define ANNOTATION_MIRROR "kubernetes.io/config.mirror"
 #define ANNOTATION_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -24,6 +25,7 @@ static bool annotation_true(const json_t *obj, const char *key) {
         return v && strcmp(v, "true") == 0;
 }
 
+/* A Node's or NodeClaim's do-not-disrupt: "true" only (a duration is a pod's, launchstep_pod_do_not_disrupt). */
 static bool do_not_disrupt(const json_t *obj) {
         return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) || annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
 }
@@ -34,14 +36,14 @@ static int64_t time_at(const json_t *o, const char *key) {
         return s && rfc3339_parse(s, &ms) == 0 ? ms : 0;
 }
 
-unsigned disruption_pod_flags(const json_t *pod) {
+unsigned disruption_pod_flags(const json_t *pod, int64_t now_ms) {
         unsigned f = 0;
         const char *safe = kube_annotation(pod, ANNOTATION_SAFE_TO_EVICT);
         if (kube_owned_by_daemonset(pod))
                 f |= DISRUPT_POD_DAEMONSET;
         if (kube_annotation(pod, ANNOTATION_MIRROR))
                 f |= DISRUPT_POD_MIRROR;
-        if (do_not_disrupt(pod))
+        if (launchstep_pod_do_not_disrupt(pod, now_ms))
                 f |= DISRUPT_POD_DO_NOT_DISRUPT;
         if (safe && strcmp(safe, "false") == 0)
                 f |= DISRUPT_POD_NOT_SAFE_TO_EVICT;
@@ -283,7 +285,7 @@ static size_t run_of(const struct sim_input *in, const struct pods_by_node *pb, 
 /* The pods the round bound to node (its sim_node), with their flags and blocking PDB; the last time one of them
  * started. */
 static int add_pods(struct disrupt_candidate *c, const struct provisioner_round *r, const struct pods_by_node *pb,
-                    const json_t *pdbs, const json_t *pdb_names) {
+                    const json_t *pdbs, const json_t *pdb_names, int64_t now_ms) {
         const struct sim_input *in = r->in;
         size_t first = run_of(in, pb, c->sim->name), end = first;
         while (end < pb->n && strcmp(in->pods[pb->idx[end]]->node_name, c->sim->name) == 0)
@@ -297,7 +299,7 @@ static int add_pods(struct disrupt_candidate *c, const struct provisioner_round 
                 int64_t started = time_at(json_object_get(r->pods[j], "status"), "startTime");
                 if (started > c->last_pod_event_ms)
                         c->last_pod_event_ms = started;
-                unsigned flags = disruption_pod_flags(r->pods[j]);
+                unsigned flags = disruption_pod_flags(r->pods[j], now_ms);
                 c->pods[c->n_pods++] = (struct disrupt_pod){
                         .namespace = p->namespace, .name = p->name, .flags = flags, .sim = p,
                         .blocking_pdb = blocking_pdb(pdbs, pdb_names, r->pods[j], flags) };
@@ -364,7 +366,7 @@ static bool candidate_of(struct disruption_input *di, const struct provisioner_r
 }
 
 static int add_candidates(struct disruption_input *di, const struct provisioner_round *r,
-                          const struct provisioner_snapshot *snap) {
+                          const struct provisioner_snapshot *snap, int64_t now_ms) {
         json_t *by_pid = claims_by_provider_id(snap->claims);
         struct pods_by_node pb = { 0 };
         int err = pods_by_node_new(r->in, &pb);
@@ -380,7 +382,7 @@ static int add_candidates(struct disruption_input *di, const struct provisioner_
                         continue;
                 di->claims[di->n_candidates] = claim;
                 di->nodes[di->n_candidates] = r->nodes[i];
-                err = add_pods(c, r, &pb, snap->pdbs, di->pdb_names);
+                err = add_pods(c, r, &pb, snap->pdbs, di->pdb_names, now_ms);
                 di->n_candidates += err == 0;
         }
         json_decref(by_pid);
@@ -405,7 +407,7 @@ int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms
         if (r == 0)
                 r = add_pdb_names(di, snap->pdbs);
         if (r == 0)
-                r = add_candidates(di, di->round, snap);
+                r = add_candidates(di, di->round, snap, now_ms);
         if (r < 0) {
                 disruption_input_free(di);
                 return r;

@@ -401,11 +401,31 @@ static bool stuck_terminating(const json_t *meta, int64_t now_ms) {
         return s && rfc3339_parse(s, &at) == 0 && now_ms - at > LAUNCHSTEP_STUCK_TERMINATING_MS;
 }
 
-static bool do_not_disrupt(const json_t *meta) {
-        const json_t *a = json_object_get(meta, "annotations");
-        const char *ours = json_string_value(json_object_get(a, LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT));
-        const char *karpenter = json_string_value(json_object_get(a, LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT));
-        return (ours && strcmp(ours, "true") == 0) || (karpenter && strcmp(karpenter, "true") == 0);
+/* One do-not-disrupt value: "true", or a duration after start_ms (0: unknown, still protected) that has not passed. */
+static bool protects(const char *v, int64_t start_ms, int64_t now_ms) {
+        uint64_t ms;
+        if (!v)
+                return false;
+        if (strcmp(v, "true") == 0)
+                return true;
+        return config_parse_duration(v, &ms) == 0 && (start_ms == 0 || now_ms < start_ms + (int64_t)ms);
+}
+
+/* When the pod started (status.startTime), else when it was created; 0 when neither is known. */
+static int64_t pod_start_ms(const struct kube_pod *p) {
+        int64_t ms = 0;
+        const char *started = kube_str(p->status, "startTime");
+        if (started && rfc3339_parse(started, &ms) == 0)
+                return ms;
+        const char *created = p->meta.creation_timestamp;
+        return created && rfc3339_parse(created, &ms) == 0 ? ms : 0;
+}
+
+bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms) {
+        struct kube_pod p = kube_pod_of(pod);
+        int64_t start_ms = pod_start_ms(&p);
+        return protects(kube_str(p.meta.annotations, LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT), start_ms, now_ms) ||
+               protects(kube_str(p.meta.annotations, LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT), start_ms, now_ms);
 }
 
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
@@ -415,7 +435,7 @@ enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
                 return LAUNCHSTEP_DRAIN_STAY;
         if (kube_deleting(pod))
                 return LAUNCHSTEP_DRAIN_GOING;
-        return do_not_disrupt(meta) ? LAUNCHSTEP_DRAIN_HOLD : LAUNCHSTEP_DRAIN_EVICT;
+        return launchstep_pod_do_not_disrupt(pod, now_ms) ? LAUNCHSTEP_DRAIN_HOLD : LAUNCHSTEP_DRAIN_EVICT;
 }
 
 int launchstep_grace_period(const json_t *claim, const json_t *pool, int64_t *ret_ms, char *err, size_t errlen) {

@@ -228,14 +228,18 @@ enum launchstep_drain {
                                  * deletionTimestamp, which is the delete's time plus its grace period) */
         LAUNCHSTEP_DRAIN_EVICT, /* evict it through the Eviction API */
         LAUNCHSTEP_DRAIN_GOING, /* being deleted already: wait for it to go */
-        LAUNCHSTEP_DRAIN_HOLD,  /* annotated do-not-disrupt (pvescale.io/ or karpenter.sh/do-not-disrupt: "true"): not
-                                 * evicted, but it holds the drain until it finishes or goes, or the grace period is
-                                 * over (then deleted), as Karpenter's IsEvictable and IsDrainable */
+        LAUNCHSTEP_DRAIN_HOLD,  /* annotated do-not-disrupt (launchstep_pod_do_not_disrupt): not evicted, but it
+                                 * holds the drain until it finishes or goes, or the grace period is over (then
+                                 * deleted), as Karpenter's IsEvictable and IsDrainable */
 };
 #define LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
 #define LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 #define LAUNCHSTEP_STUCK_TERMINATING_MS 60000
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms);
+/* Whether a pod's pvescale.io/ or karpenter.sh/do-not-disrupt annotation protects it at now_ms: "true", or a
+ * duration ("4h", "90m") that has not passed since the pod started (status.startTime, else its creation; neither
+ * known: protected), as Karpenter reads it. Other values protect nothing. */
+bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms);
 
 /* The claim's termination grace period in ms: its spec.terminationGracePeriod, else its NodePool template's
  * (pool may be NULL); -1 when neither has one (wait for the pods forever). 0, or -EINVAL (a malformed duration,

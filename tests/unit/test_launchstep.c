@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "launchstep.h"
+#include "rfc3339.h"
 #include "testutil.h"
 
 #define NOW 1782907200000LL /* 2026-07-01T12:00:00Z */
@@ -503,6 +504,43 @@ static enum launchstep_drain drain_of(const char *pod_json) {
         return d;
 }
 
+static bool protected_at(const char *pod_json, const char *now) {
+        int64_t now_ms;
+        assert_int_equal(rfc3339_parse(now, &now_ms), 0);
+        json_t *pod = test_json_parse(pod_json);
+        bool p = launchstep_pod_do_not_disrupt(pod, now_ms);
+        json_decref(pod);
+        return p;
+}
+
+/* do-not-disrupt on a pod as Karpenter reads it: "true", or a duration after the pod's start time (its creation
+ * when it has not started; neither known: protected) at which the protection ends; anything else protects
+ * nothing. */
+static void test_do_not_disrupt_with_a_duration(void **state) {
+        (void)state;
+        const char *started = "{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"4h\"}, "
+                              "\"creationTimestamp\": \"2026-07-01T08:00:00Z\"}, "
+                              "\"status\": {\"startTime\": \"2026-07-01T10:00:00Z\"}}";
+        assert_true(protected_at(started, "2026-07-01T13:59:59Z"));
+        assert_false(protected_at(started, "2026-07-01T14:00:00Z"));
+        const char *created = "{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": \"1h30m\"}, "
+                              "\"creationTimestamp\": \"2026-07-01T08:00:00Z\"}}";
+        assert_true(protected_at(created, "2026-07-01T09:29:00Z"));
+        assert_false(protected_at(created, "2026-07-01T09:31:00Z"));
+        const char *unknown = "{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"5m\"}}}";
+        assert_true(protected_at(unknown, "2030-01-01T00:00:00Z"));
+        assert_true(protected_at("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"true\"}}}",
+                                 "2030-01-01T00:00:00Z"));
+        assert_false(protected_at("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": "
+                                  "\"forever\"}}}", "2026-07-01T00:00:00Z"));
+        assert_false(protected_at("{\"metadata\": {\"name\": \"web\"}}", "2026-07-01T00:00:00Z"));
+        /* the drain holds such a pod while the duration runs, and evicts it after */
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"10m\"}}, "
+                                  "\"status\": {\"startTime\": \"2023-11-14T22:05:00Z\"}}"), LAUNCHSTEP_DRAIN_HOLD);
+        assert_int_equal(drain_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": \"10m\"}}, "
+                                  "\"status\": {\"startTime\": \"2023-11-14T22:03:19Z\"}}"), LAUNCHSTEP_DRAIN_EVICT);
+}
+
 static void test_pod_drain(void **state) {
         (void)state;
         assert_int_equal(drain_of("{\"metadata\": {\"name\": \"web\"}, \"status\": {\"phase\": \"Running\"}}"),
@@ -644,7 +682,7 @@ int main(void) {
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted), cmocka_unit_test(test_node_taint_untaint),
-                cmocka_unit_test(test_pod_drain),       cmocka_unit_test(test_registration_taints),
+                cmocka_unit_test(test_pod_drain), cmocka_unit_test(test_do_not_disrupt_with_a_duration),       cmocka_unit_test(test_registration_taints),
                 cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),
