@@ -6,6 +6,7 @@
 # PodDisruptionBudget or a do-not-disrupt pod holds it; budgets limit parallel disruption and block in their schedule;
 # an expired node goes.
 # SPDX-License-Identifier: Apache-2.0
+import datetime
 import os
 import ssl
 import sys
@@ -31,6 +32,11 @@ ONE_SHAPE = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "valu
 PASSES_S = 3.5
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def rfc3339_seconds(text):
+    """Seconds since the epoch of a Kubernetes time (Time or MicroTime)."""
+    return datetime.datetime.fromisoformat(text).timestamp()
 
 
 class DisruptionTest(cl.SharedControlPlaneTest):
@@ -225,6 +231,31 @@ class DisruptionTest(cl.SharedControlPlaneTest):
         time.sleep(PASSES_S)  # more passes: still nothing
         self.assertEqual(len(self.c.claims()), 2)
         self.assertEqual(self.events("DisruptionTerminating"), [])
+
+    def test_a_do_not_disrupt_duration_runs_out(self):
+        """karpenter.sh/do-not-disrupt: "<duration>" on a pod protects its node until that long after the pod started
+        (Karpenter 1.14), then consolidation goes ahead: the duration ends about 20 s from now."""
+        self.two_half_full_nodes()
+        ends = {}
+        for p in self.live():
+            started = rfc3339_seconds(p["status"]["startTime"])
+            seconds = int(time.time() - started) + 20
+            ends[p["metadata"]["name"]] = started + seconds
+            r = self.c.sim.kube("PATCH", PODS + "/" + p["metadata"]["name"],
+                                {"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "%ds" % seconds}}},
+                                ctype="application/merge-patch+json")
+            self.assertEqual(r.status, 200, r)
+        self.consolidate_now()
+        cl.wait_for(lambda: len([e for e in self.events("DisruptionBlocked")
+                                 if "is annotated do-not-disrupt" in e["message"]]) >= 2, 30, interval=1,
+                    what="both claims kept by their do-not-disrupt pods while the duration runs")
+        cl.wait_for(lambda: len(self.c.claims()) == 1 and len(self.c.vms()) == 1, 120, interval=1,
+                    what="one claim left once the duration has run out")
+        told = [e for e in self.events("DisruptionTerminating") if e["involvedObject"]["kind"] == "NodeClaim"]
+        self.assertEqual(len(told), 1, told)
+        self.assertIn("Consolidation: delete", told[0]["message"])
+        first = rfc3339_seconds(told[0].get("eventTime") or told[0].get("firstTimestamp"))
+        self.assertGreaterEqual(first + 1, min(ends.values()), "consolidated before the protection ended")
 
     def test_no_consolidation_onto_a_node_not_initialized(self):
         """Node Y of pool late still has a startup taint that nothing takes off: its claim is not Initialized. X's
