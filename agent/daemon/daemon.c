@@ -62,7 +62,8 @@ static int open_timer(void) {
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         if (fd < 0)
                 return -errno;
-        struct itimerspec its = { .it_interval = { .tv_nsec = TICK_MS * 1000000L }, .it_value = { .tv_nsec = TICK_MS * 1000000L } };
+        struct timespec tick = { .tv_nsec = TICK_MS * 1000000L };
+        struct itimerspec its = { .it_interval = tick, .it_value = tick };
         if (timerfd_settime(fd, 0, &its, NULL) < 0) {
                 int r = -errno;
                 close(fd);
@@ -252,7 +253,8 @@ static int start_http(struct loop *l) {
                 return r;
         }
         log_info("listening on port %u (%s; at most %u connections, %u from one address)", http_server_port(l->http),
-                 c->insecure_http ? "plain HTTP" : "HTTPS", http_server_max_connections(l->http), HTTP_SERVER_MAX_PER_IP);
+                 c->insecure_http ? "plain HTTP" : "HTTPS", http_server_max_connections(l->http),
+                 HTTP_SERVER_MAX_PER_IP);
         return 0;
 }
 

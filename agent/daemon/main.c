@@ -227,7 +227,8 @@ int main(int argc, char **argv) {
                 r = -EINVAL;
         }
         if (r == 0 && log_format_from_string(a.cfg.log_format, &format) < 0) {
-                fprintf(stderr, "pvescale-agent: log_format: expected text, logfmt or json, got '%s'\n", a.cfg.log_format);
+                fprintf(stderr, "pvescale-agent: log_format: expected text, logfmt or json, got '%s'\n",
+                        a.cfg.log_format);
                 r = -EINVAL;
         }
         if (r == 0 && (agent_config_resolve_identity(&a.cfg) < 0 || agent_config_resolve_paths(&a.cfg) < 0))

@@ -93,7 +93,8 @@ static int entry_strings(const json_t *e, struct reservation *r) {
 static int entry_numbers(const json_t *e, struct reservation *r) {
         json_int_t vcpus, mem, huge, created, expires, vmid;
         if (entry_int(e, "vcpus", 1, PLACEMENT_MAX_VCPUS, &vcpus) < 0 ||
-            entry_int(e, "memory_bytes", 1, INT64_MAX, &mem) < 0 || entry_int(e, "hugepage_kib", 0, INT64_MAX, &huge) < 0 ||
+            entry_int(e, "memory_bytes", 1, INT64_MAX, &mem) < 0 ||
+            entry_int(e, "hugepage_kib", 0, INT64_MAX, &huge) < 0 ||
             entry_int(e, "created_at", 0, INT64_MAX, &created) < 0 ||
             entry_int(e, "expires_at", 0, INT64_MAX, &expires) < 0 || entry_int(e, "vmid", 0, 999999999, &vmid) < 0)
                 return -EINVAL;

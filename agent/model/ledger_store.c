@@ -212,8 +212,8 @@ static int replay(struct ledger_store *s, const char *buf, size_t len, struct le
                 if (err == -ESRCH)
                         break;
                 if (err < 0) {
-                        snprintf(problem, problemlen, "%s: record %" PRIu64 " cannot be applied: %s", LEDGER_JOURNAL_FILE,
-                                 rec.seq, why);
+                        snprintf(problem, problemlen, "%s: record %" PRIu64 " cannot be applied: %s",
+                                 LEDGER_JOURNAL_FILE, rec.seq, why);
                         return err == -ENOMEM ? err : -EBADMSG;
                 }
                 s->seq++;

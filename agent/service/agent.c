@@ -228,7 +228,8 @@ static int rebuild_ledger(struct agent *a, struct ledger *l, struct ledger_store
         int n = ledger_rebuild(l, a->topology, a->cfg.pve_config_dir, a->cfg.pve_run_dir, PINNING_PROC_ROOT,
                                agent_now());
         if (n < 0) {
-                snprintf(problem, len, "no reservation state, and the VM configs in %s cannot be read to rebuild it: %s",
+                snprintf(problem, len,
+                         "no reservation state, and the VM configs in %s cannot be read to rebuild it: %s",
                          a->cfg.pve_config_dir, strerror(-n));
                 return n;
         }
