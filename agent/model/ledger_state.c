@@ -195,15 +195,21 @@ static int load_file(const char *path, const struct topology *t, struct ledger *
         return 0;
 }
 
-/* Remove what saves interrupted by a crash left: "<file>.tmp.XXXXXX" (fileio) and "<file>.prev.tmp". */
+/* A temporary file a save or the journal's making left when a crash interrupted it: "<state file>.tmp.XXXXXX"
+ * and "<journal>.tmp.XXXXXX" (fileio), "<state file>.prev.tmp" (earlier versions). */
+static bool leftover(const char *name) {
+        static const char *const leftovers[] = { LEDGER_STATE_FILE ".tmp.", LEDGER_JOURNAL_FILE ".tmp." };
+        for (size_t i = 0; i < sizeof leftovers / sizeof leftovers[0]; i++)
+                if (strncmp(name, leftovers[i], strlen(leftovers[i])) == 0)
+                        return true;
+        return strcmp(name, LEDGER_STATE_FILE ".prev.tmp") == 0;
+}
+
 static void remove_temporaries(const char *dir) {
         DIR *d = opendir(dir);
-        struct dirent *e;
-        char prefix[64], path[PATH_MAX];
-        snprintf(prefix, sizeof prefix, "%s.", LEDGER_STATE_FILE);
-        while (d && (e = readdir(d))) {
-                const char *rest = strncmp(e->d_name, prefix, strlen(prefix)) == 0 ? e->d_name + strlen(prefix) : NULL;
-                if (!rest || (strncmp(rest, "tmp.", 4) != 0 && strcmp(rest, "prev.tmp") != 0))
+        char path[PATH_MAX];
+        for (struct dirent *e; d && (e = readdir(d));) {
+                if (!leftover(e->d_name))
                         continue;
                 snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
                 if (unlink(path) == 0)

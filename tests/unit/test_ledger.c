@@ -200,6 +200,11 @@ static void test_leftover_temporaries_are_removed(void **state) {
                 snprintf(path, sizeof path, "%s%s", f->path, left[i]);
                 fclose(fopen(path, "w"));
         }
+        char journal_tmp[192], journal[192];
+        snprintf(journal_tmp, sizeof journal_tmp, "%s/%s.tmp.Qw3Er4", f->dir, LEDGER_JOURNAL_FILE);
+        fclose(fopen(journal_tmp, "w")); /* the journal's making, interrupted */
+        snprintf(journal, sizeof journal, "%s/%s.json", f->dir, LEDGER_JOURNAL_FILE);
+        fclose(fopen(journal, "w"));
         snprintf(other, sizeof other, "%s/other.json.tmp.123456", f->dir);
         fclose(fopen(other, "w"));
         assert_int_equal(loaded(f, 0), 0);
@@ -208,6 +213,8 @@ static void test_leftover_temporaries_are_removed(void **state) {
                 if (exists(path))
                         fail_msg("%s was not removed", path);
         }
+        assert_false(exists(journal_tmp));
+        assert_true(exists(journal));
         assert_true(exists(other));
 }
 
