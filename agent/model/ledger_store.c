@@ -187,6 +187,8 @@ static int apply_record(struct ledger *l, const struct topology *t, json_t *body
 
 /* Whether a record of this epoch numbered after seq lies past at: records were acknowledged beyond a damaged one. */
 static bool later_records(const char *buf, size_t len, size_t at, uint64_t epoch, uint64_t seq) {
+        if (at >= len)
+                return false;
         for (const char *p = buf + at; (p = memchr(p, '\n', len - (size_t)(p - buf))) && (size_t)(++p - buf) < len;) {
                 struct record rec;
                 if (record_decode(p, len - (size_t)(p - buf), &rec) < 0)
