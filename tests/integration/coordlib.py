@@ -1,6 +1,8 @@
 """coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
 # SPDX-License-Identifier: Apache-2.0
+import contextlib
 import ctypes
+import glob
 import json
 import os
 import re
@@ -103,13 +105,16 @@ class ControlPlane:
     the tests of a module or class share: each test's Cluster(kube=cp) attaches its simulator to it (--kube-attach)
     and, when it stops, deletes what the test made (clean()), so the next test starts on what the control plane had
     when it was ready (checked: leftovers fail the next Cluster). kcm_flags: kube-controller-manager flags fixed for
-    its life, e.g. {"node-monitor-period": "4s"}. Stopped by PID (stop()); use start_for() in setUpClass."""
+    its life, e.g. {"node-monitor-period": "4s"}; apiserver_flags likewise for kube-apiserver, e.g.
+    {"watch-cache": "false"}. Stopped by PID (stop()); use start_for() in setUpClass."""
 
-    def __init__(self, kcm_flags=None):
+    def __init__(self, kcm_flags=None, apiserver_flags=None):
         self.dir = tempfile.mkdtemp(prefix="pvescale-cp-")
         cmd = [sys.executable, "-m", "simlib.controlplane", self.dir, "--no-cluster-info"]
         for k, v in sorted((kcm_flags or {}).items()):
             cmd += ["--kcm-flag", "%s=%s" % (k, v)]
+        for k, v in sorted((apiserver_flags or {}).items()):
+            cmd += ["--apiserver-flag", "%s=%s" % (k, v)]
         self.log_path = os.path.join(self.dir, "controlplane.log")
         with open(self.log_path, "w") as log:  # it stops its processes when the test is killed too
             self.proc = subprocess.Popen(cmd, cwd=os.path.join(SRC, "tests", "sim"), stdout=log,
@@ -177,6 +182,44 @@ class ControlPlane:
             time.sleep(0.3)
         for ns in self.admin.get("/api/v1/namespaces")["items"]:
             self.admin.call("DELETE", "/api/v1/namespaces/%s/events" % ns["metadata"]["name"])
+
+    def component_pids(self, binary):
+        """PIDs of the control plane's processes running binary (e.g. "kube-controller-manager") now: its supervisor
+        restarts the controllers when they exit, so their PIDs are looked up each time (children of the supervisor)."""
+        out = []
+        for children in glob.glob("/proc/%d/task/*/children" % self.proc.pid):
+            try:
+                with open(children) as f:
+                    pids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        argv0 = f.read().split(b"\0")[0].decode()
+                except OSError:
+                    continue
+                if os.path.basename(argv0) == binary:
+                    out.append(pid)
+        return out
+
+    @contextlib.contextmanager
+    def paused(self, binary="kube-controller-manager"):
+        """The component stopped (SIGSTOP) for the with block and continued (SIGCONT) after it, even when the block
+        fails: a controller that lags, e.g. a node lifecycle controller that has not yet taken a Ready Node's
+        not-ready taint off."""
+        pids = self.component_pids(binary)
+        assert pids, "no %s under the control plane (%d)" % (binary, self.proc.pid)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield pids
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
 
     def stop(self):
         """SIGTERM to the control plane's supervisor (which ends its processes by PID), SIGKILL after 60 s."""
@@ -484,11 +527,12 @@ class SharedControlPlaneTest(CoordinatorTest):
     hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
     agents = True
     kcm_flags = None
+    apiserver_flags = None
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags)
+        cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags, apiserver_flags=cls.apiserver_flags)
 
     def setUp(self):
         self.c = Cluster(self.hosts, agents=self.agents, kube=self.cp)

@@ -556,8 +556,8 @@ def denials(path, offset=0):
 
 
 def main(argv=None):
-    """python3 -m simlib.controlplane WORKDIR [--no-cluster-info] [--kcm-flag NAME=VALUE]...: start one, print
-    controlplane.json, wait for SIGTERM."""
+    """python3 -m simlib.controlplane WORKDIR [--no-cluster-info] [--kcm-flag NAME=VALUE]...
+    [--apiserver-flag NAME=VALUE]...: start one, print controlplane.json, wait for SIGTERM."""
     import argparse
     import sys
     ap = argparse.ArgumentParser(prog="controlplane.py")
@@ -565,12 +565,17 @@ def main(argv=None):
     ap.add_argument("--no-cluster-info", action="store_true", help="no kube-public/cluster-info")
     ap.add_argument("--kcm-flag", action="append", default=[], metavar="NAME=VALUE",
                     help="a kube-controller-manager flag (without --), e.g. node-monitor-period=4s")
+    ap.add_argument("--apiserver-flag", action="append", default=[], metavar="NAME=VALUE",
+                    help="a kube-apiserver flag (without --), e.g. watch-cache=false")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    kcm = dict(kv.partition("=")[::2] for kv in args.kcm_flag)
-    if any(not k or not v for k, v in kcm.items()):
-        sys.stderr.write("controlplane: --kcm-flag wants NAME=VALUE\n")
-        return 2
-    cp = ControlPlane(args.workdir, kcm_flags=kcm, cluster_info=not args.no_cluster_info)
+    flags = {}
+    for opt in ("kcm_flag", "apiserver_flag"):
+        flags[opt] = dict(kv.partition("=")[::2] for kv in getattr(args, opt))
+        if any(not k or not v for k, v in flags[opt].items()):
+            sys.stderr.write("controlplane: --%s wants NAME=VALUE\n" % opt.replace("_", "-"))
+            return 2
+    cp = ControlPlane(args.workdir, kcm_flags=flags["kcm_flag"], apiserver_flags=flags["apiserver_flag"],
+                      cluster_info=not args.no_cluster_info)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

@@ -254,6 +254,9 @@ class Kubelet:
         pid = re.search(r"--provider-id[= ]([^\s\"']+)", ud)
         self.provider_id = pid.group(1) if pid else "proxmox://%s/%d" % (self.vm.host.region, self.vm.vmid)
         self.api = kubeclient.Client(server, ca, cert, key)
+        while self.alive() and self.knob("register_hold"):  # a kubelet slow to start after its bootstrap
+            self.reason = "fault injection: register_hold (client certificate issued)"
+            time.sleep(0.2)
         try:
             self._register()
         except (OSError, ValueError, kubeclient.ApiError) as e:
@@ -371,7 +374,8 @@ class Kubelet:
                              "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                              "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
                 "spec": {"providerID": self.provider_id, "taints": parse_taints(flags.get("register-with-taints"))},
-                "status": {"capacity": cap, "allocatable": alloc, "conditions": node_conditions(False),
+                "status": {"capacity": cap, "allocatable": alloc,
+                           "conditions": node_conditions(bool(self.knob("register_ready"))),
                            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                                          {"type": "Hostname", "address": name}],
                            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -392,7 +396,8 @@ class Kubelet:
         self.node_uid = obj["metadata"]["uid"] if status == 201 else None
         self._post_status(node["status"])
         self.registered_at = time.time()
-        self.ready_posted, self.message_posted, self.last_lease, self.last_status = False, None, 0.0, time.time()
+        ready = bool(self.knob("register_ready"))
+        self.ready_posted, self.message_posted, self.last_lease, self.last_status = ready, None, 0.0, time.time()
         self.state, self.reason = "registered", "registered"
         self.w.report.node_event(self.node, "registered", self.vm)
         util.log("kubelet: VM %d registered node %s" % (self.vm.vmid, self.node))
@@ -415,8 +420,8 @@ class Kubelet:
         now = time.time()
         if now - self.last_lease >= float(self.knob("lease_interval_seconds")) and not self._status_holds():
             self.last_status = 0.0
-        want_ready = not self.listed("kubelet_not_ready") and now - self.registered_at >= float(
-            self.knob("ready_delay_seconds"))
+        want_ready = not self.listed("kubelet_not_ready") and (
+            self.knob("register_ready") or now - self.registered_at >= float(self.knob("ready_delay_seconds")))
         msg = RUNTIME_DOWN if self.listed("kubelet_not_ready") else None
         if (want_ready, msg) != (self.ready_posted, self.message_posted) or now - self.last_status >= 60:
             if not self._post_status({"conditions": node_conditions(want_ready, msg)}):

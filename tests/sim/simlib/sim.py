@@ -52,7 +52,7 @@ KNOBS = {
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
     "pdb_disruption_timeout_seconds": 120.0, "disruption_controller": True,
     "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": False, "ccm_delete_nodes": False,
-    "kubelet_not_ready": [], "kubelet_stopped": [], "node_monitor_grace_seconds": 50.0,
+    "kubelet_not_ready": [], "kubelet_stopped": [], "register_hold": False, "register_ready": False, "node_monitor_grace_seconds": 50.0,
     "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1, "node_monitor_seconds": 0.0,
     "scheduler_backoff_seconds": 1.0, "scheduler_max_backoff_seconds": 10.0,
 }
