@@ -1,5 +1,6 @@
 """coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
 # SPDX-License-Identifier: Apache-2.0
+import base64
 import contextlib
 import ctypes
 import glob
@@ -182,6 +183,21 @@ class ControlPlane:
             time.sleep(0.3)
         for ns in self.admin.get("/api/v1/namespaces")["items"]:
             self.admin.call("DELETE", "/api/v1/namespaces/%s/events" % ns["metadata"]["name"])
+
+    def etcd(self, method, body):
+        """A call to etcd's v3 JSON gateway, e.g. etcd("kv/range", {...})."""
+        req = urllib.request.Request("http://127.0.0.1:%d/v3/%s" % (self.info["ports"]["etcd"], method),
+                                     json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
+
+    def compact_etcd(self):
+        """etcd's history compacted up to its current revision (as kube-apiserver's own compaction does every 5
+        minutes): a watch from an older resourceVersion then ends in 410 Gone when kube-apiserver's watch cache does
+        not answer it (apiserver_flags {"watch-cache": "false"}). Returns that revision."""
+        rev = int(self.etcd("kv/range", {"key": base64.b64encode(b"/registry/").decode()})["header"]["revision"])
+        self.etcd("kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
 
     def component_pids(self, binary):
         """PIDs of the control plane's processes running binary (e.g. "kube-controller-manager") now: its supervisor

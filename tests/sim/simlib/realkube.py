@@ -25,8 +25,9 @@ IMITATION_ONLY = ("kube_error_rate", "kube_timeout_rate", "kube_error_next", "ku
                   "controller_interval_seconds", "node_monitor_seconds", "scheduler_backoff_seconds",
                   "scheduler_max_backoff_seconds")
 KCM_KNOBS = {"node_monitor_grace_seconds": "node-monitor-grace-period", "node_monitor_seconds": "node-monitor-period"}
-# The knob that becomes a fault of the proxy in front of kube-apiserver (connections older than that are closed).
-PROXY_KNOBS = {"watch_disconnect_seconds": "drop_after_seconds"}
+# The knobs that become faults of the proxy in front of kube-apiserver: connections older than
+# watch_disconnect_seconds are closed; kube_unreachable resets every new connection (the API server unreachable).
+PROXY_KNOBS = {"watch_disconnect_seconds": "drop_after_seconds", "kube_unreachable": "refuse"}
 COMPONENT_AGENTS = ("kube-controller-manager/", "kube-scheduler/", "kube-apiserver/", kubeclient.USER_AGENT)
 
 
@@ -106,7 +107,8 @@ class RealKube:
 
     def apply_knobs(self, d):
         """The proxy's faults of the knobs in d that have one."""
-        faults = {PROXY_KNOBS[k]: float(v) for k, v in d.items() if k in PROXY_KNOBS}
+        faults = {PROXY_KNOBS[k]: bool(v) if isinstance(faultproxy.FAULTS[PROXY_KNOBS[k]], bool) else float(v)
+                  for k, v in d.items() if k in PROXY_KNOBS}
         if faults and getattr(self, "proxy", None) is not None:
             self.proxy.set_faults(**faults)
 

@@ -46,7 +46,7 @@ KNOBS = {
     # Kubernetes API
     "kube_error_rate": 0.0, "kube_timeout_rate": 0.0, "kube_error_next": 0, "kube_timeout_next": 0,
     "timeout_hold_seconds": 30.0, "watch_history_size": 5000, "watch_timeout_seconds": 1800.0,
-    "watch_disconnect_seconds": 0.0, "bookmark_interval_seconds": 5.0, "crd_establish_seconds": 0.0,
+    "watch_disconnect_seconds": 0.0, "kube_unreachable": False, "bookmark_interval_seconds": 5.0, "crd_establish_seconds": 0.0,
     # kubelets / controllers
     "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
     "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
