@@ -1,6 +1,5 @@
 """coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
 # SPDX-License-Identifier: Apache-2.0
-import base64
 import contextlib
 import ctypes
 import glob
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.join(SRC, "tests", "sim"))
 sys.path.insert(0, HERE)
 import agentlib  # noqa: E402
 import simtest  # noqa: E402
+from simlib import controlplane  # noqa: E402
 from simlib import kubeclient  # noqa: E402
 from simtest import wait_for  # noqa: E402,F401
 
@@ -184,20 +184,11 @@ class ControlPlane:
         for ns in self.admin.get("/api/v1/namespaces")["items"]:
             self.admin.call("DELETE", "/api/v1/namespaces/%s/events" % ns["metadata"]["name"])
 
-    def etcd(self, method, body):
-        """A call to etcd's v3 JSON gateway, e.g. etcd("kv/range", {...})."""
-        req = urllib.request.Request("http://127.0.0.1:%d/v3/%s" % (self.info["ports"]["etcd"], method),
-                                     json.dumps(body).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.load(r)
-
     def compact_etcd(self):
-        """etcd's history compacted up to its current revision (as kube-apiserver's own compaction does every 5
-        minutes): a watch from an older resourceVersion then ends in 410 Gone when kube-apiserver's watch cache does
-        not answer it (apiserver_flags {"watch-cache": "false"}). Returns that revision."""
-        rev = int(self.etcd("kv/range", {"key": base64.b64encode(b"/registry/").decode()})["header"]["revision"])
-        self.etcd("kv/compaction", {"revision": str(rev), "physical": True})
-        return rev
+        """etcd's history compacted up to its current revision (simlib.controlplane.compact_etcd): a watch from an
+        older resourceVersion then ends in 410 Gone when the watch cache does not answer it (apiserver_flags
+        {"watch-cache": "false"}). Returns that revision."""
+        return controlplane.compact_etcd(self.info["ports"]["etcd"])
 
     def component_pids(self, binary):
         """PIDs of the control plane's processes running binary (e.g. "kube-controller-manager") now: its supervisor
@@ -252,13 +243,13 @@ class ControlPlane:
 
 class Cluster:
     """The simulator with the pvescale CRDs, optionally one real agent per host (HTTPS, each on its own
-    loopback address and a shared port), and config.yaml for the coordinator. kube="real": the simulator runs a real
-    control plane (../shared/k8s) and its kubelets instead of the imitation; as the imitation, it starts without
-    kube-public/cluster-info (the tests publish it); the coordinator uses the admin's client certificate until
-    run_as_chart(). kube=a ControlPlane: the simulator attaches to that shared one (which must be as clean as when it
-    was ready), and stop() cleans it for the next test."""
+    loopback address and a shared port), and config.yaml for the coordinator. kube="real" (the default): the
+    simulator runs a real control plane of its own (../shared/k8s) and its kubelets, without kube-public/cluster-info
+    (the tests publish it); the coordinator uses the admin's client certificate until run_as_chart(). kube=a
+    ControlPlane: the simulator attaches to that shared one (which must be as clean as when it was ready), and stop()
+    cleans it for the next test."""
 
-    def __init__(self, hosts, agents=True, knobs=(), kube="sim", crds=True):
+    def __init__(self, hosts, agents=True, knobs=(), kube="real", crds=True):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
         self.shared = kube if isinstance(kube, ControlPlane) else None
         args = ["--no-cluster-info"] if kube == "real" else []
@@ -374,8 +365,8 @@ class Cluster:
         return objs
 
     def denials(self):
-        """The simulator's 403s (GET /kube-denials): only a ServiceAccount's calls can be denied (real mode: the
-        audit log's 403s to clients other than the control plane and the simulated kubelets)."""
+        """kube-apiserver's 403s (GET /kube-denials: the audit log's 403s to clients other than the control plane
+        and the simulated kubelets)."""
         r = self.sim.admin("GET", "/kube-denials")
         assert r.status == 200, r
         return r.json

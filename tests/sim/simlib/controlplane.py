@@ -504,6 +504,24 @@ class ControlPlane:
         return False
 
 
+def etcd_call(port, method, body):
+    """A call to etcd's v3 JSON gateway on loopback, e.g. etcd_call(port, "kv/range", {...})."""
+    req = urllib.request.Request("http://127.0.0.1:%d/v3/%s" % (port, method), json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def compact_etcd(port):
+    """etcd's history compacted up to its current revision (as kube-apiserver's own compaction does every 5
+    minutes): a watch from an older resourceVersion then ends in 410 Gone when kube-apiserver's watch cache does not
+    answer it (--watch-cache=false, or a size of 0 for the resource in --watch-cache-sizes). Returns the revision."""
+    key = base64.b64encode(b"/registry/").decode()
+    rev = int(etcd_call(port, "kv/range", {"key": key, "limit": 1})["header"]["revision"])
+    etcd_call(port, "kv/compaction", {"revision": str(rev), "physical": True})
+    return rev
+
+
 def cluster_info_object(server, ca):
     """kube-public/cluster-info as kubeadm publishes it (the bootstrap signer adds a jws-kubeconfig-<id> per
     signing token)."""
@@ -532,7 +550,7 @@ def audit_events(path, offset=0):
 
 
 def denial(e):
-    """An audit event of a 403 as the imitation's GET /kube-denials has it: time, user, verb, path, message (the
+    """An audit event of a 403 as GET /kube-denials has it: time, user, verb, path, message (the
     message the client was answered, which the audit log keeps at level Metadata too; else the authorizer's reason,
     empty for RBAC)."""
     message = (e.get("responseStatus") or {}).get("message") or \
@@ -542,7 +560,7 @@ def denial(e):
 
 
 def _epoch(stamp):
-    """Seconds since the epoch (as the imitation's denials have them) of an audit timestamp such as
+    """Seconds since the epoch (as /kube-denials has them) of an audit timestamp such as
     2026-11-29T03:54:21.938123Z; None when there is none."""
     if not stamp:
         return None
