@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """demo: pending pods become pinned VMs, then half of them go and the nodes consolidate. A simulated Proxmox
 cluster of 3 hosts (real topologies from ../shared/topologies), a real Kubernetes control plane (kube-apiserver,
-kube-controller-manager, kube-scheduler from ../shared/k8s) with simulated kubelets (--kube sim: the simulator's
-imitation of the API instead), a real pvescale-agent per host, and the real pvescale-coordinator. Prints a live
-progress view, a summary and how the coordinator's plan met the scheduler (pods that needed a second provisioning
-round, pods running elsewhere than their claim's Node), then stops everything it started, or, with --keep, leaves
-them running and prints where to look (a KUBECONFIG for kubectl, the agents' topology pages, the coordinator's
-metrics) until Ctrl-C."""
+kube-controller-manager, kube-scheduler from ../shared/k8s) with simulated kubelets, a real pvescale-agent per host,
+and the real pvescale-coordinator. Prints a live progress view, a summary and how the coordinator's plan met the
+scheduler (pods that needed a second provisioning round, pods running elsewhere than their claim's Node), then stops
+everything it started, or, with --keep, leaves them running and prints where to look (a KUBECONFIG for kubectl, the
+agents' topology pages, the coordinator's metrics) until Ctrl-C."""
 # SPDX-License-Identifier: Apache-2.0
 import argparse
 import json
@@ -313,10 +312,8 @@ def keep_running(c, co):
 
 
 def runs_on(c):
-    """What the demo's Kubernetes side is: the real control plane's version and address, or the imitation."""
+    """What the demo's Kubernetes side is: the real control plane's version and address."""
     url = c.sim.ep["kube"]["url"]
-    if not c.sim.real:
-        return "Kubernetes API: the simulator's imitation on %s" % url.split("//")[1]
     r = c.sim.kube("GET", "/version")
     assert r.status == 200, r
     return ("Kubernetes %s control plane: kube-apiserver, kube-controller-manager, kube-scheduler on %s; "
@@ -327,13 +324,10 @@ def run(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keep", action="store_true",
                     help="leave the simulator, the agents and the coordinator running and print where to look")
-    ap.add_argument("--kube", choices=("sim", "real"), default="real",
-                    help="a real Kubernetes control plane (../shared/k8s) with simulated kubelets (default) or the "
-                         "simulator's imitation of the Kubernetes API")
     args = ap.parse_args(argv)
     print("Starting the simulated Proxmox cluster (%s), %s and one pvescale-agent per host ..."
-          % (HOSTS, "a Kubernetes control plane" if args.kube == "real" else "the imitation of the Kubernetes API"))
-    c = cl.Cluster(HOSTS, knobs=KNOBS, kube=args.kube)
+          % (HOSTS, "a Kubernetes control plane"))
+    c = cl.Cluster(HOSTS, knobs=KNOBS)
     co = None
     try:
         print(runs_on(c))

@@ -1,6 +1,8 @@
 """coordlib: helpers for tests that run pvescale-coordinator against the simulator and real agents."""
 # SPDX-License-Identifier: Apache-2.0
+import contextlib
 import ctypes
+import glob
 import json
 import os
 import re
@@ -22,6 +24,7 @@ sys.path.insert(0, os.path.join(SRC, "tests", "sim"))
 sys.path.insert(0, HERE)
 import agentlib  # noqa: E402
 import simtest  # noqa: E402
+from simlib import controlplane  # noqa: E402
 from simlib import kubeclient  # noqa: E402
 from simtest import wait_for  # noqa: E402,F401
 
@@ -103,13 +106,16 @@ class ControlPlane:
     the tests of a module or class share: each test's Cluster(kube=cp) attaches its simulator to it (--kube-attach)
     and, when it stops, deletes what the test made (clean()), so the next test starts on what the control plane had
     when it was ready (checked: leftovers fail the next Cluster). kcm_flags: kube-controller-manager flags fixed for
-    its life, e.g. {"node-monitor-period": "4s"}. Stopped by PID (stop()); use start_for() in setUpClass."""
+    its life, e.g. {"node-monitor-period": "4s"}; apiserver_flags likewise for kube-apiserver, e.g.
+    {"watch-cache": "false"}. Stopped by PID (stop()); use start_for() in setUpClass."""
 
-    def __init__(self, kcm_flags=None):
+    def __init__(self, kcm_flags=None, apiserver_flags=None):
         self.dir = tempfile.mkdtemp(prefix="pvescale-cp-")
         cmd = [sys.executable, "-m", "simlib.controlplane", self.dir, "--no-cluster-info"]
         for k, v in sorted((kcm_flags or {}).items()):
             cmd += ["--kcm-flag", "%s=%s" % (k, v)]
+        for k, v in sorted((apiserver_flags or {}).items()):
+            cmd += ["--apiserver-flag", "%s=%s" % (k, v)]
         self.log_path = os.path.join(self.dir, "controlplane.log")
         with open(self.log_path, "w") as log:  # it stops its processes when the test is killed too
             self.proc = subprocess.Popen(cmd, cwd=os.path.join(SRC, "tests", "sim"), stdout=log,
@@ -178,6 +184,50 @@ class ControlPlane:
         for ns in self.admin.get("/api/v1/namespaces")["items"]:
             self.admin.call("DELETE", "/api/v1/namespaces/%s/events" % ns["metadata"]["name"])
 
+    def compact_etcd(self):
+        """etcd's history compacted up to its current revision (simlib.controlplane.compact_etcd): a watch from an
+        older resourceVersion then ends in 410 Gone when the watch cache does not answer it (apiserver_flags
+        {"watch-cache": "false"}). Returns that revision."""
+        return controlplane.compact_etcd(self.info["ports"]["etcd"])
+
+    def component_pids(self, binary):
+        """PIDs of the control plane's processes running binary (e.g. "kube-controller-manager") now: its supervisor
+        restarts the controllers when they exit, so their PIDs are looked up each time (children of the supervisor)."""
+        out = []
+        for children in glob.glob("/proc/%d/task/*/children" % self.proc.pid):
+            try:
+                with open(children) as f:
+                    pids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        argv0 = f.read().split(b"\0")[0].decode()
+                except OSError:
+                    continue
+                if os.path.basename(argv0) == binary:
+                    out.append(pid)
+        return out
+
+    @contextlib.contextmanager
+    def paused(self, binary="kube-controller-manager"):
+        """The component stopped (SIGSTOP) for the with block and continued (SIGCONT) after it, even when the block
+        fails: a controller that lags, e.g. a node lifecycle controller that has not yet taken a Ready Node's
+        not-ready taint off."""
+        pids = self.component_pids(binary)
+        assert pids, "no %s under the control plane (%d)" % (binary, self.proc.pid)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield pids
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
     def stop(self):
         """SIGTERM to the control plane's supervisor (which ends its processes by PID), SIGKILL after 60 s."""
         if self.proc.poll() is None:
@@ -193,13 +243,13 @@ class ControlPlane:
 
 class Cluster:
     """The simulator with the pvescale CRDs, optionally one real agent per host (HTTPS, each on its own
-    loopback address and a shared port), and config.yaml for the coordinator. kube="real": the simulator runs a real
-    control plane (../shared/k8s) and its kubelets instead of the imitation; as the imitation, it starts without
-    kube-public/cluster-info (the tests publish it); the coordinator uses the admin's client certificate until
-    run_as_chart(). kube=a ControlPlane: the simulator attaches to that shared one (which must be as clean as when it
-    was ready), and stop() cleans it for the next test."""
+    loopback address and a shared port), and config.yaml for the coordinator. kube="real" (the default): the
+    simulator runs a real control plane of its own (../shared/k8s) and its kubelets, without kube-public/cluster-info
+    (the tests publish it); the coordinator uses the admin's client certificate until run_as_chart(). kube=a
+    ControlPlane: the simulator attaches to that shared one (which must be as clean as when it was ready), and stop()
+    cleans it for the next test."""
 
-    def __init__(self, hosts, agents=True, knobs=(), kube="sim", crds=True):
+    def __init__(self, hosts, agents=True, knobs=(), kube="real", crds=True):
         self.tmp = tempfile.mkdtemp(prefix="pvescale-coord-")
         self.shared = kube if isinstance(kube, ControlPlane) else None
         args = ["--no-cluster-info"] if kube == "real" else []
@@ -315,8 +365,8 @@ class Cluster:
         return objs
 
     def denials(self):
-        """The simulator's 403s (GET /kube-denials): only a ServiceAccount's calls can be denied (real mode: the
-        audit log's 403s to clients other than the control plane and the simulated kubelets)."""
+        """kube-apiserver's 403s (GET /kube-denials: the audit log's 403s to clients other than the control plane
+        and the simulated kubelets)."""
         r = self.sim.admin("GET", "/kube-denials")
         assert r.status == 200, r
         return r.json
@@ -484,11 +534,12 @@ class SharedControlPlaneTest(CoordinatorTest):
     hosts = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
     agents = True
     kcm_flags = None
+    apiserver_flags = None
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags)
+        cls.cp = ControlPlane.start_for(cls, kcm_flags=cls.kcm_flags, apiserver_flags=cls.apiserver_flags)
 
     def setUp(self):
         self.c = Cluster(self.hosts, agents=self.agents, kube=self.cp)

@@ -89,6 +89,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               headers={"Retry-After": when})
         self.reply(200, {"kind": "ConfigMap", "attempt": n})
 
+    def r_fail_first(self, n, body, q):
+        # 500 without Retry-After for the first ?n= attempts at this target, then 200.
+        if n <= int(q.get("n", ["1"])[-1]):
+            return self.reply(500, {"kind": "Status", "code": 500, "reason": "InternalError",
+                                    "message": "injected fault %d" % n})
+        self.reply(200, {"kind": "ConfigMap", "attempt": n})
+
     def r_not_json(self, n, body, q):
         data = b"done, but not in JSON"
         self.send_response(200)

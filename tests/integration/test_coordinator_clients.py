@@ -1,5 +1,7 @@
-"""Integration test: the coordinator's C clients (Kubernetes, Proxmox VE, host agents) against the simulator and a
-real pvescale-agent. Each C test program (cmocka) runs against a fresh simulator; this file starts the peers."""
+"""Integration test: the coordinator's C clients (Kubernetes, Proxmox VE, host agents) against a real kube-apiserver,
+the simulator and a real pvescale-agent. Each C test program (cmocka) runs against a fresh simulator (without
+Kubernetes but for the Kubernetes client's, whose control plane has no watch cache for ConfigMaps, so that its
+informer's resumed watch gets a real 410 once etcd is compacted); this file starts the peers."""
 # SPDX-License-Identifier: Apache-2.0
 import os
 import shutil
@@ -12,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "sim"))
 import agentlib  # noqa: E402
+import coordlib  # noqa: E402
 import http_stub  # noqa: E402
 import simtest  # noqa: E402
 
@@ -24,7 +27,12 @@ def program(name):
 
 class CoordinatorClients(unittest.TestCase):
     def setUp(self):
-        self.sim = simtest.Sim(hosts=HOSTS)
+        self.cp = None
+        if self._testMethodName == "test_kube_client":
+            self.cp = coordlib.ControlPlane(apiserver_flags={"watch-cache-sizes": "configmaps#0"})
+            self.sim = simtest.Sim(hosts=HOSTS, args=["--kube-attach", self.cp.dir])
+        else:
+            self.sim = simtest.Sim(hosts=HOSTS, kube="none")
         self.env = dict(os.environ, PVESCALE_TEST_ENDPOINTS=os.path.join(self.sim.state, "endpoints.json"))
         self.agent = None
         self.tmp = tempfile.mkdtemp(prefix="pvescale-clients-")
@@ -33,6 +41,8 @@ class CoordinatorClients(unittest.TestCase):
         if self.agent:
             self.agent.stop()
         code = self.sim.stop()
+        if self.cp:
+            self.cp.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(code, 0)
 

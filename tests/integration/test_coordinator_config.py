@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # pvescale-coordinator start-up errors: a bad config file, flag, environment value or kubeconfig exits with code
 # 2 and one line on stderr that names the key; --help and --version exit 0; SIGTERM stops a running
-# coordinator with code 0.
+# coordinator (on a real control plane, ../shared/k8s) with code 0.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import shutil
@@ -92,7 +92,7 @@ class ConfigTest(unittest.TestCase):
         self.assertTrue(p.stdout.startswith("pvescale-coordinator "), p.stdout)
 
     def test_sigterm_exits_0(self):
-        c = cl.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False)
+        c = cl.Cluster("pve1=32intel64-2p8co2t+8ve", agents=False, kube="real")  # a control plane of its own
         try:
             co = cl.Coordinator(c, ["--launch=false"])
             self.assertEqual(co.get(co.health_port, "/healthz")[0], 200)

@@ -3,8 +3,8 @@
 # controller hands the NodeClaims it creates to its worker pool, which drives them to pinned VMs that join; the
 # pending pods end up Running on them, the coordinator running as the Helm chart's ServiceAccount (its token from
 # the TokenRequest API): the real kube-apiserver authorizes every call by the chart's RBAC and refuses none. On a
-# real control plane (../shared/k8s) shared by the tests of LaunchTest; the two tests of NotReadyTaintTest stay on
-# the imitation (see there).
+# real control plane (../shared/k8s) shared by the tests of LaunchTest; the two tests of NotReadyTaintTest share
+# another one, whose kube-controller-manager they pause (see there).
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import calendar
@@ -302,22 +302,33 @@ class LaunchTest(cl.SharedControlPlaneTest):
 
 
 
-class NotReadyTaintTest(cl.CoordinatorTest):
-    """On the imitation: these two need a Node that is Ready and still has the not-ready taint for seconds. A real
-    kube-controller-manager (v1.26) takes node.kubernetes.io/not-ready:NoSchedule off on the very Node update that
-    reports Ready (its node lifecycle controller's update queue), whatever --node-monitor-period says (tried: with 4 s
-    the window was never seen in 90 s; with 3600 s the claim was Initialized at once), so no real setting makes it."""
+class NotReadyTaintTest(cl.SharedControlPlaneTest):
+    """A Node that is Ready and still has node.kubernetes.io/not-ready:NoSchedule (which the TaintNodesByCondition
+    admission plugin puts on every new Node): a real kube-controller-manager takes it off on the very Node update
+    that reports Ready, so the window exists only while the node lifecycle controller lags. Here it is made real:
+    the kubelets hold Ready back (ready_delay_seconds) until their Nodes are registered, kube-controller-manager is
+    stopped (SIGSTOP), the kubelets report Ready, and it is continued (SIGCONT) after the assertions. Two tests, one
+    control plane of their own (kube-controller-manager paused would hold up LaunchTest's)."""
 
-    def setUp(self):
-        self.c = cl.Cluster(LaunchTest.hosts)
-        self.co = None
+    def hold_ready(self):
+        """Nodes register NotReady and stay so until ready_now()."""
+        self.assertEqual(self.c.sim.admin("POST", "/knobs", {"ready_delay_seconds": 3600}).status, 200)
+
+    def ready_now(self):
+        self.assertEqual(self.c.sim.admin("POST", "/knobs", {"ready_delay_seconds": 0}).status, 200)
+
+    def registered_nodes(self, n):
+        def nodes():
+            items = self.c.items("/api/v1/nodes")
+            return len(items) == n and items
+        return cl.wait_for(nodes, 120, interval=0.3, what="%d Nodes registered" % n)
 
     def test_no_second_claim_while_the_not_ready_taint_lingers(self):
-        """Ready comes before the node lifecycle controller takes its not-ready taint off (its monitor period). A
-        claim is Initialized only once that taint is gone too, as in Karpenter, so a round in that window keeps
-        the waiting pods on their claims instead of making new ones."""
+        """Ready comes before the node lifecycle controller takes its not-ready taint off. A claim is Initialized
+        only once that taint is gone too, as in Karpenter, so a round in that window keeps the waiting pods on their
+        claims instead of making new ones."""
         c = self.c
-        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 4}).status, 200)
+        self.hold_ready()
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
@@ -326,22 +337,31 @@ class NotReadyTaintTest(cl.CoordinatorTest):
         for i in range(2):
             c.create(PODS, cl.pod("anti-%d" % i, cpu="500m", memory="512Mi", labels={"app": "anti"}, affinity=anti))
         self.co = cl.Coordinator(c)
+        self.registered_nodes(2)
+        with self.cp.paused("kube-controller-manager"):
+            self.ready_now()
 
-        def lingering():  # every Node Ready, each still with the not-ready taint
-            nodes = c.items("/api/v1/nodes")
-            return len(nodes) == 2 and all(
-                {x["type"]: x["status"] for x in n["status"].get("conditions", [])}.get("Ready") == "True" and
-                "node.kubernetes.io/not-ready" in [t["key"] for t in n["spec"].get("taints", [])] for n in nodes)
-        cl.wait_for(lingering, 90, interval=0.2, what="two Nodes Ready with the not-ready taint")
-        for claim in c.claims():
-            conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
-            self.assertNotEqual(conds.get("Initialized"), "True", claim["status"])
-        # A new pod opens a round while the anti-affinity pods wait for the taint to go.
-        c.create(PODS, cl.pod("small", cpu="100m", memory="64Mi"))
+            def lingering():  # every Node Ready, each still with the not-ready taint
+                nodes = c.items("/api/v1/nodes")
+                return len(nodes) == 2 and all(
+                    {x["type"]: x["status"] for x in n["status"].get("conditions", [])}.get("Ready") == "True" and
+                    "node.kubernetes.io/not-ready" in [t["key"] for t in n["spec"].get("taints", [])] for n in nodes)
+            cl.wait_for(lingering, 90, interval=0.2, what="two Nodes Ready with the not-ready taint")
+            for claim in c.claims():
+                conds = {x["type"]: x["status"] for x in claim["status"].get("conditions", [])}
+                self.assertNotEqual(conds.get("Initialized"), "True", claim["status"])
+            # A new pod opens a round while the anti-affinity pods wait for the taint to go.
+            batches = self.co.metric("batches_total")
+            c.create(PODS, cl.pod("small", cpu="100m", memory="64Mi"))
+            cl.wait_for(lambda: self.co.metric("batches_total") > batches, 60, interval=0.3,
+                        what="a provisioning round with the small pod pending")
+            self.assertTrue(lingering(), "the window closed before the round")
+            claims = c.claims()
+            self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
 
         def running():
             return all((p.get("status") or {}).get("phase") == "Running" for p in c.items(PODS))
-        cl.wait_for(running, 90, interval=0.5, what="every pod Running")
+        cl.wait_for(running, 120, interval=0.5, what="every pod Running")
         claims = c.claims()
         self.assertEqual(len(claims), 2, [x["metadata"]["name"] for x in claims])
         self.assertEqual(len(c.vms()), 2)
@@ -351,31 +371,40 @@ class NotReadyTaintTest(cl.CoordinatorTest):
         its claim short of Registered for ever: after 10 s Ready the claim is recorded Registered and waits for
         Initialized, still in flight, so the pod gets no second claim."""
         c = self.c
-        # Ready as it registers, so the launcher first sees it Ready with the taint
-        self.assertEqual(c.sim.admin("POST", "/knobs", {"node_monitor_seconds": 3600, "ready_delay_seconds": 0}).status,
-                         200)
+        # Ready as it registers, so the launcher first sees it Ready with the taint: the kubelet waits after its TLS
+        # bootstrap (which needs kube-controller-manager) until kube-controller-manager is paused.
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"register_hold": True, "register_ready": True}).status, 200)
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         c.create(PODS, cl.pod("stuck", cpu="500m", memory="512Mi"))
         self.co = cl.Coordinator(c)
 
-        def registered():
-            claims = c.claims()
-            st = (claims[0].get("status") or {}) if claims else {}  # none yet between create and first write
-            conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
-            return conds.get("Registered") == "True" and claims[0]
-        claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
-        st = claim["status"]
-        conds = {x["type"]: x["status"] for x in st["conditions"]}
-        self.assertEqual((st["launchStep"], conds.get("Initialized")), ("Registered", "Unknown"), st)
-        node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
-        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
-        waited = time.time() - calendar.timegm(time.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
-        self.assertGreaterEqual(waited, 9, "recorded before the settle window ended: %s %s" % (node, self.co.logtext()[-3000:]))
-        self.assertIn("node.kubernetes.io/not-ready", [t["key"] for t in node["spec"]["taints"]])
-        time.sleep(3)  # a round or two more: the pod stays on its claim
-        self.assertEqual(len(c.claims()), 1)
+        def issued():
+            return any((x.get("status") or {}).get("certificate")
+                       for x in c.items("/apis/certificates.k8s.io/v1/certificatesigningrequests"))
+        cl.wait_for(issued, 120, interval=0.3, what="the kubelet's client certificate issued")
+        with self.cp.paused("kube-controller-manager"):
+            self.assertEqual(c.sim.admin("POST", "/knobs", {"register_hold": False}).status, 200)
+
+            def registered():
+                claims = c.claims()
+                st = (claims[0].get("status") or {}) if claims else {}  # none yet between create and first write
+                conds = {x["type"]: x["status"] for x in st.get("conditions", [])}
+                return conds.get("Registered") == "True" and claims[0]
+            claim = cl.wait_for(registered, 90, interval=0.5, what="the claim Registered")
+            st = claim["status"]
+            conds = {x["type"]: x["status"] for x in st["conditions"]}
+            self.assertEqual((st["launchStep"], conds.get("Initialized")), ("Registered", "Unknown"), st)
+            node = c.sim.kube("GET", "/api/v1/nodes/" + st["nodeName"]).json
+            ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+            self.assertEqual(ready["status"], "True", node["status"])
+            waited = time.time() - calendar.timegm(time.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+            self.assertGreaterEqual(waited, 9, "recorded before the settle window ended: %s %s" % (
+                node, self.co.logtext()[-3000:]))
+            self.assertIn("node.kubernetes.io/not-ready", [t["key"] for t in node["spec"]["taints"]])
+            time.sleep(3)  # a round or two more: the pod stays on its claim
+            self.assertEqual(len(c.claims()), 1)
 
 
 if __name__ == "__main__":

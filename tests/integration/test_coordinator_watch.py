@@ -3,10 +3,10 @@
 # resource version) and expired resource versions (410 Gone: relist): while every watch is cut again and again
 # (first with a long watch history, then with almost none), pods created and deleted meanwhile are all seen: the
 # coordinator's pending-pod count matches the API, every pending pod is nominated, deleted pods are forgotten.
-# Disconnects and resumes run on a real control plane (../shared/k8s), the coordinator's connections cut by the
-# simulator's fault proxy in front of kube-apiserver; the relists after a history of 3 events stay on the imitation
-# (a real kube-apiserver's watch cache keeps every event of the last 75 s and cannot be shrunk at run time; its real
-# 410s after a restart are coordinator-apiserver's).
+# On a real control plane (../shared/k8s), the coordinator's connections cut by the simulator's fault proxy in
+# front of kube-apiserver; for the relists, a control plane without the watch cache whose etcd history is compacted
+# while the coordinator cannot reach kube-apiserver (real 410s: the watch cache would keep every event of the last
+# 75 s).
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
@@ -83,26 +83,57 @@ class WatchTest(Churn, cl.SharedControlPlaneTest):
                                 1 + self.co.metric('watch_resumes_total{resource="pods"}'))
 
 
-class WatchRelistTest(Churn, cl.CoordinatorTest):
-    """On the imitation: its watch history cut to 3 events."""
+class WatchRelistTest(Churn, cl.SharedControlPlaneTest):
+    """A control plane of its own whose kube-apiserver has no watch cache, so that a watch is served from etcd and
+    one from a compacted resourceVersion ends in 410 Gone (the cache would keep the last 75 s of events)."""
+    agents = False
+    apiserver_flags = {"watch-cache": "false"}
 
     def setUp(self):
-        self.c = cl.Cluster("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", agents=False,
-                            knobs=["bookmark_interval_seconds=60"])
-        self.co = None
+        super().setUp()
         self.created, self.deleted = [], []
+
+    def relists(self):
+        return self.co.metric('watch_relists_410_total{resource="pods"}')
+
+    def churn_gone(self, phase, waves):
+        """Each wave: kube-apiserver unreachable through the fault proxy (every connection dropped, new ones
+        reset), 3 pods created and an earlier one deleted meanwhile, two more writes and etcd's history compacted
+        past every resourceVersion the coordinator has, kube-apiserver reachable again: each watch resumes from a
+        compacted resourceVersion, gets 410 Gone and lists again; the deletion comes out of the difference."""
+        c = self.c
+        for wave in range(waves):
+            before = self.relists()
+            c.sim.knobs(kube_unreachable=True)
+            r = c.sim.admin("POST", "/actions/disconnect-watches")
+            self.assertEqual(r.status, 200, r)
+            for i in range(3):
+                name = "%s%d-%d" % (phase, wave, i)
+                c.create(PODS, cl.pod(name, cpu="250m", memory="256Mi"))
+                self.created.append(name)
+            victim = next(n for n in self.created if n not in self.deleted)
+            r = c.sim.kube("DELETE", PODS + "/" + victim)
+            self.assertIn(r.status, (200, 202), r)
+            self.deleted.append(victim)
+            for i in range(2):  # the pods' last event is then older than the compacted revision, not equal to it
+                c.create("/api/v1/namespaces/default/configmaps", {
+                    "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bump-%s%d-%d" % (phase, wave, i)}})
+            self.cp.compact_etcd()
+            c.sim.knobs(kube_unreachable=False)
+            cl.wait_for(lambda: self.relists() > before, 60, interval=0.2,
+                        what="the coordinator's pods watch relisted after a 410 (wave %d)" % wave)
 
     def test_no_event_lost_across_relists(self):
         self.start()
-        # 3 events of history for all kinds together: reconnecting watches find their resource version expired
-        # (410 Gone) and list again; deletions in between come out of the difference.
-        self.c.sim.knobs(watch_history_size=3)
-        self.churn("b", 5)
+        self.churn_gone("b", 5)
         self.settled()
         self.assertGreater(self.co.metric('watch_relists_410_total{resource="pods"}'), 0)
         m = self.co.metrics()
         relists = sum(v for k, v in m.items() if k.startswith("pvescale_coordinator_watch_relists_410_total"))
         self.assertGreaterEqual(relists, 5)
+        # kube-apiserver's 410s, as the coordinator logged them
+        self.assertRegex(self.co.logtext(), r"watch pods: resource version \d+ expired \(410 Gone\); listing again")
+
 
 if __name__ == "__main__":
     unittest.main()

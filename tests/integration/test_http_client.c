@@ -403,6 +403,35 @@ static void test_kube_retry_rules(void **state) {
         kube_client_free(k);
 }
 
+/* 5xx without Retry-After: a read is repeated (up to max_retries), a call that may have been applied is not. */
+static void test_kube_retries_on_5xx(void **state) {
+        (void)state;
+        struct kube_config cfg = { .server = (char *)stub };
+        struct kube_client_options o = { .max_retries = 4, .backoff_base_ms = 10, .backoff_max_ms = 20 };
+        struct kube_client_options no = { .max_retries = KUBE_NO_RETRY };
+        struct kube_client *k, *once;
+        assert_int_equal(kube_client_new(&cfg, &o, &k), 0);
+        assert_int_equal(kube_client_new(&cfg, &no, &once), 0);
+        json_t *out;
+        assert_int_equal(kube_request(k, "GET", "/fail-first?n=2&k=get", NULL, NULL, &out), 0); /* 500, 500, 200 */
+        assert_int_equal(json_integer_value(json_object_get(out, "attempt")), 3);
+        json_decref(out);
+        assert_int_equal(kube_request(once, "GET", "/fail-first?n=1&k=once", NULL, NULL, NULL), -EIO);
+        assert_int_equal(kube_client_last_status(once), 500);
+        assert_non_null(strstr(kube_client_error(once), "injected fault 1"));
+        assert_int_equal(stub_count("/fail-first?n=1&k=once"), 1);
+        /* A mutating call is not repeated on a 500 without Retry-After: it may have been applied. */
+        json_t *p = json_pack("{s:{s:s}}", "data", "z", "1");
+        assert_int_equal(kube_request(k, "PATCH", "/fail-first?n=1&k=patch", "application/merge-patch+json", p, NULL),
+                         -EIO);
+        assert_int_equal(stub_count("/fail-first?n=1&k=patch"), 1);
+        assert_int_equal(kube_request(k, "PATCH", "/fail-first?n=1&k=patch", "application/merge-patch+json", p, NULL),
+                         0);
+        json_decref(p);
+        kube_client_free(once);
+        kube_client_free(k);
+}
+
 /* A 2xx answer is parsed only for a caller that takes it: one that is not JSON fails such a call, and is just a
  * success for a caller that wanted none (an Event, a delete). */
 static void test_kube_answer_parsed_only_when_wanted(void **state) {
@@ -473,6 +502,7 @@ int main(void) {
                 cmocka_unit_test(test_multipart),
                 cmocka_unit_test(test_escape),
                 cmocka_unit_test(test_kube_retry_rules),
+                cmocka_unit_test(test_kube_retries_on_5xx),
                 cmocka_unit_test(test_kube_answer_parsed_only_when_wanted),
                 cmocka_unit_test(test_proxy_from_environment),
         };

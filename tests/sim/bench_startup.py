@@ -18,7 +18,8 @@ def start_once(cache, runs_dir):
     state = tempfile.mkdtemp(prefix="state-", dir=runs_dir)
     env = dict(os.environ, PVESCALE_SIM_CACHE=cache)
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "run"), "--state-dir", state, "--hosts", TEN_HOSTS],
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "run"), "--state-dir", state, "--hosts", TEN_HOSTS,
+                          "--kube", "none"],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ep = os.path.join(state, "endpoints.json")
     while not os.path.exists(ep):

@@ -17,10 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.join(HERE, "run")
 
 FAST = ["auth_delay_seconds=0.2", "clone_seconds=0.2", "stats_delay_seconds=0.3", "join_delay_seconds=0.2",
-        "ready_delay_seconds=0.2", "notready_delay_seconds=0.1", "pod_start_seconds=0.1",
-        "create_seconds=0.05", "destroy_seconds=0.05", "start_seconds=0.0", "shutdown_seconds=0.05",
-        "controller_interval_seconds=0.05", "scheduler_retry_seconds=0.1", "podgc_seconds=0.2",
-        "scheduler_backoff_seconds=0.05", "scheduler_max_backoff_seconds=0.5"]
+        "ready_delay_seconds=0.2", "pod_start_seconds=0.1", "create_seconds=0.05", "destroy_seconds=0.05",
+        "start_seconds=0.0", "shutdown_seconds=0.05"]
 
 
 def wait_for(fn, timeout=15.0, interval=0.05, what="condition"):
@@ -61,9 +59,9 @@ def compiled_standin():
 
 
 class Sim:
-    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False, standin="compiled", kube="sim"):
-        """standin: "compiled" (the build's standin-kvm when there is one) or "python". kube: "sim" (the imitation)
-        or "real" (a real control plane; then args may add --kube-attach DIR or --no-cluster-info)."""
+    def __init__(self, hosts=None, args=(), knobs=(), scenario=None, qemu=False, standin="compiled", kube="real"):
+        """standin: "compiled" (the build's standin-kvm when there is one) or "python". kube: "real" (a real control
+        plane; args may add --kube-attach DIR or --no-cluster-info) or "none" (Proxmox VE only)."""
         self.dir = tempfile.mkdtemp(prefix="pvescale-sim-test-")
         self.state = os.path.join(self.dir, "state")
         cmd = [sys.executable, RUN, "--state-dir", self.state]
@@ -81,15 +79,14 @@ class Sim:
             cmd += ["--standin", compiled]
         for k in list(FAST) + list(knobs):
             cmd += ["--set", k]
-        if kube == "real":
-            cmd += ["--kube", "real"]
+        cmd += ["--kube", kube]
         cmd += list(args)
         self.log = open(os.path.join(self.dir, "sim.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         ep = os.path.join(self.state, "endpoints.json")
         try:
             # a real control plane takes 7-10 s to start on an idle machine, several times that under load
-            wait_for(lambda: os.path.exists(ep) or self.proc.poll() is not None, 30 if kube == "sim" else 180,
+            wait_for(lambda: os.path.exists(ep) or self.proc.poll() is not None, 30 if kube == "none" else 180,
                      what="endpoints.json")
         except AssertionError:
             self.stop()
@@ -100,7 +97,7 @@ class Sim:
             self.ep = json.load(f)
         self.ctx = ssl.create_default_context(cafile=self.ep["ca_file"])
         self.kube_ctx = self.ctx
-        self.real = self.ep["kube"].get("mode") == "real"
+        self.real = bool(self.ep["kube"])
         if self.real:  # the admin's client certificate (O=system:masters); the one CA signs both APIs' certificates
             self.kube_ctx = ssl.create_default_context(cafile=self.ep["kube"]["ca"])
             self.kube_ctx.load_cert_chain(self.ep["kube"]["client_cert"], self.ep["kube"]["client_key"])
@@ -211,11 +208,9 @@ class Sim:
         return self._request(self.ep["kube"]["url"], method, path, data, headers, timeout, self.kube_ctx)
 
     def _kube_auth(self, token=None):
-        """The Authorization header: the token given, else the imitation's admin token; none in real mode, where
-        the client certificate of kube_ctx is the admin's credential."""
-        if token is None and self.real:
-            return {}
-        return {"Authorization": "Bearer %s" % (token if token is not None else self.ep["kube"]["token"])}
+        """The Authorization header of the token given; none without, where the client certificate of kube_ctx is
+        the admin's credential."""
+        return {} if token is None else {"Authorization": "Bearer %s" % token}
 
     def kube_conn(self):
         u = urllib.parse.urlsplit(self.ep["kube"]["url"])

@@ -26,7 +26,7 @@ class AgentInteropTest(unittest.TestCase):
         return json.loads(r.stdout)
 
     def test_agent_sees_sim_host(self):
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,r2/pve2=eas-tioga")
+        sim = simtest.Sim(kube="none", hosts="pve1=32intel64-2p8co2t+8ve,r2/pve2=eas-tioga")
         try:
             sim.clone(101, "agent-vm")
             sim.pve("PUT", "/nodes/pve1/qemu/101/config", {"cores": 4, "memory": "4096", "numa": 1,
@@ -48,7 +48,7 @@ class AgentInteropTest(unittest.TestCase):
     def test_agent_counts_containers_in_the_host_tree(self):
         """Containers written where pmxcfs shows them (nodes/<host>/lxc): a running one pinned to 0-3 by its raw
         cpuset, a running one with cores: 4, a stopped one; the agent counts them next to the simulator's VMs."""
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve")
+        sim = simtest.Sim(kube="none", hosts="pve1=32intel64-2p8co2t+8ve")
         try:
             host = sim.ep["hosts"]["pve1"]
             node_dir = os.path.join(host["root"], "etc", "pve", "nodes", "pve1", "lxc")

@@ -255,11 +255,18 @@ class RealKubeletTest(unittest.TestCase):
         finally:
             self.assertEqual(self.sim.admin("POST", "/knobs", {"watch_disconnect_seconds": 0}).status, 200)
 
-    def test_unsupported_admin_endpoint_says_so(self):
-        r = self.sim.admin("POST", "/knobs", {"kube_error_rate": 0.5, "pod_start_seconds": 0.1})
+    def test_bad_knobs_and_pods_say_so(self):
+        # a kube-controller-manager flag cannot change at run time; an unknown knob (one the removed imitation had)
+        # is refused; either way nothing changes
+        r = self.sim.admin("POST", "/knobs", {"node_monitor_seconds": 2, "pod_start_seconds": 0.3})
         self.assertEqual(r.status, 400, r)
-        self.assertIn("kube_error_rate", r.json["error"])
-        self.assertEqual(self.sim.admin("GET", "/knobs").json["kube_error_rate"], 0.0)
+        self.assertIn("node_monitor_seconds", r.json["error"])
+        knobs = self.sim.admin("GET", "/knobs").json
+        self.assertEqual(knobs["node_monitor_seconds"], 0.0)
+        self.assertNotEqual(knobs["pod_start_seconds"], 0.3)
+        r = self.sim.admin("POST", "/knobs", {"kube_error_rate": 0.5})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("unknown knob(s): kube_error_rate", r.json["error"])
         r = self.sim.admin("POST", "/actions/pods", {"pods": [pod("burst-0"), {"metadata": {"name": "bad"}}]})
         self.assertEqual(r.status, 400, r)
         self.assertIn("pods[1]", r.json["error"])

@@ -21,7 +21,7 @@ class PveTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,r2/pve3=64amd64-4s2n4ca2co",
-                              knobs=["clone_seconds=0.4"])
+                              knobs=["clone_seconds=0.4"], kube="none")
         cls.next = 200
 
     @classmethod

@@ -149,7 +149,7 @@ class SimTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.sim = simtest.Sim(hosts="pve1=eas-tioga", knobs=["clone_seconds=0.1"], scenario={
+        cls.sim = simtest.Sim(kube="none", hosts="pve1=eas-tioga", knobs=["clone_seconds=0.1"], scenario={
             "pve_access": {"r1": {"pveum": ["pveum role add Lister -privs VM.Audit",
                                             "pveum user add lister@pve", "pveum user token add lister@pve tok",
                                             "pveum aclmod /vms/9000 -tokens lister@pve!tok -roles Lister",

@@ -35,7 +35,7 @@ def qmp(path, cmd):
 @unittest.skipUnless(shutil.which("qemu-system-x86_64"), "qemu-system-x86_64 not installed")
 class QemuTest(unittest.TestCase):
     def test_real_qemu_vm(self):
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", qemu=True)
+        sim = simtest.Sim(kube="none", hosts="pve1=32intel64-2p8co2t+8ve", qemu=True)
         try:
             sim.clone(101, "qemu-vm")
             sim.pve("PUT", "/nodes/pve1/qemu/101/config", {"cores": 2})
@@ -68,7 +68,7 @@ class StandinTest(unittest.TestCase):
     ids. They die with the simulator, even when it is killed with SIGKILL."""
 
     def check_standin(self, kind):
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", standin=kind)
+        sim = simtest.Sim(kube="none", hosts="pve1=32intel64-2p8co2t+8ve", standin=kind)
         try:
             sim.clone(101, "standin-vm")
             sim.pve("PUT", "/nodes/pve1/qemu/101/config", {"cores": 3})

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-# Tests of the simulator process: endpoints.json contract, scenarios, --report, admin faults, clean SIGTERM.
+# Tests of the simulator process: endpoints.json contract, scenarios, --report, admin faults, clean SIGTERM. The
+# Proxmox side without Kubernetes (--kube none); the Kubernetes side of scenarios, /calls and endpoints.json on one
+# real control plane (../shared/k8s) that KubeTest's simulators attach to.
 # SPDX-License-Identifier: Apache-2.0
 import json
 import os
@@ -13,6 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import simtest  # noqa: E402
+from simlib import controlplane  # noqa: E402
 from simtest import read  # noqa: E402
 
 TEN_HOSTS = ("pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=memorysidecaches,pve4=64amd64-4s2n4ca2co,"
@@ -31,7 +34,7 @@ def alive(pid):
 
 class ProcessTest(unittest.TestCase):
     def test_endpoints_contract_ten_hosts(self):
-        sim = simtest.Sim(hosts=TEN_HOSTS)
+        sim = simtest.Sim(hosts=TEN_HOSTS, kube="none")
         try:
             ep = sim.ep
             self.assertTrue(os.path.exists(ep["ca_file"]))
@@ -40,8 +43,7 @@ class ProcessTest(unittest.TestCase):
             self.assertTrue(ep["pve"]["r1"]["url"].startswith("https://127.0.0.1:"))
             self.assertTrue(ep["pve"]["r1"]["url"].endswith("/api2/json"))
             self.assertEqual(ep["pve"]["r1"]["token_id"], "pvescale@pve!coordinator")
-            self.assertTrue(os.path.exists(ep["kube"]["kubeconfig"]))
-            self.assertIn(ep["kube"]["url"], read(ep["kube"]["kubeconfig"]))
+            self.assertIsNone(ep["kube"])  # --kube none: KubeTest has the Kubernetes side
             for name, h in ep["hosts"].items():
                 self.assertTrue(os.path.isdir(h["pve_config_dir"]), name)
                 self.assertTrue(os.path.isdir(h["pve_run_dir"]), name)
@@ -77,7 +79,7 @@ class ProcessTest(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(d, "endpoints.json")), args)  # an earlier run's state stays
 
     def test_sigterm_kills_vms_and_keeps_files(self):
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve")
+        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", kube="none")
         pids = []
         for vmid in (101, 102):
             sim.clone(vmid, "vm%d" % vmid)
@@ -95,7 +97,7 @@ class ProcessTest(unittest.TestCase):
             shutil.rmtree(sim.dir, ignore_errors=True)
 
     def test_crashed_vm_process_is_noticed(self):
-        sim = simtest.Sim(hosts="pve1=eas-tioga")
+        sim = simtest.Sim(hosts="pve1=eas-tioga", kube="none")
         try:
             sim.clone(101, "crashy")
             sim.wait_task(sim.pve("POST", "/nodes/pve1/qemu/101/status/start").data)
@@ -110,7 +112,8 @@ class ProcessTest(unittest.TestCase):
 class FaultTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", knobs=["timeout_hold_seconds=1"])
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", knobs=["timeout_hold_seconds=1"],
+                              kube="none")
 
     @classmethod
     def tearDownClass(cls):
@@ -122,8 +125,6 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(r.status, 500)
         self.assertIn("fault injection", r.json["message"])
         self.assertEqual(self.sim.pve("GET", "/version").status, 200)
-        self.sim.knobs(kube_error_next=1)
-        self.assertEqual(self.sim.kube("GET", "/api/v1/nodes").status, 500)
         self.sim.knobs(pve_timeout_next=1)
         t = time.time()
         with self.assertRaises(Exception):
@@ -149,27 +150,54 @@ class FaultTest(unittest.TestCase):
         self.sim.admin("POST", "/calls/reset")
         for _ in range(3):
             self.sim.pve("GET", "/nodes/pve1/qemu/9000/config")
-        self.sim.kube("GET", "/api/v1/namespaces/default/pods")
         calls = self.sim.admin("GET", "/calls").json
         self.assertEqual(calls["pve"]["GET /nodes/{node}/qemu/{vmid}/config"], 3)
-        self.assertEqual(calls["kube"]["GET /api/v1/namespaces/{namespace}/pods"], 1)
 
 
-class ScenarioTest(unittest.TestCase):
+class KubeTest(unittest.TestCase):
+    """The Kubernetes side of the simulator process: one real control plane, each test's simulator attached."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="sim-scenario-cp-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
+        cls.cp = controlplane.ControlPlane(os.path.join(cls.tmp, "cp"))
+        cls.addClassCleanup(cls.cp.stop)
+        cls.cp.start()
+
+    def test_endpoints_and_calls(self):
+        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", args=["--kube-attach", self.cp.dir])
+        try:
+            ep = sim.ep
+            self.assertTrue(os.path.exists(ep["kube"]["kubeconfig"]))
+            self.assertIn(ep["kube"]["proxy_url"], read(ep["kube"]["kubeconfig"]))
+            self.assertEqual(ep["kube"]["url"], self.cp.url)
+            sim.admin("POST", "/calls/reset")
+            sim.pve("GET", "/nodes/pve1/qemu/9000/config")
+            sim.kube("GET", "/api/v1/namespaces/default/pods")  # a client other than the simulator: counted
+
+            def counted():
+                calls = sim.admin("GET", "/calls").json
+                return calls["kube"].get("GET /api/v1/namespaces/{namespace}/pods") == 1 and calls
+            calls = simtest.wait_for(counted, 30, 0.2, what="the pods list in /calls (the audit log)")
+            self.assertEqual(calls["pve"]["GET /nodes/{node}/qemu/{vmid}/config"], 1)
+        finally:
+            sim.stop()
+
     def test_scenario_and_report(self):
+        """Objects, pods at their times, pods leaving, knob events, the end condition and --report. A pod runs only
+        on a Node with a kubelet (a VM that joined), so these stay Pending on the real scheduler: the scenario ends
+        by its timeout (the imitation ran them on a Node object alone)."""
         scenario = {
             "hosts": [{"name": "pve1", "region": "r1", "topology": "32intel64-2p8co2t+8ve"}],
             "knobs": {"pod_start_seconds": 0.1},
             "template": {"vmid": 9100, "name": "k8s-template", "tags": "k8s-template;pvescale"},
-            "objects": [{"apiVersion": "v1", "kind": "Node",
-                         "metadata": {"name": "static-1", "labels": {"pool": "static"}},
-                         "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-                                    "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-                                    "conditions": [{"type": "Ready", "status": "True"}]}}],
+            "objects": [{"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "scenario-object", "namespace": "default"}, "data": {"a": "1"}}],
             "pods": [{"at": 0.2, "name": "web", "count": 2, "cpu": "500m", "memory": "256Mi"},
                      {"at": 0.4, "name": "batch", "cpu": "250m", "leave_after": 0.6}],
             "events": [{"at": 0.3, "knobs": {"clone_seconds": 0.1}}],
-            "end": {"when": "all_running", "timeout": 20},
+            "end": {"when": "all_running", "timeout": 4},
         }
         d = tempfile.mkdtemp(prefix="sim-scenario-")
         self.addCleanup(shutil.rmtree, d, True)
@@ -178,26 +206,34 @@ class ScenarioTest(unittest.TestCase):
             json.dump(scenario, f)
         out = os.path.join(d, "report.json")
         r = subprocess.run([sys.executable, simtest.RUN, "--state-dir", os.path.join(d, "state"), "--scenario", path,
-                            "--report", out, "--set", "controller_interval_seconds=0.05"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+                            "--report", out, "--kube-attach", self.cp.dir],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn("scenario finished", r.stderr.decode() + r.stdout.decode())
         rep = json.loads(read(out))
         pods = {p["name"]: p for p in rep["pods"]}
         self.assertEqual(sorted(pods), ["batch", "web-0", "web-1"])
         for p in pods.values():
-            self.assertIsNotNone(p["running"], p)
-            self.assertEqual(p["node"], "static-1")
-            self.assertGreaterEqual(p["running"], p["pending"])
+            self.assertIsNotNone(p["pending"], p)  # the real scheduler found no node for it
+            self.assertIsNone(p["running"], p)
         self.assertIsNotNone(pods["batch"]["deleted"])
-        self.assertIsNotNone(rep["first_pending_to_all_running_seconds"])
-        self.assertGreater(rep["first_pending_to_all_running_seconds"], 0)
+        self.assertIsNone(pods["web-0"]["deleted"])
         self.assertIn("api_calls", rep)
         self.assertIn("vms", rep)
         ep = json.loads(read(os.path.join(d, "state", "endpoints.json")))
         self.assertEqual(ep["pve"]["r1"]["templates"], {"pve1": 9100})
+        admin = self.cp.admin()
+        self.assertEqual(admin.get("/api/v1/namespaces/default/configmaps/scenario-object")["data"], {"a": "1"})
+        names = sorted(p["metadata"]["name"] for p in admin.get("/api/v1/namespaces/default/pods")["items"])
+        self.assertEqual(names, ["web-0", "web-1"])
+        for n in names:
+            admin.call("DELETE", "/api/v1/namespaces/default/pods/%s?gracePeriodSeconds=0" % n, ok=(200, 202, 404))
+        admin.call("DELETE", "/api/v1/namespaces/default/configmaps/scenario-object", ok=(200, 404))
 
+
+class ScenarioTest(unittest.TestCase):
     def test_report_has_vms(self):
-        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve")
+        sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", kube="none")
         try:
             sim.clone(120, "rep-vm")
             sim.pve("PUT", "/nodes/pve1/qemu/120/config", {"cores": 2, "memory": "4096", "numa": 1,

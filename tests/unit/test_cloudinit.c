@@ -250,7 +250,7 @@ static void test_render_defaults(void **state) {
         assert_int_equal(f.len[CLOUDINIT_USER_DATA], strlen(ud));
         assert_int_equal(strncmp(ud, "#cloud-config\n", 14), 0);
         assert_yaml(ud);
-        /* what the simulator's kubelet (tests/sim/simlib/controllers.py) reads */
+        /* what the simulator's kubelet (tests/sim/simlib/kubelet.py) reads */
         char *tok = first_match(ud, "[a-z0-9]{6}\\.[a-z0-9]{16}");
         assert_string_equal(tok, TOKEN);
         free(tok);

@@ -504,6 +504,24 @@ class ControlPlane:
         return False
 
 
+def etcd_call(port, method, body):
+    """A call to etcd's v3 JSON gateway on loopback, e.g. etcd_call(port, "kv/range", {...})."""
+    req = urllib.request.Request("http://127.0.0.1:%d/v3/%s" % (port, method), json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def compact_etcd(port):
+    """etcd's history compacted up to its current revision (as kube-apiserver's own compaction does every 5
+    minutes): a watch from an older resourceVersion then ends in 410 Gone when kube-apiserver's watch cache does not
+    answer it (--watch-cache=false, or a size of 0 for the resource in --watch-cache-sizes). Returns the revision."""
+    key = base64.b64encode(b"/registry/").decode()
+    rev = int(etcd_call(port, "kv/range", {"key": key, "limit": 1})["header"]["revision"])
+    etcd_call(port, "kv/compaction", {"revision": str(rev), "physical": True})
+    return rev
+
+
 def cluster_info_object(server, ca):
     """kube-public/cluster-info as kubeadm publishes it (the bootstrap signer adds a jws-kubeconfig-<id> per
     signing token)."""
@@ -532,7 +550,7 @@ def audit_events(path, offset=0):
 
 
 def denial(e):
-    """An audit event of a 403 as the imitation's GET /kube-denials has it: time, user, verb, path, message (the
+    """An audit event of a 403 as GET /kube-denials has it: time, user, verb, path, message (the
     message the client was answered, which the audit log keeps at level Metadata too; else the authorizer's reason,
     empty for RBAC)."""
     message = (e.get("responseStatus") or {}).get("message") or \
@@ -542,7 +560,7 @@ def denial(e):
 
 
 def _epoch(stamp):
-    """Seconds since the epoch (as the imitation's denials have them) of an audit timestamp such as
+    """Seconds since the epoch (as /kube-denials has them) of an audit timestamp such as
     2026-11-29T03:54:21.938123Z; None when there is none."""
     if not stamp:
         return None
@@ -556,8 +574,8 @@ def denials(path, offset=0):
 
 
 def main(argv=None):
-    """python3 -m simlib.controlplane WORKDIR [--no-cluster-info] [--kcm-flag NAME=VALUE]...: start one, print
-    controlplane.json, wait for SIGTERM."""
+    """python3 -m simlib.controlplane WORKDIR [--no-cluster-info] [--kcm-flag NAME=VALUE]...
+    [--apiserver-flag NAME=VALUE]...: start one, print controlplane.json, wait for SIGTERM."""
     import argparse
     import sys
     ap = argparse.ArgumentParser(prog="controlplane.py")
@@ -565,12 +583,17 @@ def main(argv=None):
     ap.add_argument("--no-cluster-info", action="store_true", help="no kube-public/cluster-info")
     ap.add_argument("--kcm-flag", action="append", default=[], metavar="NAME=VALUE",
                     help="a kube-controller-manager flag (without --), e.g. node-monitor-period=4s")
+    ap.add_argument("--apiserver-flag", action="append", default=[], metavar="NAME=VALUE",
+                    help="a kube-apiserver flag (without --), e.g. watch-cache=false")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    kcm = dict(kv.partition("=")[::2] for kv in args.kcm_flag)
-    if any(not k or not v for k, v in kcm.items()):
-        sys.stderr.write("controlplane: --kcm-flag wants NAME=VALUE\n")
-        return 2
-    cp = ControlPlane(args.workdir, kcm_flags=kcm, cluster_info=not args.no_cluster_info)
+    flags = {}
+    for opt in ("kcm_flag", "apiserver_flag"):
+        flags[opt] = dict(kv.partition("=")[::2] for kv in getattr(args, opt))
+        if any(not k or not v for k, v in flags[opt].items()):
+            sys.stderr.write("controlplane: --%s wants NAME=VALUE\n" % opt.replace("_", "-"))
+            return 2
+    cp = ControlPlane(args.workdir, kcm_flags=flags["kcm_flag"], apiserver_flags=flags["apiserver_flag"],
+                      cluster_info=not args.no_cluster_info)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())

@@ -8,18 +8,21 @@ import hmac
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
 from decimal import Decimal
 
-from . import controllers
 from . import kubeclient
 from . import util
-from .controllers import EXIT_ON_TERM, RUNTIME_DOWN, TOKEN_RE, parse_kubelet_flags, parse_taints, read_user_data
 
+EXIT_ON_TERM = "sim.pvescale.io/exit-on-term"
+RUNTIME_DOWN = "container runtime is down"
+TOKEN_RE = re.compile(r"(?<![a-z0-9])([a-z0-9]{6})\.([a-z0-9]{16})(?![a-z0-9])")
 CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 # Labels a kubelet may set on its own Node (the kubelet refuses other kubernetes.io/k8s.io labels at start-up and
 # NodeRestriction refuses them at registration).
@@ -28,6 +31,61 @@ ALLOWED_LABELS = ("kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io
                   "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
                   "topology.kubernetes.io/region", "topology.kubernetes.io/zone")
 ALLOWED_PREFIXES = ("kubelet.kubernetes.io/", "node.kubernetes.io/")
+
+
+def read_user_data(iso_path):
+    """Extract the ISO with xorriso and return the text of its user-data file (or None)."""
+    tmp = tempfile.mkdtemp(prefix="sim-iso-")
+    try:
+        r = subprocess.run(["xorriso", "-abort_on", "FATAL", "-return_with", "FATAL", "0",
+                            "-osirrox", "on", "-indev", iso_path, "-extract", "/", tmp],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+        if r.returncode != 0:
+            return None
+        for dirpath, _, files in os.walk(tmp):
+            for f in sorted(files):
+                if re.match(r"^user[-_.]?dat", f, re.I):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        return fh.read().decode(errors="replace")
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_kubelet_flags(text):
+    flags = {}
+    for name in ("node-labels", "register-with-taints", "max-pods", "kube-reserved", "system-reserved",
+                 "eviction-hard", "hostname-override"):
+        m = re.search(r"--%s[= ]([^\s\"']+)" % re.escape(name), text)
+        if m:
+            flags[name] = m.group(1)
+    return flags
+
+
+def _kv_list(s):
+    out = {}
+    for part in (s or "").split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_taints(s):
+    taints = []
+    for part in [p for p in (s or "").split(",") if p]:
+        kv, _, effect = part.rpartition(":")
+        if not kv:
+            continue
+        k, _, v = kv.partition("=")
+        t = {"key": k, "effect": effect}
+        if v:
+            t["value"] = v
+        taints.append(t)
+    return taints
+
 
 
 def _b64url(data):
@@ -239,7 +297,7 @@ class Kubelet:
             self.reason = "no bootstrap token in user-data"
             return
         flags = parse_kubelet_flags(ud)
-        bad = [k for k in controllers._kv_list(flags.get("node-labels")) if not label_allowed(k)]
+        bad = [k for k in _kv_list(flags.get("node-labels")) if not label_allowed(k)]
         if bad:
             self.reason = "kubelet: unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: %s" % bad
             return
@@ -254,6 +312,9 @@ class Kubelet:
         pid = re.search(r"--provider-id[= ]([^\s\"']+)", ud)
         self.provider_id = pid.group(1) if pid else "proxmox://%s/%d" % (self.vm.host.region, self.vm.vmid)
         self.api = kubeclient.Client(server, ca, cert, key)
+        while self.alive() and self.knob("register_hold"):  # a kubelet slow to start after its bootstrap
+            self.reason = "fault injection: register_hold (client certificate issued)"
+            time.sleep(0.2)
         try:
             self._register()
         except (OSError, ValueError, kubeclient.ApiError) as e:
@@ -345,7 +406,7 @@ class Kubelet:
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
                   "topology.kubernetes.io/region": vm.host.region, "topology.kubernetes.io/zone": vm.host.name}
-        labels.update(controllers._kv_list(flags.get("node-labels")))
+        labels.update(_kv_list(flags.get("node-labels")))
         cpu = Decimal(vm.vcpus())
         mem = Decimal(vm.memory_mib()) * 2**20
         disk = Decimal(20 * 2**30)
@@ -356,7 +417,7 @@ class Kubelet:
                "ephemeral-storage": "%dKi" % (disk // 1024), "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
         rcpu, rmem = Decimal(0), Decimal(0)
         for fl in ("kube-reserved", "system-reserved"):
-            kv = controllers._kv_list(flags.get(fl))
+            kv = _kv_list(flags.get(fl))
             rcpu += util.parse_quantity(kv.get("cpu", "0"))
             rmem += util.parse_quantity(kv.get("memory", "0"))
         ev = re.search(r"memory\.available<([0-9.]+[A-Za-z]*)", flags.get("eviction-hard", "memory.available<100Mi"))
@@ -371,7 +432,8 @@ class Kubelet:
                              "annotations": {"node.alpha.kubernetes.io/ttl": "0",
                                              "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
                 "spec": {"providerID": self.provider_id, "taints": parse_taints(flags.get("register-with-taints"))},
-                "status": {"capacity": cap, "allocatable": alloc, "conditions": node_conditions(False),
+                "status": {"capacity": cap, "allocatable": alloc,
+                           "conditions": node_conditions(bool(self.knob("register_ready"))),
                            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                                          {"type": "Hostname", "address": name}],
                            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -392,7 +454,8 @@ class Kubelet:
         self.node_uid = obj["metadata"]["uid"] if status == 201 else None
         self._post_status(node["status"])
         self.registered_at = time.time()
-        self.ready_posted, self.message_posted, self.last_lease, self.last_status = False, None, 0.0, time.time()
+        ready = bool(self.knob("register_ready"))
+        self.ready_posted, self.message_posted, self.last_lease, self.last_status = ready, None, 0.0, time.time()
         self.state, self.reason = "registered", "registered"
         self.w.report.node_event(self.node, "registered", self.vm)
         util.log("kubelet: VM %d registered node %s" % (self.vm.vmid, self.node))
@@ -415,8 +478,8 @@ class Kubelet:
         now = time.time()
         if now - self.last_lease >= float(self.knob("lease_interval_seconds")) and not self._status_holds():
             self.last_status = 0.0
-        want_ready = not self.listed("kubelet_not_ready") and now - self.registered_at >= float(
-            self.knob("ready_delay_seconds"))
+        want_ready = not self.listed("kubelet_not_ready") and (
+            self.knob("register_ready") or now - self.registered_at >= float(self.knob("ready_delay_seconds")))
         msg = RUNTIME_DOWN if self.listed("kubelet_not_ready") else None
         if (want_ready, msg) != (self.ready_posted, self.message_posted) or now - self.last_status >= 60:
             if not self._post_status({"conditions": node_conditions(want_ready, msg)}):

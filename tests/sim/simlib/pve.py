@@ -139,7 +139,6 @@ class Region:
                 t.endtime = time.time()
             self._write_task_log(t)
             t.done.set()
-            self.w.kick()
         threading.Thread(target=run, name="task-" + ttype, daemon=True).start()
         return t.upid
 
@@ -584,7 +583,6 @@ class PveApp:
                 vm.conf.pop(k, None)
                 vm.pending.pop(k, None)
         vm.save()
-        self.w.kick()
 
     def _alloc_volume(self, vm, key, value):
         parts = value.split(",")
@@ -694,7 +692,6 @@ class PveApp:
                     new.deleted = True
                     if self.r.vms.get(newid) is new:
                         del self.r.vms[newid]
-                    self.w.kick()
                     raise TaskError("clone failed: simulated storage error (fault injection)")
                 new.conf = self._clone_conf(srcconf, newid, p, full, src)
                 new.firewall_options, new.firewall_rules = fw

@@ -1,5 +1,5 @@
-# The simulator in real mode (--kube real): a real control plane (started here or attached to) instead of the
-# imitation, the simulated kubelets against it, and the admin endpoints that make sense there.
+# The simulator's Kubernetes side (--kube real, the default): a real control plane (started here or attached to), the
+# simulated kubelets against it, and the admin endpoints about it.
 # SPDX-License-Identifier: Apache-2.0
 import json
 import os
@@ -13,20 +13,12 @@ from . import kubeclient
 from . import kubelet
 from . import util
 
-# Admin endpoints of the imitation that real mode has no counterpart for.
-UNSUPPORTED = {}
-# Knobs of the imitation's API server and controllers: the real ones have no such switch at run time (POST /knobs
-# answers 400); set at start (--set), node_monitor_grace_seconds and node_monitor_seconds become
-# kube-controller-manager's --node-monitor-grace-period and --node-monitor-period.
-IMITATION_ONLY = ("kube_error_rate", "kube_timeout_rate", "kube_error_next", "kube_timeout_next", "timeout_hold_seconds",
-                  "watch_history_size", "watch_timeout_seconds", "bookmark_interval_seconds",
-                  "crd_establish_seconds", "notready_delay_seconds", "podgc_seconds", "pdb_disruption_timeout_seconds",
-                  "disruption_controller", "node_monitor_grace_seconds", "scheduler_retry_seconds",
-                  "controller_interval_seconds", "node_monitor_seconds", "scheduler_backoff_seconds",
-                  "scheduler_max_backoff_seconds")
+# kube-controller-manager's flags that knobs set at start (--set): they are flags, fixed for its life (POST /knobs
+# answers 400).
 KCM_KNOBS = {"node_monitor_grace_seconds": "node-monitor-grace-period", "node_monitor_seconds": "node-monitor-period"}
-# The knob that becomes a fault of the proxy in front of kube-apiserver (connections older than that are closed).
-PROXY_KNOBS = {"watch_disconnect_seconds": "drop_after_seconds"}
+# The knobs that become faults of the proxy in front of kube-apiserver: connections older than
+# watch_disconnect_seconds are closed; kube_unreachable resets every new connection (the API server unreachable).
+PROXY_KNOBS = {"watch_disconnect_seconds": "drop_after_seconds", "kube_unreachable": "refuse"}
 COMPONENT_AGENTS = ("kube-controller-manager/", "kube-scheduler/", "kube-apiserver/", kubeclient.USER_AGENT)
 
 
@@ -106,7 +98,8 @@ class RealKube:
 
     def apply_knobs(self, d):
         """The proxy's faults of the knobs in d that have one."""
-        faults = {PROXY_KNOBS[k]: float(v) for k, v in d.items() if k in PROXY_KNOBS}
+        faults = {PROXY_KNOBS[k]: bool(v) if isinstance(faultproxy.FAULTS[PROXY_KNOBS[k]], bool) else float(v)
+                  for k, v in d.items() if k in PROXY_KNOBS}
         if faults and getattr(self, "proxy", None) is not None:
             self.proxy.set_faults(**faults)
 
@@ -122,11 +115,10 @@ class RealKube:
 
     @staticmethod
     def check_knobs(d):
-        """UsageError for a run-time change of a knob only the imitation has."""
-        bad = sorted(k for k in d if k in IMITATION_ONLY)
+        """UsageError for a run-time change of a knob that is a kube-controller-manager flag."""
+        bad = sorted(k for k in d if k in KCM_KNOBS)
         if bad:
-            raise UsageError("knob(s) %s: not supported with --kube real (the real control plane's settings are "
-                             "flags, fixed at start)" % ", ".join(bad))
+            raise UsageError("knob(s) %s: kube-controller-manager flags, fixed at start (--set)" % ", ".join(bad))
 
     # ---- objects ------------------------------------------------------------------------------------------------
     def collection(self, obj):
@@ -189,7 +181,7 @@ class RealKube:
     # ---- what the audit log tells ----------------------------------------------------------------------------------
     def calls(self):
         """Calls to the API by clients other than the control plane and the simulator, as "METHOD route" counts
-        (the imitation's GET /calls naming), since the last POST /calls/reset."""
+        since the last POST /calls/reset."""
         evs, _ = controlplane.audit_events(self.info["audit_log"], self.calls_offset)
         out = {}
         for e in evs:
@@ -213,8 +205,7 @@ class RealKube:
                 and not (e.get("userAgent") or "").startswith(COMPONENT_AGENTS)]
 
     def evictions(self):
-        """Every Eviction call since this run started, by pod and HTTP status (the imitation's /report "evictions"),
-        from the audit log."""
+        """Every Eviction call since this run started, by pod and HTTP status, from the audit log."""
         evs, _ = controlplane.audit_events(self.info["audit_log"], self.audit_offset)
         out = {}
         for e in evs:
@@ -234,13 +225,11 @@ class RealKube:
     # ---- admin endpoints -------------------------------------------------------------------------------------------
     def admin_route(self, m, p, body):
         """The real-mode answer to an admin request, or None to let the common routes answer."""
-        if p in UNSUPPORTED:
-            raise UsageError("%s is not supported with --kube real: %s" % (p, UNSUPPORTED[p]))
         if m == "GET" and p == "/kube-denials":
             return self.denials()
         if m == "GET" and p == "/calls":
             return {"pve": self.w.call_counts()["pve"], "kube": self.calls()}
-        if m == "GET" and p == "/report":  # the imitation's report, with the Eviction calls the audit log has
+        if m == "GET" and p == "/report":  # the report, with the Eviction calls the audit log has
             with self.w.lock:
                 rep = self.w.report.to_json(self.w)
             rep["evictions"] = self.evictions()
@@ -254,6 +243,8 @@ class RealKube:
             return self.restart_apiserver()
         if m == "POST" and p == "/actions/disconnect-watches":
             return self.disconnect_watches()
+        if m == "POST" and p == "/actions/etcd-compact":
+            return {"ok": True, "revision": controlplane.compact_etcd(self.info["ports"]["etcd"])}
         if m == "POST" and p == "/actions/pods":
             return "created", self.create_pods(body)
         return None
@@ -271,7 +262,7 @@ def _method(e):
 
 
 def route_name(uri):
-    """/api/v1/namespaces/x/pods/y?watch=1 -> /api/v1/namespaces/{namespace}/pods/{name}?watch (as the imitation)."""
+    """/api/v1/namespaces/x/pods/y?watch=1 -> /api/v1/namespaces/{namespace}/pods/{name}?watch."""
     u = urllib.parse.urlsplit(uri)
     segs = [s for s in u.path.split("/") if s]
     if segs[:1] == ["api"]:

@@ -1,7 +1,6 @@
 # The simulator process: world model, admin/fault endpoint, scenarios, start-up and clean shutdown.
 # SPDX-License-Identifier: Apache-2.0
 import argparse
-import base64
 import collections
 import json
 import os
@@ -15,12 +14,8 @@ import threading
 import time
 import uuid
 
-from . import controllers
 from . import hosts as hostsmod
 from . import httpserv
-from . import k8sschema
-from . import kube
-from . import kubehooks
 from . import pve
 from . import pveacl
 from . import pveschema
@@ -29,7 +24,7 @@ from . import report as reportmod
 from . import tls
 from . import topology
 from . import util
-from .controllers import EXIT_ON_TERM
+from .kubelet import EXIT_ON_TERM
 
 DEFAULT_HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga"
 
@@ -42,19 +37,16 @@ KNOBS = {
     "clone_fail_rate": 0.0, "clone_fail_next": 0, "clone_error_next": 0, "start_fail_next": 0, "upload_fail_next": 0,
     "destroy_fail_next": 0, "destroy_fail_rate": 0.0,
     "pve_error_rate": 0.0, "pve_timeout_rate": 0.0, "pve_error_next": 0, "pve_timeout_next": 0,
+    "timeout_hold_seconds": 30.0,
     "hosts_down": [],
-    # Kubernetes API
-    "kube_error_rate": 0.0, "kube_timeout_rate": 0.0, "kube_error_next": 0, "kube_timeout_next": 0,
-    "timeout_hold_seconds": 30.0, "watch_history_size": 5000, "watch_timeout_seconds": 1800.0,
-    "watch_disconnect_seconds": 0.0, "bookmark_interval_seconds": 5.0, "crd_establish_seconds": 0.0,
-    # kubelets / controllers
-    "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "notready_delay_seconds": 0.5,
-    "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2, "podgc_seconds": 1.0,
-    "pdb_disruption_timeout_seconds": 120.0, "disruption_controller": True,
+    # The fault proxy in front of kube-apiserver
+    "watch_disconnect_seconds": 0.0, "kube_unreachable": False,
+    # kubelets
+    "join_delay_seconds": 1.0, "ready_delay_seconds": 1.0, "pod_start_seconds": 0.5, "pod_termination_seconds": 0.2,
     "lease_interval_seconds": 10.0, "never_join": [], "kubelet_reregister": False, "ccm_delete_nodes": False,
-    "kubelet_not_ready": [], "kubelet_stopped": [], "node_monitor_grace_seconds": 50.0,
-    "scheduler_retry_seconds": 0.5, "controller_interval_seconds": 0.1, "node_monitor_seconds": 0.0,
-    "scheduler_backoff_seconds": 1.0, "scheduler_max_backoff_seconds": 10.0,
+    "kubelet_not_ready": [], "kubelet_stopped": [], "register_hold": False, "register_ready": False,
+    # kube-controller-manager's --node-monitor-grace-period and --node-monitor-period (at start only, --set)
+    "node_monitor_grace_seconds": 50.0, "node_monitor_seconds": 0.0,
 }
 
 
@@ -99,9 +91,7 @@ class World:
         self.regions = collections.OrderedDict()
         self.hosts = collections.OrderedDict()
         self.report = reportmod.Report()
-        self.watchers_opened = 0
-        self.ctl = None
-        self.real = None  # realkube.RealKube with --kube real
+        self.real = None  # realkube.RealKube, without --kube none
 
     # ---- knobs / faults ------------------------------------------------------------
     def knob(self, name):
@@ -134,7 +124,6 @@ class World:
                     self.host_down(h, False)
                 if self.real is not None:
                     self.real.apply_knobs(d)
-                self.kick()
 
     def take_fault(self, name):
         with self.lock:
@@ -160,9 +149,6 @@ class World:
     def pve_fault(self):
         return self._fault("pve")
 
-    def kube_fault(self):
-        return self._fault("kube")
-
     def count(self, api, method, route):
         with self.lock:
             self.counts[(api, "%s %s" % (method, route))] += 1
@@ -174,17 +160,12 @@ class World:
                 out[api][k] = n
         return out
 
-    def kick(self):
-        if self.ctl is not None:
-            self.ctl.wake.set()
-
     def all_vms(self):
         for r in self.regions.values():
             yield from list(r.vms.values())
 
     def vm_event(self, kind, vm):
         self.report.vm(kind, vm)
-        self.kick()
 
     def host_down(self, name, down):
         h = self.hosts.get(name)
@@ -232,19 +213,10 @@ class World:
                      "pid": v.pid, "template": v.is_template(), "lock": v.conf.get("lock")}
                     for v in sorted(r.vms.values(), key=lambda v: v.vmid)],
                     "tasks_running": sum(1 for t in r.tasks.values() if t.status == "running")}
+            out = {"regions": regions, "knobs": self.knobs, "hosts_down": [h for h, x in self.hosts.items() if x.down]}
             if self.real is not None:
-                return {"regions": regions, "kubelets": self.real.kubelets.state(), "knobs": self.knobs,
-                        "hosts_down": [h for h, x in self.hosts.items() if x.down], "kube": self.real.state()}
-            kubelets = {}
-            for uid, ks in self.ctl.kubelets.items():
-                vm = ks["vm"]
-                kubelets["%s/%d" % (vm.host.region, vm.vmid)] = {"state": ks["state"], "reason": ks.get("reason"),
-                                                                 "node": ks.get("node"), "vm_name": vm.conf.get("name")}
-            return {"regions": regions, "kubelets": kubelets, "knobs": self.knobs,
-                    "hosts_down": [h for h, x in self.hosts.items() if x.down],
-                    "kube": {"resourceVersion": self.kube.rv, "watchers": len(self.kube.watchers),
-                             "watchers_opened": self.watchers_opened,
-                             "counts": {"%s/%s" % k if k[0] else k[1]: len(v) for k, v in self.kube.objs.items()}}}
+                out.update(kubelets=self.real.kubelets.state(), kube=self.real.state())
+            return out
 
 
 class Created:
@@ -252,38 +224,6 @@ class Created:
 
     def __init__(self, body):
         self.body = body
-
-
-def create_pods(world, body):
-    """Create a burst of pods under one hold of the world lock, as a ReplicaSet or Job controller would: every
-    pod goes through the API's create path (validation, defaults, admission, watch events). All are checked
-    first (dry run); any error creates none and is reported as 400 naming the pod and the field."""
-    if not isinstance(body, dict) or not isinstance(body.get("pods"), list):
-        raise UsageError("body must be an object with a list \"pods\"")
-    ns = body.get("namespace", "default")
-    if not isinstance(ns, str) or not ns:
-        raise UsageError("\"namespace\" must be a non-empty string")
-    prt = world.kube.types[("", "pods")]
-    hooks = world.kube_hooks
-    hooks.field_validation = "Warn"
-    with world.lock:
-        names = set()
-        for i, obj in enumerate(body["pods"]):
-            try:
-                if not isinstance(obj, dict):
-                    raise kube.bad_request("pod is not an object")
-                world.kube_app._check_typemeta(prt, obj)
-                res = world.kube.create(prt, ns, kube._copy(obj), dry_run=True)
-            except kube.KubeError as e:
-                raise UsageError("pods[%d]: %s" % (i, e.message))
-            if (obj.get("metadata") or {}).get("name"):
-                name = res["metadata"]["name"]
-                if name in names:
-                    raise UsageError('pods[%d]: metadata.name: Duplicate value: "%s"' % (i, name))
-                names.add(name)
-        hooks.warnings = []
-        created = [world.kube.create(prt, ns, obj)["metadata"]["name"] for obj in body["pods"]]
-    return {"created": created}
 
 
 def pve_access_admin(world, m, p, body):
@@ -377,9 +317,6 @@ class AdminApp:
         if m == "GET" and p == "/report":
             with w.lock:
                 return w.report.to_json(w)
-        if m == "GET" and p == "/kube-denials":
-            with w.lock:
-                return list(w.kube_guard.denials)
         if m == "GET" and p == "/calls":
             return w.call_counts()
         if m == "GET" and p == "/tasks":
@@ -391,11 +328,6 @@ class AdminApp:
             with w.lock:
                 w.counts.clear()
             return {"ok": True}
-        if m == "POST" and p == "/actions/disconnect-watches":
-            w.kube_app.disconnect_watches()
-            return {"ok": True}
-        if m == "POST" and p == "/actions/kube-restart":
-            return w.kube_app.restart(body.get("down_seconds", 0.0))
         if m == "POST" and p == "/actions/host":
             host = body.get("host")
             if host not in w.hosts:
@@ -404,8 +336,6 @@ class AdminApp:
             down.add(host) if body.get("down", True) else down.discard(host)
             w.set_knobs({"hosts_down": sorted(down)})
             return {"ok": True, "hosts_down": sorted(down)}
-        if m == "POST" and p == "/actions/pods":
-            return Created(create_pods(w, body))
         if m == "POST" and p == "/actions/crash-vm":
             with w.lock:
                 w.crash_vm(body.get("region", "r1"), body.get("vmid"))
@@ -475,7 +405,8 @@ class ScenarioRunner:
         return [base] if n == 1 else ["%s-%d" % (base, i) for i in range(n)]
 
     def _do_pods(self, p):
-        prt = self.w.kube.types[("", "pods")] if self.w.real is None else None
+        if self.w.real is None:
+            raise UsageError("scenario pods need Kubernetes (not --kube none)")
         for name in self._pod_names(p):
             spec = json.loads(json.dumps(p.get("spec") or {}))
             if not spec.get("containers"):
@@ -493,81 +424,35 @@ class ScenarioRunner:
                    "metadata": {"name": name, "namespace": p.get("namespace", "default"), "labels": labels,
                                 "annotations": dict({EXIT_ON_TERM: "true"}, **(p.get("annotations") or {}))},
                    "spec": spec}
-            if self.w.real is not None:
-                self.w.real.create_objects([obj])
-            else:
-                self.w.kube.create(prt, obj["metadata"]["namespace"], obj)
+            self.w.real.create_objects([obj])
 
     def _do_leave(self, p):
-        if self.w.real is not None:
-            for name in self._pod_names(p):
-                self.w.real.admin.call("DELETE", "/api/v1/namespaces/%s/pods/%s" % (p.get("namespace", "default"),
-                                                                                    name), ok=(200, 202, 404))
-            return
-        prt = self.w.kube.types[("", "pods")]
         for name in self._pod_names(p):
-            try:
-                self.w.kube.delete(prt, p.get("namespace", "default"), name, {})
-            except kube.KubeError:
-                pass
+            self.w.real.admin.call("DELETE", "/api/v1/namespaces/%s/pods/%s" % (p.get("namespace", "default"), name),
+                                   ok=(200, 202, 404))
 
     def _do_event(self, e):
         if "knobs" in e or "faults" in e:
             self.w.set_knobs(e.get("knobs") or e.get("faults"))
-        if self.w.real is not None:
-            return self._do_real_event(e)
-        if e.get("action") == "disconnect-watches":
-            for wt in list(self.w.kube.watchers):
-                wt.closed = True
-                wt.q.put(None)
-        if e.get("action") == "kube-restart":
-            self.w.kube_app.restart(e.get("down_seconds", 0.0))
         if e.get("host_down"):
             self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) | {e["host_down"]})})
         if e.get("host_up"):
             self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) - {e["host_up"]})})
-        if e.get("delete_pods"):
-            d = e["delete_pods"]
-            prt = self.w.kube.types[("", "pods")]
-            reqs = kube.sel.parse_label_selector(d.get("labelSelector", ""))
-            for o in self.w.kube.list(prt, d.get("namespace"), reqs, []):
-                self.w.kube.delete(prt, o["metadata"]["namespace"], o["metadata"]["name"], {})
-        if e.get("objects"):
-            create_objects(self.w, e["objects"])
-
-
-    def _do_real_event(self, e):
+        kube_actions = [k for k in ("delete_pods", "objects") if e.get(k)] + (
+            [e["action"]] if e.get("action") in ("disconnect-watches", "kube-restart") else [])
+        if not kube_actions:
+            return
         real = self.w.real
+        if real is None:
+            raise UsageError("scenario event %s needs Kubernetes (not --kube none)" % ", ".join(kube_actions))
         if e.get("action") == "disconnect-watches":
             real.disconnect_watches()
         if e.get("action") == "kube-restart":
             real.restart_apiserver()
-        if e.get("host_down"):
-            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) | {e["host_down"]})})
-        if e.get("host_up"):
-            self.w.set_knobs({"hosts_down": sorted(set(self.w.knob("hosts_down")) - {e["host_up"]})})
         if e.get("delete_pods"):
             real.delete_pods(e["delete_pods"].get("namespace"), e["delete_pods"].get("labelSelector", ""))
         if e.get("objects"):
             real.create_objects(e["objects"])
-
-
-def create_objects(world, objs):
-    for o in objs:
-        o = json.loads(json.dumps(o))
-        api = o.get("apiVersion", "v1")
-        group, _, version = api.rpartition("/")
-        rt = None
-        for t in world.kube.types.values():
-            if t.group == group and t.kind == o.get("kind"):
-                rt = t
-        if rt is None:
-            raise UsageError("scenario object of unknown kind %s %s" % (api, o.get("kind")))
-        ns = (o.get("metadata") or {}).get("namespace") or ("default" if rt.namespaced else None)
-        try:
-            world.kube.create(rt, ns, o)
-        except kube.KubeError as e:
-            raise UsageError("scenario object %s/%s: %s" % (o.get("kind"), (o.get("metadata") or {}).get("name"), e.message))
 
 
 def template_conf(region, vmid, tcfg):
@@ -667,8 +552,6 @@ def build(args):
     ctx = httpserv.make_ssl_ctx(crt, key)
     shared = lib.shared
     w.pve_validator = pveschema.Validator(os.path.join(shared, "data", "pve-api-schema.json"))
-    w.kube_schemas = k8sschema.Schemas(os.path.join(shared, "data", "k8s-openapi", "v3"))
-    threading.Thread(target=w.kube_schemas.preload, daemon=True).start()
     w.procs = hostsmod.ProcessManager(state, use_qemu=args.qemu, standin=args.standin)
     extract.join()
     tcfg = scenario.get("template") or {}
@@ -694,76 +577,38 @@ def build(args):
                 os.makedirs(d, exist_ok=True)
                 util.atomic_write(os.path.join(d, "corosync.conf"), text)
     apply_pve_access(w, scenario)
-    if w.real is not None:
-        return build_real(w, args, scenario, state, ctx, ca, base_id, tcfg)
-    w.kube = kube.Store(w)
-    w.kube_hooks = kubehooks.KubeHooks(w)
-    w.kube_token = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
-    nsrt = w.kube.types[("", "namespaces")]
-    for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
-        w.kube.create(nsrt, None, {"metadata": {"name": ns}})
+    return build_servers(w, scenario, state, ctx, ca, base_id, tcfg)
+
+
+def build_servers(w, scenario, state, ctx, ca, base_id, tcfg):
+    """The rest of build(): the PVE servers, the Kubernetes side (the real control plane, waited for here, with the
+    simulated kubelets; none with --kube none) and the admin endpoint."""
     w.stop_event = threading.Event()
     servers = []
     for rn, region in w.regions.items():
         region.server = httpserv.Server(pve.PveApp(w, region), "pve-" + rn, ctx).start()
         servers.append(region.server)
-    w.kube_port = 0
-    w.kube_app = None
     w.ca_file = ca
-    ksrv = httpserv.Server(None, "kube", ctx)
-    w.kube_port = ksrv.port
-    w.kube_app = kube.KubeApp(w)
-    ksrv.app = w.kube_app
-    ksrv.start()
-    asrv = httpserv.Server(AdminApp(w), "admin", None).start()
-    servers += [ksrv, asrv]
-    w.servers = servers
     objs = list(scenario.get("objects") or [])
     objs += list(scenario.get("nodeClasses") or []) + list(scenario.get("nodePools") or [])
-    crds = [o for o in objs if o.get("kind") == "CustomResourceDefinition"]
-    with w.lock:
-        create_objects(w, crds + [o for o in objs if o.get("kind") != "CustomResourceDefinition"])
-    w.ctl = controllers.Controllers(w)
-    w.ctl.start()
-    threading.Thread(target=_reaper, args=(w,), daemon=True).start()
-    kubeconfig = os.path.join(state, "kubeconfig")
-    write_kubeconfig(kubeconfig, ca, ksrv.port, w.kube_token)
-    ep = {"ca_file": ca, "state_dir": state, "pid": os.getpid(),
-          "pve": {rn: {"url": "https://127.0.0.1:%d/api2/json" % r.server.port, "token_id": r.token_id,
-                       "token_secret": r.token_secret, "readonly_token_id": r.ro_token_id,
-                       "readonly_token_secret": r.ro_token_secret, "nodes": list(r.hosts),
-                       "templates": {hn: base_id + i for i, hn in enumerate(r.hosts)} if tcfg.get("enabled", True) else {}}
-                  for rn, r in w.regions.items()},
-          "kube": {"url": "https://127.0.0.1:%d" % ksrv.port, "token": w.kube_token, "kubeconfig": kubeconfig},
-          "admin": {"url": "http://127.0.0.1:%d" % asrv.port},
-          "hosts": {hn: h.endpoint_entry() for hn, h in w.hosts.items()}}
-    util.write_json(os.path.join(state, "endpoints.json"), ep)
-    ScenarioRunner(w, scenario).start()
-    return w
-
-
-def build_real(w, args, scenario, state, ctx, ca, base_id, tcfg):
-    """The rest of build() with --kube real: PVE servers and the admin endpoint as ever; the Kubernetes side is the
-    real control plane (waited for here) with the simulated kubelets."""
-    w.stop_event = threading.Event()
-    servers = []
-    for rn, region in w.regions.items():
-        region.server = httpserv.Server(pve.PveApp(w, region), "pve-" + rn, ctx).start()
-        servers.append(region.server)
-    w.ca_file = ca
-    try:
-        kube_ep = w.real.wait()
-    except UsageError:
+    kube_ep = None
+    if w.real is not None:
+        try:
+            kube_ep = w.real.wait()
+        except UsageError:
+            for s in servers:
+                s.shutdown()
+            raise
+        realkube.log_times(w.real)
+    elif objs or scenario.get("pods"):
         for s in servers:
             s.shutdown()
-        raise
-    realkube.log_times(w.real)
+        raise UsageError("the scenario's objects and pods need Kubernetes (not --kube none)")
     asrv = httpserv.Server(AdminApp(w), "admin", None).start()
     w.servers = servers + [asrv]
-    objs = list(scenario.get("objects") or [])
-    objs += list(scenario.get("nodeClasses") or []) + list(scenario.get("nodePools") or [])
-    crds = [o for o in objs if o.get("kind") == "CustomResourceDefinition"]
-    w.real.create_objects(crds + [o for o in objs if o.get("kind") != "CustomResourceDefinition"])
+    if w.real is not None:
+        crds = [o for o in objs if o.get("kind") == "CustomResourceDefinition"]
+        w.real.create_objects(crds + [o for o in objs if o.get("kind") != "CustomResourceDefinition"])
     threading.Thread(target=_reaper, args=(w,), daemon=True).start()
     ep = {"ca_file": ca, "state_dir": state, "pid": os.getpid(),
           "pve": {rn: {"url": "https://127.0.0.1:%d/api2/json" % r.server.port, "token_id": r.token_id,
@@ -811,23 +656,8 @@ def corosync_conf(cluster, nodes):
     return "\n".join(out)
 
 
-def write_kubeconfig(path, ca, port, token):
-    ca_b64 = base64.b64encode(open(ca, "rb").read()).decode()
-    text = ("apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n"
-            "    server: https://127.0.0.1:%d\n    certificate-authority-data: %s\n"
-            "users:\n- name: sim\n  user:\n    token: %s\n"
-            "contexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\n"
-            "current-context: sim\n") % (port, ca_b64, token)
-    util.atomic_write(path, text, 0o600)
-
-
 def shutdown(w, report_path):
     w.stopping = True
-    if w.real is None:
-        with w.lock:
-            for wt in list(w.kube.watchers):
-                wt.closed = True
-                wt.q.put(None)
     w.procs.kill_all()
     with w.lock:
         for vm in w.all_vms():
@@ -847,7 +677,8 @@ def shutdown(w, report_path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="tests/sim/run", description="Simulated Proxmox VE cluster(s) + Kubernetes API")
+    ap = argparse.ArgumentParser(prog="tests/sim/run", description="Simulated Proxmox VE cluster(s) with simulated "
+                                 "kubelets joining a real Kubernetes control plane")
     ap.add_argument("--state-dir")
     ap.add_argument("--prepare", action="store_true",
                     help="only unpack every topology tarball into the shared cache, then exit")
@@ -858,9 +689,9 @@ def main(argv=None):
                     help="the compiled stand-in for VM processes (build/tests/sim/standin-kvm) instead of the Python one")
     ap.add_argument("--report")
     ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
-    ap.add_argument("--kube", choices=("sim", "real"), default="sim",
-                    help="sim: the Python imitation of the Kubernetes API (default); real: a real control plane from "
-                         "../shared/k8s with simulated kubelets")
+    ap.add_argument("--kube", choices=("real", "none"), default="real",
+                    help="real: a real control plane from ../shared/k8s with simulated kubelets (default); none: "
+                         "Proxmox VE only, no Kubernetes")
     ap.add_argument("--kube-attach", metavar="DIR",
                     help="with --kube real: use the running control plane whose controlplane.json is in DIR")
     ap.add_argument("--no-cluster-info", action="store_true",
