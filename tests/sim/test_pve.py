@@ -233,6 +233,28 @@ class PveTest(unittest.TestCase):
         conf = self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
         self.assertEqual((conf["cores"], conf["onboot"]), (3, 1))
 
+    def test_efidisk_and_tpmstate_allocated_as_qemu_server_does(self):
+        vmid = self.clone("hw")
+        r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {
+            "machine": "q35", "bios": "ovmf", "efidisk0": "local-lvm:1,efitype=4m,pre-enrolled-keys=1",
+            "tpmstate0": "local-lvm:1,version=v2.0", "agent": "enabled=1,type=virtio", "onboot": 1})
+        self.assertEqual(r.status, 200, r)
+        conf = self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
+        # each new volume gets the next free name; the EFI vars and TPM state have their own sizes, not the 1G asked
+        self.assertEqual(conf["efidisk0"], "local-lvm:vm-%d-disk-1,efitype=4m,pre-enrolled-keys=1,size=528K" % vmid)
+        self.assertEqual(conf["tpmstate0"], "local-lvm:vm-%d-disk-2,version=v2.0,size=4M" % vmid)
+        self.assertEqual((conf["machine"], conf["bios"], conf["onboot"]), ("q35", "ovmf", 1))
+        for key, value, field in (("machine", "q36", "machine"), ("bios", "uefi", "bios"),
+                                  ("tpmstate0", "local-lvm:1,version=v3", "tpmstate0"),
+                                  ("efidisk0", "local-lvm:1,efitype=8m", "efidisk0"),
+                                  ("agent", "enabled=1,type=usb", "agent")):
+            r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {key: value})
+            self.assertEqual(r.status, 400, (key, r))
+            self.assertIn(field, r.json["errors"])
+        r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"tpmstate0": "nosuch:1,version=v2.0"})
+        self.assertEqual(r.status, 500, r)
+        self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data["tpmstate0"], conf["tpmstate0"])
+
     def test_numa_sum_fails_start(self):
         vmid = self.clone("numa")
         self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {

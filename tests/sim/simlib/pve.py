@@ -563,7 +563,7 @@ class PveApp:
             if k == "tags":
                 v = ";".join(sorted(set(t.lower() for t in pveschema._split_list(v))))
             if DISK_RE.match(k):
-                v = self._alloc_volume(vm, k, v)
+                v = self._alloc_volume(vm, k, v, newconf)
             newconf[k] = v
         deletes = _split(p.get("delete", ""))
         running = vm.status == "running"
@@ -586,14 +586,19 @@ class PveApp:
         vm.save()
         self.w.kick()
 
-    def _alloc_volume(self, vm, key, value):
+    def _alloc_volume(self, vm, key, value, allocated=None):
+        """A <storage>:<size> value as the volume qemu-server allocates for it, named with the first free
+        vm-<vmid>-disk-<n> (not one of the config's, nor one allocated earlier in the same update)."""
         parts = value.split(",")
         file = parts[0][5:] if parts[0].startswith("file=") else parts[0]
         m = re.match(r"^([a-z][a-z0-9\-_.]*[a-z0-9]):(\d+(?:\.\d+)?)$", file, re.I)
         if m and "media=cdrom" not in parts:
-            n = sum(1 for k, v in vm.conf.items() if DISK_RE.match(k) and "vm-%d-disk-" % vm.vmid in v)
+            used = set()
+            for v in list(vm.conf.values()) + list(vm.pending.values()) + list((allocated or {}).values()):
+                used.update(int(x) for x in re.findall(r"vm-%d-disk-(\d+)" % vm.vmid, str(v)))
+            n = next(i for i in range(len(used) + 1) if i not in used)
             rest = [x for x in parts[1:] if not x.startswith("size=")]
-            return ",".join(["%s:vm-%d-disk-%d" % (m.group(1), vm.vmid, n)] + rest + ["size=%sG" % m.group(2)])
+            return ",".join(["%s:vm-%d-disk-%d" % (m.group(1), vm.vmid, n)] + rest + [_new_size(key, rest, m)])
         if re.match(r"^[a-z][a-z0-9\-_.]*[a-z0-9]:cloudinit$", file, re.I):
             st = file.split(":")[0]
             rest = [x for x in parts[1:] if x != "media=cdrom"]
@@ -1290,6 +1295,16 @@ def _fn_name(tpl):
 
 def _raise(e):
     raise e
+
+
+def _new_size(key, opts, m):
+    """The size= of a volume allocated as <storage>:<GiB>: qemu-server sizes the EFI vars disk by its efitype
+    (the OVMF vars file: 128K for 2m, the default, 528K for 4m) and the TPM state at 4M, whatever size is asked."""
+    if key == "efidisk0":
+        return "size=528K" if "efitype=4m" in opts else "size=128K"
+    if key == "tpmstate0":
+        return "size=4M"
+    return "size=%sG" % m.group(2)
 
 
 def _split(s):
