@@ -2,7 +2,9 @@
 # pvescale-coordinator's VM hardware from the ProxmoxNodeClass, against the simulator (whose Proxmox validates every
 # parameter against the PVE API schema and allocates the EFI disk and TPM state as qemu-server does) and real agents, on
 # a real control plane: a class with machine q35, bios ovmf and an EFI disk, a TPM, the guest agent and onBoot gets a VM
-# whose config carries them, with net0's queues = the vCPUs.
+# whose config carries them, with net0's queues = the vCPUs. A change of the class's tags, resourcePool and
+# securityGroups updates the existing VM in place (same claim, VM and Node, no Drifted condition), while a change of
+# another field drifts it.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import re
@@ -15,6 +17,8 @@ import coordlib as cl  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
+CLASSES = cl.GROUP + "/proxmoxnodeclasses/"
+MERGE = "application/merge-patch+json"
 
 
 def condition(claim, kind):
@@ -36,14 +40,14 @@ class VmHardwareTest(cl.SharedControlPlaneTest):
         self.assertEqual(r.status, 200, r)
         return r.data
 
-    def launch(self, n, **spec):
+    def launch(self, n, args=(), **spec):
         c = self.c
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}, **spec))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         for i in range(n):
             c.create(PODS, cl.pod("p%d" % i, cpu="1500m", memory="1Gi"))
-        self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN)
+        self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN + list(args))
         return cl.wait_for(lambda: (lambda cs: len(cs) == n and all(initialized(x) for x in cs) and cs)(c.claims()),
                            120, interval=0.5, what="%d Initialized claims" % n)
 
@@ -81,6 +85,61 @@ class VmHardwareTest(cl.SharedControlPlaneTest):
         self.assertIn("queues=%d" % vcpus, conf["net0"], "virtio-net multiqueue = the vCPUs")
         self.assertEqual(self.c.sim.pve("GET", "/nodes/pve1/qemu/%d/status/current" % vmid).data["status"], "running")
         sys.stderr.write("vmhw: hardware node Initialized in %.1f s\n" % took)
+
+    def pool_members(self, pool):
+        r = self.c.sim.pve("GET", "/pools/" + pool)
+        self.assertEqual(r.status, 200, r)
+        return {m["vmid"] for m in r.data["members"]}
+
+    def test_tags_pool_and_firewall_groups_in_place(self):
+        c = self.c
+        for pool in ("k8s", "k8s-b"):
+            self.assertEqual(c.sim.pve("POST", "/pools", {"poolid": pool}).status, 200)
+        claims = self.launch(1, args=["--gc-interval=1s"], tags=["team-a"], resourcePool="k8s")
+        claim = claims[0]
+        name, uid, vmid = claim["metadata"]["name"], claim["metadata"]["uid"], claim["status"]["vmid"]
+        ann = claim["metadata"]["annotations"]
+        self.assertEqual(ann.get("pvescale.io/nodeclass-hash-version"), "2")
+        node = c.sim.kube("GET", "/api/v1/nodes/" + claim["status"]["nodeName"]).json
+        self.assertEqual(sorted(self.config(claim)["tags"].split(";")), sorted(["pvescale", "default", name, "team-a"]))
+        self.assertEqual(self.pool_members("k8s"), {vmid})
+        t0 = time.monotonic()
+        r = c.sim.kube("PATCH", CLASSES + "default", {"spec": {"tags": ["team-b", "gpu"], "resourcePool": "k8s-b",
+                                                               "securityGroups": [{"name": "web"}]}}, ctype=MERGE)
+        self.assertEqual(r.status, 200, r)
+
+        def updated():
+            tags = set(self.config(claim).get("tags", "").split(";"))
+            rules = c.sim.pve("GET", "/nodes/pve1/qemu/%d/firewall/rules" % vmid).data
+            return (tags == {"pvescale", "default", name, "team-b", "gpu"} and self.pool_members("k8s-b") == {vmid}
+                    and any(x["type"] == "group" and x["action"] == "web" and x.get("iface") == "net0" for x in rules))
+        cl.wait_for(updated, 30, interval=0.5, what="the VM's tags, pool and firewall group updated in place")
+        took = time.monotonic() - t0
+        self.assertEqual(self.pool_members("k8s"), set(), "moved, not added twice")
+        fw = c.sim.pve("GET", "/nodes/pve1/qemu/%d/firewall/options" % vmid).data
+        self.assertEqual(int(fw.get("enable", 0)), 1)
+        # several disruption passes (1 s each) later: still the same claim, VM and Node, never Drifted
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            now = [x for x in c.claims() if not x["metadata"].get("deletionTimestamp")]
+            self.assertEqual([(x["metadata"]["name"], x["metadata"]["uid"], x["status"]["vmid"]) for x in now],
+                             [(name, uid, vmid)])
+            self.assertIsNone(condition(now[0], "Drifted"), "tags, pool and groups do not drift the node")
+            time.sleep(0.5)
+        self.assertEqual(c.sim.kube("GET", "/api/v1/nodes/" + node["metadata"]["name"]).json["metadata"]["uid"],
+                         node["metadata"]["uid"])
+        self.assertEqual(c.sim.pve("GET", "/nodes/pve1/qemu/%d/status/current" % vmid).data["status"], "running")
+        # any other field still drifts it: the check above could have failed
+        r = c.sim.kube("PATCH", CLASSES + "default", {"spec": {"onBoot": False}}, ctype=MERGE)
+        self.assertEqual(r.status, 200, r)
+
+        def drifted():
+            x = c.sim.kube("GET", cl.GROUP + "/nodeclaims/" + name).json
+            d = condition(x, "Drifted")
+            return d and d["status"] == "True" and d
+        d = cl.wait_for(drifted, 30, interval=0.5, what="the claim Drifted after an onBoot change")
+        self.assertEqual(d["reason"], "NodeClassDrifted")
+        sys.stderr.write("vmhw: tags, pool and firewall group updated in place %.1f s after the change\n" % took)
 
 
 if __name__ == "__main__":

@@ -390,6 +390,17 @@ class PveTest(unittest.TestCase):
         self.assertEqual([m["vmid"] for m in members], [vmid])
         r = self.sim.pve("DELETE", "/pools/pvescale")
         self.assertEqual(r.status, 500)
+        # PUT /pools (8.1+): twice is refused; another pool needs allow-move; delete=1 of a non-member is refused
+        r = self.sim.pve("PUT", "/pools", {"poolid": "pvescale", "vms": str(vmid)})
+        self.assertEqual(r.status, 500, r)
+        self.assertEqual(self.sim.pve("POST", "/pools", {"poolid": "other"}).status, 200)
+        self.assertEqual(self.sim.pve("PUT", "/pools", {"poolid": "other", "vms": str(vmid)}).status, 500)
+        r = self.sim.pve("PUT", "/pools", {"poolid": "other", "vms": str(vmid), "allow-move": 1})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([m["vmid"] for m in self.sim.pve("GET", "/pools/other").data["members"]], [vmid])
+        self.assertEqual(self.sim.pve("GET", "/pools/pvescale").data["members"], [])
+        self.assertEqual(self.sim.pve("PUT", "/pools", {"poolid": "pvescale", "vms": str(vmid), "delete": 1}).status,
+                         500)
 
 
 if __name__ == "__main__":

@@ -1263,11 +1263,17 @@ class PveApp:
         vms = [int(x) for x in _split(p.get("vms", ""))]
         remove = str(p.get("delete", "0")) == "1"
         for v in vms:
+            # update_pool: check_perm_modify on each VM, and no VM added twice or removed when not a member
+            self.r.access.check_any(u, "/vms/%d" % v, ["Permissions.Modify", "VM.Allocate"])
             if remove:
+                if v not in pool["vms"]:
+                    raise ApiError(500, "VM %d is not a pool member\n" % v)
                 pool["vms"].discard(v)
                 continue
             if v not in self.r.vms:
                 raise ApiError(500, "no such VMID '%d'\n" % v)
+            if v in pool["vms"]:
+                raise ApiError(500, "VM %d is already a pool member\n" % v)
             other = self._pool_of(v)
             if other and other != p["poolid"] and str(p.get("allow-move", "0")) != "1":
                 raise ApiError(500, "VM %d belongs already to pool '%s'\n" % (v, other))
