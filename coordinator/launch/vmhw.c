@@ -13,6 +13,7 @@
 #define MACHINE_RE "^(pc|pc(-i440fx)?-[0-9]+(\\.[0-9]+)+(\\+pve[0-9]+)?(\\.pxe)?|q35|" \
                    "pc-q35-[0-9]+(\\.[0-9]+)+(\\+pve[0-9]+)?(\\.pxe)?|virt(-[0-9]+(\\.[0-9]+)+)?(\\+pve[0-9]+)?)$"
 #define STORAGE_RE "^[a-zA-Z][a-zA-Z0-9_.-]*[a-zA-Z0-9]$"
+#define MAPPING_RE "^[a-zA-Z][a-zA-Z0-9_-]*$" /* pve-configid */
 
 static int bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *err, size_t len, const char *fmt, ...) {
@@ -143,6 +144,54 @@ static int parse_agent(const json_t *spec, struct vmhw_agent *a, char *err, size
         return 0;
 }
 
+static int parse_pci_one(const json_t *o, size_t i, struct vmhw_pci *d, char *err, size_t errlen) {
+        char field[48];
+        enum vmhw_tristate pcie = VMHW_UNSET, xvga = VMHW_UNSET;
+        int r;
+        if (!json_is_object(o))
+                return bad(err, errlen, "spec.pciDevices[%zu]: must be an object", i);
+        snprintf(field, sizeof field, "pciDevices[%zu].mapping", i);
+        if ((r = opt_string(o, "mapping", field, d->mapping, sizeof d->mapping, err, errlen)) < 0)
+                return r;
+        if (!d->mapping[0] || !matches(MAPPING_RE, d->mapping))
+                return bad(err, errlen, "spec.%s: must name a Proxmox PCI resource mapping id", field);
+        snprintf(field, sizeof field, "pciDevices[%zu].mdev", i);
+        if ((r = opt_string(o, "mdev", field, d->mdev, sizeof d->mdev, err, errlen)) < 0)
+                return r;
+        if (strpbrk(d->mdev, ",=;"))
+                return bad(err, errlen, "spec.%s: must not contain ',', '=' or ';'", field);
+        snprintf(field, sizeof field, "pciDevices[%zu].pcie", i);
+        if ((r = opt_bool(o, "pcie", field, &pcie, err, errlen)) < 0)
+                return r;
+        snprintf(field, sizeof field, "pciDevices[%zu].xvga", i);
+        if ((r = opt_bool(o, "xvga", field, &xvga, err, errlen)) < 0)
+                return r;
+        d->pcie = pcie == VMHW_ON;
+        d->xvga = xvga == VMHW_ON;
+        return 0;
+}
+
+/* pcie=1 needs a q35 machine (Proxmox refuses to start the VM otherwise): refused when the class names another. */
+static int parse_pci(const json_t *spec, struct vmhw *hw, char *err, size_t errlen) {
+        const json_t *a = json_object_get(spec, "pciDevices");
+        const json_t *e;
+        size_t i;
+        if (!a || json_is_null(a))
+                return 0;
+        if (!json_is_array(a) || json_array_size(a) > VMHW_PCI_MAX)
+                return bad(err, errlen, "spec.pciDevices: must be a list of at most %d devices", VMHW_PCI_MAX);
+        json_array_foreach(a, i, e) {
+                int r = parse_pci_one(e, i, &hw->pci[i], err, errlen);
+                if (r < 0)
+                        return r;
+                if (hw->pci[i].pcie && hw->machine[0] && !strstr(hw->machine, "q35"))
+                        return bad(err, errlen, "spec.pciDevices[%zu].pcie: needs a q35 machine, not \"%s\"", i,
+                                   hw->machine);
+        }
+        hw->n_pci = json_array_size(a);
+        return 0;
+}
+
 static int parse_onboot(const json_t *spec, struct vmhw *hw, char *err, size_t errlen) {
         enum vmhw_tristate on = VMHW_UNSET;
         const json_t *v = json_object_get(spec, "onBoot");
@@ -167,7 +216,7 @@ int vmhw_parse(const json_t *spec, struct vmhw *ret, char *err, size_t errlen) {
         if ((r = parse_machine_bios(spec, &hw, err, errlen)) < 0 ||
             (r = parse_efidisk(spec, &hw.efidisk, err, errlen)) < 0 ||
             (r = parse_tpm(spec, &hw.tpm, err, errlen)) < 0 || (r = parse_agent(spec, &hw.agent, err, errlen)) < 0 ||
-            (r = parse_onboot(spec, &hw, err, errlen)) < 0)
+            (r = parse_onboot(spec, &hw, err, errlen)) < 0 || (r = parse_pci(spec, &hw, err, errlen)) < 0)
                 return r;
         *ret = hw;
         return 0;
@@ -218,6 +267,19 @@ static int add_agent(const struct vmhw_agent *a, struct pve_params *p) {
         return pve_params_add(p, "agent", v);
 }
 
+static int add_pci(const struct vmhw_pci *d, size_t i, struct pve_params *p) {
+        char key[32], v[192];
+        int n = snprintf(v, sizeof v, "mapping=%s", d->mapping);
+        if (d->mdev[0])
+                n += snprintf(v + n, sizeof v - (size_t)n, ",mdev=%s", d->mdev);
+        if (d->pcie)
+                n += snprintf(v + n, sizeof v - (size_t)n, ",pcie=1");
+        if (d->xvga)
+                snprintf(v + n, sizeof v - (size_t)n, ",x-vga=1");
+        snprintf(key, sizeof key, "hostpci%zu", i);
+        return pve_params_add(p, key, v);
+}
+
 int vmhw_params(const struct vmhw *hw, const json_t *config, const char *disk_storage, struct pve_params *p,
                 char *err, size_t errlen) {
         int r = 0;
@@ -233,5 +295,7 @@ int vmhw_params(const struct vmhw *hw, const json_t *config, const char *disk_st
                 r = add_agent(&hw->agent, p);
         if (r == 0)
                 r = pve_params_add_bool(p, "onboot", hw->onboot);
+        for (size_t i = 0; r == 0 && i < hw->n_pci; i++)
+                r = add_pci(&hw->pci[i], i, p);
         return r < 0 ? r : p->error;
 }

@@ -4,7 +4,8 @@
 # a real control plane: a class with machine q35, bios ovmf and an EFI disk, a TPM, the guest agent and onBoot gets a VM
 # whose config carries them, with net0's queues = the vCPUs. A change of the class's tags, resourcePool and
 # securityGroups updates the existing VM in place (same claim, VM and Node, no Drifted condition), while a change of
-# another field drifts it.
+# another field drifts it. A class with pciDevices gets hostpciN by Proxmox resource mapping, and its VM starts with
+# the mapping's device.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import re
@@ -140,6 +141,23 @@ class VmHardwareTest(cl.SharedControlPlaneTest):
         d = cl.wait_for(drifted, 30, interval=0.5, what="the claim Drifted after an onBoot change")
         self.assertEqual(d["reason"], "NodeClassDrifted")
         sys.stderr.write("vmhw: tags, pool and firewall group updated in place %.1f s after the change\n" % took)
+
+    def test_pci_device_by_mapping(self):
+        c = self.c
+        r = c.sim.pve("POST", "/cluster/mapping/pci", json_body={
+            "id": "gpu", "map": ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"]})
+        self.assertEqual(r.status, 200, r)
+        bad = cl.nodeclass("bad", pciDevices=[{"mapping": "0gpu"}, {"pcie": True}])
+        r = c.sim.kube("POST", cl.GROUP + "/proxmoxnodeclasses", bad)
+        self.assertEqual(r.status, 422, r)
+        for field in ("spec.pciDevices[0].mapping", "spec.pciDevices[1].mapping"):
+            self.assertIn(field, r.json["message"])
+        claim = self.launch(1, machine="q35", pciDevices=[{"mapping": "gpu", "pcie": True}])[0]
+        conf = self.config(claim)
+        self.assertEqual(conf["hostpci0"], "mapping=gpu,pcie=1")
+        self.assertEqual(conf["machine"], "q35")
+        self.assertEqual(c.sim.pve("GET", "/nodes/pve1/qemu/%d/status/current" % claim["status"]["vmid"]).data["status"],
+                         "running", "Proxmox gave it the mapping's device on pve1")
 
 
 if __name__ == "__main__":

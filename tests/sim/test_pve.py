@@ -255,6 +255,34 @@ class PveTest(unittest.TestCase):
         self.assertEqual(r.status, 500, r)
         self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data["tpmstate0"], conf["tpmstate0"])
 
+    def test_pci_mapping_and_hostpci_start(self):
+        r = self.sim.pve("POST", "/cluster/mapping/pci", json_body={
+            "id": "gpu", "map": ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"]})
+        self.assertEqual(r.status, 200, r)
+        r = self.sim.pve("POST", "/cluster/mapping/pci", json_body={"id": "bad", "map": ["node=pve1,path=x,id=1"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("map", r.json["errors"])
+        self.assertEqual([m["id"] for m in self.sim.pve("GET", "/cluster/mapping/pci").data], ["gpu"])
+        self.assertEqual(self.sim.pve("GET", "/cluster/mapping/pci/gpu").data["map"],
+                         ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"])
+        a, b = self.clone("gpu-a"), self.clone("gpu-b")
+
+        def start(vmid):
+            st = self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/start" % vmid).data)
+            return st["exitstatus"]
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % a, {"hostpci0": "mapping=gpu,pcie=1"})
+        self.assertEqual(start(a), "q35 machine model is not enabled")
+        self.assertEqual(self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % a, {"machine": "q35"}).status, 200)
+        self.assertEqual(start(a), "OK")
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=gpu", "machine": "q35"})
+        self.assertEqual(start(b), "PCI device '0000:41:00.0' already in use by VMID '%d'" % a)
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=nosuch"})
+        self.assertEqual(start(b), "PCI device mapping not found for 'nosuch'")
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % a).data)
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=gpu"})
+        self.assertEqual(start(b), "OK", "the device is free once its VM stopped")
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % b).data)
+
     def test_numa_sum_fails_start(self):
         vmid = self.clone("numa")
         self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {

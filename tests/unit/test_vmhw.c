@@ -85,6 +85,19 @@ static void test_own_storage_and_kept_volumes(void **state) {
         free(p);
 }
 
+static void test_pci_devices(void **state) {
+        (void)state;
+        char *p = params_of("{\"machine\": \"q35\", \"pciDevices\": [{\"mapping\": \"nvidia\", \"pcie\": true},"
+                            " {\"mapping\": \"vgpu\", \"mdev\": \"nvidia-660\", \"xvga\": true}]}", "{}", NULL);
+        assert_string_equal(p, "machine=q35&onboot=1&hostpci0=mapping%3Dnvidia%2Cpcie%3D1"
+                               "&hostpci1=mapping%3Dvgpu%2Cmdev%3Dnvidia-660%2Cx-vga%3D1");
+        free(p);
+        /* the template's machine is not known here: pcie is left to Proxmox's start check */
+        p = params_of("{\"pciDevices\": [{\"mapping\": \"nvidia\", \"pcie\": true}]}", "{}", NULL);
+        assert_string_equal(p, "onboot=1&hostpci0=mapping%3Dnvidia%2Cpcie%3D1");
+        free(p);
+}
+
 static void test_no_storage(void **state) {
         (void)state;
         char *p = params_of("{\"bios\": \"ovmf\"}", "{}", "");
@@ -113,6 +126,15 @@ static void test_errors_name_the_field(void **state) {
                 { "{\"agent\": {\"fsTrimClonedDisks\": null, \"fsFreezeOnBackup\": 0}}",
                   "spec.agent.fsFreezeOnBackup:" },
                 { "{\"onBoot\": \"yes\"}", "spec.onBoot:" },
+                { "{\"pciDevices\": {}}", "spec.pciDevices:" },
+                { "{\"pciDevices\": [1]}", "spec.pciDevices[0]:" },
+                { "{\"pciDevices\": [{\"mdev\": \"x\"}]}", "spec.pciDevices[0].mapping:" },
+                { "{\"pciDevices\": [{\"mapping\": \"ok\"}, {\"mapping\": \"0bad\"}]}",
+                  "spec.pciDevices[1].mapping:" },
+                { "{\"pciDevices\": [{\"mapping\": \"gpu\", \"mdev\": \"a,b\"}]}", "spec.pciDevices[0].mdev:" },
+                { "{\"pciDevices\": [{\"mapping\": \"gpu\", \"pcie\": 1}]}", "spec.pciDevices[0].pcie:" },
+                { "{\"machine\": \"pc\", \"pciDevices\": [{\"mapping\": \"gpu\", \"pcie\": true}]}",
+                  "spec.pciDevices[0].pcie:" },
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
                 struct vmhw hw = { .machine = "untouched" };
@@ -154,6 +176,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults),
                 cmocka_unit_test(test_every_field),
                 cmocka_unit_test(test_own_storage_and_kept_volumes),
+                cmocka_unit_test(test_pci_devices),
                 cmocka_unit_test(test_no_storage),
                 cmocka_unit_test(test_errors_name_the_field),
                 cmocka_unit_test(test_machine_types),

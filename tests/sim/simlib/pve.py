@@ -97,6 +97,7 @@ class Region:
         self.reserved = {}
         self.pools = {}
         self.fw_groups = {}
+        self.pci_mappings = {}  # /cluster/mapping/pci: {id: {"description": str, "map": [entry strings]}}
         self.token_id = "pvescale@pve!coordinator"
         self.token_secret = str(uuid.uuid4())
         self.ro_token_id = "pvescale@pve!readonly"
@@ -842,6 +843,7 @@ class PveApp:
                 raise TaskError("node '%s' is offline" % vm.host.name)
             self._apply_pending(vm)
             self._check_start(vm)
+            vm.pci_paths = self._check_hostpci(vm)
             if self.w.take_fault("start_fail_next"):
                 raise TaskError("start failed: QEMU exited with code 1 (fault injection)")
             vm.status = "starting"
@@ -1230,6 +1232,69 @@ class PveApp:
         return None
 
     # ---- pools -------------------------------------------------------------
+    # ---- PCI resource mappings --------------------------------------------------------------------------
+    def h_GET_cluster_mapping_pci(self, p, u):
+        return [{"id": k, "description": v["description"], "map": list(v["map"])}
+                for k, v in sorted(self.r.pci_mappings.items())
+                if pveacl.can(self.r.access, u, "/mapping/pci/" + k, ["Mapping.Modify", "Mapping.Use", "Mapping.Audit"],
+                              True)]
+
+    def h_GET_cluster_mapping_pci_id(self, p, u):
+        m = self.r.pci_mappings.get(p["id"])
+        if m is None:
+            raise ApiError(500, "PCI mapping '%s' not found\n" % p["id"])
+        return {"id": p["id"], "description": m["description"], "map": list(m["map"]), "type": "pci"}
+
+    def h_POST_cluster_mapping_pci(self, p, u):
+        if p["id"] in self.r.pci_mappings:
+            raise ApiError(500, "PCI mapping '%s' already exists\n" % p["id"])
+        raw = p.get("map", "[]")
+        entries = json.loads(raw) if raw.startswith("[") else [raw]
+        fmt = self.v.props(self.v.method_info("/cluster/mapping/pci", "POST"))["map"]["items"]["format"]
+        for e in entries:
+            err = self.v.check_property_string(fmt, e, "map")
+            if err:
+                raise param_error("map", "invalid format - format error\n" + err)
+        self.r.pci_mappings[p["id"]] = {"description": p.get("description", ""), "map": entries}
+        return None
+
+    def _pci_paths(self, mapping, node):
+        """The device paths a mapping has on node (an entry's path may list several, ';'-separated)."""
+        out = []
+        for e in self.r.pci_mappings.get(mapping, {}).get("map", []):
+            opts = dict(x.split("=", 1) for x in e.split(",") if "=" in x)
+            if opts.get("node") == node:
+                out += opts.get("path", "").split(";")
+        return out
+
+    def _pci_in_use(self, vm):
+        """{device path: VMID} of the running VMs on vm's host other than vm."""
+        used = {}
+        for other in self.r.vms.values():
+            if other is vm or other.host is not vm.host or other.status not in ("starting", "running"):
+                continue
+            used.update({path: other.vmid for path in getattr(other, "pci_paths", [])})
+        return used
+
+    def _check_hostpci(self, vm):
+        """qemu-server's start: each mapped hostpciN gets the first free device of its mapping on this node;
+        pcie=1 needs a q35 machine. Returns the device paths the VM takes."""
+        taken, used = [], self._pci_in_use(vm)
+        for k, v in sorted(vm.conf.items()):
+            if not re.match(r"^hostpci\d+$", k):
+                continue
+            opts = dict(x.split("=", 1) for x in v.split(",") if "=" in x)
+            if opts.get("pcie") == "1" and "q35" not in vm.conf.get("machine", ""):
+                raise TaskError("q35 machine model is not enabled")
+            paths = self._pci_paths(opts.get("mapping", ""), vm.host.name)
+            if not paths:
+                raise TaskError("PCI device mapping not found for '%s'" % opts.get("mapping", ""))
+            free = [x for x in paths if x not in used and x not in taken]
+            if not free:
+                raise TaskError("PCI device '%s' already in use by VMID '%d'" % (paths[0], used.get(paths[0], 0)))
+            taken.append(free[0])
+        return taken
+
     def h_GET_pools(self, p, u):
         if p.get("poolid"):
             pool = self._pool(p["poolid"])
