@@ -482,6 +482,11 @@ int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret) {
         return run(c, &r, pve_req_pool_get(&r, poolid), ret);
 }
 
+int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove) {
+        struct pve_request r;
+        return run(c, &r, pve_req_pool_vm(&r, poolid, vmid, remove), NULL);
+}
+
 int pve_access_permissions(struct pve_client *c, const char *path, json_t **ret) {
         struct pve_request r;
         return run(c, &r, pve_req_access_permissions(&r, path), ret);

@@ -133,6 +133,8 @@ int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint
                                  const struct pve_firewall_rule *rule);
 int pve_req_pools(struct pve_request *ret);
 int pve_req_pool_get(struct pve_request *ret, const char *poolid);
+/* PUT /pools (PVE 8.1+): vmid joins poolid, moved out of any other pool (allow-move), or leaves it (remove). */
+int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove);
 /* path NULL = the whole tree. */
 int pve_req_access_permissions(struct pve_request *ret, const char *path);
 
@@ -255,4 +257,5 @@ int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vm
                              const struct pve_firewall_rule *rule);
 int pve_pools(struct pve_client *c, json_t **ret);
 int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret);
+int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove);
 int pve_access_permissions(struct pve_client *c, const char *path, json_t **ret);

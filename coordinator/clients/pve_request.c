@@ -434,6 +434,18 @@ int pve_req_pool_get(struct pve_request *ret, const char *poolid) {
         return req_start(ret, "GET", "/pools/{poolid}", "/pools/%s", id.s);
 }
 
+int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove) {
+        int r = req_start(ret, "PUT", "/pools", "/pools");
+        if (r < 0)
+                return r;
+        if (!poolid || !*poolid || !vmid)
+                return -EINVAL;
+        pve_params_add(&ret->params, "poolid", poolid);
+        pve_params_add_int(&ret->params, "vms", vmid);
+        pve_params_add_int(&ret->params, remove ? "delete" : "allow-move", 1);
+        return req_finish(ret);
+}
+
 int pve_req_access_permissions(struct pve_request *ret, const char *path) {
         int r = req_start(ret, "GET", "/access/permissions", "/access/permissions");
         if (r < 0)

@@ -57,6 +57,15 @@ static void trigger_locked(struct controller *c) {
         }
 }
 
+/* A node class's spec changed: the next garbage collection, whose pass brings the class's VMs' tags, pool and
+ * firewall groups in line in place (launch/launcher_sync.c), is due now rather than at its interval. */
+static void class_changed_locked(struct controller *c) {
+        if (c->n_workers == 0)
+                return;
+        c->workers[0].next_gc_ms = monotime_ms();
+        c->wake_loop = true;
+}
+
 static void pod_changed(struct controller *c, enum kube_watch_event ev, const json_t *pod) {
         char key[512];
         const char *uid = kube_meta_str(pod, "uid");
@@ -140,8 +149,11 @@ static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watc
                 claim_changed(c, ev, obj, prev);
         else if (kind == K_NODES)
                 node_changed(c, ev, obj);
-        else if ((kind == K_POOLS || kind == K_CLASSES) && c->synced[kind] && spec_changed(ev, obj, prev))
+        else if ((kind == K_POOLS || kind == K_CLASSES) && c->synced[kind] && spec_changed(ev, obj, prev)) {
                 trigger_locked(c);
+                if (kind == K_CLASSES && ev == KUBE_EVENT_MODIFIED)
+                        class_changed_locked(c);
+        }
         json_decref(prev);
 }
 

@@ -79,7 +79,8 @@ static int add_classes(struct disruption_input *di, const json_t *classes) {
                 const json_t *nc = json_array_get(classes, i);
                 struct disrupt_nodeclass *c = &di->classes[di->n_classes];
                 c->name = kube_meta_of(nc).name;
-                di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0;
+                di->n_classes += c->name && disrupt_hash_nodeclass(nc, c->hash) == 0 &&
+                                 disrupt_hash_nodeclass_v1(nc, c->hash_v1) == 0;
         }
         return di->classes ? 0 : -ENOMEM;
 }
@@ -141,6 +142,7 @@ static void describe(struct disrupt_candidate *c, const json_t *claim, const jso
         c->initialized_ms = time_at(kube_condition(st, "Initialized"), "lastTransitionTime");
         c->nodepool_hash = kube_annotation(claim, DISRUPT_ANNOTATION_NODEPOOL_HASH);
         c->nodeclass_hash = kube_annotation(claim, DISRUPT_ANNOTATION_NODECLASS_HASH);
+        c->nodeclass_hash_version = kube_annotation(claim, DISRUPT_ANNOTATION_NODECLASS_HASH_VERSION);
         c->ready = node_ready(node, &c->ready_since_ms);
         c->do_not_disrupt = do_not_disrupt(node) || do_not_disrupt(claim);
         c->deleting = kube_deleting(claim) || kube_deleting(node) || has_taint(node, DISRUPTION_TAINT) ||

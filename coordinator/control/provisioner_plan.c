@@ -444,8 +444,11 @@ static json_t *drift_annotations(const struct provisioner_round *r, size_t pool)
         if (a && disrupt_hash_nodepool(r->pools[pool], h) == 0)
                 json_object_set_new(a, DISRUPT_ANNOTATION_NODEPOOL_HASH, json_string(h));
         for (size_t k = 0; a && nc && k < r->n_catalogs; k++)
-                if (strcmp(r->in->classes[k]->name, nc) == 0 && disrupt_hash_nodeclass(r->classes[k], h) == 0)
+                if (strcmp(r->in->classes[k]->name, nc) == 0 && disrupt_hash_nodeclass(r->classes[k], h) == 0) {
                         json_object_set_new(a, DISRUPT_ANNOTATION_NODECLASS_HASH, json_string(h));
+                        json_object_set_new(a, DISRUPT_ANNOTATION_NODECLASS_HASH_VERSION,
+                                            json_string(DISRUPT_NODECLASS_HASH_VERSION));
+                }
         return a;
 }
 

@@ -16,6 +16,10 @@
  * section 12). A claim whose hash differs from today's is Drifted. */
 #define DISRUPT_ANNOTATION_NODEPOOL_HASH "pvescale.io/nodepool-hash"
 #define DISRUPT_ANNOTATION_NODECLASS_HASH "pvescale.io/nodeclass-hash"
+/* The version of the class hash a claim records: "2" leaves out the fields updated in place (tags, resourcePool,
+ * securityGroups); a claim without it recorded version 1, the whole spec, and is compared with that. */
+#define DISRUPT_ANNOTATION_NODECLASS_HASH_VERSION "pvescale.io/nodeclass-hash-version"
+#define DISRUPT_NODECLASS_HASH_VERSION "2"
 #define DISRUPT_HASH_LEN 17 /* 16 hex digits and the NUL */
 
 #define DISRUPT_NAME_MAX 254
@@ -109,10 +113,13 @@ bool disrupt_budget_active(const struct disrupt_budget *b, int64_t now_ms);
 
 /* Stable hashes of what drift compares, as 16 hex digits: the canonical JSON (sorted keys, compact) of a
  * NodePool's spec.template without the fields that do not drift (requirements, expireAfter,
- * terminationGracePeriod: Karpenter's hash:"ignore"), and of a node class's spec. -EINVAL when there is no
+ * terminationGracePeriod: Karpenter's hash:"ignore"), and of a node class's spec without the fields the
+ * coordinator updates in place on existing VMs (tags, resourcePool, securityGroups: the seed's no-drift fields);
+ * _v1 is the whole spec, what claims made before the version annotation recorded. -EINVAL when there is no
  * object to hash, -ENOMEM. */
 int disrupt_hash_nodepool(const json_t *nodepool, char ret[DISRUPT_HASH_LEN]);
 int disrupt_hash_nodeclass(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]);
+int disrupt_hash_nodeclass_v1(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]);
 
 /* ---- candidates and the decision (disrupt.c) ---- */
 
@@ -149,6 +156,7 @@ struct disrupt_candidate {
         int64_t initialized_ms;      /* Initialized since; 0 = not initialized (never a candidate) */
         int64_t last_pod_event_ms;   /* the last time a pod was bound to or left the node (0: none) */
         const char *nodepool_hash, *nodeclass_hash; /* the claim's annotations; NULL: unknown, never drifted */
+        const char *nodeclass_hash_version;         /* its annotation; NULL: version 1 (the whole spec) */
         /* The template the claim's VM was cloned from (status.imageID, imageDigest), and the one its node class
          * names on that host now (looked up by the pass). Either unknown: never drifted by the template. */
         struct disrupt_template template_launched, template_now;
@@ -163,7 +171,8 @@ struct disrupt_candidate {
 
 struct disrupt_nodeclass {
         const char *name;
-        char hash[DISRUPT_HASH_LEN];
+        char hash[DISRUPT_HASH_LEN];    /* disrupt_hash_nodeclass */
+        char hash_v1[DISRUPT_HASH_LEN]; /* disrupt_hash_nodeclass_v1, for claims without a hash version */
 };
 
 struct disrupt_input {

@@ -146,17 +146,19 @@ static const struct disrupt_pool *pool_of(const struct disrupt_input *in, const 
         return NULL;
 }
 
-static const char *class_hash(const struct disrupt_input *in, const char *name) {
-        for (size_t k = 0; name && k < in->n_classes; k++)
-                if (strcmp(in->classes[k].name, name) == 0)
-                        return in->classes[k].hash;
+/* The class's hash today, of the version the claim recorded. */
+static const char *class_hash(const struct disrupt_input *in, const struct disrupt_candidate *c) {
+        bool v2 = c->nodeclass_hash_version && strcmp(c->nodeclass_hash_version, DISRUPT_NODECLASS_HASH_VERSION) == 0;
+        for (size_t k = 0; c->nodeclass && k < in->n_classes; k++)
+                if (strcmp(in->classes[k].name, c->nodeclass) == 0)
+                        return v2 ? in->classes[k].hash : in->classes[k].hash_v1;
         return NULL;
 }
 
 enum disrupt_drift disrupt_drift_of(const struct disrupt_input *in, size_t i, char *what, size_t len) {
         const struct disrupt_candidate *c = &in->candidates[i];
         const struct disrupt_pool *p = pool_of(in, c->pool);
-        const char *h = class_hash(in, c->nodeclass);
+        const char *h = class_hash(in, c);
         if (p && c->nodepool_hash && strcmp(c->nodepool_hash, p->hash) != 0) {
                 disrupt__say(what, len, "NodePool %s changed since launch", p->name);
                 return DISRUPT_DRIFT_NODEPOOL;

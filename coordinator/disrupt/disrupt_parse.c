@@ -241,7 +241,20 @@ int disrupt_hash_nodepool(const json_t *nodepool, char ret[DISRUPT_HASH_LEN]) {
         return hash_json(copy, ret);
 }
 
-int disrupt_hash_nodeclass(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]) {
+int disrupt_hash_nodeclass_v1(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]) {
         const json_t *spec = json_object_get(nodeclass, "spec");
         return json_is_object(spec) ? hash_json(spec, ret) : -EINVAL;
+}
+
+int disrupt_hash_nodeclass(const json_t *nodeclass, char ret[DISRUPT_HASH_LEN]) {
+        static const char *const IN_PLACE[] = { "tags", "resourcePool", "securityGroups" };
+        const json_t *spec = json_object_get(nodeclass, "spec");
+        if (!json_is_object(spec))
+                return -EINVAL;
+        _cleanup_(json_decrefp) json_t *copy = json_deep_copy(spec);
+        if (!copy)
+                return -ENOMEM;
+        for (size_t i = 0; i < sizeof IN_PLACE / sizeof IN_PLACE[0]; i++)
+                json_object_del(copy, IN_PLACE[i]);
+        return hash_json(copy, ret);
 }

@@ -612,38 +612,56 @@ static bool has_group_rule(const json_t *rules, const char *group, const char *i
         return false;
 }
 
-static struct launchstep_result add_group_rules(struct launcher__ctx *c, uint32_t vmid, const json_t *groups) {
-        json_t *rules = NULL, *g;
+/* The rule of each group not yet on the VM; *ret_added counts them. */
+static int add_group_rules(struct pve_client *pve, const char *host, uint32_t vmid, const json_t *rules,
+                           const json_t *groups, unsigned *ret_added) {
+        json_t *g;
         size_t i;
-        int r = pve_vm_firewall_rules(c->pve, c->host, vmid, &rules);
+        int r = 0;
         json_array_foreach(groups, i, g) {
                 const char *name = json_string_value(json_object_get(g, "name"));
                 const char *iface = json_string_value(json_object_get(g, "interface"));
                 struct pve_firewall_rule rule = { .type = "group", .action = name, .iface = iface ? iface : "net0",
                                                   .enable = true, .comment = "pvescale" };
-                if (r == 0 && name && !has_group_rule(rules, name, rule.iface))
-                        r = pve_vm_firewall_rule_add(c->pve, c->host, vmid, &rule);
+                if (r == 0 && name && !has_group_rule(rules, name, rule.iface)) {
+                        r = pve_vm_firewall_rule_add(pve, host, vmid, &rule);
+                        *ret_added += r == 0;
+                }
         }
+        return r;
+}
+
+int launcher__firewall_groups(struct pve_client *pve, const char *host, uint32_t vmid, const json_t *groups,
+                              bool always_enable, unsigned *ret_added, char *err, size_t errlen) {
+        struct pve_params p = PVE_PARAMS_INIT;
+        json_t *rules = NULL;
+        unsigned added = 0;
+        int r = pve_vm_firewall_rules(pve, host, vmid, &rules);
+        if (r == 0)
+                r = add_group_rules(pve, host, vmid, rules, groups, &added);
         json_decref(rules);
+        if (r == 0 && (always_enable || added)) {
+                pve_params_add_bool(&p, "enable", true);
+                r = pve_vm_firewall_options_set(pve, host, vmid, &p);
+                pve_params_done(&p);
+        }
         if (r < 0)
-                return launchstep_error(r, "firewall rules of VM %u: %s", vmid, pve_client_error(c->pve));
-        return launchstep_done();
+                snprintf(err, errlen, "firewall of VM %u: %s", vmid, pve_client_error(pve));
+        if (ret_added)
+                *ret_added = added;
+        return r;
 }
 
 struct launchstep_result launcher__firewall_apply(struct launcher__ctx *c, uint32_t vmid) {
-        struct pve_params p = PVE_PARAMS_INIT;
+        char err[512];
         struct launchstep_result res = launcher__need_nodeclass(c);
         if (!launchstep_ok(&res))
                 return res;
         json_t *groups = json_object_get(nc_spec(c), "securityGroups");
         if (json_array_size(groups) == 0)
                 return launchstep_done();
-        pve_params_add_bool(&p, "enable", true);
-        int r = pve_vm_firewall_options_set(c->pve, c->host, vmid, &p);
-        pve_params_done(&p);
-        if (r < 0)
-                return launchstep_error(r, "firewall options of VM %u: %s", vmid, pve_client_error(c->pve));
-        return add_group_rules(c, vmid, groups);
+        int r = launcher__firewall_groups(c->pve, c->host, vmid, groups, true, NULL, err, sizeof err);
+        return r < 0 ? launchstep_error(r, "%s", err) : launchstep_done();
 }
 
 /* ---- start and bind ---- */

@@ -16,7 +16,10 @@
  * is not its own (by its description and SMBIOS UUID, read for every such claim), or whose Node is gone, is deleted
  * with a GarbageCollected Event naming why: its termination then removes what is left (Node, VM, ISO, token,
  * reservation). The claim is read again first, so that a claim deleted since the snapshot is left to its
- * termination. */
+ * termination.
+ *
+ * The same pass brings each joined claim's own VM in line with its class's tags, resourcePool and securityGroups
+ * (launcher_sync.c): the fields a class changes in place, without drifting its nodes. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -46,11 +49,20 @@ struct gc_owner {
         bool node_seen;           /* its Node is listed */
 };
 
+#define GC_CLASSES_MAX 32
+
+struct gc_class {
+        const char *name; /* borrowed from a claim */
+        json_t *obj;      /* NULL: it could not be read */
+};
+
 struct gc {
         struct launcher *l;
         struct kube_client *kube;
         struct gc_owner *owners;
         size_t n_owners;
+        struct gc_class classes[GC_CLASSES_MAX]; /* the claims' classes, read once a pass */
+        size_t n_classes;
         int64_t now;
         bool nodes_known; /* the Nodes were listed: a joined claim's Node not seen is gone */
         int err;          /* first error */
@@ -170,7 +182,28 @@ static int64_t orphan_age(struct gc *g, struct pve_client *pve, const char *regi
 
 /* A claim's recorded VM is listed: its own when its description and SMBIOS UUID say so (launchstep_vm_owner); a
  * VM with the claim's name is not enough, as a VMID reused by hand may carry a copy of it. */
-static void note_claim_vm(struct pve_client *pve, struct gc_owner *o, const char *node) {
+/* The claim's ProxmoxNodeClass, read once a pass (borrowed; NULL when it cannot be read). */
+static const json_t *claim_class(struct gc *g, const json_t *claim) {
+        const char *name = kube_nodeclaim_of(claim).node_class;
+        if (!name)
+                return NULL;
+        for (size_t i = 0; i < g->n_classes; i++)
+                if (strcmp(g->classes[i].name, name) == 0)
+                        return g->classes[i].obj;
+        json_t *obj = NULL;
+        int r = kube_get(g->kube, &kube_nodeclasses, NULL, name, &obj);
+        if (r < 0 && r != -ENOENT && r != -ECANCELED)
+                log_error("launcher: GC: ProxmoxNodeClass %s: %s", name, kube_client_error(g->kube));
+        if (g->n_classes < GC_CLASSES_MAX) {
+                g->classes[g->n_classes++] = (struct gc_class){ name, obj };
+                return obj;
+        }
+        json_decref(obj); /* past the table's room: not kept, not synced this pass */
+        return NULL;
+}
+
+static void note_claim_vm(struct gc *g, struct pve_client *pve, struct gc_owner *o, const char *node,
+                          const json_t *vm) {
         json_t *config = NULL;
         o->vm = LAUNCHSTEP_GC_VM_OURS;
         if (!o->joined)
@@ -179,6 +212,10 @@ static void note_claim_vm(struct pve_client *pve, struct gc_owner *o, const char
                 o->vm = LAUNCHSTEP_GC_VM_UNKNOWN;
         else if (launchstep_vm_owner(o->uid, config) < 0)
                 o->vm = LAUNCHSTEP_GC_VM_OTHER;
+        const json_t *nc = o->vm == LAUNCHSTEP_GC_VM_OURS ? claim_class(g, o->claim) : NULL;
+        if (nc)
+                gc_error(g, launcher__sync_vm(pve, node, o->vmid, o->claim, nc, config,
+                                              json_string_value(json_object_get(vm, "pool"))));
         json_decref(config);
 }
 
@@ -191,7 +228,7 @@ static void gc_vm(struct gc *g, struct pve_client *pve, const char *region, cons
                 return;
         struct gc_owner *first = vm_owner(g, NULL, region, (uint32_t)vmid);
         for (struct gc_owner *o = first; o; o = vm_owner(g, o, region, (uint32_t)vmid))
-                note_claim_vm(pve, o, node);
+                note_claim_vm(g, pve, o, node, vm);
         if (first || !has_tag(json_string_value(json_object_get(vm, "tags")), LAUNCHER_TAG))
                 return;
         int64_t age = orphan_age(g, pve, region, node, (uint32_t)vmid);
@@ -420,5 +457,7 @@ int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
         if (r == 0)
                 r = gc_claims(&g);
         free(g.owners);
+        for (size_t i = 0; i < g.n_classes; i++)
+                json_decref(g.classes[i].obj);
         return r < 0 ? r : g.err;
 }

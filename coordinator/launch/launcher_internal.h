@@ -220,6 +220,16 @@ bool launcher__joins_by_cdrom(const struct launcher__ctx *c);
 struct launchstep_result launcher__iso_volume(struct launcher__ctx *c, char volume[LAUNCHER__VOLUME_MAX]);
 /* The NodeClass security groups on the VM (firewall enabled, one group rule per interface). */
 struct launchstep_result launcher__firewall_apply(struct launcher__ctx *c, uint32_t vmid);
+/* The VM's firewall has a rule for each security group (groups: the class's securityGroups), a rule already there
+ * not added twice; the firewall is enabled when always_enable or a rule was added (*ret_added, may be NULL). 0, or
+ * a negative errno with the reason in err. */
+/* launcher_sync.c: the claim's own VM (node, vmid, its config and the pool /cluster/resources shows, NULL for none)
+ * brought in line with its class's tags, resourcePool and securityGroups, in place. 0, or a negative errno
+ * (logged). */
+int launcher__sync_vm(struct pve_client *pve, const char *node, uint32_t vmid, const json_t *claim,
+                      const json_t *nodeclass, const json_t *config, const char *pool_now);
+int launcher__firewall_groups(struct pve_client *pve, const char *host, uint32_t vmid, const json_t *groups,
+                              bool always_enable, unsigned *ret_added, char *err, size_t errlen);
 /* Is the VM running (GET status/current)? */
 struct launchstep_result launcher__vm_running(struct launcher__ctx *c, uint32_t vmid, bool *ret_running);
 /* A PVE task of the claim's launch, as launcher__pve_task_wait ("<what>: <PVE error>" on failure). */

@@ -184,6 +184,27 @@ static int tag_add(char *buf, size_t len, const char *tag) {
         return 0;
 }
 
+/* Is every tag of a in b (without case)? */
+static bool tags_within(const char *a, const char *b) {
+        for (const char *s = a; s && *s;) {
+                size_t len = strcspn(s, ";, ");
+                bool found = len == 0;
+                for (const char *t = b; !found && t && *t;) {
+                        size_t n = strcspn(t, ";, ");
+                        found = n == len && strncasecmp(s, t, len) == 0;
+                        t += n + (t[n] ? 1 : 0);
+                }
+                if (!found)
+                        return false;
+                s += len + (s[len] ? 1 : 0);
+        }
+        return true;
+}
+
+bool launcher_tags_same(const char *a, const char *b) {
+        return tags_within(a, b) && tags_within(b, a);
+}
+
 char *launcher_tags(const char *nodepool, const char *claim, const json_t *extra, int *ret_err) {
         char buf[2048] = "";
         size_t i;

@@ -46,6 +46,8 @@ char *launcher_net_with_queues(const char *net, unsigned queues);
  * pve-tag-list rule ([a-z0-9_][a-z0-9_+.-]*). extra is a JSON array of strings or NULL. malloc'd, or NULL with
  * -EINVAL/-ENOMEM in *ret_err. */
 char *launcher_tags(const char *nodepool, const char *claim, const json_t *extra, int *ret_err);
+/* Are two Proxmox tag lists (separated by ';', ',' or ' ') the same set, without case? NULL is the empty list. */
+bool launcher_tags_same(const char *a, const char *b);
 /* Does the VM config carry the claim's tag (launcher_tags)? Then the claim's launch configured it already. */
 bool launcher_config_tagged(const json_t *config, const char *claim);
 

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "tokens.h"
 #include "kube_object.h"
+#include "vmhw.h"
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -597,6 +598,23 @@ static struct launchstep_result add_names(struct launcher__ctx *c, const json_t 
         return launchstep_done();
 }
 
+/* The class's VM hardware (vmhw.h): machine, bios and EFI disk, TPM, guest agent, onboot. New volumes go on the
+ * class's storage, else the boot disk's. */
+static struct launchstep_result add_hardware(struct launcher__ctx *c, const json_t *config, struct pve_params *p) {
+        struct vmhw hw;
+        char err[256], key[16], storage[VMHW_STORAGE_MAX] = "";
+        uint64_t bytes;
+        if (vmhw_parse(nc_spec(c), &hw, err, sizeof err) < 0)
+                return launchstep_fail("InvalidNodeClass", "%s", err);
+        if (launcher_boot_disk(config, key, &bytes) == 0 &&
+            vmhw_volume_storage(json_string_value(json_object_get(config, key)), storage) < 0)
+                storage[0] = '\0';
+        int r = vmhw_params(&hw, config, storage, p, err, sizeof err);
+        if (r == -EINVAL)
+                return launchstep_fail("InvalidNodeClass", "%s", err);
+        return errno_result(r);
+}
+
 static struct launchstep_result config_params(struct launcher__ctx *c, const json_t *config, struct pve_params *p) {
         const struct nodeclaim_placement *pl = &c->st->placement;
         char *deletes = NULL;
@@ -615,6 +633,9 @@ static struct launchstep_result config_params(struct launcher__ctx *c, const jso
         free(deletes);
         if (!launchstep_ok(&res) || r < 0)
                 return launchstep_ok(&res) ? errno_result(r) : res;
+        res = add_hardware(c, config, p);
+        if (!launchstep_ok(&res))
+                return res;
         return errno_result(add_nets(p, config, c->shape.vcpus));
 }
 

@@ -233,6 +233,56 @@ class PveTest(unittest.TestCase):
         conf = self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
         self.assertEqual((conf["cores"], conf["onboot"]), (3, 1))
 
+    def test_efidisk_and_tpmstate_allocated_as_qemu_server_does(self):
+        vmid = self.clone("hw")
+        r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {
+            "machine": "q35", "bios": "ovmf", "efidisk0": "local-lvm:1,efitype=4m,pre-enrolled-keys=1",
+            "tpmstate0": "local-lvm:1,version=v2.0", "agent": "enabled=1,type=virtio", "onboot": 1})
+        self.assertEqual(r.status, 200, r)
+        conf = self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
+        # each new volume gets the next free name; the EFI vars and TPM state have their own sizes, not the 1G asked
+        self.assertEqual(conf["efidisk0"], "local-lvm:vm-%d-disk-1,efitype=4m,pre-enrolled-keys=1,size=528K" % vmid)
+        self.assertEqual(conf["tpmstate0"], "local-lvm:vm-%d-disk-2,version=v2.0,size=4M" % vmid)
+        self.assertEqual((conf["machine"], conf["bios"], conf["onboot"]), ("q35", "ovmf", 1))
+        for key, value, field in (("machine", "q36", "machine"), ("bios", "uefi", "bios"),
+                                  ("tpmstate0", "local-lvm:1,version=v3", "tpmstate0"),
+                                  ("efidisk0", "local-lvm:1,efitype=8m", "efidisk0"),
+                                  ("agent", "enabled=1,type=usb", "agent")):
+            r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {key: value})
+            self.assertEqual(r.status, 400, (key, r))
+            self.assertIn(field, r.json["errors"])
+        r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"tpmstate0": "nosuch:1,version=v2.0"})
+        self.assertEqual(r.status, 500, r)
+        self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data["tpmstate0"], conf["tpmstate0"])
+
+    def test_pci_mapping_and_hostpci_start(self):
+        r = self.sim.pve("POST", "/cluster/mapping/pci", json_body={
+            "id": "gpu", "map": ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"]})
+        self.assertEqual(r.status, 200, r)
+        r = self.sim.pve("POST", "/cluster/mapping/pci", json_body={"id": "bad", "map": ["node=pve1,path=x,id=1"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("map", r.json["errors"])
+        self.assertEqual([m["id"] for m in self.sim.pve("GET", "/cluster/mapping/pci").data], ["gpu"])
+        self.assertEqual(self.sim.pve("GET", "/cluster/mapping/pci/gpu").data["map"],
+                         ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"])
+        a, b = self.clone("gpu-a"), self.clone("gpu-b")
+
+        def start(vmid):
+            st = self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/start" % vmid).data)
+            return st["exitstatus"]
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % a, {"hostpci0": "mapping=gpu,pcie=1"})
+        self.assertEqual(start(a), "q35 machine model is not enabled")
+        self.assertEqual(self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % a, {"machine": "q35"}).status, 200)
+        self.assertEqual(start(a), "OK")
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=gpu", "machine": "q35"})
+        self.assertEqual(start(b), "PCI device '0000:41:00.0' already in use by VMID '%d'" % a)
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=nosuch"})
+        self.assertEqual(start(b), "PCI device mapping not found for 'nosuch'")
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % a).data)
+        self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % b, {"hostpci0": "mapping=gpu"})
+        self.assertEqual(start(b), "OK", "the device is free once its VM stopped")
+        self.sim.wait_task(self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/stop" % b).data)
+
     def test_numa_sum_fails_start(self):
         vmid = self.clone("numa")
         self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {
@@ -368,6 +418,17 @@ class PveTest(unittest.TestCase):
         self.assertEqual([m["vmid"] for m in members], [vmid])
         r = self.sim.pve("DELETE", "/pools/pvescale")
         self.assertEqual(r.status, 500)
+        # PUT /pools (8.1+): twice is refused; another pool needs allow-move; delete=1 of a non-member is refused
+        r = self.sim.pve("PUT", "/pools", {"poolid": "pvescale", "vms": str(vmid)})
+        self.assertEqual(r.status, 500, r)
+        self.assertEqual(self.sim.pve("POST", "/pools", {"poolid": "other"}).status, 200)
+        self.assertEqual(self.sim.pve("PUT", "/pools", {"poolid": "other", "vms": str(vmid)}).status, 500)
+        r = self.sim.pve("PUT", "/pools", {"poolid": "other", "vms": str(vmid), "allow-move": 1})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([m["vmid"] for m in self.sim.pve("GET", "/pools/other").data["members"]], [vmid])
+        self.assertEqual(self.sim.pve("GET", "/pools/pvescale").data["members"], [])
+        self.assertEqual(self.sim.pve("PUT", "/pools", {"poolid": "pvescale", "vms": str(vmid), "delete": 1}).status,
+                         500)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,22 @@ class ModelTest(unittest.TestCase):
             pveacl.check_update_pre(acc2, "u@pve", 100, {"net0": "virtio,bridge=vmbr0,queues=2"})
         self.assertIn("(/sdn/zones/localnetwork/vmbr0, SDN.Use)", e.exception.msg)
 
+    def test_hostpci_privileges(self):
+        acc = access("user add u@pve", "role add Hw -privs VM.Config.HWType", "role add Map -privs Mapping.Use",
+                     "aclmod /vms -users u@pve -roles Hw")
+        with self.assertRaises(pveacl.Denied) as e:  # check_hostpci_perm: Mapping.Use on the mapping
+            pveacl.check_update_pre(acc, "u@pve", 100, {"hostpci0": "mapping=gpu,pcie=1"})
+        self.assertIn("(/mapping/pci/gpu, Mapping.Use)", e.exception.msg)
+        acc = access("user add u@pve", "role add Hw -privs VM.Config.HWType", "role add Map -privs Mapping.Use",
+                     "aclmod /vms -users u@pve -roles Hw", "aclmod /mapping/pci/gpu -users u@pve -roles Map")
+        pveacl.check_update_pre(acc, "u@pve", 100, {"hostpci0": "mapping=gpu,pcie=1"})
+        with self.assertRaises(pveacl.RootOnly):  # a device by host address: root only
+            pveacl.check_update_pre(acc, "u@pve", 100, {"hostpci0": "host=0000:41:00.0"})
+        acc2 = access("user add u@pve", "role add Map -privs Mapping.Use", "aclmod / -users u@pve -roles Map")
+        with self.assertRaises(pveacl.Denied) as e:
+            pveacl.check_update_pre(acc2, "u@pve", 100, {"hostpci0": "mapping=gpu"})
+        self.assertIn("(/vms/100, VM.Config.HWType)", e.exception.msg)
+
     def test_pveum(self):
         acc = access()
         for line, msg in (("role add PVEScale -privs VM.Audit", "cannot use role ID starting with the "

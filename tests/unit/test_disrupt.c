@@ -68,6 +68,7 @@ static void setup(struct fixture *f, const char *disruption) {
         parse_pool(&f->pool, disruption);
         f->cls.name = "default";
         snprintf(f->cls.hash, sizeof f->cls.hash, "c0ffee");
+        snprintf(f->cls.hash_v1, sizeof f->cls.hash_v1, "c0ffee-v1");
         f->in = (struct disrupt_input){ .now_ms = NOW_MS, .pools = &f->pool, .n_pools = 1, .classes = &f->cls,
                                         .n_classes = 1, .candidates = f->cands, .sim = f->sim };
 }
@@ -104,6 +105,7 @@ static size_t add_node_in(struct fixture *f, const char *name, const char *shape
                                                   .initialized_ms = NOW_MS - HOUR_MS,
                                                   .last_pod_event_ms = NOW_MS - HOUR_MS,
                                                   .nodepool_hash = pool_hash(f, pool), .nodeclass_hash = "c0ffee",
+                                                  .nodeclass_hash_version = DISRUPT_NODECLASS_HASH_VERSION,
                                                   .ready = DISRUPT_READY_TRUE, .ready_since_ms = NOW_MS - HOUR_MS,
                                                   .pods = f->pods[i], .sim = n };
         return i;
@@ -320,6 +322,28 @@ static void test_hashes(void **state) {
         json_decref(p1);
         json_decref(p2);
         json_decref(p3);
+}
+
+/* A node class's hash leaves out the fields updated in place (tags, resourcePool, securityGroups); version 1 of
+ * it, which claims made before the version annotation recorded, is the whole spec. */
+static void test_nodeclass_hash_leaves_out_in_place_fields(void **state) {
+        (void)state;
+        char a[DISRUPT_HASH_LEN], b[DISRUPT_HASH_LEN], c[DISRUPT_HASH_LEN], a1[DISRUPT_HASH_LEN], b1[DISRUPT_HASH_LEN];
+        json_t *n1 = test_json_parse("{\"spec\": {\"instanceTemplateRef\": {\"name\": \"t\"}, \"tags\": [\"a\"]}}");
+        json_t *n2 = test_json_parse("{\"spec\": {\"instanceTemplateRef\": {\"name\": \"t\"}, \"tags\": [\"b\"],"
+                                     " \"resourcePool\": \"k8s\", \"securityGroups\": [{\"name\": \"web\"}]}}");
+        json_t *n3 = test_json_parse("{\"spec\": {\"instanceTemplateRef\": {\"name\": \"t\"}, \"onBoot\": false}}");
+        assert_int_equal(disrupt_hash_nodeclass(n1, a), 0);
+        assert_int_equal(disrupt_hash_nodeclass(n2, b), 0);
+        assert_int_equal(disrupt_hash_nodeclass(n3, c), 0);
+        assert_string_equal(a, b);
+        assert_string_not_equal(a, c); /* any other field drifts */
+        assert_int_equal(disrupt_hash_nodeclass_v1(n1, a1), 0);
+        assert_int_equal(disrupt_hash_nodeclass_v1(n2, b1), 0);
+        assert_string_not_equal(a1, b1);
+        json_decref(n1);
+        json_decref(n2);
+        json_decref(n3);
 }
 
 /* ---- methods ---- */
@@ -555,6 +579,16 @@ static void test_drift(void **state) {
                                         "nowhere: NodePool default: no host");
         f.sim->n_hosts = hosts;
         f.in.hosts_unknown = false;
+        /* a claim without the hash version recorded the whole spec: compared with the class's hash_v1 */
+        f.cands[a].nodepool_hash = pool_hash(&f, "default");
+        f.cands[a].nodeclass_hash = "c0ffee";
+        f.cands[a].nodeclass_hash_version = NULL;
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_contains(f.res->decisions[0].message, "Drift: ProxmoxNodeClass default changed since launch");
+        f.cands[a].nodeclass_hash = "c0ffee-v1";
+        decide(&f);
+        assert_int_equal(f.res->n_decisions, 0);
         f.cands[a].nodeclass_hash = NULL; /* a claim from before the annotations: never drifted */
         f.cands[a].nodepool_hash = "0ld";
         decide(&f);
@@ -1059,6 +1093,7 @@ int main(void) {
                 cmocka_unit_test(test_cron),
                 cmocka_unit_test(test_budget_schedule),
                 cmocka_unit_test(test_hashes),
+                cmocka_unit_test(test_nodeclass_hash_leaves_out_in_place_fields),
                 cmocka_unit_test(test_emptiness),
                 cmocka_unit_test(test_single_node_delete),
                 cmocka_unit_test(test_single_node_replace),

@@ -78,6 +78,17 @@ static void test_net_queues(void **state) {
         free(s);
 }
 
+static void test_tags_same(void **state) {
+        (void)state;
+        assert_true(launcher_tags_same("pvescale;default;k8s", "default;k8s;pvescale")); /* Proxmox sorts them */
+        assert_true(launcher_tags_same("PVEscale,a b", "b a;pvescale"));
+        assert_true(launcher_tags_same(NULL, ""));
+        assert_false(launcher_tags_same("pvescale;default;k8s", "default;pvescale"));
+        assert_false(launcher_tags_same("pvescale;default", "default;pvescale;web"));
+        assert_false(launcher_tags_same("a", NULL));
+        assert_false(launcher_tags_same("ab", "a;b"));
+}
+
 static void test_tags(void **state) {
         (void)state;
         int err = 0;
@@ -352,6 +363,7 @@ int main(void) {
                 cmocka_unit_test(test_numa_bad_input),
                 cmocka_unit_test(test_net_queues),
                 cmocka_unit_test(test_tags),
+                cmocka_unit_test(test_tags_same),
                 cmocka_unit_test(test_config_tagged),
                 cmocka_unit_test(test_smbios_uuid),
                 cmocka_unit_test(test_description_and_owner),

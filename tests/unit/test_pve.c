@@ -242,6 +242,8 @@ static void test_builders_match_schema(void **state) {
         CHECK(pve_req_vm_firewall_rule_add(&req_, "pve1", 105, &rule));
         CHECK(pve_req_pools(&req_));
         CHECK(pve_req_pool_get(&req_, "k8s"));
+        CHECK(pve_req_pool_vm(&req_, "k8s", 105, false));
+        CHECK(pve_req_pool_vm(&req_, "k8s", 105, true));
         CHECK(pve_req_access_permissions(&req_, "/vms/105"));
         pve_params_done(&cfg);
         pve_params_done(&fw);

@@ -97,6 +97,7 @@ class Region:
         self.reserved = {}
         self.pools = {}
         self.fw_groups = {}
+        self.pci_mappings = {}  # /cluster/mapping/pci: {id: {"description": str, "map": [entry strings]}}
         self.token_id = "pvescale@pve!coordinator"
         self.token_secret = str(uuid.uuid4())
         self.ro_token_id = "pvescale@pve!readonly"
@@ -562,7 +563,7 @@ class PveApp:
             if k == "tags":
                 v = ";".join(sorted(set(t.lower() for t in pveschema._split_list(v))))
             if DISK_RE.match(k):
-                v = self._alloc_volume(vm, k, v)
+                v = self._alloc_volume(vm, k, v, newconf)
             newconf[k] = v
         deletes = _split(p.get("delete", ""))
         running = vm.status == "running"
@@ -584,14 +585,19 @@ class PveApp:
                 vm.pending.pop(k, None)
         vm.save()
 
-    def _alloc_volume(self, vm, key, value):
+    def _alloc_volume(self, vm, key, value, allocated=None):
+        """A <storage>:<size> value as the volume qemu-server allocates for it, named with the first free
+        vm-<vmid>-disk-<n> (not one of the config's, nor one allocated earlier in the same update)."""
         parts = value.split(",")
         file = parts[0][5:] if parts[0].startswith("file=") else parts[0]
         m = re.match(r"^([a-z][a-z0-9\-_.]*[a-z0-9]):(\d+(?:\.\d+)?)$", file, re.I)
         if m and "media=cdrom" not in parts:
-            n = sum(1 for k, v in vm.conf.items() if DISK_RE.match(k) and "vm-%d-disk-" % vm.vmid in v)
+            used = set()
+            for v in list(vm.conf.values()) + list(vm.pending.values()) + list((allocated or {}).values()):
+                used.update(int(x) for x in re.findall(r"vm-%d-disk-(\d+)" % vm.vmid, str(v)))
+            n = next(i for i in range(len(used) + 1) if i not in used)
             rest = [x for x in parts[1:] if not x.startswith("size=")]
-            return ",".join(["%s:vm-%d-disk-%d" % (m.group(1), vm.vmid, n)] + rest + ["size=%sG" % m.group(2)])
+            return ",".join(["%s:vm-%d-disk-%d" % (m.group(1), vm.vmid, n)] + rest + [_new_size(key, rest, m)])
         if re.match(r"^[a-z][a-z0-9\-_.]*[a-z0-9]:cloudinit$", file, re.I):
             st = file.split(":")[0]
             rest = [x for x in parts[1:] if x != "media=cdrom"]
@@ -834,6 +840,7 @@ class PveApp:
                 raise TaskError("node '%s' is offline" % vm.host.name)
             self._apply_pending(vm)
             self._check_start(vm)
+            vm.pci_paths = self._check_hostpci(vm)
             if self.w.take_fault("start_fail_next"):
                 raise TaskError("start failed: QEMU exited with code 1 (fault injection)")
             vm.status = "starting"
@@ -1222,6 +1229,69 @@ class PveApp:
         return None
 
     # ---- pools -------------------------------------------------------------
+    # ---- PCI resource mappings --------------------------------------------------------------------------
+    def h_GET_cluster_mapping_pci(self, p, u):
+        return [{"id": k, "description": v["description"], "map": list(v["map"])}
+                for k, v in sorted(self.r.pci_mappings.items())
+                if pveacl.can(self.r.access, u, "/mapping/pci/" + k, ["Mapping.Modify", "Mapping.Use", "Mapping.Audit"],
+                              True)]
+
+    def h_GET_cluster_mapping_pci_id(self, p, u):
+        m = self.r.pci_mappings.get(p["id"])
+        if m is None:
+            raise ApiError(500, "PCI mapping '%s' not found\n" % p["id"])
+        return {"id": p["id"], "description": m["description"], "map": list(m["map"]), "type": "pci"}
+
+    def h_POST_cluster_mapping_pci(self, p, u):
+        if p["id"] in self.r.pci_mappings:
+            raise ApiError(500, "PCI mapping '%s' already exists\n" % p["id"])
+        raw = p.get("map", "[]")
+        entries = json.loads(raw) if raw.startswith("[") else [raw]
+        fmt = self.v.props(self.v.method_info("/cluster/mapping/pci", "POST"))["map"]["items"]["format"]
+        for e in entries:
+            err = self.v.check_property_string(fmt, e, "map")
+            if err:
+                raise param_error("map", "invalid format - format error\n" + err)
+        self.r.pci_mappings[p["id"]] = {"description": p.get("description", ""), "map": entries}
+        return None
+
+    def _pci_paths(self, mapping, node):
+        """The device paths a mapping has on node (an entry's path may list several, ';'-separated)."""
+        out = []
+        for e in self.r.pci_mappings.get(mapping, {}).get("map", []):
+            opts = dict(x.split("=", 1) for x in e.split(",") if "=" in x)
+            if opts.get("node") == node:
+                out += opts.get("path", "").split(";")
+        return out
+
+    def _pci_in_use(self, vm):
+        """{device path: VMID} of the running VMs on vm's host other than vm."""
+        used = {}
+        for other in self.r.vms.values():
+            if other is vm or other.host is not vm.host or other.status not in ("starting", "running"):
+                continue
+            used.update({path: other.vmid for path in getattr(other, "pci_paths", [])})
+        return used
+
+    def _check_hostpci(self, vm):
+        """qemu-server's start: each mapped hostpciN gets the first free device of its mapping on this node;
+        pcie=1 needs a q35 machine. Returns the device paths the VM takes."""
+        taken, used = [], self._pci_in_use(vm)
+        for k, v in sorted(vm.conf.items()):
+            if not re.match(r"^hostpci\d+$", k):
+                continue
+            opts = dict(x.split("=", 1) for x in v.split(",") if "=" in x)
+            if opts.get("pcie") == "1" and "q35" not in vm.conf.get("machine", ""):
+                raise TaskError("q35 machine model is not enabled")
+            paths = self._pci_paths(opts.get("mapping", ""), vm.host.name)
+            if not paths:
+                raise TaskError("PCI device mapping not found for '%s'" % opts.get("mapping", ""))
+            free = [x for x in paths if x not in used and x not in taken]
+            if not free:
+                raise TaskError("PCI device '%s' already in use by VMID '%d'" % (paths[0], used.get(paths[0], 0)))
+            taken.append(free[0])
+        return taken
+
     def h_GET_pools(self, p, u):
         if p.get("poolid"):
             pool = self._pool(p["poolid"])
@@ -1255,11 +1325,17 @@ class PveApp:
         vms = [int(x) for x in _split(p.get("vms", ""))]
         remove = str(p.get("delete", "0")) == "1"
         for v in vms:
+            # update_pool: check_perm_modify on each VM, and no VM added twice or removed when not a member
+            self.r.access.check_any(u, "/vms/%d" % v, ["Permissions.Modify", "VM.Allocate"])
             if remove:
+                if v not in pool["vms"]:
+                    raise ApiError(500, "VM %d is not a pool member\n" % v)
                 pool["vms"].discard(v)
                 continue
             if v not in self.r.vms:
                 raise ApiError(500, "no such VMID '%d'\n" % v)
+            if v in pool["vms"]:
+                raise ApiError(500, "VM %d is already a pool member\n" % v)
             other = self._pool_of(v)
             if other and other != p["poolid"] and str(p.get("allow-move", "0")) != "1":
                 raise ApiError(500, "VM %d belongs already to pool '%s'\n" % (v, other))
@@ -1287,6 +1363,16 @@ def _fn_name(tpl):
 
 def _raise(e):
     raise e
+
+
+def _new_size(key, opts, m):
+    """The size= of a volume allocated as <storage>:<GiB>: qemu-server sizes the EFI vars disk by its efitype
+    (the OVMF vars file: 128K for 2m, the default, 528K for 4m) and the TPM state at 4M, whatever size is asked."""
+    if key == "efidisk0":
+        return "size=528K" if "efitype=4m" in opts else "size=128K"
+    if key == "tpmstate0":
+        return "size=4M"
+    return "size=%sG" % m.group(2)
 
 
 def _split(s):

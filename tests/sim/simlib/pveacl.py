@@ -598,8 +598,21 @@ def check_update_pre(acc, user, vmid, params):
     keys = [k for k in params if k not in _NOT_CONFIG]
     modify_config_perm(acc, user, vmid, None, deletes)
     modify_config_perm(acc, user, vmid, None, keys)
+    for k in keys:
+        if re.match(r"^hostpci\d+$", k):
+            hostpci_perm(acc, user, vmid, params[k])
     storage_access(acc, user, vmid, {k: params[k] for k in keys})
     bridge_access(acc, user, {k: params[k] for k in keys})
+
+
+def hostpci_perm(acc, user, vmid, value):
+    """qemu-server's check_hostpci_perm: VM.Config.HWType, and Mapping.Use on /mapping/pci/<mapping>; a device
+    given by its host address (no mapping) only root may set."""
+    acc.check_vm_perm(user, vmid, None, ["VM.Config.HWType"])
+    opts = dict(x.split("=", 1) for x in value.split(",") if "=" in x)
+    if not opts.get("mapping"):
+        raise RootOnly("only root can set this hostpci config for non-mapped devices")
+    acc.check(user, "/mapping/pci/%s" % opts["mapping"], ["Mapping.Use"])
 
 
 def check_update_worker(acc, user, vmid, conf, params):
