@@ -42,7 +42,11 @@ static struct launchstep_result reserved(struct launcher__ctx *c) {
         uint32_t vmid;
         if (!c->st->host[0])
                 nodeclaim_set_placement(c->st, c->host, c->region, &c->shape);
-        struct launchstep_result res = launcher__pick_vmid(c, &vmid);
+        struct launchstep_result res = launcher__pick_addresses(c);
+        if (launchstep_ok(&res))
+                res = launcher__pick_vmid(c, &vmid);
+        if (res.kind == LAUNCHSTEP_FAIL)
+                return res;
         if (!launchstep_ok(&res))
                 return launchstep_then(launcher__record(c, NODECLAIM_STEP_RESERVED), res);
         launchstep_vmid_picked(c->st, c->region, vmid, c->now);
@@ -193,6 +197,8 @@ struct launchstep_result launcher__reserve(struct launcher__ctx *c) {
 struct launchstep_result launcher__allocate_vmid(struct launcher__ctx *c) {
         uint32_t vmid;
         struct launchstep_result res = launcher__need_pve(c);
+        if (launchstep_ok(&res))
+                res = launcher__pick_addresses(c);
         if (launchstep_ok(&res))
                 res = launcher__pick_vmid(c, &vmid);
         if (launchstep_ok(&res))
@@ -615,7 +621,8 @@ static struct launchstep_result config_params(struct launcher__ctx *c, const jso
         free(deletes);
         if (!launchstep_ok(&res) || r < 0)
                 return launchstep_ok(&res) ? errno_result(r) : res;
-        return errno_result(add_nets(p, config, c->shape.vcpus));
+        res = launcher__addresses_params(c, p);
+        return launchstep_ok(&res) ? errno_result(add_nets(p, config, c->shape.vcpus)) : res;
 }
 
 /* Cloud-init, firewall and the VM config (one synchronous PUT: the VM is stopped and nothing is allocated, so
@@ -626,8 +633,10 @@ static struct launchstep_result configure(struct launcher__ctx *c, uint32_t vmid
         char volume[LAUNCHER__VOLUME_MAX], token_id[TOKENS_ID_LEN + 1];
         int r;
         struct launchstep_result res = launcher__need_shape(c);
+        c->vm_config = config;
         if (launchstep_ok(&res))
                 res = launcher__cloudinit_deliver(c, volume, token_id);
+        c->vm_config = NULL;
         if (launchstep_ok(&res))
                 res = launcher__firewall_apply(c, vmid);
         if (launchstep_ok(&res))
