@@ -45,7 +45,6 @@ void launcher__ctx_drop(struct launcher__ctx *c) {
 void launcher__ctx_done(struct launcher__ctx *c) {
         launcher__ctx_drop(c);
         launcher__unpick_vmid(c);
-        launcher__addresses_unhold(c);
         json_decref(c->claim);
         c->claim = NULL;
         free(c->s);

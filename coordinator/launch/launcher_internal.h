@@ -179,7 +179,8 @@ int launcher__delete_token(struct kube_client *kube, const char *token_id);
 
 /* ---- launcher_ipam.c: static addresses (spec.ipam) ---- */
 /* Choose the claim's addresses into st->ipconfig, unless it has them or its class has no pools (then nothing);
- * they are held against other launches of this process until the reconcile ends (launcher__addresses_unhold).
+ * they are held against other launches of this process until the reconcile's passes end (launcher_reconcile calls
+ * launcher__addresses_unhold).
  * FAIL IPPoolExhausted (naming the pool) or InvalidNodeClass; ERROR when what is in use cannot be read. */
 struct launchstep_result launcher__pick_addresses(struct launcher__ctx *c);
 void launcher__addresses_unhold(struct launcher__ctx *c);

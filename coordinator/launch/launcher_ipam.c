@@ -59,9 +59,9 @@ static struct launchstep_result add_claims(struct launcher__ctx *c, struct ipam_
                 return launchstep_error(r, "list NodeClaims: %s", kube_client_error(c->kube));
         json_array_foreach(json_object_get(list, "items"), i, e) {
                 const char *uid = kube_meta_of(e).uid;
+                json_t *ipconfig = json_object_get(json_object_get(e, "status"), "ipconfig");
                 if (r == 0 && (!uid || strcmp(uid, c->uid) != 0))
-                        r = ipam_inuse_add_status(used, json_string_value(
-                                                                json_object_get(json_object_get(e, "status"), "ipconfig")));
+                        r = ipam_inuse_add_status(used, json_string_value(ipconfig));
         }
         json_decref(list);
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();

@@ -265,6 +265,7 @@ static json_t *words(const char *base, size_t width, size_t n) {
 }
 
 json_t *ipam_network_data(const char *status, const struct ipam_config *cfg, const json_t *vm_config) {
+        static const struct ipam_config none = { .n_ifaces = 0 };
         struct ipam_ipconfig ic[IPAM_MAX_INTERFACES];
         int n = status ? ipam_status_split(status, ic, IPAM_MAX_INTERFACES) : 0;
         json_t *o = json_object(), *ifs = json_array();
@@ -277,9 +278,11 @@ json_t *ipam_network_data(const char *status, const struct ipam_config *cfg, con
                 json_array_append_new(ifs, interface_data(&ic[i], vm_config));
         json_object_set_new(o, "Static", json_boolean(n > 0));
         json_object_set_new(o, "Interfaces", ifs);
-        json_object_set_new(o, "Nameservers",
-                            words(cfg ? &cfg->nameservers[0][0] : "", sizeof cfg->nameservers[0], cfg ? cfg->n_nameservers : 0));
-        json_object_set_new(o, "SearchDomains", words(cfg ? &cfg->searchdomains[0][0] : "", sizeof cfg->searchdomains[0],
-                                                      cfg ? cfg->n_searchdomains : 0));
+        if (!cfg)
+                cfg = &none;
+        json_object_set_new(o, "Nameservers", words(&cfg->nameservers[0][0], sizeof cfg->nameservers[0],
+                                                    cfg->n_nameservers));
+        json_object_set_new(o, "SearchDomains", words(&cfg->searchdomains[0][0], sizeof cfg->searchdomains[0],
+                                                      cfg->n_searchdomains));
         return o;
 }

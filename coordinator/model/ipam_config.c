@@ -259,8 +259,9 @@ int ipam_config_parse(const json_t *ipam, struct ipam_config *ret, char *err, si
         int r = parse_words(json_object_get(ipam, "nameservers"), "nameservers", true,
                             &ret->nameservers[0][0], sizeof ret->nameservers[0], &ret->n_nameservers, err, errlen);
         if (r == 0)
-                r = parse_words(json_object_get(ipam, "searchDomains"), "searchDomains", false, &ret->searchdomains[0][0],
-                                sizeof ret->searchdomains[0], &ret->n_searchdomains, err, errlen);
+                r = parse_words(json_object_get(ipam, "searchDomains"), "searchDomains", false,
+                                &ret->searchdomains[0][0], sizeof ret->searchdomains[0], &ret->n_searchdomains, err,
+                                errlen);
         return r;
 }
 

@@ -248,9 +248,10 @@ static void test_render_static_network(void **state) {
         json_t *d = NULL;
         struct cloudinit_files f = { 0 };
         char err[256];
-        n.network = jload("{\"Static\": true, \"Interfaces\": [{\"Name\": \"net0\", \"Index\": 0, \"MAC\": \"BC:24:11:00:00:01\","
-                          " \"IPv4\": \"10.0.0.5\", \"IPv4CIDR\": \"10.0.0.5/24\", \"Prefix4\": 24, \"Gateway4\": \"10.0.0.1\","
-                          " \"IPv6\": \"fd00::5\", \"IPv6CIDR\": \"fd00::5/64\", \"Prefix6\": 64, \"Gateway6\": \"fd00::1\"}],"
+        n.network = jload("{\"Static\": true, \"Interfaces\": [{\"Name\": \"net0\", \"Index\": 0,"
+                          " \"MAC\": \"BC:24:11:00:00:01\", \"IPv4\": \"10.0.0.5\", \"IPv4CIDR\": \"10.0.0.5/24\","
+                          " \"Prefix4\": 24, \"Gateway4\": \"10.0.0.1\", \"IPv6\": \"fd00::5\","
+                          " \"IPv6CIDR\": \"fd00::5/64\", \"Prefix6\": 64, \"Gateway6\": \"fd00::1\"}],"
                           " \"Nameservers\": [\"10.0.0.53\"], \"SearchDomains\": [\"k8s.example\"]}");
         assert_int_equal(cloudinit_data(&n, &d, NULL, 0), 0);
         render(NULL, d, &f);

@@ -52,7 +52,9 @@ static void test_ipv4_subnet_skips_network_gateway_and_broadcast(void **state) {
         struct ipam_config cfg;
         struct ipam_inuse used = { 0 };
         char err[256], out[IPAM_STATUS_MAX];
-        assert_int_equal(parse("{\"ipconfig\": [{\"ip\": \"10.0.0.0/30\", \"gw\": \"10.0.0.1\"}]}", &cfg, err, sizeof err), 0);
+        assert_int_equal(parse("{\"ipconfig\": [{\"ip\": \"10.0.0.0/30\", \"gw\": \"10.0.0.1\"}]}", &cfg, err,
+                               sizeof err),
+                         0);
         assert_int_equal(cfg.n_ifaces, 1);
         assert_int_equal(cfg.ifaces[0].index, 0);
         /* 10.0.0.0 is the network, .1 the gateway, .3 the broadcast: .2 is the only one */
@@ -105,10 +107,12 @@ static void test_ipv6_and_dual_stack_on_two_interfaces(void **state) {
         struct ipam_config cfg;
         struct ipam_inuse used = { 0 };
         char err[256], out[IPAM_STATUS_MAX];
-        assert_int_equal(parse("{\"ipconfig\": [{\"interface\": \"net0\", \"ip\": \"10.0.0.0/29\", \"gw\": \"10.0.0.1\","
-                               " \"ip6\": \"fd00:1::/124\", \"gw6\": \"fd00:1::1\", \"exclude\": [\"fd00:1::2-fd00:1::e\"]},"
+        assert_int_equal(parse("{\"ipconfig\": [{\"interface\": \"net0\", \"ip\": \"10.0.0.0/29\","
+                               " \"gw\": \"10.0.0.1\", \"ip6\": \"fd00:1::/124\", \"gw6\": \"fd00:1::1\","
+                               " \"exclude\": [\"fd00:1::2-fd00:1::e\"]},"
                                " {\"interface\": \"net2\", \"ip6\": \"fd00:2::/64\"}],"
-                               " \"nameservers\": [\"10.0.0.53\", \"fd00:1::53\"], \"searchDomains\": [\"k8s.example\"]}",
+                               " \"nameservers\": [\"10.0.0.53\", \"fd00:1::53\"],"
+                               " \"searchDomains\": [\"k8s.example\"]}",
                                &cfg, err, sizeof err),
                          0);
         assert_int_equal(cfg.n_ifaces, 2);
@@ -117,7 +121,8 @@ static void test_ipv6_and_dual_stack_on_two_interfaces(void **state) {
         assert_int_equal(ipam_inuse_add_text(&used, "fd00:2::1"), 0);
         assert_int_equal(ipam_inuse_add_text(&used, "FD00:2:0::2/64"), 0); /* any spelling of the address */
         /* the IPv6 range's last address (no broadcast in IPv6) is handed out */
-        alloc_ok(&cfg, &used, "ipconfig0=ip=10.0.0.2/29,gw=10.0.0.1,ip6=fd00:1::f/124,gw6=fd00:1::1 ipconfig2=ip6=fd00:2::3/64");
+        alloc_ok(&cfg, &used,
+                 "ipconfig0=ip=10.0.0.2/29,gw=10.0.0.1,ip6=fd00:1::f/124,gw6=fd00:1::1 ipconfig2=ip6=fd00:2::3/64");
         assert_int_equal(ipam_allocate(&cfg, &used, out, sizeof out, err, sizeof err), -ENOSPC);
         assert_string_equal(err, "ipam.ipconfig[0] (net0) IPv6 pool fd00:1::1-fd00:1::f: no free address");
         ipam_inuse_done(&used);
@@ -141,8 +146,10 @@ static void test_bad_input_names_the_field(void **state) {
         } cases[] = {
                 { "{\"ipconfig\": [{\"ip\": \"10.0.0.5/24\"}]}",
                   "ipam.ipconfig[0].ip: \"10.0.0.5/24\" has host bits set: give the subnet, not an address" },
-                { "{\"ipconfig\": [{\"ip\": \"fd00::/64\"}]}", "ipam.ipconfig[0].ip: \"fd00::/64\" is not an IPv4 subnet (e.g. 10.0.0.0/24)" },
-                { "{\"ipconfig\": [{\"ip6\": \"10.0.0.0/24\"}]}", "ipam.ipconfig[0].ip6: \"10.0.0.0/24\" is not an IPv6 subnet (e.g. fd00:1::/64)" },
+                { "{\"ipconfig\": [{\"ip\": \"fd00::/64\"}]}",
+                  "ipam.ipconfig[0].ip: \"fd00::/64\" is not an IPv4 subnet (e.g. 10.0.0.0/24)" },
+                { "{\"ipconfig\": [{\"ip6\": \"10.0.0.0/24\"}]}",
+                  "ipam.ipconfig[0].ip6: \"10.0.0.0/24\" is not an IPv6 subnet (e.g. fd00:1::/64)" },
                 { "{\"ipconfig\": [{\"ip\": \"10.0.0.0/24\", \"gw\": \"10.0.1.1\"}]}",
                   "ipam.ipconfig[0].gw: \"10.0.1.1\" is not an address inside 10.0.0.0/24" },
                 { "{\"ipconfig\": [{\"gw\": \"10.0.0.1\"}]}", "ipam.ipconfig[0].ip: required with gw" },
@@ -189,8 +196,8 @@ static void test_status_split_and_network_data(void **state) {
         json_t *d = ipam_network_data("ipconfig0=ip=10.0.0.2/24,gw=10.0.0.1,ip6=fd00::2/64,gw6=fd00::1", &cfg, vm);
         char *text = json_dumps(d, JSON_SORT_KEYS | JSON_COMPACT);
         assert_string_equal(text,
-                            "{\"Interfaces\":[{\"Gateway4\":\"10.0.0.1\",\"Gateway6\":\"fd00::1\",\"IPv4\":\"10.0.0.2\","
-                            "\"IPv4CIDR\":\"10.0.0.2/24\",\"IPv6\":\"fd00::2\",\"IPv6CIDR\":\"fd00::2/64\",\"Index\":0,"
+                            "{\"Interfaces\":[{\"Gateway4\":\"10.0.0.1\",\"Gateway6\":\"fd00::1\","
+                            "\"IPv4\":\"10.0.0.2\",\"IPv4CIDR\":\"10.0.0.2/24\",\"IPv6\":\"fd00::2\",\"IPv6CIDR\":\"fd00::2/64\",\"Index\":0,"
                             "\"MAC\":\"BC:24:11:00:00:01\",\"Name\":\"net0\",\"Prefix4\":24,\"Prefix6\":64}],"
                             "\"Nameservers\":[\"10.0.0.53\"],\"SearchDomains\":[\"k8s.example\"],\"Static\":true}");
         free(text);
