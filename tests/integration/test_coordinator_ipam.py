@@ -2,8 +2,8 @@
 # Static node addresses from a NodeClass's spec.ipam pools, on a real control plane (../shared/k8s) shared by the
 # class's tests, the simulator and real agents: each launched VM gets its own address (past one a hand-made Proxmox
 # VM holds, one a Kubernetes Node reports and an excluded one) in its ipconfig0, nameserver and searchdomain; kill -9
-# of the coordinator mid-launch and a restart hand no address out twice; an address freed by a deleted node is
-# handed out again; an exhausted pool fails the launch with an Event naming the pool.
+# of the coordinator mid-launch and a restart, or of the leader of two replicas, hand no address out twice; an address
+# freed by a deleted node is handed out again; an exhausted pool fails the launch with an Event naming the pool.
 # SPDX-License-Identifier: Apache-2.0
 import os
 import signal
@@ -18,6 +18,10 @@ PODS = "/api/v1/namespaces/default/pods"
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 OUTSIDE_VMID = 8500
+HELD = {"10.20.0.10", "10.20.0.11", "10.20.0.12"}  # excluded, the hand-made VM's, the other Node's
+# Leader election periods as coordinator-ha's, so that a takeover takes about 8 s, not 15-18 s.
+LEADER_ARGS = ["--leader-elect-lease-duration=8s", "--leader-elect-renew-deadline=6s",
+               "--leader-elect-retry-period=1s"]
 
 
 def ipam(range4, exclude=()):
@@ -46,6 +50,7 @@ class IpamTest(cl.SharedControlPlaneTest):
 
     def setUp(self):
         super().setUp()
+        self.replicas = []
         c = self.c
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
@@ -74,11 +79,10 @@ class IpamTest(cl.SharedControlPlaneTest):
         self.assertEqual(r.status, 200, r)
         return r.data
 
-    def assert_distinct_and_in_vms(self, claims):
-        held = {"10.20.0.10", "10.20.0.11", "10.20.0.12"}  # excluded, the hand-made VM's, the other Node's
+    def assert_distinct_and_in_vms(self, claims, held=()):
         addrs = [address(ipconfig_of(x)) for x in claims]
         self.assertEqual(len(set(addrs)), len(addrs), "an address handed out twice: %s" % addrs)
-        self.assertFalse(held & set(addrs), addrs)
+        self.assertFalse(set(held) & set(addrs), addrs)
         v6 = [ipconfig_of(x).split("ip6=")[1].split("/")[0] for x in claims]
         self.assertEqual(len(set(v6)), len(v6), v6)
         for x in claims:
@@ -118,7 +122,7 @@ class IpamTest(cl.SharedControlPlaneTest):
         self.assertEqual(len(claims), 3)
         # the restart kept what the claims had recorded before the kill
         self.assertEqual({x["metadata"]["name"]: ipconfig_of(x) for x in claims}, before)
-        addrs = self.assert_distinct_and_in_vms(claims)
+        addrs = self.assert_distinct_and_in_vms(claims, HELD)
         # the lowest free ones, past the three held elsewhere
         self.assertEqual(sorted(addrs), ["10.20.0.13", "10.20.0.14", "10.20.0.15"])
         self.assertEqual(sorted(v["vmid"] for v in c.vms() if v["vmid"] != OUTSIDE_VMID),
@@ -137,7 +141,53 @@ class IpamTest(cl.SharedControlPlaneTest):
         new = [x for x in claims if x["metadata"]["name"] not in before]
         self.assertEqual(len(new), 1, [x["metadata"]["name"] for x in claims])
         self.assertEqual(address(ipconfig_of(new[0])), freed)
-        self.assert_distinct_and_in_vms(claims)
+        self.assert_distinct_and_in_vms(claims, HELD)
+
+    def test_two_replicas_leader_killed_mid_launch(self):
+        """Two replicas with leader election: the leader is killed with SIGKILL while its claims, addresses recorded,
+        are Cloning; the standby takes the Lease, finishes them with the recorded addresses, and launches two more
+        past them."""
+        c = self.c
+        c.create(cl.GROUP + "/proxmoxnodeclasses",
+                 cl.nodeclass(metadataOptions={"type": "cdrom"}, ipam=ipam("10.20.0.10-10.20.0.40")))
+        c.sim.knobs(clone_seconds=4)
+        a = self.replica("coordinator-a")
+        cl.wait_for(lambda: a.metric("leader") == 1, 30, interval=0.2, what="coordinator-a leading")
+        b = self.co = self.replica("coordinator-b")
+        names = ["anti-%d" % i for i in range(2)]
+        for n in names:
+            c.create(PODS, anti_pod(n))
+
+        def recorded_and_cloning():
+            claims = c.claims()
+            return (len(claims) == 2 and all(ipconfig_of(x) for x in claims)
+                    and any((x.get("status") or {}).get("launchStep") == "Cloning" for x in claims))
+        cl.wait_for(recorded_and_cloning, 60, interval=0.1, what="two claims with addresses, one Cloning")
+        before = {x["metadata"]["name"]: ipconfig_of(x) for x in c.claims()}
+        a.stop(sig=signal.SIGKILL)
+        c.sim.knobs(clone_seconds=0)
+        cl.wait_for(lambda: b.metric("leader") == 1, 30, interval=0.2, what="coordinator-b leading")
+        for n in ["anti-2", "anti-3"]:
+            c.create(PODS, anti_pod(n))
+            names.append(n)
+        cl.wait_for(lambda: self.running(names), 120, interval=0.5, what="every pod Running")
+        claims = c.claims()
+        self.assertEqual(len(claims), 4)
+        self.assertEqual({k: v for k, v in ((x["metadata"]["name"], ipconfig_of(x)) for x in claims) if k in before},
+                         before)
+        addrs = self.assert_distinct_and_in_vms(claims)
+        self.assertEqual(sorted(addrs), ["10.20.0.10", "10.20.0.11", "10.20.0.12", "10.20.0.13"])
+
+    def replica(self, name):
+        r = cl.Coordinator(self.c, args=LEADER_ARGS, env={"POD_NAME": name, "POD_NAMESPACE": "kube-system"})
+        self.replicas.append(r)
+        return r
+
+    def tearDown(self):
+        for r in getattr(self, "replicas", []):  # the survivor is self.co: the base class stops it
+            if r is not self.co:
+                r.stop()
+        super().tearDown()
 
     def test_exhausted_pool_fails_the_launch_naming_the_pool(self):
         c = self.c
