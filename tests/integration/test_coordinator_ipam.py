@@ -189,6 +189,20 @@ class IpamTest(cl.SharedControlPlaneTest):
                 r.stop()
         super().tearDown()
 
+    def test_the_api_server_refuses_bad_pools_naming_the_field(self):
+        """The CRD's schema, enforced by the real kube-apiserver: each bad pool is refused with the field named."""
+        cases = [({"ipconfig": [{"ip": "10.0.0.0"}]}, "spec.ipam.ipconfig[0].ip"),
+                 ({"ipconfig": [{"interface": "eth0", "ip": "10.0.0.0/24"}]}, "spec.ipam.ipconfig[0].interface"),
+                 ({"ipconfig": [{"gw": "10.0.0.1"}]}, "ipam.ipconfig[].gw and range need ip"),
+                 ({"ipconfig": [{"interface": "net0"}]}, "an ipam.ipconfig entry needs ip, ip6 or both"),
+                 ({"ipconfig": [{"ip": "10.0.0.0/24"}, {"ip6": "fd00::/64"}]}, "spec.ipam.ipconfig[1]: Duplicate value"),
+                 ({"ipconfig": [{"ip": "10.0.0.0/24", "exclude": ["10.0.0.1/32"]}]}, "spec.ipam.ipconfig[0].exclude[0]"),
+                 ({"nameservers": ["dns.example"]}, "spec.ipam.nameservers[0]")]
+        for i, (pools, field) in enumerate(cases):
+            r = self.c.sim.kube("POST", cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass("bad-%d" % i, ipam=pools))
+            self.assertEqual(r.status, 422, (pools, r))
+            self.assertIn(field, r.json["message"], pools)
+
     def test_exhausted_pool_fails_the_launch_naming_the_pool(self):
         c = self.c
         c.create(cl.GROUP + "/proxmoxnodeclasses",
