@@ -1,5 +1,5 @@
 /* launcher_steps: the actions from a claim not begun (reserve on the host's agent, or by PVE accounting without
- * one, and pick a VMID), from Reserved (pick a VMID), from VMIDAllocated (clone) and from Cloning (wait for the
+ * one, and pick the addresses and a VMID), from Reserved (pick a VMID), from VMIDAllocated (clone) and from Cloning (wait for the
  * clone), and the configuration of the clone (boot disk, cloud-init, VM config, firewall). Every action can run
  * again after a crash and finds what an earlier run left; what one reconcile does in a row is recorded once. */
 /* SPDX-License-Identifier: Apache-2.0 */
@@ -33,8 +33,9 @@ static bool agent_unreachable(int r) {
                r == -ENETUNREACH;
 }
 
-/* Reserved (st has the reservation): pick a VMID now too, so that one write (VMIDAllocated, the step table's)
- * records both; without a VMID, Reserved is recorded alone, and the pick's error returned. The claim's place and
+/* Reserved (st has the reservation): pick the static addresses (spec.ipam) and a VMID now too, so that one write
+ * (VMIDAllocated, the step table's) records them all, before the clone; a pool without a free address fails the
+ * launch; without a VMID, Reserved is recorded alone, and the pick's error returned. The claim's place and
  * the shape's capacity and allocatable go with it, unless its status has them (the provisioner writes them itself
  * only when no launcher runs). A crash before the write leaves a reservation the agent gives back to the same
  * owner. */
