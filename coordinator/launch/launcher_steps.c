@@ -1,7 +1,8 @@
 /* launcher_steps: the actions from a claim not begun (reserve on the host's agent, or by PVE accounting without
- * one, and pick the addresses and a VMID), from Reserved (pick a VMID), from VMIDAllocated (clone) and from Cloning (wait for the
- * clone), and the configuration of the clone (boot disk, cloud-init, VM config, firewall). Every action can run
- * again after a crash and finds what an earlier run left; what one reconcile does in a row is recorded once. */
+ * one, and pick the addresses and a VMID), from Reserved (pick them), from VMIDAllocated (clone) and from Cloning
+ * (wait for the clone), and the configuration of the clone (boot disk, cloud-init, VM config, firewall). Every
+ * action can run again after a crash and finds what an earlier run left; what one reconcile does in a row is
+ * recorded once. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
