@@ -50,18 +50,43 @@ static int add_held(struct launcher__ctx *c, struct ipam_inuse *used) {
 
 /* ---- the addresses in use ---- */
 
+/* The VMIDs the claims of the region record: their VMs' addresses are the claims' (we configured them). */
+struct claimed_vms {
+        uint32_t *vmid;
+        size_t n;
+};
+
+static bool claimed(const struct claimed_vms *cv, json_int_t vmid) {
+        for (size_t i = 0; i < cv->n; i++)
+                if (cv->vmid[i] == vmid)
+                        return true;
+        return false;
+}
+
+static void note_claimed(struct launcher__ctx *c, const json_t *status, struct claimed_vms *cv) {
+        const char *region = json_string_value(json_object_get(status, "region"));
+        json_int_t vmid = json_integer_value(json_object_get(status, "vmid"));
+        if (vmid > 0 && vmid <= UINT32_MAX && region && strcmp(region, c->region) == 0)
+                cv->vmid[cv->n++] = (uint32_t)vmid;
+}
+
 /* Every other NodeClaim's status.ipconfig, being deleted or not: an address is free once its claim is gone. */
-static struct launchstep_result add_claims(struct launcher__ctx *c, struct ipam_inuse *used) {
-        json_t *list = NULL, *e;
+static struct launchstep_result add_claims(struct launcher__ctx *c, struct ipam_inuse *used, struct claimed_vms *cv) {
+        json_t *list = NULL, *e, *items;
         size_t i;
         int r = kube_list(c->kube, &kube_nodeclaims, NULL, NULL, &list);
         if (r < 0)
                 return launchstep_error(r, "list NodeClaims: %s", kube_client_error(c->kube));
-        json_array_foreach(json_object_get(list, "items"), i, e) {
+        items = json_object_get(list, "items");
+        if (!(cv->vmid = calloc(json_array_size(items) + 1, sizeof *cv->vmid)))
+                r = -ENOMEM;
+        json_array_foreach(items, i, e) {
                 const char *uid = kube_meta_of(e).uid;
-                json_t *ipconfig = json_object_get(json_object_get(e, "status"), "ipconfig");
+                json_t *status = json_object_get(e, "status");
                 if (r == 0 && (!uid || strcmp(uid, c->uid) != 0))
-                        r = ipam_inuse_add_status(used, json_string_value(ipconfig));
+                        r = ipam_inuse_add_status(used, json_string_value(json_object_get(status, "ipconfig")));
+                if (r == 0)
+                        note_claimed(c, status, cv);
         }
         json_decref(list);
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
@@ -93,8 +118,9 @@ static int add_vm_config(const json_t *config, struct ipam_inuse *used) {
         return r;
 }
 
-/* The ipconfigN of every VM of the region (templates hold pools, not addresses). */
-static struct launchstep_result add_vms(struct launcher__ctx *c, struct ipam_inuse *used) {
+/* The ipconfigN of every VM of the region but the claims' (templates hold pools, not addresses). */
+static struct launchstep_result add_vms(struct launcher__ctx *c, struct ipam_inuse *used,
+                                        const struct claimed_vms *cv) {
         json_t *list = NULL, *vm;
         size_t i;
         int r = pve_cluster_resources(c->pve, "vm", &list);
@@ -104,8 +130,9 @@ static struct launchstep_result add_vms(struct launcher__ctx *c, struct ipam_inu
                 json_t *config = NULL;
                 const char *node = json_string_value(json_object_get(vm, "node"));
                 json_int_t vmid = json_integer_value(json_object_get(vm, "vmid"));
-                if (r < 0 || !node || vmid <= 0 || json_is_true(json_object_get(vm, "template")) ||
-                    json_integer_value(json_object_get(vm, "template")) == 1)
+                json_t *tmpl = json_object_get(vm, "template");
+                if (r < 0 || !node || vmid <= 0 || vmid > UINT32_MAX || claimed(cv, vmid) || json_is_true(tmpl) ||
+                    json_integer_value(tmpl) == 1)
                         continue;
                 r = pve_vm_config_get(c->pve, node, (uint32_t)vmid, &config);
                 if (r == -ENOENT) /* gone meanwhile */
@@ -122,11 +149,13 @@ static struct launchstep_result add_vms(struct launcher__ctx *c, struct ipam_inu
 }
 
 static struct launchstep_result in_use(struct launcher__ctx *c, struct ipam_inuse *used) {
-        struct launchstep_result res = add_claims(c, used);
+        struct claimed_vms cv = { .n = 0 };
+        struct launchstep_result res = add_claims(c, used, &cv);
         if (launchstep_ok(&res))
                 res = add_nodes(c, used);
         if (launchstep_ok(&res))
-                res = add_vms(c, used);
+                res = add_vms(c, used, &cv);
+        free(cv.vmid);
         int r = launchstep_ok(&res) ? add_held(c, used) : 0;
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : res;
 }

@@ -197,7 +197,8 @@ static void test_status_split_and_network_data(void **state) {
         char *text = json_dumps(d, JSON_SORT_KEYS | JSON_COMPACT);
         assert_string_equal(text,
                             "{\"Interfaces\":[{\"Gateway4\":\"10.0.0.1\",\"Gateway6\":\"fd00::1\","
-                            "\"IPv4\":\"10.0.0.2\",\"IPv4CIDR\":\"10.0.0.2/24\",\"IPv6\":\"fd00::2\",\"IPv6CIDR\":\"fd00::2/64\",\"Index\":0,"
+                            "\"IPv4\":\"10.0.0.2\",\"IPv4CIDR\":\"10.0.0.2/24\",\"IPv6\":\"fd00::2\","
+                            "\"IPv6CIDR\":\"fd00::2/64\",\"Index\":0,"
                             "\"MAC\":\"BC:24:11:00:00:01\",\"Name\":\"net0\",\"Prefix4\":24,\"Prefix6\":64}],"
                             "\"Nameservers\":[\"10.0.0.53\"],\"SearchDomains\":[\"k8s.example\"],\"Static\":true}");
         free(text);
