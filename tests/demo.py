@@ -31,6 +31,10 @@ SETTLE_S = int(os.environ.get("DEMO_SETTLE_S", "240"))  # consolidation steps on
 # Consolidate a few seconds after a node is Initialized, half of a pool's nodes at a time.
 CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
                "budgets": [{"nodes": "50%"}]}
+# Static node addresses (no DHCP): the NodeClass's pool, as Proxmox's ipconfig0 and the cloud-init network-config.
+IPAM = {"ipconfig": [{"interface": "net0", "ip": "10.0.0.0/24", "gw": "10.0.0.1", "range": "10.0.0.100-10.0.0.199",
+                      "ip6": "fd00:1::/64", "gw6": "fd00:1::1"}],
+        "nameservers": ["10.0.0.1"], "searchDomains": ["cluster.local"]}
 # The simulated kubelet stops a pod at once on SIGTERM, as a pause container does.
 EXIT = {"sim.pvescale.io/exit-on-term": "true"}
 # Fast but not instant Proxmox and kubelets, so that every stage is visible.
@@ -127,14 +131,18 @@ def line(t, s, total):
 
 def summary(c, agents, elapsed):
     print("\nVMs per host (the agent's placement: host CPUs, and memory per NUMA node)")
-    print("%-5s %-6s %-14s %-6s %-22s %s" % ("host", "vmid", "shape", "vCPUs", "host CPUs", "NUMA memory"))
+    print("%-5s %-6s %-14s %-6s %-12s %-22s %s" % ("host", "vmid", "shape", "vCPUs", "address", "host CPUs",
+                                                     "NUMA memory"))
     claims = {x["status"].get("vmid"): x for x in c.claims()}
     for host in sorted(c.agents):
         for r in sorted(agents.bound(host), key=lambda r: r["vmid"]):
             claim = claims.get(r["vmid"], {})
             numa = ", ".join("node%d %d MiB" % (n["node"], n["memory_bytes"] >> 20) for n in r["numa"])
-            print("%-5s %-6d %-14s %-6d %-22s %s" % (host, r["vmid"], claim.get("spec", {}).get("instanceType", "?"),
-                                                      r["vcpus"], r["cpus"], numa))
+            ipconfig = (claim.get("status") or {}).get("ipconfig", "")  # ipconfig0=ip=10.0.0.100/24,...
+            address = ipconfig.split("ip=")[1].split("/")[0] if "ip=" in ipconfig else "dhcp"
+            print("%-5s %-6d %-14s %-6d %-12s %-22s %s" % (host, r["vmid"],
+                                                            claim.get("spec", {}).get("instanceType", "?"), r["vcpus"],
+                                                            address, r["cpus"], numa))
     print("\nAll pods Running %.1f s after the first pending pod." % elapsed)
 
 
@@ -211,7 +219,7 @@ def report_plan(c, names):
 
 def setup_objects(c):
     c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-    c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+    c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}, ipam=IPAM))
     c.create(cl.GROUP + "/nodepools", cl.nodepool("general", disruption=CONSOLIDATE))
     c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}, disruption=CONSOLIDATE))
 

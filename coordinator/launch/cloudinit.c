@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "errmsg.h"
+#include "ipam.h"
 #include "jsonutil.h"
 #define LABEL_VALUE_MAX 63
 #define LABEL_PREFIX_MAX 253
@@ -98,13 +99,45 @@ static const char default_meta_data[] =
         "instance-type: {{ quote . }}\n"
         "{{- end }}\n";
 
+/* DHCP on the first interface, or the claim's static addresses (spec.ipam) on each interface, matched by MAC. */
 static const char default_network_config[] =
         "version: 2\n"
         "ethernets:\n"
+        "{{- if .Network.Static }}\n"
+        "{{- range .Network.Interfaces }}\n"
+        "  {{ .Name }}:\n"
+        "    match:\n"
+        "{{- if .MAC }}\n"
+        "      macaddress: {{ lower .MAC | quote }}\n"
+        "{{- else }}\n"
+        "      name: \"e*\"\n"
+        "{{- end }}\n"
+        "    dhcp4: {{ not .IPv4 }}\n"
+        "    addresses:\n"
+        "{{- with .IPv4CIDR }}\n"
+        "      - {{ quote . }}\n"
+        "{{- end }}\n"
+        "{{- with .IPv6CIDR }}\n"
+        "      - {{ quote . }}\n"
+        "{{- end }}\n"
+        "{{- with .Gateway4 }}\n"
+        "    gateway4: {{ quote . }}\n"
+        "{{- end }}\n"
+        "{{- with .Gateway6 }}\n"
+        "    gateway6: {{ quote . }}\n"
+        "{{- end }}\n"
+        "{{- if or $.Network.Nameservers $.Network.SearchDomains }}\n"
+        "    nameservers:\n"
+        "      addresses: {{ toJson $.Network.Nameservers }}\n"
+        "      search: {{ toJson $.Network.SearchDomains }}\n"
+        "{{- end }}\n"
+        "{{- end }}\n"
+        "{{- else }}\n"
         "  primary:\n"
         "    match:\n"
         "      name: \"e*\"\n"
-        "    dhcp4: true\n";
+        "    dhcp4: true\n"
+        "{{- end }}\n";
 
 static const char *const file_names[CLOUDINIT_N_FILES] = { "user-data", "meta-data", "network-config" };
 static const char *const defaults[CLOUDINIT_N_FILES] = { default_user_data, default_meta_data, default_network_config };
@@ -410,6 +443,8 @@ static json_t *kubernetes(const struct cloudinit_node *n, const char *flags) {
 static int check_objects(const struct cloudinit_node *n, char *err, size_t errlen) {
         if (n->values && !json_is_object(n->values))
                 return errmsg_invalid(err, errlen, "values: must be an object");
+        if (n->network && !json_is_object(n->network))
+                return errmsg_invalid(err, errlen, "network: must be an object");
         return 0;
 }
 
@@ -425,10 +460,13 @@ int cloudinit_data(const struct cloudinit_node *node, json_t **ret_data, char *e
         if (r < 0)
                 return r;
         json_t *values = node->values ? json_incref(node->values) : json_object();
-        json_t *data = json_pack("{s:o?, s:o?, s:o?, s:o?}", "Metadata", metadata(node, provider_id), "Resources",
-                                 resources(node), "Kubernetes", kubernetes(node, flags), "Values", values);
+        json_t *network = node->network ? json_incref(node->network) : ipam_network_data(NULL, NULL, NULL);
+        json_t *data = json_pack("{s:o?, s:o?, s:o?, s:o?, s:o?}", "Metadata", metadata(node, provider_id), "Resources",
+                                 resources(node), "Kubernetes", kubernetes(node, flags), "Values", values, "Network",
+                                 network);
         free(flags);
-        if (!data || !json_is_object(json_object_get(data, "Metadata")) ||
+        if (!data || !json_is_object(json_object_get(data, "Network")) ||
+            !json_is_object(json_object_get(data, "Metadata")) ||
             !json_is_object(json_object_get(data, "Resources")) || !json_is_object(json_object_get(data, "Kubernetes")) ||
             !json_is_object(json_object_get(data, "Values"))) {
                 json_decref(data);

@@ -42,11 +42,13 @@ struct cloudinit_node {
         json_t *labels;              /* object: node labels for --node-labels, or NULL */
         json_t *taints;              /* array of {"key","value","effect"} for --register-with-taints, or NULL */
         json_t *values;              /* object: the NodeClass valuesRef data, or NULL */
+        json_t *network;             /* object: .Network (ipam_network_data), or NULL: no static addresses */
 };
 
 /* Build the template data: {"Metadata": {Hostname, InstanceID, InstanceType, ProviderID, Region, Zone, Tags,
  * NodeClass}, "Resources": {CPU, Memory (MiB), HugePages2Mi, HugePages1Gi}, "Kubernetes": {Version, RootCA,
- * BootstrapToken, APIServer, KubeletConfiguration, NodeLabels, Taints, KubeletFlags}, "Values": {...}}.
+ * BootstrapToken, APIServer, KubeletConfiguration, NodeLabels, Taints, KubeletFlags}, "Values": {...},
+ * "Network": {Static, Interfaces, Nameservers, SearchDomains} (ipam.h)}.
  * ProviderID is "proxmox://<region>/<vmid>". Taints always include CLOUDINIT_UNREGISTERED_TAINT. KubeletFlags
  * is the kubelet command line that registers the node as planned: --provider-id, --node-labels,
  * --register-with-taints, and --max-pods/--kube-reserved/--system-reserved/--eviction-hard from the

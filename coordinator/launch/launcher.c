@@ -297,6 +297,7 @@ int launcher_reconcile(struct launcher *l, const json_t *claim, int64_t *ret_req
                 return r;
         struct launchstep_result res = reconcile_passes(&c);
         launcher__unpick_vmid(&c);
+        launcher__addresses_unhold(&c); /* recorded on the claim by now, or not chosen after all */
         account_waits(&c);
         r = answer(&c, &res, &requeue);
         launcher__ctx_done(&c);

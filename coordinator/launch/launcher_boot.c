@@ -326,16 +326,19 @@ static struct launchstep_result template_data(struct launcher__ctx *c, const cha
                                               json_t **ret) {
         char err[512];
         const char *nc = kube_meta_of(c->nodeclass).name;
-        json_t *kubelet = kubelet_configuration(c);
-        if (!kubelet)
+        json_t *kubelet = kubelet_configuration(c), *network = launcher__network_data(c, c->vm_config);
+        if (!kubelet || !network) {
+                json_decref(kubelet);
+                json_decref(network);
                 return launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
+        }
         struct cloudinit_node n = {
                 .hostname = c->name, .vmid = c->st->vmid,
                 .instance_type = c->shape.name, .region = c->region, .zone = c->host, .node_class = nc,
                 .cpu = c->shape.vcpus, .memory_mib = c->shape.vm_memory_bytes / MIB,
                 .kubernetes_version = t->version, .root_ca = t->ca, .bootstrap_token = token, .api_server = t->server,
                 .kubelet_configuration = kubelet, .labels = t->labels,
-                .taints = t->taints, .values = t->values,
+                .taints = t->taints, .values = t->values, .network = network,
         };
         const char *tags[32];
         size_t i;
@@ -346,6 +349,7 @@ static struct launchstep_result template_data(struct launcher__ctx *c, const cha
         n.tags = tags;
         int r = cloudinit_data(&n, ret, err, sizeof err);
         json_decref(kubelet);
+        json_decref(network);
         if (r == -EINVAL)
                 return launchstep_fail("InvalidCloudInit", "%s", err);
         return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();

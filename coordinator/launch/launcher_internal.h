@@ -96,6 +96,7 @@ struct launcher {
         struct launcher__cache cache;
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
         json_t *failing; /* claim name → {"message": its reconciles' last error, "n": how many in a row} (mu) */
+        json_t *held_addresses; /* claim UID → status.ipconfig chosen by a launch and not yet recorded (mu) */
 };
 
 /* The claim's status three times over: what the API server has, what this reconcile made of it, and where that
@@ -124,6 +125,8 @@ struct launcher__ctx {
         struct shape shape;
         bool have_shape;
         uint32_t picked_vmid;         /* in l->vmids until the reconcile ends */
+        bool held_addresses;          /* st->ipconfig is in l->held_addresses until the reconcile ends */
+        const json_t *vm_config;      /* the clone's config while it is configured (its MACs for .Network) */
         bool vm_fresh;                /* this reconcile configured the VM, which was never configured: stopped */
         uint32_t bound_vmid;          /* this reconcile bound the claim's reservation to this VM */
         char image_id[160];           /* "host/template VMID" of a clone begun by this reconcile (not yet recorded) */
@@ -173,6 +176,18 @@ int launcher__delete_iso(struct pve_client *pve, const char *host, const char *v
                          char *err, size_t errlen);
 /* Delete the join token Secret; -ENOENT counts as done. */
 int launcher__delete_token(struct kube_client *kube, const char *token_id);
+
+/* ---- launcher_ipam.c: static addresses (spec.ipam) ---- */
+/* Choose the claim's addresses into st->ipconfig, unless it has them or its class has no pools (then nothing);
+ * they are held against other launches of this process until the reconcile's passes end (launcher_reconcile calls
+ * launcher__addresses_unhold).
+ * FAIL IPPoolExhausted (naming the pool) or InvalidNodeClass; ERROR when what is in use cannot be read. */
+struct launchstep_result launcher__pick_addresses(struct launcher__ctx *c);
+void launcher__addresses_unhold(struct launcher__ctx *c);
+/* ipconfigN, nameserver and searchdomain of the VM config, when the claim has addresses. */
+struct launchstep_result launcher__addresses_params(struct launcher__ctx *c, struct pve_params *p);
+/* The .Network data of cloud-init templates (ipam_network_data); NULL on ENOMEM. */
+json_t *launcher__network_data(struct launcher__ctx *c, const json_t *vm_config);
 
 /* ---- launcher_ctx.c ---- */
 /* Make claim (a new reference, stolen) the context's claim and decode its status (status_error says what does

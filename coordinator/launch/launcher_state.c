@@ -50,7 +50,8 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         launcher__cache_init(&l->cache);
         l->written = json_object();
         l->failing = json_object();
-        if (!l->written || !l->failing) {
+        l->held_addresses = json_object();
+        if (!l->written || !l->failing || !l->held_addresses) {
                 launcher_free(l);
                 return -ENOMEM;
         }
@@ -77,6 +78,7 @@ void launcher_free(struct launcher *l) {
         launcher__cache_done(&l->cache);
         json_decref(l->written);
         json_decref(l->failing);
+        json_decref(l->held_addresses);
         free(l);
 }
 

@@ -1,7 +1,8 @@
 /* launcher_steps: the actions from a claim not begun (reserve on the host's agent, or by PVE accounting without
- * one, and pick a VMID), from Reserved (pick a VMID), from VMIDAllocated (clone) and from Cloning (wait for the
- * clone), and the configuration of the clone (boot disk, cloud-init, VM config, firewall). Every action can run
- * again after a crash and finds what an earlier run left; what one reconcile does in a row is recorded once. */
+ * one, and pick the addresses and a VMID), from Reserved (pick them), from VMIDAllocated (clone) and from Cloning
+ * (wait for the clone), and the configuration of the clone (boot disk, cloud-init, VM config, firewall). Every
+ * action can run again after a crash and finds what an earlier run left; what one reconcile does in a row is
+ * recorded once. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
@@ -34,8 +35,9 @@ static bool agent_unreachable(int r) {
                r == -ENETUNREACH;
 }
 
-/* Reserved (st has the reservation): pick a VMID now too, so that one write (VMIDAllocated, the step table's)
- * records both; without a VMID, Reserved is recorded alone, and the pick's error returned. The claim's place and
+/* Reserved (st has the reservation): pick the static addresses (spec.ipam) and a VMID now too, so that one write
+ * (VMIDAllocated, the step table's) records them all, before the clone; a pool without a free address fails the
+ * launch; without a VMID, Reserved is recorded alone, and the pick's error returned. The claim's place and
  * the shape's capacity and allocatable go with it, unless its status has them (the provisioner writes them itself
  * only when no launcher runs). A crash before the write leaves a reservation the agent gives back to the same
  * owner. */
@@ -43,7 +45,11 @@ static struct launchstep_result reserved(struct launcher__ctx *c) {
         uint32_t vmid;
         if (!c->st->host[0])
                 nodeclaim_set_placement(c->st, c->host, c->region, &c->shape);
-        struct launchstep_result res = launcher__pick_vmid(c, &vmid);
+        struct launchstep_result res = launcher__pick_addresses(c);
+        if (launchstep_ok(&res))
+                res = launcher__pick_vmid(c, &vmid);
+        if (res.kind == LAUNCHSTEP_FAIL)
+                return res;
         if (!launchstep_ok(&res))
                 return launchstep_then(launcher__record(c, NODECLAIM_STEP_RESERVED), res);
         launchstep_vmid_picked(c->st, c->region, vmid, c->now);
@@ -194,6 +200,8 @@ struct launchstep_result launcher__reserve(struct launcher__ctx *c) {
 struct launchstep_result launcher__allocate_vmid(struct launcher__ctx *c) {
         uint32_t vmid;
         struct launchstep_result res = launcher__need_pve(c);
+        if (launchstep_ok(&res))
+                res = launcher__pick_addresses(c);
         if (launchstep_ok(&res))
                 res = launcher__pick_vmid(c, &vmid);
         if (launchstep_ok(&res))
@@ -634,9 +642,9 @@ static struct launchstep_result config_params(struct launcher__ctx *c, const jso
         if (!launchstep_ok(&res) || r < 0)
                 return launchstep_ok(&res) ? errno_result(r) : res;
         res = add_hardware(c, config, p);
-        if (!launchstep_ok(&res))
-                return res;
-        return errno_result(add_nets(p, config, c->shape.vcpus));
+        if (launchstep_ok(&res))
+                res = launcher__addresses_params(c, p);
+        return launchstep_ok(&res) ? errno_result(add_nets(p, config, c->shape.vcpus)) : res;
 }
 
 /* Cloud-init, firewall and the VM config (one synchronous PUT: the VM is stopped and nothing is allocated, so
@@ -647,8 +655,10 @@ static struct launchstep_result configure(struct launcher__ctx *c, uint32_t vmid
         char volume[LAUNCHER__VOLUME_MAX], token_id[TOKENS_ID_LEN + 1];
         int r;
         struct launchstep_result res = launcher__need_shape(c);
+        c->vm_config = config;
         if (launchstep_ok(&res))
                 res = launcher__cloudinit_deliver(c, volume, token_id);
+        c->vm_config = NULL;
         if (launchstep_ok(&res))
                 res = launcher__firewall_apply(c, vmid);
         if (launchstep_ok(&res))

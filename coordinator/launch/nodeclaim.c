@@ -330,6 +330,7 @@ static const struct field FIELDS[] = {
         FIELD("cloneTask", K_STR, clone_task),
         FIELD("imageID", K_STR, image_id),
         FIELD("imageDigest", K_STR, image_digest),
+        FIELD("ipconfig", K_STR, ipconfig),
         FIELD("isoVolume", K_STR, iso_volume),
         FIELD("tokenID", K_STR, token_id),
         FIELD("startedAt", K_TIME, started_ms),

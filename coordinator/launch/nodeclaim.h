@@ -104,6 +104,7 @@ struct nodeclaim_status {
         char clone_task[256];                       /* cloneTask: the UPID of a clone that runs */
         char image_id[160];                         /* imageID: "<host>/<template VMID>" */
         char image_digest[72];                      /* imageDigest: the template's config digest at the clone */
+        char ipconfig[1024];                        /* ipconfig: static addresses (ipam.h), with the VMID */
         char iso_volume[200];                       /* isoVolume: the cloud-init ISO until the Node is initialized */
         char token_id[16];                          /* tokenID: the join token until the Node is initialized */
         int64_t started_ms;                         /* startedAt */

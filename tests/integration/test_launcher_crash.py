@@ -1,6 +1,7 @@
 """Integration test: the launcher process is killed with SIGKILL at every launch step, just before and just after the
 step is recorded in the NodeClaim, and restarted: every claim still ends Initialized, with no orphan VM, no leaked
-reservation, token or ISO, and no VMID used twice; deleting the claims then leaves nothing behind."""
+reservation, token or ISO, and no VMID or static address (the class's spec.ipam pool) used twice; deleting the claims
+then leaves nothing behind."""
 # SPDX-License-Identifier: Apache-2.0
 import os
 import signal
@@ -21,7 +22,9 @@ class LauncherCrashTest(unittest.TestCase):
         # Clones take a second and Nodes stay NotReady for a while, so that Cloning and Registered are steps of
         # their own (a clone done within 400 ms is not recorded as Cloning, and a Node that is Ready when it is
         # found is registered and initialized in one write).
-        w = launchlib.World(knobs=["clone_seconds=1", "ready_delay_seconds=3"])
+        ipam = {"ipconfig": [{"ip": "10.30.0.0/24", "gw": "10.30.0.1", "ip6": "fd00:30::/64"}]}
+        w = launchlib.World(knobs=["clone_seconds=1", "ready_delay_seconds=3"],
+                            nodeclass=launchlib.node_class(ipam=ipam))
         self.addCleanup(w.stop)
         points = [(s, phase) for s in STEPS for phase in ("before", "after")]
         for i, (step, phase) in enumerate(points):
@@ -49,6 +52,13 @@ class LauncherCrashTest(unittest.TestCase):
         self.assertEqual(len(claims), len(points))
         vmids = [c["status"]["vmid"] for c in claims]
         self.assertEqual(len(set(vmids)), len(vmids), "a VMID was used twice")
+        ipconfigs = [c["status"]["ipconfig"] for c in claims]
+        addrs = [v.split("ip=")[1].split("/")[0] for v in ipconfigs] + [v.split("ip6=")[1].split("/")[0]
+                                                                       for v in ipconfigs]
+        self.assertEqual(len(set(addrs)), len(addrs), "an address was handed out twice: %s" % ipconfigs)
+        for c in claims:  # each VM carries its claim's addresses
+            conf = w.vm_config(c["status"]["host"], c["status"]["vmid"])
+            self.assertEqual("ipconfig0=" + conf.get("ipconfig0", ""), c["status"]["ipconfig"], conf)
         self.assertEqual(len(w.vms()), len(points), "orphan VMs")
         for host in w.agents:
             mine = [r for r in w.reservations(host) if r["owner"].startswith("nodeclaim/")]

@@ -20,8 +20,11 @@ BIG = ("big-b", "m1.16VCPU-128GB", "pve2", 16, 128 * GIB)
 class LauncherHappyPathTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # join_delay gives the test time to read the ISO and the token before the node joins
-        cls.w = launchlib.World(knobs=["join_delay_seconds=2"])
+        # join_delay gives the test time to read the ISO and the token before the node joins; static addresses from
+        # a pool (spec.ipam) go into the VM config and the ISO's network-config
+        ipam = {"ipconfig": [{"interface": "net0", "ip": "10.40.0.0/24", "gw": "10.40.0.1", "ip6": "fd00:40::/64"}],
+                "nameservers": ["10.40.0.53"]}
+        cls.w = launchlib.World(knobs=["join_delay_seconds=2"], nodeclass=launchlib.node_class(ipam=ipam))
 
     @classmethod
     def tearDownClass(cls):
@@ -65,6 +68,14 @@ class LauncherHappyPathTest(unittest.TestCase):
         self.assertEqual(files["__volume_id__"], "cidata")
         self.assertIn("provider-id: \"proxmox://%s/%d\"" % (self.w.region, st["vmid"]), files["meta-data"])
         self.assertIn("version: 2", files["network-config"])
+        # the claim's addresses: in the VM config, and in the network-config for the interface with net0's MAC
+        ip4, ip6 = (st["ipconfig"].split(k + "=")[1].split(",")[0] for k in ("ip", "ip6"))
+        self.assertEqual(cfg["ipconfig0"], "ip=%s,gw=10.40.0.1,ip6=%s" % (ip4, ip6))
+        self.assertEqual(cfg["nameserver"], "10.40.0.53")
+        mac = re.search(r"=([0-9A-Fa-f:]{17})", cfg["net0"]).group(1).lower()
+        self.assertIn('    match:\n      macaddress: "%s"\n    dhcp4: false\n    addresses:\n      - "%s"\n'
+                      '      - "%s"\n    gateway4: "10.40.0.1"\n    nameservers:\n      addresses: ["10.40.0.53"]\n'
+                      % (mac, ip4, ip6), files["network-config"])
         user = files["user-data"]
         self.assertTrue(user.startswith("#cloud-config"))
         self.assertIn("--register-with-taints=dedicated=x:NoSchedule,pvescale.io/unregistered=true:NoExecute", user)

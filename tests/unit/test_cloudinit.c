@@ -237,6 +237,47 @@ static void test_data_rejects(void **state) {
 
 /* ---- rendering ---- */
 
+/* The default network-config without static addresses. */
+#define DHCP_NETWORK_CONFIG "version: 2\nethernets:\n  primary:\n    match:\n      name: \"e*\"\n    dhcp4: true\n"
+
+/* With the claim's addresses (spec.ipam): each interface by its MAC, its addresses, gateways and DNS; and .Network
+ * in a template of the class's own. */
+static void test_render_static_network(void **state) {
+        (void)state;
+        struct cloudinit_node n = sample_node();
+        json_t *d = NULL;
+        struct cloudinit_files f = { 0 };
+        char err[256];
+        n.network = jload("{\"Static\": true, \"Interfaces\": [{\"Name\": \"net0\", \"Index\": 0,"
+                          " \"MAC\": \"BC:24:11:00:00:01\", \"IPv4\": \"10.0.0.5\", \"IPv4CIDR\": \"10.0.0.5/24\","
+                          " \"Prefix4\": 24, \"Gateway4\": \"10.0.0.1\", \"IPv6\": \"fd00::5\","
+                          " \"IPv6CIDR\": \"fd00::5/64\", \"Prefix6\": 64, \"Gateway6\": \"fd00::1\"}],"
+                          " \"Nameservers\": [\"10.0.0.53\"], \"SearchDomains\": [\"k8s.example\"]}");
+        assert_int_equal(cloudinit_data(&n, &d, NULL, 0), 0);
+        render(NULL, d, &f);
+        assert_string_equal(f.text[CLOUDINIT_NETWORK_CONFIG],
+                            "version: 2\nethernets:\n  net0:\n    match:\n      macaddress: \"bc:24:11:00:00:01\"\n"
+                            "    dhcp4: false\n    addresses:\n      - \"10.0.0.5/24\"\n      - \"fd00::5/64\"\n"
+                            "    gateway4: \"10.0.0.1\"\n    gateway6: \"fd00::1\"\n    nameservers:\n"
+                            "      addresses: [\"10.0.0.53\"]\n      search: [\"k8s.example\"]\n");
+        assert_yaml(f.text[CLOUDINIT_NETWORK_CONFIG]);
+        cloudinit_files_done(&f);
+        struct cloudinit_set *set = NULL;
+        struct cloudinit_templates t = { .text = { [CLOUDINIT_META_DATA] =
+                                                           "local-ipv4: {{ (index .Network.Interfaces 0).IPv4 }}\n" } };
+        assert_int_equal(cloudinit_set_new(&t, &set, err, sizeof err), 0);
+        assert_int_equal(cloudinit_render(set, d, &f, err, sizeof err), 0);
+        assert_string_equal(f.text[CLOUDINIT_META_DATA], "local-ipv4: 10.0.0.5\n");
+        cloudinit_files_done(&f);
+        cloudinit_set_free(set);
+        json_decref(d);
+        json_decref(n.network);
+        n.network = jload("[]");
+        assert_int_equal(cloudinit_data(&n, &d, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "network: must be an object");
+        json_decref(n.network);
+}
+
 static void test_render_defaults(void **state) {
         (void)state;
         struct cloudinit_node n = sample_node();
@@ -268,7 +309,7 @@ static void test_render_defaults(void **state) {
         assert_string_equal(f.text[CLOUDINIT_META_DATA], "instance-id: \"105\"\nlocal-hostname: \"k8s-default-x7k2p\"\n"
                                                          "provider-id: \"proxmox://r1/105\"\nregion: \"r1\"\nzone: \"pve1\"\n"
                                                          "instance-type: \"t1.2VCPU-6GB\"\n");
-        assert_string_equal(f.text[CLOUDINIT_NETWORK_CONFIG], cloudinit_default_template(CLOUDINIT_NETWORK_CONFIG));
+        assert_string_equal(f.text[CLOUDINIT_NETWORK_CONFIG], DHCP_NETWORK_CONFIG);
         assert_yaml(f.text[CLOUDINIT_NETWORK_CONFIG]);
         cloudinit_files_done(&f);
         json_decref(d);
@@ -334,7 +375,7 @@ static void test_render_custom(void **state) {
                             "  - [echo, \"" TOKEN "\"]\n");
         assert_string_equal(f.text[CLOUDINIT_META_DATA], "instance-id: 105\n");
         /* network-config falls back to the default */
-        assert_string_equal(f.text[CLOUDINIT_NETWORK_CONFIG], cloudinit_default_template(CLOUDINIT_NETWORK_CONFIG));
+        assert_string_equal(f.text[CLOUDINIT_NETWORK_CONFIG], DHCP_NETWORK_CONFIG);
         cloudinit_files_done(&f);
         json_decref(d);
         json_decref(n.values);
@@ -516,6 +557,7 @@ int main(void) {
                 cmocka_unit_test(test_data_minimal),
                 cmocka_unit_test(test_data_rejects),
                 cmocka_unit_test(test_render_defaults),
+                cmocka_unit_test(test_render_static_network),
                 cmocka_unit_test(test_render_kubelet_configuration),
                 cmocka_unit_test(test_render_custom),
                 cmocka_unit_test(test_render_errors),

@@ -155,7 +155,8 @@ static int validate(const json_t *s, const json_t *v, const char *path, char *er
 static const char *const KEYWORDS[] = {
         "type", "properties", "additionalProperties", "items", "required", "enum", "default", "description",
         "minimum", "maximum", "minLength", "maxLength", "pattern", "format", "maxItems", "minItems", "maxProperties",
-        "anyOf", "x-kubernetes-int-or-string", "x-kubernetes-validations", NULL,
+        "anyOf", "x-kubernetes-int-or-string", "x-kubernetes-validations", "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys", NULL,
 };
 
 static bool known_keyword(const char *k) {
