@@ -151,6 +151,9 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
 /* The NODECLAIM_ANNOTATION_AFTER value of planned claim i: the names (names[k] for claim k; NULL ones left out)
  * of the claims res lists in its after, comma-separated; NULL when none. New reference. */
 json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *const *names);
+/* pvescale.io/round-nodeclaims of claim i of n: the names of the round's other claims, comma-separated, as many
+ * as fit in 1 KiB; NULL when none (a new reference). */
+json_t *provisioner_claim_round(size_t n, size_t i, char *const *names);
 /* Its status: host, region, capacity and allocatable of the shape. New reference. */
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
 

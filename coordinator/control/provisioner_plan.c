@@ -486,6 +486,19 @@ json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *co
         return len ? json_string(buf) : NULL;
 }
 
+json_t *provisioner_claim_round(size_t n, size_t i, char *const *names) {
+        char buf[1024] = "";
+        size_t len = 0;
+        for (size_t k = 0; k < n; k++) {
+                const char *name = names[k];
+                size_t need = name ? strlen(name) + (len > 0) : 0;
+                if (k == i || !name || len + need >= sizeof buf)
+                        continue;
+                len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "," : "", name);
+        }
+        return len ? json_string(buf) : NULL;
+}
+
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i) {
         const struct sim_claim *c = &res->claims[i];
         const struct sim_host *h = r->in->hosts[c->host];

@@ -634,6 +634,32 @@ static void test_claim_after(void **state) {
         json_decref(a);
 }
 
+/* The round annotation names every other claim of the round that was created, within 1 KiB. */
+static void test_claim_round(void **state) {
+        (void)state;
+        char *names[] = { "ssd-b2c4d", "general-x7k2p", "general-q9z5m" };
+        json_t *a = provisioner_claim_round(3, 0, names);
+        assert_string_equal(json_string_value(a), "general-x7k2p,general-q9z5m");
+        json_decref(a);
+        a = provisioner_claim_round(3, 1, names);
+        assert_string_equal(json_string_value(a), "ssd-b2c4d,general-q9z5m");
+        json_decref(a);
+        assert_null(provisioner_claim_round(1, 0, names));
+        names[1] = NULL;
+        a = provisioner_claim_round(3, 2, names);
+        assert_string_equal(json_string_value(a), "ssd-b2c4d");
+        json_decref(a);
+        char *many[100], name[100][16];
+        for (int i = 0; i < 100; i++) {
+                snprintf(name[i], sizeof name[i], "general-%05d", i);
+                many[i] = name[i];
+        }
+        a = provisioner_claim_round(100, 0, many);
+        assert_true(json_string_length(a) < 1024);
+        assert_non_null(strstr(json_string_value(a), "general-00001,general-00002"));
+        json_decref(a);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_host_from_agent),
@@ -650,6 +676,7 @@ int main(void) {
                 cmocka_unit_test(test_agent_state_messages),
                 cmocka_unit_test(test_names_and_reasons),
                 cmocka_unit_test(test_claim_after),
+                cmocka_unit_test(test_claim_round),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
