@@ -580,7 +580,9 @@ static void tell_pods(struct provisioner *p, const struct provisioner_round *r, 
                 } else if (n && n->in_flight) {
                         nominate(p, r->pods[i], n->name, "", seen, out);
                 } else if (pl->target == SIM_TARGET_BOUND && r->in->pods[i]->node_name) {
-                        nominate(p, r->pods[i], r->in->pods[i]->node_name, "", seen, out); /* kept on its claim */
+                        const char *node = r->in->pods[i]->node_name; /* kept on its claim, or its settling Node */
+                        const char *claim = json_string_value(json_object_get(r->settling, node));
+                        nominate(p, r->pods[i], claim ? claim : node, "", seen, out);
                 } else if (pl->target == SIM_TARGET_UNPLACED) {
                         unplaced(p, r->pods[i], pl->reason, seen, out);
                 }

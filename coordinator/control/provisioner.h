@@ -43,7 +43,13 @@ struct provisioner_snapshot {
         /* A provisioning round's: the pods bound to Nodes marked for deletion enter as pending too (Karpenter's
          * deleting-node pods), so a node launched for the first of them to be evicted has room for the others. */
         bool reschedule_leaving;
+        /* Wall clock (ms since the epoch) the snapshot was taken at: a pending pod nominated to a claim Initialized
+         * less than PROVISIONER_SETTLE_MS before it enters bound to the claim's Node (kube-scheduler may not have
+         * tried it since: its backoff reaches 10 s). 0 = none does. */
+        int64_t now_ms;
 };
+
+#define PROVISIONER_SETTLE_MS 15000
 
 /* One round: the simulation input and what it was built from. */
 struct provisioner_round {
@@ -59,6 +65,7 @@ struct provisioner_round {
                                    * marked for deletion (snapshot's reschedule_leaving), entered unbound */
         json_t *problems;         /* ["Pod default/x: spec...: invalid quantity", ...]: objects left out */
         json_t *node_claims;      /* Node name -> the claim that stands for it while not Initialized */
+        json_t *settling;         /* Node name -> its claim, Initialized less than PROVISIONER_SETTLE_MS ago */
 };
 
 /* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, in-flight NodeClaims

@@ -324,6 +324,39 @@ static void test_round_inflight_and_nominations(void **state) {
         fixture_done(&f);
 }
 
+/* A pending pod nominated to a claim Initialized less than PROVISIONER_SETTLE_MS ago enters bound to the claim's
+ * Node (kube-scheduler may still have it in its backoff), not re-planned; once the window is over, placed afresh. */
+static void test_round_settling_claim(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[" POD("a", "u-a", "500m") "," POD("b", "u-b", "500m") "]",
+                     "[{\"metadata\": {\"name\": \"node-r\"}, \"spec\": {\"providerID\": \"proxmox://r1/101\"},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"1\", \"memory\": \"1Gi\"}}}]",
+                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\", "
+                     "\"nodeName\": \"node-r\", \"conditions\": [{\"type\": \"Initialized\", \"status\": \"True\", "
+                     "\"lastTransitionTime\": \"2026-12-07T12:00:00Z\"}]}}]",
+                     "[" POOL("default", "") "]");
+        json_object_set_new(f.nominated, "u-a", json_string("c-reg"));
+        struct provisioner_round *r;
+        int64_t at = 1796644800000LL; /* 2026-12-07T12:00:00Z */
+        f.snap.now_ms = at + 5000;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(r->in->n_nodes, 1);
+        assert_string_equal(r->in->pods[0]->node_name, "node-r");
+        assert_null(r->in->pods[1]->node_name);
+        assert_string_equal(json_string_value(json_object_get(r->settling, "node-r")), "c-reg");
+        provisioner_round_free(r);
+        f.snap.now_ms = at + PROVISIONER_SETTLE_MS;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_null(r->in->pods[0]->node_name);
+        provisioner_round_free(r);
+        f.snap.now_ms = 0;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_null(r->in->pods[0]->node_name);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
 /* A claim whose Node has registered but that is not Initialized stays in flight (Karpenter's rule): its Node
  * still has the unregistered and not-ready taints, and pods that could only go there would otherwise get a new
  * claim each. Pods bound to that Node count on the claim; pods nominated to it stay nominated. */
@@ -667,6 +700,7 @@ int main(void) {
                 cmocka_unit_test(test_host_charge),
                 cmocka_unit_test(test_round_claim_object),
                 cmocka_unit_test(test_round_inflight_and_nominations),
+                cmocka_unit_test(test_round_settling_claim),
                 cmocka_unit_test(test_round_registered_not_initialized),
                 cmocka_unit_test(test_round_leaving_node_holds_no_limit),
                 cmocka_unit_test(test_round_leaving_node_pods_reschedule),
