@@ -256,7 +256,8 @@ static void snapshot_take_locked(struct controller *c, struct snapshot *s) {
         s->s = (struct provisioner_snapshot){ .candidates = s->arrays[K_N], .bound = s->arrays[K_PODS],
                                               .nodes = s->arrays[K_NODES], .claims = s->arrays[K_CLAIMS],
                                               .pools = s->arrays[K_POOLS], .classes = s->arrays[K_CLASSES],
-                                              .daemonsets = s->arrays[K_DAEMONSETS], .pdbs = s->arrays[K_PDBS] };
+                                              .daemonsets = s->arrays[K_DAEMONSETS], .pdbs = s->arrays[K_PDBS],
+                                              .now_ms = rfc3339_now_ms() };
 }
 
 static void snapshot_done(struct snapshot *s) {

@@ -359,6 +359,7 @@ struct claim_writes {
         const struct sim_result *res;
         struct claim_job *jobs;
         const json_t *annotations; /* more annotations for every claim, or NULL */
+        bool round;                /* a provisioning round: each claim names the others (not replacements) */
         atomic_size_t next;
         struct latency_waits pre_waits; /* waits of the round before the claim writes */
 };
@@ -369,6 +370,11 @@ static json_t *claim_object(const struct claim_writes *w, size_t i, const char *
         json_t *annotations = kube_annotations_mut(obj);
         json_t *after = obj ? provisioner_claim_after(w->res, i, w->planned) : NULL;
         if (after && json_object_set_new(annotations, NODECLAIM_ANNOTATION_AFTER, after) < 0) {
+                json_decref(obj);
+                return NULL;
+        }
+        json_t *round = obj && w->round ? provisioner_claim_round(w->res->n_claims, i, w->planned) : NULL;
+        if (round && json_object_set_new(annotations, NODECLAIM_ANNOTATION_ROUND, round) < 0) {
                 json_decref(obj);
                 return NULL;
         }
@@ -484,7 +490,7 @@ static void write_claims(struct provisioner *p, struct claim_writes *w) {
 static void create_claims(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
                           const json_t *annotations, char **names, struct provisioner_outcome *out) {
         struct claim_writes w = { .p = p, .r = r, .res = res, .jobs = calloc(res->n_claims + 1, sizeof *w.jobs),
-                                  .annotations = annotations };
+                                  .annotations = annotations, .round = annotations == NULL };
         if (!w.jobs) {
                 out->failures += res->n_claims;
                 return;
@@ -574,7 +580,9 @@ static void tell_pods(struct provisioner *p, const struct provisioner_round *r, 
                 } else if (n && n->in_flight) {
                         nominate(p, r->pods[i], n->name, "", seen, out);
                 } else if (pl->target == SIM_TARGET_BOUND && r->in->pods[i]->node_name) {
-                        nominate(p, r->pods[i], r->in->pods[i]->node_name, "", seen, out); /* kept on its claim */
+                        const char *node = r->in->pods[i]->node_name; /* kept on its claim, or its settling Node */
+                        const char *claim = json_string_value(json_object_get(r->settling, node));
+                        nominate(p, r->pods[i], claim ? claim : node, "", seen, out);
                 } else if (pl->target == SIM_TARGET_UNPLACED) {
                         unplaced(p, r->pods[i], pl->reason, seen, out);
                 }

@@ -43,7 +43,13 @@ struct provisioner_snapshot {
         /* A provisioning round's: the pods bound to Nodes marked for deletion enter as pending too (Karpenter's
          * deleting-node pods), so a node launched for the first of them to be evicted has room for the others. */
         bool reschedule_leaving;
+        /* Wall clock (ms since the epoch) the snapshot was taken at: a pending pod nominated to a claim Initialized
+         * less than PROVISIONER_SETTLE_MS before it enters bound to the claim's Node (kube-scheduler may not have
+         * tried it since: its backoff reaches 10 s). 0 = none does. */
+        int64_t now_ms;
 };
+
+#define PROVISIONER_SETTLE_MS 15000
 
 /* One round: the simulation input and what it was built from. */
 struct provisioner_round {
@@ -59,6 +65,7 @@ struct provisioner_round {
                                    * marked for deletion (snapshot's reschedule_leaving), entered unbound */
         json_t *problems;         /* ["Pod default/x: spec...: invalid quantity", ...]: objects left out */
         json_t *node_claims;      /* Node name -> the claim that stands for it while not Initialized */
+        json_t *settling;         /* Node name -> its claim, Initialized less than PROVISIONER_SETTLE_MS ago */
 };
 
 /* Build the simulation input from a snapshot, without hosts: pending and bound pods, Nodes, in-flight NodeClaims
@@ -151,6 +158,9 @@ json_t *provisioner_claim_object(const struct provisioner_round *r, const struct
 /* The NODECLAIM_ANNOTATION_AFTER value of planned claim i: the names (names[k] for claim k; NULL ones left out)
  * of the claims res lists in its after, comma-separated; NULL when none. New reference. */
 json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *const *names);
+/* pvescale.io/round-nodeclaims of claim i of n: the names of the round's other claims, comma-separated, as many
+ * as fit in 1 KiB; NULL when none (a new reference). */
+json_t *provisioner_claim_round(size_t n, size_t i, char *const *names);
 /* Its status: host, region, capacity and allocatable of the shape. New reference. */
 json_t *provisioner_claim_status(const struct provisioner_round *r, const struct sim_result *res, size_t i);
 

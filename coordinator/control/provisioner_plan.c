@@ -14,6 +14,7 @@
 #include "nodeclaim.h"
 #include "provisioner.h"
 #include "quantity.h"
+#include "rfc3339.h"
 #include "simulate_json.h"
 #include "kube_object.h"
 #include "kube_types.h"
@@ -235,13 +236,34 @@ static int add_nodes(struct provisioner_round *r, const struct provisioner_snaps
         return rc;
 }
 
-/* The in-flight claim a pending pod was nominated to, if it is still in the input. */
+/* Claims Initialized less than PROVISIONER_SETTLE_MS before now_ms, not being deleted: {"<Node>": "<claim>"}. */
+static json_t *settling_index(const json_t *claims, int64_t now_ms) {
+        json_t *out = json_object(), *claim;
+        size_t i;
+        json_array_foreach(claims, i, claim) {
+                const json_t *st = json_object_get(claim, "status");
+                const char *since = kube_str(kube_condition(st, "Initialized"), "lastTransitionTime");
+                const char *node = kube_str(st, "nodeName"), *name = kube_meta_str(claim, "name");
+                int64_t at = 0;
+                if (out && now_ms && name && node && *node && !kube_deleting(claim) && initialized(claim) && since &&
+                    rfc3339_parse(since, &at) == 0 && now_ms - at < PROVISIONER_SETTLE_MS)
+                        json_object_set_new(out, node, json_string(name));
+        }
+        return out;
+}
+
+/* The input node a pending pod's nomination keeps it on: its claim while in flight, else the Node of its claim
+ * while that claim settles (r->settling); NULL when neither is in the input. */
 static const char *nominated_claim(const struct provisioner_round *r, const json_t *nominated, const json_t *pod) {
         const char *uid = kube_meta_str(pod, "uid");
         const char *claim = uid ? json_string_value(json_object_get(nominated, uid)) : NULL;
-        for (size_t i = 0; claim && i < r->in->n_nodes; i++)
-                if (r->in->nodes[i]->in_flight && strcmp(r->in->nodes[i]->name, claim) == 0)
-                        return r->in->nodes[i]->name;
+        for (size_t i = 0; claim && i < r->in->n_nodes; i++) {
+                const struct sim_node *n = r->in->nodes[i];
+                const char *of = json_string_value(json_object_get(r->settling, n->name));
+                if ((n->in_flight && strcmp(n->name, claim) == 0) ||
+                    (!n->in_flight && !n->leaving && of && strcmp(of, claim) == 0))
+                        return n->name;
+        }
         return NULL;
 }
 
@@ -304,8 +326,9 @@ int provisioner_round_new(const struct provisioner_snapshot *snap, struct provis
         r->in = simulate_input_new();
         r->problems = json_array();
         r->node_claims = json_object();
+        r->settling = settling_index(snap->claims, snap->now_ms);
         r->pods = calloc(json_array_size(snap->candidates) + json_array_size(snap->bound) + 1, sizeof *r->pods);
-        int rc = r->in && r->problems && r->pods ? 0 : -ENOMEM;
+        int rc = r->in && r->problems && r->pods && r->settling ? 0 : -ENOMEM;
         if (rc == 0)
                 rc = add_classes(r, snap->classes);
         if (rc == 0)
@@ -343,6 +366,7 @@ void provisioner_round_free(struct provisioner_round *r) {
         free(r->classes);
         json_decref(r->problems);
         json_decref(r->node_claims);
+        json_decref(r->settling);
         free(r);
 }
 
@@ -485,6 +509,19 @@ json_t *provisioner_claim_after(const struct sim_result *res, size_t i, char *co
                 if (!n || len + need >= sizeof buf)
                         continue;
                 len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "," : "", n);
+        }
+        return len ? json_string(buf) : NULL;
+}
+
+json_t *provisioner_claim_round(size_t n, size_t i, char *const *names) {
+        char buf[1024] = "";
+        size_t len = 0;
+        for (size_t k = 0; k < n; k++) {
+                const char *name = names[k];
+                size_t need = name ? strlen(name) + (len > 0) : 0;
+                if (k == i || !name || len + need >= sizeof buf)
+                        continue;
+                len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "," : "", name);
         }
         return len ? json_string(buf) : NULL;
 }

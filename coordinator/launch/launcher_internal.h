@@ -13,7 +13,8 @@
  *   launcher_teardown.c               failed launches, deleted claims (termination in order), the finalizer
  *   launcher_gc.c                     periodic clean-up of what no claim owns
  *   launcher.c                        the table of steps and the reconcile that runs it
- * Below them all, pure: launchstep (results and decisions), nodeclaim (the typed status), launcher_plan. */
+ * Below them all, pure: launchstep (results and decisions), nodeclaim (the typed status), launcher_plan, nominate
+ * (which pods a Node is nominated for). */
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 

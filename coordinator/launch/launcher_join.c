@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "rfc3339.h"
+#include "nominate.h"
 
 /* ---- the Node ---- */
 
@@ -124,6 +124,108 @@ static struct launchstep_result initialized(struct launcher__ctx *c, const char 
         return launchstep_done();
 }
 
+/* ---- nominations ---- */
+
+/* Write status.nominatedNodeName = node_name on one pod; false when it failed (logged). */
+static bool nominate_one(struct launcher__ctx *c, const json_t *who, const char *node_name) {
+        const char *ns = json_string_value(json_object_get(who, "namespace"));
+        const char *name = json_string_value(json_object_get(who, "name"));
+        json_t *patch = json_pack("{s:{s:s}}", "status", "nominatedNodeName", node_name);
+        int r = patch ? kube_patch(c->kube, &kube_pods, ns, name, "status", KUBE_PATCH_MERGE, patch, NULL) : -ENOMEM;
+        json_decref(patch);
+        if (r < 0 && r != -ENOENT && !kube_client_canceled(c->kube))
+                log_warning("launcher: NodeClaim %s: nominate pod %s/%s to Node %s: %s", c->name, ns, name, node_name,
+                            kube_client_error(c->kube));
+        return r == 0;
+}
+
+/* The claims of this claim's round (NODECLAIM_ANNOTATION_ROUND), this one first: a new array of names. */
+static json_t *round_claims(struct launcher__ctx *c) {
+        const char *peers = json_string_value(json_object_get(kube_meta_of(c->claim).annotations,
+                                                              NODECLAIM_ANNOTATION_ROUND));
+        json_t *out = json_array();
+        char names[1024];
+        char *save = NULL;
+        json_array_append_new(out, json_string(c->name));
+        snprintf(names, sizeof names, "%s", peers ? peers : "");
+        for (char *n = strtok_r(names, ",", &save); n; n = strtok_r(NULL, ",", &save))
+                json_array_append_new(out, json_string(n));
+        return out;
+}
+
+/* The Node of a claim of the round: this claim's own (node_name), else the cached Node of the claim's providerID;
+ * copied to buf; false when it has none (yet). */
+static bool claim_node(struct launcher__ctx *c, const char *claim, const char *node_name, char *buf, size_t len) {
+        const struct launcher_env *e = &c->l->env;
+        if (strcmp(claim, c->name) == 0) {
+                snprintf(buf, len, "%s", node_name);
+                return true;
+        }
+        json_t *obj = e->cached ? e->cached(e->userdata, &kube_nodeclaims, claim) : NULL;
+        const char *pid = kube_nodeclaim_of(obj).provider_id;
+        const json_t *node = pid && e->node_by_provider_id ? e->node_by_provider_id(e->userdata, pid) : NULL;
+        const char *name = kube_meta_of(node).name;
+        if (name)
+                snprintf(buf, len, "%s", name);
+        json_decref(obj);
+        return name != NULL;
+}
+
+/* The pods the provisioner planned on this claim and on the other claims of its round (their Nominated events) and
+ * still unbound get status.nominatedNodeName = the claim's Node, just before this Node becomes schedulable and
+ * again while it settles: kube-scheduler then tries that Node first for them and counts them on it when it filters
+ * other pods, so its LeastAllocated spreading cannot hand their room to pods planned elsewhere. Best effort: a
+ * failure is logged. */
+static void nominate_pods(struct launcher__ctx *c, const char *node_name) {
+        struct kube_list_options pods = { .field_selector = "spec.nodeName=" };
+        struct kube_list_options events = { .field_selector = "reason=" NODECLAIM_REASON_NOMINATED };
+        json_t *unbound = NULL, *nominated = NULL, *claims = round_claims(c), *claim;
+        size_t i, k, done = 0;
+        if (kube_list(c->kube, &kube_pods, NULL, &pods, &unbound) < 0 ||
+            kube_list(c->kube, &kube_events, NULL, &events, &nominated) < 0)
+                json_array_clear(claims);
+        json_array_foreach(claims, k, claim) {
+                char node[256];
+                const char *name = json_string_value(claim);
+                json_t *todo = name && claim_node(c, name, node_name, node, sizeof node)
+                                       ? nominate_pods_of(unbound, nominated, name, node)
+                                       : NULL;
+                json_t *who;
+                json_array_foreach(todo, i, who)
+                        done += nominate_one(c, who, node);
+                json_decref(todo);
+        }
+        if (done > 0)
+                log_info("launcher: NodeClaim %s: %zu pods nominated to the Nodes of its round", c->name, done);
+        json_decref(claims);
+        json_decref(unbound);
+        json_decref(nominated);
+}
+
+/* A claim of this claim's round whose Node has yet to register (there, not being deleted, not Initialized, and no
+ * Node for it in the cache), copied to buf, while this launch began less than NODECLAIM_ROUND_MAX_MS ago. */
+static bool round_waits_for(struct launcher__ctx *c, const char *node_name, char *buf, size_t len) {
+        const struct launcher_env *e = &c->l->env;
+        json_t *claims = round_claims(c), *claim;
+        size_t k;
+        bool waits = false;
+        if (c->now - c->st->started_ms > NODECLAIM_ROUND_MAX_MS || !e->cached)
+                json_array_clear(claims);
+        json_array_foreach(claims, k, claim) {
+                const char *name = json_string_value(claim);
+                char node[256];
+                json_t *obj = name && !waits ? e->cached(e->userdata, &kube_nodeclaims, name) : NULL;
+                waits = obj && !kube_meta_of(obj).deleting &&
+                        !kube_condition_true(json_object_get(obj, "status"), "Initialized") &&
+                        !claim_node(c, name, node_name, node, sizeof node);
+                if (waits)
+                        snprintf(buf, len, "%s", name);
+                json_decref(obj);
+        }
+        json_decref(claims);
+        return waits;
+}
+
 /* ---- register ---- */
 
 /* Label and taint the Node (from the informer's copy; a conflict reads it again); *ret_stored is the Node as
@@ -167,77 +269,15 @@ static struct launchstep_result register_node(struct launcher__ctx *c, const jso
 
 /* ---- held for earlier claims ---- */
 
-/* What a held claim looks at, read once per check: unbound pods (uid -> true) and our Nominated events. */
-struct hold_view {
-        json_t *unbound, *nominated;
-        bool read;
-};
-
-static void hold_view_read(struct launcher__ctx *c, struct hold_view *v) {
-        struct kube_list_options pods = { .field_selector = "spec.nodeName=" };
-        struct kube_list_options events = { .field_selector = "reason=" NODECLAIM_REASON_NOMINATED };
-        json_t *list = NULL, *pod;
-        size_t i;
-        v->read = true;
-        v->unbound = json_object();
-        if (kube_list(c->kube, &kube_pods, NULL, &pods, &list) == 0) {
-                json_array_foreach(json_object_get(list, "items"), i, pod) {
-                        const json_t *m = json_object_get(pod, "metadata");
-                        const char *uid = json_string_value(json_object_get(m, "uid"));
-                        const json_t *spec = json_object_get(pod, "spec");
-                        const char *node = json_string_value(json_object_get(spec, "nodeName"));
-                        if (uid && (!node || !*node) && !json_object_get(m, "deletionTimestamp"))
-                                json_object_set_new(v->unbound, uid, json_true());
-                }
-        }
-        json_decref(list);
-        if (kube_list(c->kube, &kube_events, NULL, &events, &v->nominated) < 0)
-                v->nominated = NULL;
-}
-
-static void hold_view_done(struct hold_view *v) {
-        json_decref(v->unbound);
-        json_decref(v->nominated);
-}
-
-/* Does the message name nodeclaim/<claim> (followed by a space or its end)? */
-static bool names_claim(const char *msg, const char *claim) {
-        size_t n = strlen(claim);
-        for (const char *at = msg ? strstr(msg, "nodeclaim/") : NULL; at; at = strstr(at + 1, "nodeclaim/"))
-                if (strncmp(at + 10, claim, n) == 0 && (at[10 + n] == '\0' || at[10 + n] == ' '))
-                        return true;
-        return false;
-}
-
-/* Is a pod nominated to the claim still unbound (kube-scheduler has yet to place it)? */
-static bool pods_pending_on(struct launcher__ctx *c, struct hold_view *v, const char *claim) {
-        json_t *ev;
-        size_t i;
-        if (!v->read)
-                hold_view_read(c, v);
-        json_array_foreach(json_object_get(v->nominated, "items"), i, ev) {
-                struct kube_event e;
-                kube_event_decode(ev, &e);
-                if (e.involved_uid && json_object_get(v->unbound, e.involved_uid) && names_claim(e.message, claim))
-                        return true;
-        }
-        return false;
-}
-
-/* Is the named claim still ahead of this one: there, not being deleted, and either not Initialized, or Initialized
- * less than NODECLAIM_SETTLE_MS ago with pods nominated to it still unbound? An error reading it counts as no. */
-static bool claim_ahead(struct launcher__ctx *c, struct hold_view *v, const char *name) {
+/* Is the named claim still ahead of this one: there, not being deleted, and not Initialized? Once it is, the pods
+ * planned on its Node carry it as their nominatedNodeName (nominate_pods), so kube-scheduler keeps their room there
+ * and cannot give them this Node's. An error reading it counts as no. */
+static bool claim_ahead(struct launcher__ctx *c, const char *name) {
         json_t *claim = NULL;
         if (kube_get(c->kube, &kube_nodeclaims, NULL, name, &claim) < 0)
                 return false;
-        const json_t *status = json_object_get(claim, "status");
-        const char *since = json_string_value(json_object_get(kube_condition(status, "Initialized"),
-                                                              "lastTransitionTime"));
-        int64_t at = 0;
-        bool ahead = !kube_meta_of(claim).deleting;
-        if (ahead && kube_condition_true(status, "Initialized"))
-                ahead = since && rfc3339_parse(since, &at) == 0 && c->now - at < NODECLAIM_SETTLE_MS &&
-                        pods_pending_on(c, v, name);
+        bool ahead = !kube_meta_of(claim).deleting &&
+                     !kube_condition_true(json_object_get(claim, "status"), "Initialized");
         json_decref(claim);
         return ahead;
 }
@@ -248,24 +288,24 @@ static bool held_for(struct launcher__ctx *c, char *buf, size_t len) {
         const char *after = json_string_value(json_object_get(kube_meta_of(c->claim).annotations,
                                                               NODECLAIM_ANNOTATION_AFTER));
         char names[1024];
-        struct hold_view v = { 0 };
         bool held = false;
         if (!after || !*after || c->now - c->st->started_ms > NODECLAIM_HOLD_MAX_MS)
                 return false;
         snprintf(names, sizeof names, "%s", after);
         char *save = NULL;
         for (char *n = strtok_r(names, ",", &save); n && !held; n = strtok_r(NULL, ",", &save)) {
-                held = claim_ahead(c, &v, n);
+                held = claim_ahead(c, n);
                 if (held)
                         snprintf(buf, len, "%s", n);
         }
-        hold_view_done(&v);
         return held;
 }
 
 struct launchstep_result launcher__register(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
+        if (!owned) /* borrowed from the worker, which drops it at its next lookup (claim_node makes some) */
+                owned = json_incref((json_t *)node);
         const char *n = kube_meta_of(node).name;
         if (!n || !*n || !launchstep_node_is_claims(node, c->uid)) {
                 json_decref(owned);
@@ -284,8 +324,16 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
                 json_decref(owned);
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         }
-        if (launchstep_ok(&res))
+        if (launchstep_ok(&res) && round_waits_for(c, n, first, sizeof first)) {
+                log_info("launcher: NodeClaim %s: Node %s held until the Node of NodeClaim %s (same round) registered",
+                         c->name, n, first);
+                json_decref(owned);
+                return launchstep_wait(LAUNCHSTEP_POLL_MS);
+        }
+        if (launchstep_ok(&res)) {
+                nominate_pods(c, n);
                 res = register_node(c, node);
+        }
         json_decref(owned);
         return res;
 }
@@ -293,9 +341,14 @@ struct launchstep_result launcher__register(struct launcher__ctx *c) {
 struct launchstep_result launcher__initialize(struct launcher__ctx *c) {
         json_t *owned = NULL;
         const json_t *node = find_node(c, &owned);
+        if (!owned) /* borrowed from the worker, which drops it at its next lookup (claim_node makes some) */
+                owned = json_incref((json_t *)node);
         struct launchstep_result res = launcher__need_pool(c);
         bool init = launchstep_ok(&res) && node && launchstep_node_is_claims(node, c->uid) &&
                     node_state(c, node) == LAUNCHER_NODE_INITIALIZED;
+        const char *name = kube_meta_of(node).name;
+        if (launchstep_ok(&res) && name && launchstep_node_is_claims(node, c->uid))
+                nominate_pods(c, name); /* again: a failed scheduling attempt may have cleared them */
         json_decref(owned);
         if (!launchstep_ok(&res))
                 return res;

@@ -59,15 +59,19 @@ enum nodeclaim_reservation {
  * comma-separated. Here, below control/, so that the launcher can tell such a claim's VM from a provisioning one. */
 #define NODECLAIM_ANNOTATION_REPLACES "pvescale.io/replaces"
 /* Set by the provisioner: the claims of the same round (comma-separated names) whose Nodes take pods first. The
- * launcher leaves this claim's Node tainted unregistered until each is gone, being deleted, or Initialized with no
- * pod nominated to it (our NODECLAIM_REASON_NOMINATED events) still unbound, or Initialized NODECLAIM_SETTLE_MS ago
- * (kube-scheduler retries an unschedulable pod within its 10 s maximum backoff), and NODECLAIM_HOLD_MAX_MS at most
- * after the launch began, so that kube-scheduler cannot give this Node's room to the pods planned on theirs
- * (docs/coordinator.md, "Provisioning and events"). */
+ * launcher leaves this claim's Node tainted unregistered until each is gone, being deleted or Initialized, and
+ * NODECLAIM_HOLD_MAX_MS at most after the launch began, so that kube-scheduler cannot give this Node's room to the
+ * pods planned on theirs (docs/coordinator.md, "Provisioning and events"). */
 #define NODECLAIM_ANNOTATION_AFTER "pvescale.io/after-nodeclaims"
+/* Set by the provisioner: the other claims of the same round (comma-separated names, as many as fit in 1 KiB). The
+ * launcher leaves this claim's Node tainted unregistered until the Node of each has registered (or the claim is
+ * gone, being deleted, or Initialized), NODECLAIM_ROUND_MAX_MS at most after the launch began, then nominates the
+ * pods planned on every one of them to its Node: all of the round's Nodes are there, with their pods' room kept by
+ * kube-scheduler, before the first one takes pods (docs/coordinator.md, "Nominations"). */
+#define NODECLAIM_ANNOTATION_ROUND "pvescale.io/round-nodeclaims"
 #define NODECLAIM_REASON_NOMINATED "Nominated" /* the provisioner's event on a pod planned onto a claim */
-#define NODECLAIM_SETTLE_MS 15000
 #define NODECLAIM_HOLD_MAX_MS 120000
+#define NODECLAIM_ROUND_MAX_MS 30000
 
 #define NODECLAIM_MAX_CONDITIONS 16
 #define NODECLAIM_MESSAGE_MAX 512

@@ -298,6 +298,7 @@ static const struct api_call {
         { "", "pods", "list", "", "launcher: termination, the pods of a Node" },
         { "", "pods", "delete", "", "launcher: termination, pods left at the end of the grace period" },
         { "", "pods/eviction", "create", "", "launcher: termination, evictions" },
+        { "", "pods/status", "patch", "", "launcher: status.nominatedNodeName of the pods planned on its Node" },
         { "", "events", "create", "", "provisioner: Nominated/Warning on pods; launcher: on NodeClaims" },
         { "", "events", "list", "", "provisioner: Nominated events read back after a restart" },
         { "", "secrets", "get", "kube-system", "launcher: NodeClass templatesRef/valuesRef (their default namespace)" },

@@ -324,6 +324,39 @@ static void test_round_inflight_and_nominations(void **state) {
         fixture_done(&f);
 }
 
+/* A pending pod nominated to a claim Initialized less than PROVISIONER_SETTLE_MS ago enters bound to the claim's
+ * Node (kube-scheduler may still have it in its backoff), not re-planned; once the window is over, placed afresh. */
+static void test_round_settling_claim(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[" POD("a", "u-a", "500m") "," POD("b", "u-b", "500m") "]",
+                     "[{\"metadata\": {\"name\": \"node-r\"}, \"spec\": {\"providerID\": \"proxmox://r1/101\"},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"1\", \"memory\": \"1Gi\"}}}]",
+                     "[" CLAIM("c-reg", "pve1", "") ", \"status\": {\"providerID\": \"proxmox://r1/101\", "
+                     "\"nodeName\": \"node-r\", \"conditions\": [{\"type\": \"Initialized\", \"status\": \"True\", "
+                     "\"lastTransitionTime\": \"2026-12-07T12:00:00Z\"}]}}]",
+                     "[" POOL("default", "") "]");
+        json_object_set_new(f.nominated, "u-a", json_string("c-reg"));
+        struct provisioner_round *r;
+        int64_t at = 1796644800000LL; /* 2026-12-07T12:00:00Z */
+        f.snap.now_ms = at + 5000;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_int_equal(r->in->n_nodes, 1);
+        assert_string_equal(r->in->pods[0]->node_name, "node-r");
+        assert_null(r->in->pods[1]->node_name);
+        assert_string_equal(json_string_value(json_object_get(r->settling, "node-r")), "c-reg");
+        provisioner_round_free(r);
+        f.snap.now_ms = at + PROVISIONER_SETTLE_MS;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_null(r->in->pods[0]->node_name);
+        provisioner_round_free(r);
+        f.snap.now_ms = 0;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        assert_null(r->in->pods[0]->node_name);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
 /* A claim whose Node has registered but that is not Initialized stays in flight (Karpenter's rule): its Node
  * still has the unregistered and not-ready taints, and pods that could only go there would otherwise get a new
  * claim each. Pods bound to that Node count on the claim; pods nominated to it stay nominated. */
@@ -634,6 +667,32 @@ static void test_claim_after(void **state) {
         json_decref(a);
 }
 
+/* The round annotation names every other claim of the round that was created, within 1 KiB. */
+static void test_claim_round(void **state) {
+        (void)state;
+        char *names[] = { "ssd-b2c4d", "general-x7k2p", "general-q9z5m" };
+        json_t *a = provisioner_claim_round(3, 0, names);
+        assert_string_equal(json_string_value(a), "general-x7k2p,general-q9z5m");
+        json_decref(a);
+        a = provisioner_claim_round(3, 1, names);
+        assert_string_equal(json_string_value(a), "ssd-b2c4d,general-q9z5m");
+        json_decref(a);
+        assert_null(provisioner_claim_round(1, 0, names));
+        names[1] = NULL;
+        a = provisioner_claim_round(3, 2, names);
+        assert_string_equal(json_string_value(a), "ssd-b2c4d");
+        json_decref(a);
+        char *many[100], name[100][16];
+        for (int i = 0; i < 100; i++) {
+                snprintf(name[i], sizeof name[i], "general-%05d", i);
+                many[i] = name[i];
+        }
+        a = provisioner_claim_round(100, 0, many);
+        assert_true(json_string_length(a) < 1024);
+        assert_non_null(strstr(json_string_value(a), "general-00001,general-00002"));
+        json_decref(a);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_host_from_agent),
@@ -641,6 +700,7 @@ int main(void) {
                 cmocka_unit_test(test_host_charge),
                 cmocka_unit_test(test_round_claim_object),
                 cmocka_unit_test(test_round_inflight_and_nominations),
+                cmocka_unit_test(test_round_settling_claim),
                 cmocka_unit_test(test_round_registered_not_initialized),
                 cmocka_unit_test(test_round_leaving_node_holds_no_limit),
                 cmocka_unit_test(test_round_leaving_node_pods_reschedule),
@@ -650,6 +710,7 @@ int main(void) {
                 cmocka_unit_test(test_agent_state_messages),
                 cmocka_unit_test(test_names_and_reasons),
                 cmocka_unit_test(test_claim_after),
+                cmocka_unit_test(test_claim_round),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
