@@ -244,7 +244,9 @@ class Kubelet:
     # ---- main loop ----------------------------------------------------------------------------------------------
     def _run(self):
         try:
-            while self.alive() and time.time() - self.vm.started_at < float(self.knob("join_delay_seconds")):
+            # the guest boots to cloud-init (boot_seconds), whose kubeadm join starts after join_delay_seconds
+            while self.alive() and time.time() - self.vm.started_at < float(self.knob("boot_seconds")) + float(
+                    self.knob("join_delay_seconds")):
                 time.sleep(0.1)
             while self.alive() and self.api is None:
                 self._try_join()

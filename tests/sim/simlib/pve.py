@@ -104,6 +104,11 @@ class Region:
         self.access = pveacl.Access(self.pools)  # user.cfg: users, tokens, roles, ACLs (see pveacl.py)
         self.access.install_defaults(self.token_id, self.token_secret, self.ro_token_id, self.ro_token_secret)
         self.server = None
+        self.storage_locks = {}  # (host, storage) -> lock: pve-storage's /var/lock/pve-manager/pve-storage-<id>
+
+    def storage_lock(self, host, storage):
+        with self.w.lock:
+            return self.storage_locks.setdefault((host, storage), threading.Lock())
 
     # ---- tasks -------------------------------------------------------------
     def start_task(self, node, ttype, tid, user, fn):
@@ -685,7 +690,7 @@ class PveApp:
 
         def work(t):
             t.log.append("create %s clone of drive scsi0" % ("full" if full else "linked"))
-            time.sleep(float(self.w.knob("clone_seconds")))
+            self._clone_copy(t, src, full, p.get("storage"))
             with self.w.lock:
                 if fail:
                     new.remove_file()
@@ -705,6 +710,36 @@ class PveApp:
                 with self.w.lock:
                     self.r.pools[p["pool"]]["vms"].add(newid)
         return self.r.start_task(src.host.name, "qmclone", src.vmid, u, work)
+
+    # ---- clone delays: the copy's time and the storage lock (knobs clone_seconds, full_clone_seconds_per_gib,
+    # storage_lock; tests/sim/README.md "Delay profiles") ------------------------------------------------------------
+    def _clone_copy(self, t, src, full, storage):
+        """The clone's storage work: clone_seconds, plus for a full clone the template's disk at
+        full_clone_seconds_per_gib; with storage_lock, under the target storage's lock on that host, so parallel
+        clones onto one storage take turns."""
+        seconds = float(self.w.knob("clone_seconds"))
+        if full:
+            seconds += self._disk_bytes(src) / 2**30 * float(self.w.knob("full_clone_seconds_per_gib"))
+        if not self.w.knob("storage_lock"):
+            time.sleep(seconds)
+            return
+        storage = storage or self._disk_storage(src)
+        lk = self.r.storage_lock(src.host.name, storage)
+        if not lk.acquire(blocking=False):
+            t.log.append("waiting for lock on storage '%s'" % storage)
+            lk.acquire()
+        try:
+            time.sleep(seconds)
+        finally:
+            lk.release()
+
+    @staticmethod
+    def _disk_storage(vm):
+        for k in ("scsi0", "virtio0", "sata0", "ide0"):
+            m = re.match(r"^(?:file=)?([^:,]+):", vm.conf.get(k, ""))
+            if m:
+                return m.group(1)
+        return DISK_STORAGE
 
     def _clone_conf(self, src, newid, p, full, srcvm):
         conf = {}
