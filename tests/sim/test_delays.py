@@ -155,5 +155,144 @@ class CloneDelayTest(unittest.TestCase):
         self.assertTrue(conf["scsi0"].startswith("local-lvm:vm-%d-disk-0," % CloneDelayTest.next), conf)
 
 
+
+class SuspendTest(unittest.TestCase):
+    """status/suspend (pause, or hibernate with todisk) and status/resume, as qemu-server answers them."""
+    READ = 0.5  # s/GiB: the template's 2048 MiB read back in 1 s
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve", kube="none",
+                              knobs=["vmstate_read_seconds_per_gib=%g" % cls.READ, "vmstate_write_seconds_per_gib=0.1"])
+        cls.next = 400
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def running_vm(self):
+        SuspendTest.next += 1
+        vmid = SuspendTest.next
+        self.sim.clone(vmid, "s%d" % vmid)
+        self.ok(self.post(vmid, "start"))
+        return vmid
+
+    def post(self, vmid, action, auth=None, **params):
+        return self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/%s" % (vmid, action), params or None, auth=auth)
+
+    def ok(self, r):
+        self.assertEqual(r.status, 200, r)
+        st = self.sim.wait_task(r.data, timeout=60)
+        self.assertEqual(st["exitstatus"], "OK", st)
+        return st
+
+    def current(self, vmid):
+        return self.sim.pve("GET", "/nodes/pve1/qemu/%d/status/current" % vmid).data
+
+    def config(self, vmid):
+        return self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).data
+
+    def test_pause_and_resume(self):
+        vmid = self.running_vm()
+        pid = self.current(vmid)["pid"]
+        r = self.post(vmid, "suspend")
+        self.assertEqual(r.data.split(":")[5], "qmpause")
+        self.ok(r)
+        cur = self.current(vmid)
+        self.assertEqual((cur["status"], cur["qmpstatus"], cur["pid"]), ("running", "paused", pid))
+        self.assertNotIn("lock", cur)
+        r = self.post(vmid, "resume")
+        self.assertEqual(r.data.split(":")[5], "qmresume")
+        self.ok(r)
+        cur = self.current(vmid)
+        self.assertEqual((cur["status"], cur["qmpstatus"], cur["pid"]), ("running", "running", pid))
+        self.ok(self.post(vmid, "resume"))  # resuming a running VM: nothing to do, OK
+
+    def test_hibernate_and_resume(self):
+        vmid = self.running_vm()
+        r = self.post(vmid, "suspend", todisk=1)
+        self.assertEqual(r.data.split(":")[5], "qmsuspend")
+        self.ok(r)
+        cur = self.current(vmid)
+        self.assertEqual((cur["status"], cur["qmpstatus"], cur["lock"]), ("stopped", "stopped", "suspended"))
+        self.assertNotIn("pid", cur)
+        conf = self.config(vmid)
+        self.assertRegex(conf["vmstate"], r"^local-lvm:vm-%d-state-suspend-\d{4}-\d\d-\d\d$" % vmid)
+        # locked: no config change, no destroy, no second suspend (it is not running)
+        r = self.sim.pve("PUT", "/nodes/pve1/qemu/%d/config" % vmid, {"cores": 4})
+        self.assertEqual((r.status, r.json["message"]), (500, "VM is locked (suspended)\n"))
+        r = self.sim.pve("DELETE", "/nodes/pve1/qemu/%d" % vmid)
+        self.assertEqual(r.status, 500, r)
+        r = self.post(vmid, "suspend")
+        self.assertEqual((r.status, r.json["message"]), (500, "VM %d not running\n" % vmid))
+        t0 = time.time()
+        st = self.ok(self.post(vmid, "resume"))
+        # QEMU's start plus the VM's 2048 MiB read back at READ s/GiB (a lower bound: load cannot break it)
+        self.assertGreaterEqual(time.time() - t0, 2 * self.READ)
+        log = [x["t"] for x in self.sim.pve("GET", "/nodes/pve1/tasks/%s/log" % st["upid"].replace(":", "%3A")).data]
+        self.assertTrue(any(l.startswith("resuming VM %d from local-lvm:vm-%d-state-" % (vmid, vmid)) for l in log),
+                        log)
+        cur = self.current(vmid)
+        self.assertEqual((cur["status"], cur["qmpstatus"]), ("running", "running"))
+        self.assertNotIn("lock", cur)
+        conf = self.config(vmid)
+        self.assertNotIn("vmstate", conf)
+        self.assertNotIn("runningmachine", conf)
+        # status/start resumes a hibernated VM too (vm_start with the 'suspended' lock)
+        self.ok(self.post(vmid, "suspend", todisk=1))
+        self.ok(self.post(vmid, "start"))
+        self.assertNotIn("lock", self.current(vmid))
+
+    def test_refusals(self):
+        SuspendTest.next += 1
+        vmid = SuspendTest.next
+        self.sim.clone(vmid, "s%d" % vmid)
+        for action in ("suspend", "resume"):
+            r = self.post(vmid, action)
+            self.assertEqual((r.status, r.json["message"]), (500, "VM %d not running\n" % vmid))
+        self.ok(self.post(vmid, "start"))
+        r = self.post(vmid, "suspend", todisk="maybe")
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("todisk", r.json["errors"])
+        r = self.post(vmid, "suspend", statestorage="local-lvm")  # requires todisk: PVE names the missing one
+        self.assertEqual((r.status, r.json["errors"]),
+                         (400, {"todisk": "missing property - 'statestorage' requires this property"}))
+        r = self.post(vmid, "suspend", todisk=1, statestorage="nosuch")
+        self.assertEqual((r.status, r.json["message"]), (500, "storage 'nosuch' does not exist\n"))
+        for action in ("suspend", "resume"):
+            r = self.post(vmid, action, skiplock=1)
+            self.assertEqual((r.status, r.json["errors"]), (400, {"skiplock": "Only root may use this option."}))
+        self.assertEqual(self.current(vmid)["qmpstatus"], "running")  # nothing changed
+
+    def pveum(self, *args):
+        r = self.sim.admin("POST", "/actions/pveum", {"args": list(args)})
+        self.assertEqual(r.json["rc"], 0, r.json)
+        return r.json["stdout"]
+
+    def test_privileges(self):
+        import json
+        vmid = self.running_vm()
+        self.pveum("user", "add", "ops@pve")
+        tok = json.loads(self.pveum("user", "token", "add", "ops@pve", "tok", "--privsep", "0", "--output-format",
+                                    "json"))
+        auth = "PVEAPIToken=%s=%s" % (tok["full-tokenid"], tok["value"])
+        r = self.post(vmid, "suspend", auth=auth)
+        self.assertEqual((r.status, r.reason), (403, "Permission check failed (/vms/%d, VM.PowerMgmt)" % vmid))
+        self.pveum("acl", "modify", "/vms/%d" % vmid, "--users", "ops@pve", "--roles", "PVEVMUser")
+        self.ok(self.post(vmid, "suspend", auth=auth))  # VM.PowerMgmt is enough to pause
+        self.ok(self.post(vmid, "resume", auth=auth))
+        r = self.post(vmid, "suspend", auth=auth, todisk=1)  # to disk: VM.Config.Disk too
+        self.assertEqual((r.status, r.reason), (403, "Permission check failed (/vms/%d, VM.Config.Disk)" % vmid))
+        self.pveum("role", "add", "Hib", "--privs", "VM.Config.Disk")
+        self.pveum("acl", "modify", "/vms/%d" % vmid, "--users", "ops@pve", "--roles", "Hib")
+        r = self.post(vmid, "suspend", auth=auth, todisk=1)  # and Datastore.AllocateSpace on the state's storage
+        self.assertEqual((r.status, r.reason), (403, "Permission check failed (/storage/local-lvm, "
+                                                     "Datastore.AllocateSpace)"))
+        self.assertEqual(self.current(vmid)["qmpstatus"], "running")
+        self.pveum("acl", "modify", "/storage/local-lvm", "--users", "ops@pve", "--roles", "PVEDatastoreUser")
+        self.ok(self.post(vmid, "suspend", auth=auth, todisk=1))
+        self.assertEqual(self.current(vmid)["lock"], "suspended")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -477,6 +477,10 @@ class Kubelet:
             self.reason = "fault injection: kubelet_stopped"
             self.last_status = 0.0  # back, it posts its status at once
             return
+        if getattr(self.vm, "paused_boot", None) == self.boot:  # status/suspend: the guest is frozen
+            self.reason = "VM paused"
+            self.last_status = 0.0
+            return
         now = time.time()
         if now - self.last_lease >= float(self.knob("lease_interval_seconds")) and not self._status_holds():
             self.last_status = 0.0

@@ -49,6 +49,7 @@ KNOBS = {
     "node_monitor_grace_seconds": 50.0, "node_monitor_seconds": 0.0,
     # Delay profile and the delays only it (or --set) turns on (tests/sim/README.md "Delay profiles")
     "delays": "fast", "boot_seconds": 0.0, "full_clone_seconds_per_gib": 0.0, "storage_lock": False,
+    "vmstate_write_seconds_per_gib": 0.0, "vmstate_read_seconds_per_gib": 0.0,
 }
 
 # `delays: realistic` (knob, --delays, scenario key): Proxmox VE's and a kubeadm node's own figures, each with its
@@ -57,7 +58,7 @@ REALISTIC = {
     "clone_seconds": 3.0, "full_clone_seconds_per_gib": 5.12, "storage_lock": True, "create_seconds": 1.0,
     "start_seconds": 2.0, "boot_seconds": 23.0, "join_delay_seconds": 15.0, "ready_delay_seconds": 5.0,
     "shutdown_seconds": 8.0, "stop_seconds": 1.0, "stop_cleanup_seconds": 0.5, "destroy_seconds": 2.0,
-    "pod_start_seconds": 1.0,
+    "pod_start_seconds": 1.0, "vmstate_write_seconds_per_gib": 1.0, "vmstate_read_seconds_per_gib": 1.0,
 }
 DELAY_PROFILES = {"fast": {k: KNOBS[k] for k in REALISTIC}, "realistic": REALISTIC}
 
@@ -130,7 +131,8 @@ class World:
         if apply and self.real is not None:
             self.real.check_knobs(d)
         if "delays" in d and d["delays"] not in DELAY_PROFILES:
-            raise UsageError("knob delays: unknown profile %r (want %s)" % (d["delays"], " or ".join(sorted(DELAY_PROFILES))))
+            raise UsageError("knob delays: unknown profile %r (want %s)"
+                             % (d["delays"], " or ".join(sorted(DELAY_PROFILES))))
         if "delays" in d:  # the profile's values, then the other knobs of the same call
             d = dict(DELAY_PROFILES[d["delays"]], **d)
         with self.lock if hasattr(self, "lock") else _nolock():
