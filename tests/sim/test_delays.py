@@ -201,12 +201,17 @@ class SuspendTest(unittest.TestCase):
         cur = self.current(vmid)
         self.assertEqual((cur["status"], cur["qmpstatus"], cur["pid"]), ("running", "paused", pid))
         self.assertNotIn("lock", cur)
+        r = self.sim.pve("POST", "/nodes/pve1/qemu/%d/status/shutdown" % vmid)
+        self.assertEqual((r.status, r.json["message"]), (500, "VM is paused - cannot shutdown\n"))
         r = self.post(vmid, "resume")
         self.assertEqual(r.data.split(":")[5], "qmresume")
         self.ok(r)
         cur = self.current(vmid)
         self.assertEqual((cur["status"], cur["qmpstatus"], cur["pid"]), ("running", "running", pid))
         self.ok(self.post(vmid, "resume"))  # resuming a running VM: nothing to do, OK
+        self.ok(self.post(vmid, "suspend"))
+        self.ok(self.post(vmid, "shutdown", forceStop=1))  # paused: a stop instead
+        self.assertEqual(self.current(vmid)["status"], "stopped")
 
     def test_hibernate_and_resume(self):
         vmid = self.running_vm()

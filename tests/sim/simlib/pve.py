@@ -942,7 +942,9 @@ class PveApp:
         return self._stop(p, u, "qmstop", 0.0)
 
     def h_POST_nodes_node_qemu_vmid_status_shutdown(self, p, u):
-        return self._stop(p, u, "qmshutdown", float(self.w.knob("shutdown_seconds")))
+        if "skiplock" in p:
+            raise param_error("skiplock", "Only root may use this option.")
+        return self._stop(p, u, "qmshutdown", self._shutdown_seconds(self.vm(p["node"], p["vmid"]), p))
 
     def h_POST_nodes_node_qemu_vmid_status_reboot(self, p, u):
         vm = self.vm(p["node"], p["vmid"])
@@ -1062,6 +1064,14 @@ class PveApp:
             vm.conf["lock"] = "suspended"
             vm.save()
             self.w.vm_event("stopped", vm)
+
+    def _shutdown_seconds(self, vm, p):
+        """A paused guest cannot shut down: refused, or with forceStop a stop (vm_shutdown's check)."""
+        if not _paused(vm):
+            return float(self.w.knob("shutdown_seconds"))
+        if pveschema.parse_bool(p.get("forceStop", "0")) != 1:
+            raise ApiError(500, "VM is paused - cannot shutdown\n")
+        return 0.0
 
     def _start_seconds(self, vm, t):
         """QEMU's start; from a vmstate (a hibernated VM) also its RAM read back: memory x
