@@ -43,9 +43,10 @@ class ProfileTest(unittest.TestCase):
             for name in ("full_clone_seconds_per_gib", "boot_seconds", "storage_lock", "stop_cleanup_seconds"):
                 self.assertEqual(k[name], simmod.REALISTIC[name], name)
             self.assertEqual(k["clone_seconds"], 0.2)  # simtest's --set clone_seconds=0.2 wins over the profile
-            r = s.admin("POST", "/knobs", {"delays": "slow"})
-            self.assertEqual(r.status, 400, r)
-            self.assertIn("delays", r.json["error"])
+            for bad in ("slow", ["realistic"]):
+                r = s.admin("POST", "/knobs", {"delays": bad, "boot_seconds": 9})
+                self.assertEqual(r.status, 400, r)
+                self.assertIn("delays", r.json["error"])
             self.assertEqual(s.admin("GET", "/knobs").json, k)  # nothing changed
             k = s.admin("POST", "/knobs", {"delays": "fast", "boot_seconds": 0.5}).json
             self.assertEqual(k["delays"], "fast")

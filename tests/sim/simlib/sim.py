@@ -130,7 +130,7 @@ class World:
             raise UsageError("unknown knob(s): %s" % ", ".join(sorted(unknown)))
         if apply and self.real is not None:
             self.real.check_knobs(d)
-        if "delays" in d and d["delays"] not in DELAY_PROFILES:
+        if "delays" in d and (not isinstance(d["delays"], str) or d["delays"] not in DELAY_PROFILES):
             raise UsageError("knob delays: unknown profile %r (want %s)"
                              % (d["delays"], " or ".join(sorted(DELAY_PROFILES))))
         if "delays" in d:  # the profile's values, then the other knobs of the same call
