@@ -196,6 +196,29 @@ class RealKubeletTest(unittest.TestCase):
         self.sim.knobs(kubelet_stopped=[])
         wait_for(lambda: self.ready("worker-k") == "True", 30, 0.2, "Ready again once the kubelet posts")
 
+    def test_boot_seconds_and_a_paused_vm(self):
+        """boot_seconds: the guest boots before cloud-init's join, so the Node registers no sooner than that after
+        the VM started. A VM paused with status/suspend freezes its kubelet; resumed, it posts again."""
+        self.secret("pau789", "0123456789abcdef")
+        self.sim.knobs(boot_seconds=3)
+        try:
+            self.boot_vm(306, "worker-p", USER_DATA.format(token="pau789.0123456789abcdef", vmid=306), node="pve2",
+                         cores=2, memory=2048)
+            wait_for(lambda: self.ready("worker-p") == "True", 60, 0.2, "worker-p Ready")
+        finally:
+            self.sim.knobs(boot_seconds=0)
+        rep = self.sim.admin("GET", "/report").json
+        started = [v["started"][0] for v in rep["vms"] if v["vmid"] == 306][0]
+        registered = [e["t"] for e in rep["nodes"] if e["node"] == "worker-p" and e["event"] == "registered"][0]
+        self.assertGreaterEqual(registered - started, 3.0)
+        path = "/nodes/pve2/qemu/306/status/"
+        self.assertEqual(self.sim.wait_task(self.sim.pve("POST", path + "suspend").data)["exitstatus"], "OK")
+        wait_for(lambda: self.kubelet_state(306).get("reason") == "VM paused", 30, 0.2, "the kubelet frozen")
+        self.assertEqual(self.sim.pve("GET", path + "current").data["qmpstatus"], "paused")
+        self.assertEqual(self.sim.wait_task(self.sim.pve("POST", path + "resume").data)["exitstatus"], "OK")
+        wait_for(lambda: self.kubelet_state(306).get("reason") == "registered", 30, 0.2, "the kubelet back")
+        self.assertEqual(self.ready("worker-p"), "True")
+
     def test_wrong_token_secret_fails_the_discovery(self):
         self.secret("bad456", "0123456789abcdef")
         self.boot_vm(302, "worker-b", USER_DATA.format(token="bad456.ffffffffffffffff", vmid=302), node="pve2")

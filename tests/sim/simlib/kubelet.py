@@ -244,7 +244,9 @@ class Kubelet:
     # ---- main loop ----------------------------------------------------------------------------------------------
     def _run(self):
         try:
-            while self.alive() and time.time() - self.vm.started_at < float(self.knob("join_delay_seconds")):
+            # the guest boots to cloud-init (boot_seconds), whose kubeadm join starts after join_delay_seconds
+            while self.alive() and time.time() - self.vm.started_at < float(self.knob("boot_seconds")) + float(
+                    self.knob("join_delay_seconds")):
                 time.sleep(0.1)
             while self.alive() and self.api is None:
                 self._try_join()
@@ -474,6 +476,10 @@ class Kubelet:
         if self.listed("kubelet_stopped"):
             self.reason = "fault injection: kubelet_stopped"
             self.last_status = 0.0  # back, it posts its status at once
+            return
+        if getattr(self.vm, "paused_boot", None) == self.boot:  # status/suspend: the guest is frozen
+            self.reason = "VM paused"
+            self.last_status = 0.0
             return
         now = time.time()
         if now - self.last_lease >= float(self.knob("lease_interval_seconds")) and not self._status_holds():

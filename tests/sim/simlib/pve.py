@@ -105,6 +105,11 @@ class Region:
         self.access = pveacl.Access(self.pools)  # user.cfg: users, tokens, roles, ACLs (see pveacl.py)
         self.access.install_defaults(self.token_id, self.token_secret, self.ro_token_id, self.ro_token_secret)
         self.server = None
+        self.storage_locks = {}  # (host, storage) -> lock: pve-storage's /var/lock/pve-manager/pve-storage-<id>
+
+    def storage_lock(self, host, storage):
+        with self.w.lock:
+            return self.storage_locks.setdefault((host, storage), threading.Lock())
 
     # ---- tasks -------------------------------------------------------------
     def start_task(self, node, ttype, tid, user, fn):
@@ -691,7 +696,7 @@ class PveApp:
 
         def work(t):
             t.log.append("create %s clone of drive scsi0" % ("full" if full else "linked"))
-            time.sleep(float(self.w.knob("clone_seconds")))
+            self._clone_copy(t, src, full, p.get("storage"))
             with self.w.lock:
                 if fail:
                     new.remove_file()
@@ -711,6 +716,36 @@ class PveApp:
                 with self.w.lock:
                     self.r.pools[p["pool"]]["vms"].add(newid)
         return self.r.start_task(src.host.name, "qmclone", src.vmid, u, work)
+
+    # ---- clone delays: the copy's time and the storage lock (knobs clone_seconds, full_clone_seconds_per_gib,
+    # storage_lock; tests/sim/README.md "Delay profiles") ------------------------------------------------------------
+    def _clone_copy(self, t, src, full, storage):
+        """The clone's storage work: clone_seconds, plus for a full clone the template's disk at
+        full_clone_seconds_per_gib; with storage_lock, under the target storage's lock on that host, so parallel
+        clones onto one storage take turns."""
+        seconds = float(self.w.knob("clone_seconds"))
+        if full:
+            seconds += self._disk_bytes(src) / 2**30 * float(self.w.knob("full_clone_seconds_per_gib"))
+        if not self.w.knob("storage_lock"):
+            time.sleep(seconds)
+            return
+        storage = storage or self._disk_storage(src)
+        lk = self.r.storage_lock(src.host.name, storage)
+        if not lk.acquire(blocking=False):
+            t.log.append("waiting for lock on storage '%s'" % storage)
+            lk.acquire()
+        try:
+            time.sleep(seconds)
+        finally:
+            lk.release()
+
+    @staticmethod
+    def _disk_storage(vm):
+        for k in ("scsi0", "virtio0", "sata0", "ide0"):
+            m = re.match(r"^(?:file=)?([^:,]+):", vm.conf.get(k, ""))
+            if m:
+                return m.group(1)
+        return DISK_STORAGE
 
     def _clone_conf(self, src, newid, p, full, srcvm):
         conf = {}
@@ -797,7 +832,8 @@ class PveApp:
 
     def h_GET_nodes_node_qemu_vmid_status_current(self, p, u):
         vm = self.vm(p["node"], p["vmid"])
-        o = {"vmid": vm.vmid, "qmpstatus": vm.status, "cpus": vm.vcpus(), "ha": {"managed": 0}}
+        o = {"vmid": vm.vmid, "qmpstatus": "paused" if _paused(vm) else vm.status, "cpus": vm.vcpus(),
+             "ha": {"managed": 0}}
         o.update(self._vm_stats(vm))
         if vm.status == "running":
             o["pid"] = vm.pid
@@ -834,7 +870,7 @@ class PveApp:
                 raise TaskError("you can't start a vm if it's a template")
             if vm.status == "running" or vm.stopping:
                 raise TaskError("VM %d already running" % vm.vmid)
-            if vm.conf.get("lock"):
+            if vm.conf.get("lock") and vm.conf["lock"] != "suspended":  # suspended: resumed from its vmstate
                 raise TaskError("VM is locked (%s)" % vm.conf["lock"])
             if vm.host.down:
                 raise TaskError("node '%s' is offline" % vm.host.name)
@@ -845,7 +881,7 @@ class PveApp:
                 raise TaskError("start failed: QEMU exited with code 1 (fault injection)")
             vm.status = "starting"
         t.log.append("starting VM %d" % vm.vmid)
-        time.sleep(float(self.w.knob("start_seconds")))
+        time.sleep(self._start_seconds(vm, t))
         try:
             pid = self.w.procs.start(vm)
         except Exception as e:
@@ -861,6 +897,7 @@ class PveApp:
             vm.started_at = time.time()
             vm.incarnation = uuid.uuid4().hex
             vm.history["started"].append(vm.started_at)
+            self._drop_vmstate(vm)
             self.w.vm_event("started", vm)
 
     def _apply_pending(self, vm):
@@ -912,7 +949,9 @@ class PveApp:
         return self._stop(p, u, "qmstop", 0.0)
 
     def h_POST_nodes_node_qemu_vmid_status_shutdown(self, p, u):
-        return self._stop(p, u, "qmshutdown", float(self.w.knob("shutdown_seconds")))
+        if "skiplock" in p:
+            raise param_error("skiplock", "Only root may use this option.")
+        return self._stop(p, u, "qmshutdown", self._shutdown_seconds(self.vm(p["node"], p["vmid"]), p))
 
     def h_POST_nodes_node_qemu_vmid_status_reboot(self, p, u):
         vm = self.vm(p["node"], p["vmid"])
@@ -952,6 +991,111 @@ class PveApp:
             self._apply_pending(vm)
             self.w.vm_event("stopped", vm)
         time.sleep(float(self.w.knob("stop_cleanup_seconds")))  # vm_stop_cleanup: stopped, the lock still held
+
+    # ---- suspend / resume (qemu-server's vm_suspend, vm_resume; knobs vmstate_write_seconds_per_gib,
+    # vmstate_read_seconds_per_gib; tests/sim/README.md "Suspend and resume") -----------------------------------
+    def h_POST_nodes_node_qemu_vmid_status_suspend(self, p, u):
+        if "skiplock" in p:
+            raise param_error("skiplock", "Only root may use this option.")
+        vm = self.vm(p["node"], p["vmid"])
+        if vm.status != "running":
+            raise ApiError(500, "VM %d not running\n" % vm.vmid)
+        todisk = pveschema.parse_bool(p.get("todisk", "0")) == 1
+        storage = None
+        if todisk:
+            self.r.access.check_vm_perm(u, vm.vmid, None, ["VM.Config.Disk"])
+            if any(re.match(r"^hostpci\d+$", k) for k in vm.conf):
+                raise ApiError(500, "cannot suspend VM to disk due to passed-through PCI device(s), which lack the "
+                               "possibility to save/restore their internal state\n")
+            storage = p.get("statestorage") or vm.conf.get("vmstatestorage") or self._disk_storage(vm)
+            self.r.access.check(u, "/storage/" + storage, ["Datastore.AllocateSpace"])
+            self._storage(vm.host, storage)
+        work = (lambda t: self._hibernate(vm, t, storage)) if todisk else (lambda t: self._pause(vm, t))
+        return self.r.start_task(vm.host.name, "qmsuspend" if todisk else "qmpause", vm.vmid, u, work)
+
+    def h_POST_nodes_node_qemu_vmid_status_resume(self, p, u):
+        for k in ("skiplock", "nocheck"):
+            if k in p:
+                raise param_error(k, "Only root may use this option.")
+        vm = self.vm(p["node"], p["vmid"])
+        from_disk = vm.conf.get("lock") == "suspended"
+        if not from_disk and vm.status != "running":
+            raise ApiError(500, "VM %d not running\n" % vm.vmid)
+        work = (lambda t: self._do_start(vm, t)) if from_disk else (lambda t: self._unpause(vm, t))
+        return self.r.start_task(vm.host.name, "qmresume", vm.vmid, u, work)
+
+    def _pause(self, vm, t):
+        """QMP stop: the guest is frozen, its QEMU process and memory stay (status running, qmpstatus paused)."""
+        with self._config_locked(vm), self.w.lock:
+            if vm.status != "running":
+                raise TaskError("VM %d not running" % vm.vmid)
+            if vm.conf.get("lock"):
+                raise TaskError("VM is locked (%s)" % vm.conf["lock"])
+            vm.paused_boot = vm.started_at
+
+    def _unpause(self, vm, t):
+        with self._config_locked(vm), self.w.lock:
+            if vm.is_template():
+                raise TaskError("VM %d is a template and cannot be resumed!" % vm.vmid)
+            if not _paused(vm):
+                return
+            if vm.conf.get("lock"):
+                raise TaskError("VM is locked (%s)" % vm.conf["lock"])
+            vm.paused_boot = None
+
+    def _hibernate(self, vm, t, storage):
+        """qm suspend --todisk: the lock 'suspending' and a vmstate volume, the RAM written to it (outside the config
+        lock, memory x vmstate_write_seconds_per_gib), then QEMU quits and the lock becomes 'suspended'."""
+        with self._config_locked(vm), self.w.lock:
+            if vm.status != "running":
+                raise TaskError("VM %d not running" % vm.vmid)
+            if vm.conf.get("lock"):
+                raise TaskError("VM is locked (%s)" % vm.conf["lock"])
+            vm.conf["lock"] = "suspending"
+            vm.conf["vmstate"] = "%s:vm-%d-state-suspend-%s" % (storage, vm.vmid, time.strftime("%Y-%m-%d"))
+            vm.conf["runningmachine"] = "pc-i440fx-9.2+pve1"
+            vm.save()
+            boot = vm.started_at
+        time.sleep(vm.memory_mib() / 1024 * float(self.w.knob("vmstate_write_seconds_per_gib")))
+        with self._config_locked(vm), self.w.lock:
+            if vm.status != "running" or vm.started_at != boot:  # PVE leaves the lock 'suspending' to show it
+                for k in ("vmstate", "runningmachine"):
+                    vm.conf.pop(k, None)
+                vm.save()
+                raise TaskError("savevm not active")
+            t.log.append("State saved, quitting")
+            vm.last_pinning = hostsmod.thread_pinning(vm.pid) if vm.pid else None
+            self.w.procs.stop(vm, vm.pid)
+            vm.status, vm.pid, vm.paused_boot = "stopped", None, None
+            vm.history["stopped"].append(time.time())
+            vm.conf["lock"] = "suspended"
+            vm.save()
+            self.w.vm_event("stopped", vm)
+
+    def _shutdown_seconds(self, vm, p):
+        """A paused guest cannot shut down: refused, or with forceStop a stop (vm_shutdown's check)."""
+        if not _paused(vm):
+            return float(self.w.knob("shutdown_seconds"))
+        if pveschema.parse_bool(p.get("forceStop", "0")) != 1:
+            raise ApiError(500, "VM is paused - cannot shutdown\n")
+        return 0.0
+
+    def _start_seconds(self, vm, t):
+        """QEMU's start; from a vmstate (a hibernated VM) also its RAM read back: memory x
+        vmstate_read_seconds_per_gib."""
+        seconds = float(self.w.knob("start_seconds"))
+        if vm.conf.get("lock") == "suspended" and vm.conf.get("vmstate"):
+            t.log.append("resuming VM %d from %s" % (vm.vmid, vm.conf["vmstate"]))
+            seconds += vm.memory_mib() / 1024 * float(self.w.knob("vmstate_read_seconds_per_gib"))
+        return seconds
+
+    def _drop_vmstate(self, vm):
+        """After a start from the vmstate: its volume freed, the lock and the state's keys gone (vm_start_nolock)."""
+        if vm.conf.get("lock") != "suspended":
+            return
+        for k in ("lock", "vmstate", "runningmachine", "runningcpu"):
+            vm.conf.pop(k, None)
+        vm.save()
 
     # ---- tasks -------------------------------------------------------------
     def _task(self, p):
@@ -1373,6 +1517,11 @@ def _new_size(key, opts, m):
     if key == "tpmstate0":
         return "size=4M"
     return "size=%sG" % m.group(2)
+
+
+def _paused(vm):
+    """Paused by status/suspend (not to disk) in this run of its QEMU process."""
+    return vm.status == "running" and vm.started_at is not None and getattr(vm, "paused_boot", None) == vm.started_at
 
 
 def _split(s):

@@ -47,10 +47,35 @@ KNOBS = {
     "kubelet_not_ready": [], "kubelet_stopped": [], "register_hold": False, "register_ready": False,
     # kube-controller-manager's --node-monitor-grace-period and --node-monitor-period (at start only, --set)
     "node_monitor_grace_seconds": 50.0, "node_monitor_seconds": 0.0,
+    # Delay profile and the delays only it (or --set) turns on (tests/sim/README.md "Delay profiles")
+    "delays": "fast", "boot_seconds": 0.0, "full_clone_seconds_per_gib": 0.0, "storage_lock": False,
+    "vmstate_write_seconds_per_gib": 0.0, "vmstate_read_seconds_per_gib": 0.0,
 }
+
+# `delays: realistic` (knob, --delays, scenario key): Proxmox VE's and a kubeadm node's own figures, each with its
+# source in tests/sim/README.md. `fast` puts these knobs back to KNOBS' defaults. Knobs set explicitly win.
+REALISTIC = {
+    "clone_seconds": 3.0, "full_clone_seconds_per_gib": 5.12, "storage_lock": True, "create_seconds": 1.0,
+    "start_seconds": 2.0, "boot_seconds": 23.0, "join_delay_seconds": 15.0, "ready_delay_seconds": 5.0,
+    "shutdown_seconds": 8.0, "stop_seconds": 1.0, "stop_cleanup_seconds": 0.5, "destroy_seconds": 2.0,
+    "pod_start_seconds": 1.0, "vmstate_write_seconds_per_gib": 1.0, "vmstate_read_seconds_per_gib": 1.0,
+}
+DELAY_PROFILES = {"fast": {k: KNOBS[k] for k in REALISTIC}, "realistic": REALISTIC}
 
 
 UsageError = realkube.UsageError
+
+
+def initial_profile(args, scenario, given):
+    """The delay profile at start: --delays, else the last `delays` knob given (--set, scenario knobs), else the
+    scenario's `"delays": "<profile>"`, else fast."""
+    if getattr(args, "delays", None):
+        return args.delays
+    for d in reversed(given):
+        if "delays" in d:
+            return d["delays"]
+    sd = scenario.get("delays")
+    return sd if isinstance(sd, str) else "fast"
 
 
 def parse_hosts(spec):
@@ -78,15 +103,17 @@ class World:
         self.lock = threading.RLock()
         self.stopping = False
         self.knobs = dict(KNOBS)
-        for k in ("knobs", "faults", "delays"):
-            self.set_knobs(scenario.get(k) or {}, apply=False)
+        given = [scenario.get(k) or {} for k in ("knobs", "faults", "delays") if not isinstance(scenario.get(k), str)]
         for kv in args.set or []:
             k, _, v = kv.partition("=")
             try:
                 val = json.loads(v)
             except ValueError:
                 val = v
-            self.set_knobs({k: val}, apply=False)
+            given.append({k: val})
+        self.set_knobs({"delays": initial_profile(args, scenario, given)}, apply=False)
+        for d in given:  # the profile first, then every knob given, whatever their order
+            self.set_knobs({k: v for k, v in d.items() if k != "delays"}, apply=False)
         self.counts = collections.Counter()
         self.regions = collections.OrderedDict()
         self.hosts = collections.OrderedDict()
@@ -103,6 +130,11 @@ class World:
             raise UsageError("unknown knob(s): %s" % ", ".join(sorted(unknown)))
         if apply and self.real is not None:
             self.real.check_knobs(d)
+        if "delays" in d and (not isinstance(d["delays"], str) or d["delays"] not in DELAY_PROFILES):
+            raise UsageError("knob delays: unknown profile %r (want %s)"
+                             % (d["delays"], " or ".join(sorted(DELAY_PROFILES))))
+        if "delays" in d:  # the profile's values, then the other knobs of the same call
+            d = dict(DELAY_PROFILES[d["delays"]], **d)
         with self.lock if hasattr(self, "lock") else _nolock():
             old_down = set(self.knobs.get("hosts_down") or [])
             for k, v in d.items():
@@ -689,6 +721,9 @@ def main(argv=None):
                     help="the compiled stand-in for VM processes (build/tests/sim/standin-kvm) instead of the Python one")
     ap.add_argument("--report")
     ap.add_argument("--set", action="append", metavar="KNOB=VALUE", help="set a knob (JSON value), repeatable")
+    ap.add_argument("--delays", choices=sorted(DELAY_PROFILES),
+                    help="delay profile: fast (the default, for tests) or realistic (Proxmox's and a node's own "
+                         "figures; knobs given with --set or the scenario win)")
     ap.add_argument("--kube", choices=("real", "none"), default="real",
                     help="real: a real control plane from ../shared/k8s with simulated kubelets (default); none: "
                          "Proxmox VE only, no Kubernetes")
