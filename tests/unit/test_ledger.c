@@ -496,53 +496,49 @@ static void test_changes_are_journaled_and_replayed(void **state) {
         free(records);
 }
 
-/* A record whose write a crash tore (its checksum does not match) was never acknowledged: not applied, and the
- * load reports nothing. */
-static void test_a_torn_last_record_is_not_applied(void **state) {
-        struct fixture *f = *state;
+/* Commit `commits` reservations one at a time through a fresh store, then damage the JSON of the journal's record
+ * number `record` (a byte near its end), as a torn write or a bad sector would. */
+static void commit_then_damage(struct fixture *f, unsigned commits, unsigned record) {
         char problem[512], journal[160];
         snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
         struct ledger *l;
         struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
-        commit_each(s, l, 3);
+        commit_each(s, l, commits);
         ledger_store_free(s);
         ledger_free(l);
         size_t len;
         char *records = read_all(journal, &len);
-        overwrite(journal, strchr(records + record_at(records, 2), '\n') - records - 3, "x"); /* in its JSON */
-        s = store_load(f, 0, &l, problem, sizeof problem);
-        assert_int_equal(l->n, 2);
-        assert_string_equal(problem, "");
+        overwrite(journal, strchr(records + record_at(records, record), '\n') - records - 3, "x");
+        free(records);
+}
+
+/* Load through the journal, expecting want and n reservations; the problem is left in problem. */
+static void expect_loaded(struct fixture *f, int want, size_t n, char *problem, size_t len) {
+        struct ledger *l;
+        struct ledger_store *s = store_load(f, want, &l, problem, len);
+        assert_int_equal(l->n, n);
         ledger_store_free(s);
         ledger_free(l);
-        free(records);
+}
+
+/* A record whose write a crash tore (its checksum does not match) was never acknowledged: not applied, and the
+ * load reports nothing. */
+static void test_a_torn_last_record_is_not_applied(void **state) {
+        char problem[512];
+        commit_then_damage(*state, 3, 2); /* the state file, then records 1 and 2: the last one torn */
+        expect_loaded(*state, 0, 2, problem, sizeof problem);
+        assert_string_equal(problem, "");
 }
 
 /* A record damaged with later records of its epoch behind it: those were acknowledged, and are lost: the load
  * says so (1), keeps what came before, and rewrites the state. */
 static void test_a_damaged_record_before_others_is_reported(void **state) {
-        struct fixture *f = *state;
-        char problem[512], journal[160];
-        snprintf(journal, sizeof journal, "%s/%s", f->dir, LEDGER_JOURNAL_FILE);
-        struct ledger *l;
-        struct ledger_store *s = store_load(f, 0, &l, problem, sizeof problem);
-        commit_each(s, l, 4);
-        ledger_store_free(s);
-        ledger_free(l);
-        size_t len;
-        char *records = read_all(journal, &len);
-        overwrite(journal, strchr(records + record_at(records, 2), '\n') - records - 3, "x"); /* in its JSON */
-        s = store_load(f, 1, &l, problem, sizeof problem);
-        assert_int_equal(l->n, 2);
+        char problem[512];
+        commit_then_damage(*state, 4, 2); /* records 1, 2 and 3: the middle one damaged */
+        expect_loaded(*state, 1, 2, problem, sizeof problem);
         assert_non_null(strstr(problem, "damaged"));
         assert_non_null(strstr(problem, "after record 1"));
-        ledger_store_free(s);
-        ledger_free(l);
-        s = store_load(f, 0, &l, problem, sizeof problem); /* rewritten: the next start is clean */
-        assert_int_equal(l->n, 2);
-        ledger_store_free(s);
-        ledger_free(l);
-        free(records);
+        expect_loaded(*state, 0, 2, problem, sizeof problem); /* rewritten: the next start is clean */
 }
 
 /* A record with a good checksum that does not fit the state (the delete of a reservation it does not have): the
