@@ -92,7 +92,7 @@ class ReplaceTest(cl.SharedControlPlaneTest):
         w = ReplaceWatcher(c, node, vmid, name)
         w.start()
         self.addCleanup(w.halt.set)
-        patch = {"spec": {"tags": ["drifted"]}}
+        patch = {"spec": {"onBoot": False}}  # drifts (tags, resourcePool and securityGroups change in place)
         self.assertEqual(c.sim.kube("PATCH", cl.GROUP + "/proxmoxnodeclasses/default", patch,
                                     ctype="application/merge-patch+json").status, 200)
 
@@ -244,7 +244,7 @@ class ReplaceTest(cl.SharedControlPlaneTest):
         t.start()
         self.addCleanup(halt.set)
         c.sim.knobs(pod_start_seconds=4)  # X's pods leave one at a time, slowly: X holds one of them for a while
-        self.assertEqual(c.sim.kube("PATCH", cl.GROUP + "/proxmoxnodeclasses/batch", {"spec": {"tags": ["drifted"]}},
+        self.assertEqual(c.sim.kube("PATCH", cl.GROUP + "/proxmoxnodeclasses/batch", {"spec": {"onBoot": False}},
                                     ctype="application/merge-patch+json").status, 200)
 
         def replaced():
