@@ -253,8 +253,15 @@ def make_iso(path, files):
         for name, text in files.items():
             with open(os.path.join(src, name), "w") as f:
                 f.write(text)
-        subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", path, "-V", "cidata", "-J", "-R", src],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = ["xorriso", "-as", "mkisofs", "-quiet", "-o", path, "-V", "cidata", "-J", "-R", src]
+        for attempt in range(2):  # xorriso once exited 1 in a CI run for no reason it printed: say why, try again
+            if os.path.exists(path):
+                os.unlink(path)
+            p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if p.returncode == 0:
+                break
+            print("make_iso: xorriso exit %d: %s" % (p.returncode, p.stderr.strip()), file=sys.stderr, flush=True)
+        p.check_returncode()
         with open(path, "rb") as f:
             return f.read()
     finally:
