@@ -456,7 +456,8 @@ def against_simulator(root, process, tmp):
             claims = poll(lambda: [x for x in c.claims() if x["metadata"].get("labels", {})
                                    .get("pvescale.io/nodepool") == "default"], 30)
             check(len(claims) == 1, "a NodeClaim for the pending pod: %s" % [x["metadata"]["name"] for x in claims])
-            nominated = [e for e in c.pod_events("web-0") if e["reason"] == "Nominated"]
+            # The round writes its Nominated events after it has created the claims: wait for it too.
+            nominated = poll(lambda: [e for e in c.pod_events("web-0") if e["reason"] == "Nominated"], 30)
             check(len(nominated) >= 1, "the pod is Nominated to it")
             status, m = metric_values(metrics_port)
             check(status == 200, "/metrics answers")
