@@ -173,6 +173,12 @@ class ReservationTest(unittest.TestCase):
             time.sleep(0.05)
         ids = [self.reserve(owner="claim-%d" % i)[1]["id"] for i in range(3)]
         before = self.inventory_reads()
+        settled = time.time() + 1.0  # the config's write may still bring a second (coalesced) read: let it come
+        while time.time() < settled:
+            time.sleep(0.2)
+            now = self.inventory_reads()
+            if now != before:
+                before, settled = now, time.time() + 1.0
         status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[0], {"vmid": 301})
         self.assertEqual(status, 200, body)
         status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[1], {"vmid": 301})
