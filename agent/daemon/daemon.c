@@ -282,6 +282,7 @@ static int loop_open(struct loop *l) {
         if (l->epoll_fd < 0 || l->signal_fd < 0 || l->inotify_fd < 0 || l->timer_fd < 0)
                 return log_error_errno(-EMFILE, "cannot create the event loop file descriptors");
         watch_dirs(l);
+        mark_dirty(l); /* a config written between the first read (agent_load_all) and the watches is read now */
         r = pin_service_start(&l->agent->pins);
         if (r < 0)
                 return log_error_errno(r, "cannot start the QMP worker thread");

@@ -166,11 +166,15 @@ class ReservationTest(unittest.TestCase):
         self.agent.stop()
         self.args += ["--rescan-interval", "3600"]  # no safety rescan in the middle of the count
         self.start()
-        with open(os.path.join(self.conf_dir, "301.conf"), "w") as f:
+        staged = os.path.join(self.tmp, "301.conf")  # renamed in: one inotify event, so one read of it
+        with open(staged, "w") as f:
             f.write("name: k8s-b\ncores: 2\nmemory: 1024\n")
+        os.rename(staged, os.path.join(self.conf_dir, "301.conf"))
         deadline = time.time() + 5
         while time.time() < deadline and self.client.request("GET", "/v1/vms/301")[0] != 200:
             time.sleep(0.05)
+        # known from inotify (or the read right after the watches were set, should it have come before them)
+        self.assertEqual(self.client.request("GET", "/v1/vms/301")[0], 200)
         ids = [self.reserve(owner="claim-%d" % i)[1]["id"] for i in range(3)]
         before = self.inventory_reads()
         settled = time.time() + 1.0  # the config's write may still bring a second (coalesced) read: let it come
