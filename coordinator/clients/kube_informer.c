@@ -186,7 +186,6 @@ static int emit_all(struct kube_informer *inf, const json_t *events) {
 static int relist(struct kube_informer *inf) {
         struct kube_list_options o = { inf->label_selector, inf->field_selector, inf->page_size };
         _cleanup_(json_decrefp) json_t *list = NULL, *events = NULL;
-        count(inf, &inf->stats.lists);
         int r = kube_list(inf->c, inf->rt, inf->ns, &o, &list);
         if (r == -ECANCELED)
                 return r;
@@ -200,6 +199,7 @@ static int relist(struct kube_informer *inf) {
         inf->store = fresh;
         set_rv(inf, meta(list, "resourceVersion"));
         backoff_reset(&inf->backoff);
+        count(inf, &inf->stats.lists);
         return emit_all(inf, events);
 }
 

@@ -104,6 +104,7 @@ class WatchRelistTest(Churn, cl.SharedControlPlaneTest):
         c = self.c
         for wave in range(waves):
             before = self.relists()
+            lists = self.co.metric('watch_lists_total{resource="pods"}')
             c.sim.knobs(kube_unreachable=True)
             r = c.sim.admin("POST", "/actions/disconnect-watches")
             self.assertEqual(r.status, 200, r)
@@ -122,6 +123,10 @@ class WatchRelistTest(Churn, cl.SharedControlPlaneTest):
             c.sim.knobs(kube_unreachable=False)
             cl.wait_for(lambda: self.relists() > before, 60, interval=0.2,
                         what="the coordinator's pods watch relisted after a 410 (wave %d)" % wave)
+            # the 410 is counted when it comes, the list when it is done: the next wave's outage must not fall
+            # between them, or the list would be made after the compaction and the next watch would not be stale
+            cl.wait_for(lambda: self.co.metric('watch_lists_total{resource="pods"}') > lists, 60, interval=0.2,
+                        what="the coordinator's pods list after the 410 done (wave %d)" % wave)
 
     def test_no_event_lost_across_relists(self):
         self.start()
