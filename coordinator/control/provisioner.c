@@ -44,6 +44,7 @@ struct provisioner {
         size_t n_agents;
         json_t *verdicts; /* pod key → the last verdict we told the pod ("nominated:<claim>", "unplaced:<text>") */
         json_t *logged;   /* problems already logged */
+        json_t *refusals; /* pending pods the simulation fit on existing Nodes (provisioner_refusals.c) */
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
         struct rng rng;   /* simulation seeds */
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
@@ -74,8 +75,9 @@ int provisioner_new(const struct provisioner_env *env, struct provisioner **ret)
         p->pve = calloc(env->cfg->n_clusters + 1, sizeof *p->pve);
         p->verdicts = json_object();
         p->logged = json_object();
+        p->refusals = json_object();
         rng_init(&p->rng, 0);
-        if (!p->pve || !p->verdicts || !p->logged) {
+        if (!p->pve || !p->verdicts || !p->logged || !p->refusals) {
                 provisioner_free(p);
                 return -ENOMEM;
         }
@@ -99,6 +101,7 @@ void provisioner_free(struct provisioner *p) {
         free(p->agents);
         json_decref(p->verdicts);
         json_decref(p->logged);
+        json_decref(p->refusals);
         free(p);
 }
 
@@ -566,6 +569,38 @@ static void unplaced(struct provisioner *p, const json_t *pod, const char *why, 
         tell(p, pod, verdict, "Warning", provisioner_unplaced_reason(why), msg, seen, out);
 }
 
+/* ---- disagreements with kube-scheduler (provisioner_refusals.c) ---- */
+
+static void track_refusals(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
+                           char *const *names, int64_t now_ms) {
+        json_t *pending = json_object();
+        for (size_t i = 0; pending && i < r->n_pending; i++) {
+                const struct sim_placement *pl = &res->placements[i];
+                const struct sim_node *n = pl->target == SIM_TARGET_NODE ? r->in->nodes[pl->index] : NULL;
+                const char *claim = pl->target == SIM_TARGET_CLAIM ? names[pl->index]
+                                    : n && n->in_flight            ? n->name
+                                    : pl->target == SIM_TARGET_BOUND ? r->in->pods[i]->node_name
+                                                                     : NULL;
+                char key[256];
+                pod_key(r->pods[i], key, sizeof key);
+                json_object_set_new(pending, key, json_true());
+                struct provisioner_refusal was;
+                if (!provisioner_refusal_track(p->refusals, key, n && !n->in_flight ? n->name : NULL, claim != NULL,
+                                               now_ms, &was))
+                        continue;
+                struct kube_pod kp = kube_pod_of(r->pods[i]);
+                const char *said = json_string_value(json_object_get(kube_condition(kp.status, "PodScheduled"),
+                                                                     "message"));
+                log_warning("pod %s/%s: kube-scheduler refused it for %lld s while the simulation fit it on Node %s "
+                            "(kube-scheduler: %s); planned on NodeClaim %s instead",
+                            kp.meta.namespace_, kp.meta.name, (long long)((now_ms - was.since_ms) / 1000), was.node,
+                            said ? said : "no message", claim);
+                stats_add(p->env.stats, STATS_SCHEDULER_DISAGREEMENTS, 1);
+        }
+        if (pending)
+                provisioner_refusals_forget(p->refusals, pending);
+        json_decref(pending);
+}
 static void tell_pods(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
                       char *const *names, struct provisioner_outcome *out) {
         json_t *seen = json_object();
@@ -702,6 +737,7 @@ static int plan(struct provisioner *p, struct provisioner_round *r, const struct
         if (names) {
                 create_claims(p, r, res, NULL, names, out);
                 tell_pods(p, r, res, names, out);
+                track_refusals(p, r, res, names, snap->now_ms);
                 update_pools(p, r, res, out);
                 for (size_t i = 0; i < res->n_claims; i++)
                         free(names[i]);
@@ -762,18 +798,21 @@ int provisioner_run(struct provisioner *p, const struct provisioner_snapshot *sn
         if (!p->seeded)
                 seed_verdicts(p);
         struct provisioner_snapshot s = *snap;
-        json_t *nominated = nominations(p);
+        json_t *nominated = nominations(p), *skip = provisioner_refusals_due(p->refusals, snap->now_ms);
         s.nominated = nominated;
+        s.skip_nodes = skip;
         s.reschedule_leaving = true;
         int rc = provisioner_round_new(&s, &r);
         if (rc < 0) {
                 json_decref(nominated);
+                json_decref(skip);
                 return log_error_errno(rc, "cannot build the simulation input");
         }
         log_problems(p, r->problems);
         rc = plan(p, r, &s, &out);
         provisioner_round_free(r);
         json_decref(nominated);
+        json_decref(skip);
         stats_add(p->env.stats, STATS_BATCHES, 1);
         if (rc == 0)
                 *ret = out;

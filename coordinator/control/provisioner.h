@@ -38,6 +38,9 @@ struct provisioner_snapshot {
         /* {"<pod uid>": "<claim>"}: pods nominated to a claim in an earlier round (may be NULL). While that claim
          * is in flight they stay on it, as if bound, so a new round (or a restart) never re-packs them. */
         const json_t *nominated;
+        /* {"<pod uid>": true}: pending pods kept off the existing Nodes this round (may be NULL): kube-scheduler
+         * refused them for PROVISIONER_REFUSED_MS on Nodes the simulation fits them on (provisioner.c). */
+        const json_t *skip_nodes;
         /* PodDisruptionBudgets, all namespaces (may be NULL): the scale-down pass's, not the round's. */
         const json_t *pdbs;
         /* A provisioning round's: the pods bound to Nodes marked for deletion enter as pending too (Karpenter's
@@ -50,6 +53,9 @@ struct provisioner_snapshot {
 };
 
 #define PROVISIONER_SETTLE_MS 15000
+/* How long kube-scheduler may keep refusing a pending pod that the simulation fits on an existing Node before the
+ * pod gets room of its own (once): longer than its backoff (10 s) and a resync or two. */
+#define PROVISIONER_REFUSED_MS 30000
 
 /* One round: the simulation input and what it was built from. */
 struct provisioner_round {
@@ -217,6 +223,22 @@ struct provisioner_outcome {
 };
 
 struct provisioner;
+
+/* Pending pods the simulation fits on an existing Node that kube-scheduler keeps refusing (provisioner_refusals.c):
+ * refusals is {"<pod key>": entry}, owned by the caller. Pure. */
+struct provisioner_refusal {
+        int64_t since_ms;  /* when the simulation first fit it on a Node */
+        const char *node;  /* that Node (borrowed from refusals) */
+};
+/* The pods to keep off the existing Nodes this round ({"<key>": true}, NULL when none): those fit on a Node for
+ * PROVISIONER_REFUSED_MS (now_ms wall clock; 0: none is due) and not planned on a claim since. */
+json_t *provisioner_refusals_due(json_t *refusals, int64_t now_ms);
+/* After a round: the pod `key` fit existing Node `node` (NULL: it did not), or was planned on a claim (on_claim).
+ * True, with *ret, when this is the claim that answers a refusal (log it, once). */
+bool provisioner_refusal_track(json_t *refusals, const char *key, const char *node, bool on_claim, int64_t now_ms,
+                               struct provisioner_refusal *ret);
+/* Drop the entries of pods not in pending ({"<key>": ...}). */
+void provisioner_refusals_forget(json_t *refusals, const json_t *pending);
 
 /* Clients (PVE per region, agent per host) are created lazily and belong to the calling thread. */
 int provisioner_new(const struct provisioner_env *env, struct provisioner **ret);

@@ -267,6 +267,11 @@ static const char *nominated_claim(const struct provisioner_round *r, const json
         return NULL;
 }
 
+static bool uid_in(const json_t *set, const json_t *pod) {
+        const char *uid = kube_meta_str(pod, "uid");
+        return set && uid && json_object_get(set, uid);
+}
+
 /* Is the pod bound to a Node marked for deletion (being deleted, or tainted by a disruption)? */
 static bool on_leaving_node(const struct provisioner_round *r, const json_t *pod) {
         const char *node = kube_str(json_object_get(pod, "spec"), "nodeName");
@@ -305,8 +310,10 @@ static int add_pods(struct provisioner_round *r, const json_t *pods, enum pod_se
                         return rc;
                 if (rc > 0)
                         continue;
-                if (set == PODS_PENDING)
+                if (set == PODS_PENDING) {
                         sp->node_name = nominated_claim(r, snap->nominated, pod);
+                        sp->skip_nodes = uid_in(snap->skip_nodes, pod);
+                }
                 else if (set == PODS_LEAVING)
                         sp->node_name = NULL;
                 else if (sp->node_name && json_object_get(r->node_claims, sp->node_name))

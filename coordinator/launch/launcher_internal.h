@@ -45,6 +45,8 @@
 #define LAUNCHER__LABEL_NODEPOOL "pvescale.io/nodepool"
 #define LAUNCHER__LABEL_NODECLASS "pvescale.io/nodeclass"
 #define LAUNCHER__LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
+/* Karpenter's karpenter.sh/initialized: set on the Node as its claim is Initialized */
+#define LAUNCHER__LABEL_INITIALIZED "pvescale.io/initialized"
 #define LAUNCHER__CACHE_TTL_MS (60L * 1000) /* template VMID, ISO storage, join data */
 #define LAUNCHER__TEMPLATE_SETS 8 /* parsed template sets kept: one per set of template texts in use */
 #define LAUNCHER__MAX_RESTARTS 4  /* passes of one reconcile, and tries of one status write, on conflicts */

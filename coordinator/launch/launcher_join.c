@@ -111,13 +111,32 @@ static struct launchstep_result clean_up_join(struct launcher__ctx *c) {
         return iso[0] && c->pve ? remove_iso(c, c->st->vmid, iso) : launchstep_done();
 }
 
-/* The join is done: delete the token and the ISO; Initialized (with Registered, when this reconcile also
- * registered the Node: node_name set) is what the next record carries. */
-static struct launchstep_result initialized(struct launcher__ctx *c, const char *node_name) {
+/* The Node's pvescale.io/initialized=true label, as Karpenter labels karpenter.sh/initialized. It comes after the
+ * startup and not-ready taints are gone, so this label update also has kube-scheduler try again at once the pods
+ * whose last attempt failed on a predicate it re-checks only when a Node is added or relabelled (topology spread,
+ * volume binding, node affinity): a Node added while tainted did not count for them. */
+static int label_initialized(struct launcher__ctx *c, const json_t *node) {
+        struct kube_meta m = kube_meta_of(node);
+        const char *have = json_string_value(json_object_get(m.labels, LAUNCHER__LABEL_INITIALIZED));
+        if (have && strcmp(have, "true") == 0)
+                return 0;
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "labels", LAUNCHER__LABEL_INITIALIZED, "true");
+        int r = patch ? kube_patch(c->kube, &kube_nodes, NULL, m.name, NULL, KUBE_PATCH_MERGE, patch, NULL) : -ENOMEM;
+        json_decref(patch);
+        return r;
+}
+
+/* The join is done: label the Node initialized, delete the token and the ISO; Initialized (with Registered, when
+ * this reconcile also registered the Node: node_name set) is what the next record carries. */
+static struct launchstep_result initialized(struct launcher__ctx *c, const json_t *node, const char *node_name) {
+        int r = label_initialized(c, node);
+        if (r < 0)
+                return launchstep_error(r, "label Node %s initialized: %s", kube_meta_of(node).name,
+                                        kube_client_error(c->kube));
         struct launchstep_result res = clean_up_join(c);
         if (!launchstep_ok(&res))
                 return res;
-        int r = launchstep_initialized(c->st, node_name);
+        r = launchstep_initialized(c->st, node_name);
         if (r < 0)
                 return launchstep_error(r, "%s", strerror(-r));
         log_info("launcher: NodeClaim %s: initialized", c->name);
@@ -254,13 +273,14 @@ static struct launchstep_result register_node(struct launcher__ctx *c, const jso
                 return res;
         const json_t *current = stored ? stored : node;
         enum launchstep_node next = launchstep_node(node_state(c, current), launcher_node_ready_since(current), c->now);
-        json_decref(stored);
         if (next == LAUNCHSTEP_NODE_INITIALIZED) {
-                res = initialized(c, node_name);
+                res = initialized(c, current, node_name);
+                json_decref(stored);
                 return launchstep_ok(&res) ? launchstep_then(launcher__record(c, NODECLAIM_STEP_INITIALIZED),
                                                              launchstep_moved())
                                            : res;
         }
+        json_decref(stored);
         if (next == LAUNCHSTEP_NODE_WAIT)
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         int r = launchstep_registered(c->st, node_name);
@@ -349,8 +369,8 @@ struct launchstep_result launcher__initialize(struct launcher__ctx *c) {
         const char *name = kube_meta_of(node).name;
         if (launchstep_ok(&res) && name && launchstep_node_is_claims(node, c->uid))
                 nominate_pods(c, name); /* again: a failed scheduling attempt may have cleared them */
+        if (launchstep_ok(&res))
+                res = init ? initialized(c, node, NULL) : launchstep_wait(LAUNCHSTEP_POLL_MS);
         json_decref(owned);
-        if (!launchstep_ok(&res))
-                return res;
-        return init ? initialized(c, NULL) : launchstep_wait(LAUNCHSTEP_POLL_MS);
+        return res;
 }

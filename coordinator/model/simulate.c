@@ -38,7 +38,7 @@ static bool ports_conflict(const struct sim_pod *pod, const struct slot *sl) {
 static enum fit slot_fits(struct ctx *c, struct pclass *pc, const struct sim_pod *pod, size_t s, const int32_t *mins,
                           bool soft) {
         struct slot *sl = &c->slots[s];
-        if (sl->closed)
+        if (sl->closed || (pod->skip_nodes && sl->kind == SLOT_NODE))
                 return FIT_STATIC;
         if (sl->kind != SLOT_CLAIM) {
                 if (!node_static_ok(c, pc, sl))

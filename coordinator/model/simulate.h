@@ -104,6 +104,7 @@ struct sim_pod {
         uint32_t *host_ports; /* (protocol << 16) | port */
         size_t n_host_ports;
         const char *unschedulable_reason; /* e.g. an extended resource no node class provides */
+        bool skip_nodes; /* kept off the existing Nodes (not in-flight claims): kube-scheduler refused it there */
 };
 
 /* An existing Node, or an in-flight NodeClaim that has no Node yet. */

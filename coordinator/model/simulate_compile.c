@@ -201,6 +201,7 @@ static void pod_signature(struct ctx *c, const struct sim_pod *p, struct sigbuf 
                 sig_selector(b, &s->selector);
         }
         sig_put(b, p->unschedulable_reason);
+        sig_int(b, p->skip_nodes);
         sig_int(b, (int64_t)p->n_host_ports);
         for (size_t i = 0; i < p->n_host_ports; i++)
                 sig_int(b, p->host_ports[i]);

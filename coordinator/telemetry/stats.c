@@ -36,6 +36,9 @@ static const struct metric_doc COUNTERS[STATS_N_COUNTERS] = {
         [STATS_CLAIMS_CREATED] = { "nodeclaims_created_total", "NodeClaims created.", NULL },
         [STATS_PODS_NOMINATED] = { "pods_nominated_total", "Nominated events sent to pods.", NULL },
         [STATS_PODS_UNPLACED] = { "pods_unplaced_events_total", "Warning events sent to pods left pending.", NULL },
+        [STATS_SCHEDULER_DISAGREEMENTS] = { "scheduler_disagreements_total",
+                                            "Pending pods kube-scheduler kept refusing on Nodes the simulation fit "
+                                            "them on, given room of their own.", NULL },
         [STATS_LAUNCH_INITIALIZED] = { "launches_total", "NodeClaims by launch result.", "result=\"initialized\"" },
         [STATS_LAUNCH_FAILED] = { "launches_total", NULL, "result=\"failed\"" },
         [STATS_RECONCILE_OK] = { "launcher_reconciles_total", "launcher_reconcile calls by result.", "result=\"ok\"" },
@@ -248,7 +251,7 @@ static void render_watch_field(struct prom *p, const struct stats *s, const char
 }
 
 static void render_watches(struct prom *p, const struct stats *s) {
-        render_watch_field(p, s, "watch_lists_total", "Full lists (first list and relists) per resource.", "counter",
+        render_watch_field(p, s, "watch_lists_total", "Full lists done (first list and relists) per resource.", "counter",
                            offsetof(struct stats_watch, lists));
         render_watch_field(p, s, "watch_relists_410_total", "Relists because the resource version expired (410).",
                            "counter", offsetof(struct stats_watch, relists_410));

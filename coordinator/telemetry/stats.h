@@ -11,6 +11,7 @@ enum stats_counter {
         STATS_CLAIMS_CREATED,     /* NodeClaims created */
         STATS_PODS_NOMINATED,     /* Nominated events sent */
         STATS_PODS_UNPLACED,      /* Warning events sent for pods left pending */
+        STATS_SCHEDULER_DISAGREEMENTS, /* pods kube-scheduler kept refusing on Nodes the simulation fit them on */
         STATS_LAUNCH_INITIALIZED, /* claims that reached Initialized=True */
         STATS_LAUNCH_FAILED,      /* claims deleted before they were Initialized */
         STATS_RECONCILE_OK,       /* launcher_reconcile calls that returned 0 */

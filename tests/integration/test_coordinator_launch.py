@@ -177,6 +177,48 @@ class LaunchTest(cl.SharedControlPlaneTest):
             p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_pod_kube_scheduler_keeps_refusing_on_a_fitting_node_gets_its_own(self):
+        """A pod whose volume cannot be reached from the one Node (a local PersistentVolume whose node affinity
+        leaves that Node out, which the simulation does not model) fits that Node by the simulation, and
+        kube-scheduler refuses it there: after PROVISIONER_REFUSED_MS (30 s) it is planned on a claim of its own,
+        once, and runs there; the disagreement is logged with kube-scheduler's words and counted."""
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(cl.GROUP + "/nodepools", cl.nodepool())
+        c.create(PODS, cl.pod("first", cpu="500m", memory="512Mi"))
+        c.run_as_chart()
+        self.co = cl.Coordinator(c)
+        cl.wait_for(lambda: c.pods_running(1), 90, interval=0.5, what="the first pod Running")
+        first_node = c.sim.kube("GET", PODS + "/first").json["spec"]["nodeName"]
+        c.create("/api/v1/persistentvolumes", {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "disk-b"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                     "local": {"path": "/mnt/disk-b"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [first_node]}]}]}}}})
+        claims = "/api/v1/namespaces/default/persistentvolumeclaims"
+        c.create(claims, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "disk-b"},
+                          "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                                   "volumeName": "disk-b", "resources": {"requests": {"storage": "1Gi"}}}})
+        cl.wait_for(lambda: (c.sim.kube("GET", claims + "/disk-b").json.get("status") or {}).get("phase") == "Bound",
+                    30, interval=0.5, what="the claim bound by kube-controller-manager")
+        second = cl.pod("second", cpu="250m", memory="256Mi")
+        second["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "disk-b"}}]
+        c.create(PODS, second)
+        started = time.time()
+        cl.wait_for(lambda: c.pods_running(2), 150, interval=0.5, what="the second pod Running")
+        pod = c.sim.kube("GET", PODS + "/second").json
+        self.assertNotEqual(pod["spec"]["nodeName"], first_node)
+        # it fit the first Node by the simulation until the disagreement was settled, not a claim a round
+        self.assertGreaterEqual(time.time() - started, 25)
+        self.assertEqual(len(c.claims()), 2)
+        log = self.co.logtext()
+        self.assertRegex(log, r"pod default/second: kube-scheduler refused it for \d+ s while the simulation fit it "
+                              r"on Node %s \(kube-scheduler: .*volume node affinity conflict" % first_node)
+        self.assertEqual(self.co.metric("scheduler_disagreements_total"), 1)
+        self.assertEqual(c.denials(), [], "calls the Helm chart's RBAC refused")
+
     def test_karpenters_unregistered_taint_as_a_startup_taint_goes_at_registration(self):
         """A NodePool copied from a Karpenter one lists Karpenter's registration taint karpenter.sh/unregistered:
         NoExecute as a startup taint. As Karpenter's registration does, the launcher takes it off with its own

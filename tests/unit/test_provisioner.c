@@ -693,6 +693,75 @@ static void test_claim_round(void **state) {
         json_decref(a);
 }
 
+/* A pending pod kube-scheduler keeps refusing on the Node the simulation fits it on: after PROVISIONER_REFUSED_MS
+ * it is kept off the existing Nodes until it is planned on a claim, which is reported once; never again while it
+ * stays pending. */
+static void test_refusals(void **state) {
+        (void)state;
+        json_t *refusals = json_object();
+        struct provisioner_refusal was = { 0 };
+        int64_t t0 = 1796644800000LL;
+        assert_false(provisioner_refusal_track(refusals, "u-a", NULL, false, t0, &was)); /* unplaced: nothing */
+        assert_null(provisioner_refusals_due(refusals, t0));
+        assert_false(provisioner_refusal_track(refusals, "u-a", "n1", false, t0, &was));
+        assert_false(provisioner_refusal_track(refusals, "u-a", "n2", false, t0 + 10000, &was));
+        assert_null(provisioner_refusals_due(refusals, t0 + PROVISIONER_REFUSED_MS - 1));
+        assert_null(provisioner_refusals_due(refusals, 0)); /* no clock: never due */
+        json_t *skip = provisioner_refusals_due(refusals, t0 + PROVISIONER_REFUSED_MS);
+        assert_non_null(skip);
+        assert_int_equal(json_object_size(skip), 1);
+        assert_true(json_is_true(json_object_get(skip, "u-a")));
+        json_decref(skip);
+        /* no room for a claim this round: kept off the Nodes still */
+        assert_false(provisioner_refusal_track(refusals, "u-a", NULL, false, t0 + 31000, &was));
+        skip = provisioner_refusals_due(refusals, t0 + 41000);
+        assert_non_null(json_object_get(skip, "u-a"));
+        json_decref(skip);
+        assert_true(provisioner_refusal_track(refusals, "u-a", NULL, true, t0 + 42000, &was));
+        assert_int_equal(was.since_ms, t0);
+        assert_string_equal(was.node, "n1");
+        assert_null(provisioner_refusals_due(refusals, t0 + 100000));
+        /* refused again on its new Node: once was enough */
+        assert_false(provisioner_refusal_track(refusals, "u-a", "n3", false, t0 + 60000, &was));
+        assert_null(provisioner_refusals_due(refusals, t0 + 200000));
+        /* a pod that fit a Node and then a claim was simply early: forgotten */
+        assert_false(provisioner_refusal_track(refusals, "u-b", "n1", false, t0, &was));
+        assert_false(provisioner_refusal_track(refusals, "u-b", NULL, true, t0 + 5000, &was));
+        assert_null(json_object_get(refusals, "u-b"));
+        json_t *pending = json_object();
+        provisioner_refusals_forget(refusals, pending);
+        assert_int_equal(json_object_size(refusals), 0);
+        json_decref(pending);
+        json_decref(refusals);
+}
+
+/* A pod kept off the existing Nodes (skip_nodes) goes onto a new claim although the Node has room; an in-flight
+ * claim would still take it. */
+static void test_round_skip_nodes(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[" POD("a", "u-a", "500m") "]",
+                     "[{\"metadata\": {\"name\": \"n1\", \"labels\": {\"pvescale.io/nodepool\": \"default\"}}, \"spec\": {},"
+                     " \"status\": {\"capacity\": {\"cpu\": \"4\", \"memory\": \"8Gi\", \"pods\": \"110\"}}}]",
+                     "[]", "[" POOL("default", "") "]");
+        for (int skip = 0; skip < 2; skip++) {
+                json_t *set = json_pack("{s:b}", "u-a", 1);
+                f.snap.skip_nodes = skip ? set : NULL;
+                struct provisioner_round *r;
+                assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+                assert_int_equal(r->in->pods[0]->skip_nodes, skip);
+                add_host(r, HOST("pve1"));
+                struct sim_result *res;
+                assert_int_equal(simulate_run(r->in, &res), 0);
+                assert_int_equal(res->placements[0].target, skip ? SIM_TARGET_CLAIM : SIM_TARGET_NODE);
+                assert_int_equal(res->n_claims, skip ? 1 : 0);
+                simulate_result_free(res);
+                provisioner_round_free(r);
+                json_decref(set);
+        }
+        fixture_done(&f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_host_from_agent),
@@ -711,6 +780,8 @@ int main(void) {
                 cmocka_unit_test(test_names_and_reasons),
                 cmocka_unit_test(test_claim_after),
                 cmocka_unit_test(test_claim_round),
+                cmocka_unit_test(test_refusals),
+                cmocka_unit_test(test_round_skip_nodes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
