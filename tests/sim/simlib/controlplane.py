@@ -3,6 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 import base64
 import ctypes
+import fcntl
 import hashlib
 import datetime
 import json
@@ -135,10 +136,15 @@ def _openssl(*commands, cwd):
 def make_pki(pki):
     """The cluster CA (also the CSR signer), the API server's serving certificate, client certificates of the
     admin (O=system:masters), kube-controller-manager and kube-scheduler, the front-proxy CA and client, and the
-    service-account key pair. Existing files are kept."""
-    if os.path.exists(os.path.join(pki, "done")):
-        return
+    service-account key pair. Made once (under a lock: control planes of tests side by side share it) and kept."""
     os.makedirs(pki, mode=0o700, exist_ok=True)
+    with open(os.path.join(pki, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(pki, "done")):
+            _make_pki(pki)
+
+
+def _make_pki(pki):
     with open(os.path.join(pki, "apiserver.ext"), "w") as f:
         f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
@@ -210,7 +216,8 @@ class ControlPlane:
 
     def __init__(self, workdir, kcm_flags=None, apiserver_flags=None, cluster_info=True, log_v=1, k8s_dir=None):
         self.dir = os.path.abspath(workdir)
-        self.pki = os.path.join(self.dir, "pki")
+        # one PKI for every control plane of the build (the RSA keys took 1.5 s of CPU at each start)
+        self.pki = os.path.join(cache_dir(), "pki")
         self.kcm_flags = dict(KCM_TEST_FLAGS, **(kcm_flags or {}))
         self.apiserver_flags = dict(apiserver_flags or {})
         self.cluster_info = cluster_info
@@ -316,7 +323,7 @@ class ControlPlane:
             flags = {"etcd-servers": "http://127.0.0.1:%d" % port["etcd"], "bind-address": "127.0.0.1",
                      "advertise-address": "127.0.0.1", "secure-port": str(port["apiserver"]),
                      "tls-cert-file": p + "/apiserver.crt", "tls-private-key-file": p + "/apiserver.key",
-                     "client-ca-file": p + "/ca.crt", "cert-dir": p + "/apiserver-generated",
+                     "client-ca-file": p + "/ca.crt", "cert-dir": self.path("generated", "apiserver"),
                      "authorization-mode": "Node,RBAC", "enable-admission-plugins": "NodeRestriction",
                      "enable-bootstrap-token-auth": "true",
                      "service-account-issuer": "https://kubernetes.default.svc.cluster.local",
@@ -336,7 +343,7 @@ class ControlPlane:
         kc = self.path("controller-manager.kubeconfig" if name == "kcm" else "scheduler.kubeconfig")
         flags = {"kubeconfig": kc, "authentication-kubeconfig": kc, "authorization-kubeconfig": kc,
                  "bind-address": "127.0.0.1", "secure-port": str(port[name]), "leader-elect": "true",
-                 "cert-dir": "%s/%s-generated" % (p, name)}
+                 "cert-dir": self.path("generated", name)}
         if name == "scheduler":
             return [self.bins["kube-scheduler"], v] + ["--%s=%s" % kv for kv in flags.items()]
         flags.update({"controllers": "*,bootstrapsigner,tokencleaner", "use-service-account-credentials": "true",
