@@ -577,10 +577,13 @@ static void track_refusals(struct provisioner *p, const struct provisioner_round
         for (size_t i = 0; pending && i < r->n_pending; i++) {
                 const struct sim_placement *pl = &res->placements[i];
                 const struct sim_node *n = pl->target == SIM_TARGET_NODE ? r->in->nodes[pl->index] : NULL;
-                const char *claim = pl->target == SIM_TARGET_CLAIM ? names[pl->index]
-                                    : n && n->in_flight            ? n->name
-                                    : pl->target == SIM_TARGET_BOUND ? r->in->pods[i]->node_name
-                                                                     : NULL;
+                const char *claim = NULL; /* the claim it was planned on, new or in flight */
+                if (pl->target == SIM_TARGET_CLAIM)
+                        claim = names[pl->index];
+                else if (n && n->in_flight)
+                        claim = n->name;
+                else if (pl->target == SIM_TARGET_BOUND)
+                        claim = r->in->pods[i]->node_name;
                 char key[256];
                 pod_key(r->pods[i], key, sizeof key);
                 json_object_set_new(pending, key, json_true());
