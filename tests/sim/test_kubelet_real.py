@@ -129,6 +129,8 @@ class RealKubeletTest(unittest.TestCase):
 
         # The real scheduler binds the pod; the kubelet runs it, as its node.
         p = pod("web", tolerations=TOLERATE)
+        # this class's other tests leave Nodes of their own (worker-p): the pod is for this one
+        p["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "worker-a"}
         p["metadata"]["annotations"] = {"sim.pvescale.io/exit-on-term": "true"}
         self.assertEqual(self.sim.kube("POST", "/api/v1/namespaces/default/pods", p).status, 201)
 
