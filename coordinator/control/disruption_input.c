@@ -27,7 +27,8 @@ static bool annotation_true(const json_t *obj, const char *key) {
 
 /* A Node's or NodeClaim's do-not-disrupt: "true" only (a duration is a pod's, launchstep_pod_do_not_disrupt). */
 static bool do_not_disrupt(const json_t *obj) {
-        return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) || annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
+        return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) ||
+               annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
 }
 
 static int64_t time_at(const json_t *o, const char *key) {
@@ -456,7 +457,8 @@ static const json_t *class_named(const json_t *classes, const char *name) {
 /* The template a claim was cloned from: status.imageID "<host>/<VMID>" on its recorded host, and imageDigest. */
 static bool launched_from(const json_t *claim, struct disrupt_template *ret) {
         const json_t *st = json_object_get(claim, "status");
-        const char *host = kube_str(st, "host"), *image = kube_str(st, "imageID"), *digest = kube_str(st, "imageDigest");
+        const char *host = kube_str(st, "host"), *image = kube_str(st, "imageID");
+        const char *digest = kube_str(st, "imageDigest");
         size_t n = host ? strlen(host) : 0;
         char *end = NULL;
         if (!n || !image || strncmp(image, host, n) != 0 || image[n] != '/')

@@ -45,8 +45,9 @@ enum leader_action leader_decide(struct leader *l, const json_t *lease, int64_t 
 
 json_t *leader_lease(const struct leader *l, const json_t *base, bool taking, const char *now) {
         json_t *lease = base ? json_deep_copy(base)
-                             : json_pack("{s:s, s:s, s:{s:s, s:s}, s:{}}", "apiVersion", "coordination.k8s.io/v1", "kind",
-                                         "Lease", "metadata", "name", l->o.name, "namespace", l->o.namespace, "spec");
+                             : json_pack("{s:s, s:s, s:{s:s, s:s}, s:{}}", "apiVersion", "coordination.k8s.io/v1",
+                                         "kind", "Lease", "metadata", "name", l->o.name, "namespace", l->o.namespace,
+                                         "spec");
         json_t *spec = json_object_get(lease, "spec");
         if (!json_is_object(spec)) {
                 spec = json_object();

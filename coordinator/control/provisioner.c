@@ -296,7 +296,8 @@ static bool agent_down(struct host_ctx *hc, struct agent_conn *a) {
         return false;
 }
 
-static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host, const char *ip) {
+static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host,
+                     const char *ip) {
         struct provisioner *p = hc->p;
         json_t *vmids = NULL, *room = NULL;
         bool agent = false;

@@ -151,10 +151,12 @@ static struct launchstep_result cluster_info(struct launcher__ctx *c, char **ret
                 return *ret_server && *ret_ca ? launchstep_done() : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
         int r = kube_get(c->kube, &kube_configmaps, "kube-public", "cluster-info", &cm);
         if (r == -ENOENT)
-                return launchstep_error(r, "ConfigMap kube-public/cluster-info is not there (k3s and Talos do not create "
-                                           "it): set join.api_server and join.ca_file in the coordinator's config");
+                return launchstep_error(r, "ConfigMap kube-public/cluster-info is not there "
+                                           "(k3s and Talos do not create it): "
+                                           "set join.api_server and join.ca_file in the coordinator's config");
         if (r < 0)
-                return launchstep_error(r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
+                return launchstep_error(r,
+                                        "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
                                         kube_client_error(c->kube));
         struct kube_data_object info;
         kube_data_object_decode(cm, &info);

@@ -117,8 +117,9 @@ static void count_claim(struct launcher__ctx *c, const json_t *other, struct inf
         if (strcmp(meta_or_empty(other, "uid"), c->uid) == 0 || !same_host(c, other) || kube_deleting(other))
                 return;
         nodeclaim_claim_status(other, st, NULL, 0);
-        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"), meta_or_empty(other, "name"),
-                                   meta_or_empty(c->claim, "creationTimestamp"), c->name) ||
+        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"),
+                                   meta_or_empty(other, "name"), meta_or_empty(c->claim, "creationTimestamp"),
+                                   c->name) ||
             other_shape(c, other, &s) < 0)
                 return;
         in->cpus += s.vcpus;

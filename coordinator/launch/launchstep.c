@@ -430,8 +430,8 @@ bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms) {
 
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
-        if (kube_annotation(pod, "kubernetes.io/config.mirror") ||
-            kube_owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
+        if (kube_annotation(pod, "kubernetes.io/config.mirror") || kube_owned_by_daemonset(pod) ||
+            tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
         if (kube_deleting(pod))
                 return LAUNCHSTEP_DRAIN_GOING;
