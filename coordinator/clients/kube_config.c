@@ -184,7 +184,9 @@ static int sa_path(const char *root, const char *file, char **ret) {
         size_t n = root ? strlen(root) : 0;
         while (n > 0 && root[n - 1] == '/')
                 n--;
-        return asprintf(ret, "%.*s/%s/%s", (int)n, root ? root : "", SA_DIR, file) < 0 ? -ENOMEM : 0;
+        if (asprintf(ret, "%.*s/%s/%s", (int)n, root ? root : "", SA_DIR, file) < 0)
+                return -ENOMEM;
+        return 0;
 }
 
 static int in_cluster_server(const char *host, const char *port, struct kube_config *cfg, char *err, size_t errlen) {

@@ -331,8 +331,11 @@ int disruption_input_pod_events(struct disruption_input *di, json_t *marks, int6
                 struct disrupt_candidate *c = &di->candidates[i];
                 const json_t *last = json_object_get(marks, c->sim->name);
                 json_int_t sig = pods_signature(c);
-                int64_t at = !last ? 0 : json_integer_value(json_object_get(last, "pods")) == sig
-                                            ? json_integer_value(json_object_get(last, "at")) : now_ms;
+                int64_t at = 0;
+                if (last && json_integer_value(json_object_get(last, "pods")) == sig)
+                        at = json_integer_value(json_object_get(last, "at"));
+                else if (last)
+                        at = now_ms;
                 if (at > c->last_pod_event_ms)
                         c->last_pod_event_ms = at;
                 if (json_object_set_new(next, c->sim->name, json_pack("{s:I, s:I}", "pods", sig, "at",

@@ -78,9 +78,11 @@ static bool write_lease(struct leader *l, struct kube_client *kube, const json_t
         char now[40];
         micro_now(now, sizeof now);
         json_t *lease = leader_lease(l, base, taking, now);
-        int r = !lease ? -ENOMEM
-                : base ? kube_update(kube, &kube_leases, l->o.namespace, NULL, lease, NULL)
-                       : kube_create(kube, &kube_leases, l->o.namespace, lease, NULL);
+        int r = -ENOMEM;
+        if (lease && base)
+                r = kube_update(kube, &kube_leases, l->o.namespace, NULL, lease, NULL);
+        else if (lease)
+                r = kube_create(kube, &kube_leases, l->o.namespace, lease, NULL);
         json_decref(lease);
         if (r < 0 && r != -ESTALE && r != -EEXIST && r != -ECANCELED)
                 log_error("lease %s/%s: %s", l->o.namespace, l->o.name, kube_client_error(kube));

@@ -309,7 +309,13 @@ static json_t *reserved_filled(const json_t *given, const struct resources *shap
  * an object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
 static json_t *kubelet_configuration(struct launcher__ctx *c) {
         json_t *kc = json_object_get(nc_spec(c), "kubeletConfiguration");
-        json_t *out = !kc ? json_object() : json_is_object(kc) ? json_copy(kc) : json_incref(kc);
+        json_t *out;
+        if (!kc)
+                out = json_object();
+        else if (json_is_object(kc))
+                out = json_copy(kc);
+        else
+                out = json_incref(kc);
         if (!json_is_object(out))
                 return out;
         if (!json_object_get(out, "maxPods"))

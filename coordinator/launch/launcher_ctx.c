@@ -122,7 +122,9 @@ static int rebase(struct launcher__ctx *c, json_t *fresh) {
                 c->deferred = deferred;
         }
         free(mine);
-        return r < 0 ? r : same ? 0 : -EAGAIN;
+        if (r < 0)
+                return r;
+        return same ? 0 : -EAGAIN;
 }
 
 /* On a conflict: take the fresh claim; go on only if nobody else moved the launch meanwhile. */

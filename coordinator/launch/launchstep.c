@@ -109,7 +109,11 @@ struct launchstep_result launchstep_clone_wait(int64_t started_ms, int64_t now_m
                 return launchstep_fail("CloneTimeout", "the clone of VM %lld did not finish within %lld s",
                                        (long long)vmid, (long long)(timeout_ms / 1000));
         int64_t half = (now_ms - started_ms) / 2;
-        int64_t delay = half < 10 ? 10 : half > LAUNCHSTEP_POLL_MS ? LAUNCHSTEP_POLL_MS : half;
+        int64_t delay = half;
+        if (delay < 10)
+                delay = 10;
+        else if (delay > LAUNCHSTEP_POLL_MS)
+                delay = LAUNCHSTEP_POLL_MS;
         return launchstep_wait(left < delay ? left : delay);
 }
 
