@@ -101,7 +101,8 @@ void api__post_offers(struct agent *a, const struct http_request *req, struct ht
                         json_decref(body);
                         return;
                 }
-                json_t *o = pin_policy(a) ? pinned_offer(a, &shape, max_count) : count_offer(a->capacity, &shape, max_count);
+                json_t *o = pin_policy(a) ? pinned_offer(a, &shape, max_count)
+                                          : count_offer(a->capacity, &shape, max_count);
                 json_object_set(o, "shape", json_array_get(shapes, i));
                 json_array_append_new(offers, o);
         }

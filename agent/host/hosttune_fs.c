@@ -160,7 +160,8 @@ static int slot_irqs(const char *root, const char *slot, struct ints *l) {
                 return 0; /* no PCI bus in this tree: no IRQs */
         size_t n = strlen(slot);
         for (struct dirent *e; (e = readdir(d));)
-                if (strncmp(e->d_name, slot, n) == 0 && e->d_name[n] == '.' && (r = device_irqs(root, e->d_name, l)) < 0)
+                if (strncmp(e->d_name, slot, n) == 0 && e->d_name[n] == '.' &&
+                    (r = device_irqs(root, e->d_name, l)) < 0)
                         return r;
         return 0;
 }

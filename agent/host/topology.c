@@ -184,7 +184,8 @@ static int cmp_l3(const void *a, const void *b) {
 }
 
 static int cmp_core(const void *a, const void *b) {
-        int x = first_cpu(((const struct topology_core *)a)->cpus), y = first_cpu(((const struct topology_core *)b)->cpus);
+        int x = first_cpu(((const struct topology_core *)a)->cpus);
+        int y = first_cpu(((const struct topology_core *)b)->cpus);
         return (x > y) - (x < y);
 }
 

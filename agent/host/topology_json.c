@@ -56,8 +56,9 @@ static json_t *hugepages_json(const struct topology_numa_node *nn) {
 static json_t *numa_json(const struct topology *t, size_t i) {
         const struct topology_numa_node *nn = &t->numa_nodes[i];
         int pkg_id = nn->package >= 0 ? t->packages[nn->package].id : 0;
-        json_t *o = json_pack("{s:i, s:I, s:I, s:o, s:o, s:o}", "id", nn->id, "memory_bytes", (json_int_t)nn->memory_bytes,
-                              "memory_free_bytes", (json_int_t)nn->memory_free_bytes, "package",
+        json_t *o = json_pack("{s:i, s:I, s:I, s:o, s:o, s:o}", "id", nn->id, "memory_bytes",
+                              (json_int_t)nn->memory_bytes, "memory_free_bytes", (json_int_t)nn->memory_free_bytes,
+                              "package",
                               id_or_null(nn->package, pkg_id), "hugepages", hugepages_json(nn), "subtype",
                               nn->subtype ? json_string(nn->subtype) : json_null());
         if (o && set_cpus(o, "cpus", nn->cpus) < 0) {

@@ -1,4 +1,5 @@
-/* topology_sysfs: per-node free memory and hugepages read under a root (sysfs, or libnuma on this machine), and their pure parsers. */
+/* topology_sysfs: per-node free memory and hugepages read under a root (sysfs, or libnuma on this machine), and
+ * their pure parsers. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "topology.h"
 

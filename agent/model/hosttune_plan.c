@@ -29,7 +29,11 @@ enum hosttune_role hosttune_policy_role(unsigned cpu, const struct cpuset *polic
 }
 
 const char *hosttune_role_to_string(enum hosttune_role role) {
-        return role == HOSTTUNE_BUSY ? "busy" : role == HOSTTUNE_FREE ? "free" : "reserved";
+        if (role == HOSTTUNE_BUSY)
+                return "busy";
+        if (role == HOSTTUNE_FREE)
+                return "free";
+        return "reserved";
 }
 
 int hosttune_irq_off_pinned(const struct cpuset *current, const struct cpuset *pinned, const struct cpuset *online,

@@ -283,8 +283,11 @@ static int parse_region(const char *region, const json_t *nodes, const char *nod
                 r = parse_entry(obj, &w, &s);
                 if (r < 0)
                         break;
-                struct node_settings **slot = strcmp(name, node) == 0 ? &exact
-                                            : strcmp(name, WILDCARD_NODE) == 0 ? &wildcard : NULL;
+                struct node_settings **slot = NULL;
+                if (strcmp(name, node) == 0)
+                        slot = &exact;
+                else if (strcmp(name, WILDCARD_NODE) == 0)
+                        slot = &wildcard;
                 if (slot)
                         *slot = s;
                 else

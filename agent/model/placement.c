@@ -119,8 +119,8 @@ static int fit_alloc(struct fit *f) {
         f->groups = calloc(ng, sizeof(*f->groups));
         f->grp_free = calloc(ng, sizeof(unsigned));
         f->grp_take = calloc(ng, sizeof(unsigned));
-        if (!f->node_free || !f->node_core_start || !f->node_cores || !f->cand || !f->g_core || !f->g_gid || !f->g_tmp || !f->g_free ||
-            !f->g_take || !f->groups || !f->grp_free || !f->grp_take)
+        if (!f->node_free || !f->node_core_start || !f->node_cores || !f->cand || !f->g_core || !f->g_gid ||
+            !f->g_tmp || !f->g_free || !f->g_take || !f->groups || !f->grp_free || !f->grp_take)
                 return -ENOMEM;
         return 0;
 }
@@ -572,7 +572,8 @@ static bool set_from_units(const struct fit *f, const size_t *combo, size_t k, c
  * package, then the fullest set. */
 static bool split_better(const struct fit *f, const struct set_eval *a, const struct set_eval *b) {
         unsigned quarter = placement__quarter_units(f->vcpus, 1);
-        unsigned ma = a->min_share < quarter ? a->min_share : quarter, mb = b->min_share < quarter ? b->min_share : quarter;
+        unsigned ma = a->min_share < quarter ? a->min_share : quarter;
+        unsigned mb = b->min_share < quarter ? b->min_share : quarter;
         if (a->n != b->n)
                 return a->n < b->n;
         if (ma != mb)

@@ -52,10 +52,10 @@ int placement_request_check(const struct placement_request *req, char *reason, s
 int placement_request_from_json(const json_t *obj, struct placement_request *ret_req, char *reason,
                                 size_t reasonlen);
 
-/* Place one VM on what is free (reasonlen 0: no reason is written). `free` is the host's capacity: free_cpus, floating_vcpus and per-node
- * free_cpus / memory_free_bytes; the caller has already removed reserved CPUs, pinned VMs and live
- * reservations. Isolated CPUs (t->isolated) may be given to the VM; the other free CPUs left afterwards
- * still cover floating_vcpus. Hugepage requests use the free pages of that size in t->numa_nodes.
+/* Place one VM on what is free (reasonlen 0: no reason is written). `free` is the host's capacity: free_cpus,
+ * floating_vcpus and per-node free_cpus / memory_free_bytes; the caller has already removed reserved CPUs, pinned
+ * VMs and live reservations. Isolated CPUs (t->isolated) may be given to the VM; the other free CPUs left
+ * afterwards still cover floating_vcpus. Hugepage requests use the free pages of that size in t->numa_nodes.
  * Returns 0 and a new placement in *ret_p; -EINVAL (bad request) or -ENOSPC (does not fit), each with
  * a one-line human reason; -ENOMEM. Nothing is changed. */
 int placement_place(const struct topology *t, const struct capacity *free, const struct placement_request *req,

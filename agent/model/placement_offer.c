@@ -40,7 +40,8 @@ int placement_charge(struct capacity *c, const struct placement *p) {
         for (size_t i = 0; i < c->n_numa; i++) {
                 if (!c->numa[i].free_cpus)
                         continue;
-                c->numa[i].cpus_free = (unsigned)sub_sat(c->numa[i].cpus_free, cpuset_count_and(c->numa[i].free_cpus, p->cpus));
+                c->numa[i].cpus_free = (unsigned)sub_sat(c->numa[i].cpus_free,
+                                                         cpuset_count_and(c->numa[i].free_cpus, p->cpus));
                 cpuset_andnot(c->numa[i].free_cpus, p->cpus);
         }
         for (size_t j = 0; j < p->n_numa; j++) {
@@ -71,7 +72,9 @@ static unsigned largest_l3_group(const struct topology *t) {
         unsigned best = 0;
         for (size_t l = 0; l < t->n_l3_caches; l++)
                 for (size_t i = 0; i < t->n_numa_nodes; i++) {
-                        unsigned n = t->numa_nodes[i].cpus ? cpuset_count_and(t->l3_caches[l].cpus, t->numa_nodes[i].cpus) : 0;
+                        unsigned n = t->numa_nodes[i].cpus
+                                             ? cpuset_count_and(t->l3_caches[l].cpus, t->numa_nodes[i].cpus)
+                                             : 0;
                         best = n > best ? n : best;
                 }
         return best;

@@ -23,7 +23,8 @@ static bool bounds_ok(const struct placement__slot *s, size_t k, unsigned total)
 
 /* Visit order for the greedy shapes: WHOLE puts wholly free nodes first, largest hi first; FILL puts
  * the fullest (fewest free CPUs) first. Ties keep the slot order. */
-static bool order_before(const struct placement__slot *a, const struct placement__slot *b, enum placement__shape shape) {
+static bool order_before(const struct placement__slot *a, const struct placement__slot *b,
+                         enum placement__shape shape) {
         if (shape == PLACEMENT__WHOLE) {
                 if (a->whole != b->whole)
                         return a->whole;

@@ -249,9 +249,11 @@ static int load_ledger(struct agent *a) {
         struct ledger *l = NULL;
         struct ledger_store *store = NULL;
         bool absent = a->persist && ledger_state_absent(a->cfg.state_dir);
-        int r = a->persist ? ledger_store_load(a->cfg.state_dir, a->topology, agent_now(), &l, &store, problem,
-                                               sizeof problem)
-                           : (l = ledger_new()) ? 0 : -ENOMEM;
+        int r = 0;
+        if (a->persist)
+                r = ledger_store_load(a->cfg.state_dir, a->topology, agent_now(), &l, &store, problem, sizeof problem);
+        else if (!(l = ledger_new()))
+                r = -ENOMEM;
         if (r == 0 && absent && (r = rebuild_ledger(a, l, store, problem, sizeof problem)) < 0) {
                 ledger_free(l);
                 ledger_store_free(store);

@@ -119,7 +119,11 @@ void ledger_rebuild_descr_done(struct ledger_rebuild_descr *d) {
 }
 
 struct placement_request ledger_rebuild_request(const struct vm *vm) {
-        uint64_t kib = strcmp(vm->hugepages, "2") == 0 ? 2048 : strcmp(vm->hugepages, "1024") == 0 ? 1048576 : 0;
+        uint64_t kib = 0;
+        if (strcmp(vm->hugepages, "2") == 0)
+                kib = 2048;
+        else if (strcmp(vm->hugepages, "1024") == 0)
+                kib = 1048576;
         return (struct placement_request){ vm_vcpu_count(vm), vm->memory_mib * PLACEMENT_MIB, kib };
 }
 

@@ -67,10 +67,12 @@ static void log_run(enum log_level level, const char *field, int vmid, int r, co
                          rep->vcpus_from_qmp ? "QMP" : "/proc", rep->others_pinned,
                          pinning_memory_result_to_string(rep->memory), note);
         else if (r > 0)
-                log_full(level, __FILE__, __LINE__, __func__, field, "pinning VM %d: %u threads failed (first: tid %d, %s)%s",
-                         vmid, rep->n_failures, rep->failures[0].tid, strerror(-rep->failures[0].error), note);
+                log_full(level, __FILE__, __LINE__, __func__, field,
+                         "pinning VM %d: %u threads failed (first: tid %d, %s)%s", vmid, rep->n_failures,
+                         rep->failures[0].tid, strerror(-rep->failures[0].error), note);
         else
-                log_full(level, __FILE__, __LINE__, __func__, field, "cannot pin VM %d: %s%s", vmid, strerror(-r), note);
+                log_full(level, __FILE__, __LINE__, __func__, field, "cannot pin VM %d: %s%s", vmid, strerror(-r),
+                         note);
 }
 
 /* A failure that repeats is logged when it starts, when its cause changes and when it ends (docs/agent.md); the

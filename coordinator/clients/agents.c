@@ -79,7 +79,8 @@ int agents_client_new(const struct agents_options *o, struct agents_client **ret
         struct http_client_options ho = {
                 .ca_file = o->ca_file, .insecure = o->insecure, .bearer_token = o->token, .headers = headers,
                 .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : AGENTS_DEFAULT_TIMEOUT_MS,
-                .connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : AGENTS_DEFAULT_CONNECT_TIMEOUT_MS,
+                .connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms
+                                                                : AGENTS_DEFAULT_CONNECT_TIMEOUT_MS,
                 .pool = o->pool,
         };
         int r = http_client_new(&ho, &c->http);

@@ -118,7 +118,9 @@ int kube_path(const struct kube_resource *rt, const char *ns, const char *name, 
 
 int kube_query_add(char **path, const char *key, const char *value) {
         char *e = http_client_escape(value);
-        int r = e ? append(path, "%s%s=%s", strchr(*path, '?') ? "&" : "?", key, e) : -ENOMEM;
+        if (!e)
+                return -ENOMEM;
+        int r = append(path, "%s%s=%s", strchr(*path, '?') ? "&" : "?", key, e);
         free(e);
         return r;
 }
@@ -253,7 +255,10 @@ int kube_client_new(const struct kube_config *cfg, const struct kube_client_opti
         if (!c)
                 return -ENOMEM;
         c->ca_fd = c->cert_fd = c->key_fd = -1;
-        c->max_retries = o->max_retries == KUBE_NO_RETRY ? 0 : o->max_retries ? o->max_retries : KUBE_DEFAULT_RETRIES;
+        if (o->max_retries == KUBE_NO_RETRY)
+                c->max_retries = 0;
+        else
+                c->max_retries = o->max_retries ? o->max_retries : KUBE_DEFAULT_RETRIES;
         c->backoff_base_ms = o->backoff_base_ms > 0 ? o->backoff_base_ms : KUBE_DEFAULT_BACKOFF_BASE_MS;
         c->backoff_max_ms = o->backoff_max_ms > 0 ? o->backoff_max_ms : KUBE_DEFAULT_BACKOFF_MAX_MS;
         rng_init(&c->rng, 0);

@@ -82,7 +82,9 @@ static int file_or_data(const json_t *o, const char *key, const char *where, con
         const char *file = str(o, key), *data = str(o, data_key);
         if (data) {
                 int r = decode_base64(data, ret_data);
-                return r == -EINVAL ? errmsg_invalid(err, errlen, "kubeconfig: %s.%s: not valid base64", where, data_key) : r;
+                return r == -EINVAL
+                               ? errmsg_invalid(err, errlen, "kubeconfig: %s.%s: not valid base64", where, data_key)
+                               : r;
         }
         return file ? resolve(base_dir, file, ret_file) : 0;
 }
@@ -182,13 +184,16 @@ static int sa_path(const char *root, const char *file, char **ret) {
         size_t n = root ? strlen(root) : 0;
         while (n > 0 && root[n - 1] == '/')
                 n--;
-        return asprintf(ret, "%.*s/%s/%s", (int)n, root ? root : "", SA_DIR, file) < 0 ? -ENOMEM : 0;
+        if (asprintf(ret, "%.*s/%s/%s", (int)n, root ? root : "", SA_DIR, file) < 0)
+                return -ENOMEM;
+        return 0;
 }
 
 static int in_cluster_server(const char *host, const char *port, struct kube_config *cfg, char *err, size_t errlen) {
         if (!host || !*host || !port || !*port)
-                return errmsg_invalid(err, errlen, "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set "
-                                         "(not running in a pod? use --kubeconfig)");
+                return errmsg_invalid(err, errlen,
+                                      "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set "
+                                      "(not running in a pod? use --kubeconfig)");
         bool v6 = strchr(host, ':') != NULL;
         if (asprintf(&cfg->server, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port) < 0) {
                 cfg->server = NULL;

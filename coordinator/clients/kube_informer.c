@@ -60,7 +60,8 @@ int kube_informer_new(struct kube_client *c, const struct kube_resource *rt, con
         backoff_init(&inf->backoff, o->backoff_base_ms > 0 ? o->backoff_base_ms : INFORMER_DEFAULT_BACKOFF_BASE_MS,
                      o->backoff_max_ms > 0 ? o->backoff_max_ms : INFORMER_DEFAULT_BACKOFF_MAX_MS,
                      kube__client_seed(c));
-        if (!inf->store || (ns && *ns && !inf->ns) || (o->label_selector && *o->label_selector && !inf->label_selector) ||
+        if (!inf->store || (ns && *ns && !inf->ns) ||
+            (o->label_selector && *o->label_selector && !inf->label_selector) ||
             (o->field_selector && *o->field_selector && !inf->field_selector)) {
                 kube_informer_free(inf);
                 return -ENOMEM;

@@ -335,9 +335,9 @@ static void disruption_locked(struct controller *c, struct disruption *dis) {
         if (r < 0 && !atomic_load(&c->stop))
                 log_error_errno(r, "disruption pass");
         else if (out.carried_out || out.decided || out.replacing)
-                log_info("disruption: %zu candidates, %zu decided, %zu carried out, %zu dropped as stale, %zu left alone, "
-                         "%zu waiting for replacements", out.candidates, out.decided, out.carried_out, out.stale,
-                         out.blocked, out.replacing);
+                log_info("disruption: %zu candidates, %zu decided, %zu carried out, %zu dropped as stale, "
+                         "%zu left alone, %zu waiting for replacements", out.candidates, out.decided, out.carried_out,
+                         out.stale, out.blocked, out.replacing);
         snapshot_done(&s);
         pthread_mutex_lock(&c->mu);
         c->last_disruption_ms = monotime_ms();

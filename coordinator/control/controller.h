@@ -37,7 +37,8 @@ struct controller_options {
         const char *lease_namespace; /* NULL: POD_NAMESPACE, else the kubeconfig's namespace */
         const char *identity;        /* NULL: POD_NAME, else the host name */
         int64_t gc_interval_ms;      /* launcher_collect_garbage period; 0 = 60 s */
-        int64_t resync_ms;           /* run a round again this long after the last while pods are still pending; 0 = 10 s */
+        int64_t resync_ms;           /* run a round again this long after the last while pods are still pending;
+                                      * 0 = 10 s */
         int64_t lease_duration_ms, renew_deadline_ms, retry_period_ms; /* leader election (leader_options); 0 =
                                                                          * the LEADER_DEFAULT_* */
         struct launcher_options launcher;

@@ -348,8 +348,12 @@ static const json_t *node_by_provider_id(void *userdata, const char *provider_id
 /* NodeClasses, NodePools and NodeClaims from the informers' store (a new reference), once listed. */
 static json_t *cached_object(void *userdata, const struct kube_resource *rt, const char *name) {
         struct controller *c = userdata;
-        enum ctl_kind kind = rt == &kube_nodeclasses ? K_CLASSES : rt == &kube_nodepools ? K_POOLS : K_N;
-        if (rt == &kube_nodeclaims)
+        enum ctl_kind kind = K_N;
+        if (rt == &kube_nodeclasses)
+                kind = K_CLASSES;
+        else if (rt == &kube_nodepools)
+                kind = K_POOLS;
+        else if (rt == &kube_nodeclaims)
                 kind = K_CLAIMS;
         json_t *obj = NULL;
         if (kind == K_N || !name)

@@ -147,7 +147,8 @@ static void tell(struct disruption *d, const json_t *claim, const json_t *node, 
  * rather than evicted and waited for (no kubelet may be there to stop them). */
 static int end_grace_now(struct disruption *d, const char *name) {
         char now[32];
-        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP,
+        json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations",
+                                  LAUNCHSTEP_ANNOTATION_TERMINATION_TIMESTAMP,
                                   rfc3339_format(rfc3339_now_ms(), now, sizeof now));
         int r = patch ? kube_patch(d->env.kube, &kube_nodeclaims, NULL, name, NULL, KUBE_PATCH_MERGE, patch, NULL)
                       : -ENOMEM;

@@ -135,7 +135,8 @@ void disruption_free(struct disruption *d);
  * replace first creates the replacement claims (annotated DISRUPTION_ANNOTATION_REPLACES) and deletes the old ones
  * on the pass that finds every replacement Initialized; a replacement gone, Failed or not Initialized within
  * the replace timeout (env) drops the decision (replacements not Initialized are deleted). Until then the old
- * and new nodes are no candidates. After a restart the waiting decisions are found from the annotations. Events name every decision and every
- * candidate left alone (once per change of its reason). 0 or a negative errno (the pass is then skipped). */
+ * and new nodes are no candidates. After a restart the waiting decisions are found from the annotations. Events
+ * name every decision and every candidate left alone (once per change of its reason). 0 or a negative errno (the
+ * pass is then skipped). */
 int disruption_pass(struct disruption *d, const struct provisioner_snapshot *snap, int64_t now_ms,
                     struct disruption_outcome *ret);

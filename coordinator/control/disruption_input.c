@@ -27,7 +27,8 @@ static bool annotation_true(const json_t *obj, const char *key) {
 
 /* A Node's or NodeClaim's do-not-disrupt: "true" only (a duration is a pod's, launchstep_pod_do_not_disrupt). */
 static bool do_not_disrupt(const json_t *obj) {
-        return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) || annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
+        return annotation_true(obj, ANNOTATION_DO_NOT_DISRUPT) ||
+               annotation_true(obj, ANNOTATION_KARPENTER_DO_NOT_DISRUPT);
 }
 
 static int64_t time_at(const json_t *o, const char *key) {
@@ -330,8 +331,11 @@ int disruption_input_pod_events(struct disruption_input *di, json_t *marks, int6
                 struct disrupt_candidate *c = &di->candidates[i];
                 const json_t *last = json_object_get(marks, c->sim->name);
                 json_int_t sig = pods_signature(c);
-                int64_t at = !last ? 0 : json_integer_value(json_object_get(last, "pods")) == sig
-                                            ? json_integer_value(json_object_get(last, "at")) : now_ms;
+                int64_t at = 0;
+                if (last && json_integer_value(json_object_get(last, "pods")) == sig)
+                        at = json_integer_value(json_object_get(last, "at"));
+                else if (last)
+                        at = now_ms;
                 if (at > c->last_pod_event_ms)
                         c->last_pod_event_ms = at;
                 if (json_object_set_new(next, c->sim->name, json_pack("{s:I, s:I}", "pods", sig, "at",
@@ -456,7 +460,8 @@ static const json_t *class_named(const json_t *classes, const char *name) {
 /* The template a claim was cloned from: status.imageID "<host>/<VMID>" on its recorded host, and imageDigest. */
 static bool launched_from(const json_t *claim, struct disrupt_template *ret) {
         const json_t *st = json_object_get(claim, "status");
-        const char *host = kube_str(st, "host"), *image = kube_str(st, "imageID"), *digest = kube_str(st, "imageDigest");
+        const char *host = kube_str(st, "host"), *image = kube_str(st, "imageID");
+        const char *digest = kube_str(st, "imageDigest");
         size_t n = host ? strlen(host) : 0;
         char *end = NULL;
         if (!n || !image || strncmp(image, host, n) != 0 || image[n] != '/')

@@ -77,7 +77,8 @@ static void forget_deleted(json_t *tainted, const struct disruption_input *di) {
         json_object_foreach_safe(tainted, tmp, node, claim) {
                 bool live = false;
                 for (size_t i = 0; i < di->n_candidates && !live; i++)
-                        live = !strcmp(di->candidates[i].claim, json_string_value(claim)) && !kube_deleting(di->claims[i]);
+                        live = !strcmp(di->candidates[i].claim, json_string_value(claim)) &&
+                               !kube_deleting(di->claims[i]);
                 if (!live)
                         json_object_del(tainted, node);
         }

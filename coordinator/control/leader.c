@@ -45,8 +45,9 @@ enum leader_action leader_decide(struct leader *l, const json_t *lease, int64_t 
 
 json_t *leader_lease(const struct leader *l, const json_t *base, bool taking, const char *now) {
         json_t *lease = base ? json_deep_copy(base)
-                             : json_pack("{s:s, s:s, s:{s:s, s:s}, s:{}}", "apiVersion", "coordination.k8s.io/v1", "kind",
-                                         "Lease", "metadata", "name", l->o.name, "namespace", l->o.namespace, "spec");
+                             : json_pack("{s:s, s:s, s:{s:s, s:s}, s:{}}", "apiVersion", "coordination.k8s.io/v1",
+                                         "kind", "Lease", "metadata", "name", l->o.name, "namespace", l->o.namespace,
+                                         "spec");
         json_t *spec = json_object_get(lease, "spec");
         if (!json_is_object(spec)) {
                 spec = json_object();
@@ -77,9 +78,11 @@ static bool write_lease(struct leader *l, struct kube_client *kube, const json_t
         char now[40];
         micro_now(now, sizeof now);
         json_t *lease = leader_lease(l, base, taking, now);
-        int r = !lease ? -ENOMEM
-                : base ? kube_update(kube, &kube_leases, l->o.namespace, NULL, lease, NULL)
-                       : kube_create(kube, &kube_leases, l->o.namespace, lease, NULL);
+        int r = -ENOMEM;
+        if (lease && base)
+                r = kube_update(kube, &kube_leases, l->o.namespace, NULL, lease, NULL);
+        else if (lease)
+                r = kube_create(kube, &kube_leases, l->o.namespace, lease, NULL);
         json_decref(lease);
         if (r < 0 && r != -ESTALE && r != -EEXIST && r != -ECANCELED)
                 log_error("lease %s/%s: %s", l->o.namespace, l->o.name, kube_client_error(kube));

@@ -289,14 +289,17 @@ static bool agent_down(struct host_ctx *hc, struct agent_conn *a) {
                 return true;
         }
         enum provisioner_agent_state st = a ? a->state : PROVISIONER_AGENT_UNREACHABLE;
-        stats_add(p->env.stats, st == PROVISIONER_AGENT_UNAUTHORIZED ? STATS_HOSTS_LEFT_OUT_UNAUTHORIZED
-                                : st == PROVISIONER_AGENT_ERROR      ? STATS_HOSTS_LEFT_OUT_ERROR
-                                                                     : STATS_HOSTS_LEFT_OUT_UNREACHABLE,
-                  1);
+        enum stats_counter left_out = STATS_HOSTS_LEFT_OUT_UNREACHABLE;
+        if (st == PROVISIONER_AGENT_UNAUTHORIZED)
+                left_out = STATS_HOSTS_LEFT_OUT_UNAUTHORIZED;
+        else if (st == PROVISIONER_AGENT_ERROR)
+                left_out = STATS_HOSTS_LEFT_OUT_ERROR;
+        stats_add(p->env.stats, left_out, 1);
         return false;
 }
 
-static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host, const char *ip) {
+static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host,
+                     const char *ip) {
         struct provisioner *p = hc->p;
         json_t *vmids = NULL, *room = NULL;
         bool agent = false;

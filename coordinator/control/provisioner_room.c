@@ -77,7 +77,10 @@ static json_t *named_offer(const char *name, const json_t *o) {
         int64_t preferred = int_at(o, "preferred_count", fallback ? 0 : count);
         const json_t *score = json_object_get(o, "score");
         count = count < 0 ? 0 : count;
-        preferred = preferred < 0 ? 0 : preferred > count ? count : preferred;
+        if (preferred < 0)
+                preferred = 0;
+        else if (preferred > count)
+                preferred = count;
         json_t *out = json_pack("{s:s, s:I, s:I, s:b}", "shape", name, "count", (json_int_t)count, "preferred_count",
                                 (json_int_t)preferred, "fallback", fallback);
         double v = json_is_number(score) ? json_number_value(score) : -1;

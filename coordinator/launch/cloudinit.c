@@ -25,7 +25,8 @@
 
 static const char default_user_data[] =
         "#cloud-config\n"
-        "# pvescale node {{ .Metadata.Hostname }} ({{ .Metadata.InstanceType }}, Kubernetes {{ .Kubernetes.Version }})\n"
+        "# pvescale node {{ .Metadata.Hostname }} ({{ .Metadata.InstanceType }}, "
+                "Kubernetes {{ .Kubernetes.Version }})\n"
         "hostname: {{ .Metadata.Hostname }}\n"
         "manage_etc_hosts: true\n"
         "{{- with .Values.sshAuthorizedKeys }}\n"
@@ -203,7 +204,8 @@ static bool valid_label_key(const char *s) {
 static bool valid_token(const char *s) {
         size_t n = s ? strlen(s) : 0;
         return n == TOKEN_ID_LEN + 1 + TOKEN_SECRET_LEN && s[TOKEN_ID_LEN] == '.' &&
-               all_of(s, TOKEN_ID_LEN, is_lower_alnum) && all_of(s + TOKEN_ID_LEN + 1, TOKEN_SECRET_LEN, is_lower_alnum);
+               all_of(s, TOKEN_ID_LEN, is_lower_alnum) &&
+               all_of(s + TOKEN_ID_LEN + 1, TOKEN_SECRET_LEN, is_lower_alnum);
 }
 
 static bool name_char(char c) {
@@ -330,8 +332,9 @@ static int map_flag(FILE *f, json_t *kc, const char *field, const char *flag, co
         for (size_t i = 0; i < n && r >= 0; i++) {
                 const char *v = json_string_value(json_object_get(obj, keys[i]));
                 if (!flag_safe(keys[i]) || !flag_safe(v))
-                        r = errmsg_invalid(err, errlen, "kubeletConfiguration.%s.%s: must be a string of [A-Za-z0-9._%%/+-]",
-                                  field, keys[i]);
+                        r = errmsg_invalid(err, errlen,
+                                           "kubeletConfiguration.%s.%s: must be a string of [A-Za-z0-9._%%/+-]",
+                                           field, keys[i]);
                 else
                         fprintf(f, "%s%s%s%s", i ? "," : "", keys[i], sep, v);
         }
@@ -402,9 +405,9 @@ static json_t *metadata(const struct cloudinit_node *n, const char *provider_id)
         char vmid[16];
         snprintf(vmid, sizeof vmid, "%" PRIu32, n->vmid);
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o?, s:s}", "Hostname", n->hostname, "InstanceID",
-                         n->instance_id ? n->instance_id : vmid, "InstanceType", n->instance_type ? n->instance_type : "",
-                         "ProviderID", provider_id, "Region", n->region, "Zone", n->zone, "Tags", tags_array(n),
-                         "NodeClass", n->node_class ? n->node_class : "");
+                         n->instance_id ? n->instance_id : vmid, "InstanceType",
+                         n->instance_type ? n->instance_type : "", "ProviderID", provider_id, "Region", n->region,
+                         "Zone", n->zone, "Tags", tags_array(n), "NodeClass", n->node_class ? n->node_class : "");
 }
 
 static json_t *resources(const struct cloudinit_node *n) {
@@ -467,7 +470,8 @@ int cloudinit_data(const struct cloudinit_node *node, json_t **ret_data, char *e
         free(flags);
         if (!data || !json_is_object(json_object_get(data, "Network")) ||
             !json_is_object(json_object_get(data, "Metadata")) ||
-            !json_is_object(json_object_get(data, "Resources")) || !json_is_object(json_object_get(data, "Kubernetes")) ||
+            !json_is_object(json_object_get(data, "Resources")) ||
+            !json_is_object(json_object_get(data, "Kubernetes")) ||
             !json_is_object(json_object_get(data, "Values"))) {
                 json_decref(data);
                 return -ENOMEM;

@@ -41,8 +41,8 @@ struct launcher_env {
         void (*on_step)(void *userdata, const char *claim, const char *step, bool recorded);
         /* Wall clock in milliseconds since the epoch; tests may fake it. NULL = the real clock. */
         int64_t (*now_ms)(void *userdata);
-        /* A ProxmoxNodeClass, NodePool or NodeClaim (rt) by name from the controller's informer cache, as a new reference;
-         * NULL when not cached (then it is read from the API server). NULL = always read. */
+        /* A ProxmoxNodeClass, NodePool or NodeClaim (rt) by name from the controller's informer cache, as a new
+         * reference; NULL when not cached (then it is read from the API server). NULL = always read. */
         json_t *(*cached)(void *userdata, const struct kube_resource *rt, const char *name);
         /* Where the provisioner noted when each claim's first pod was pending; the launcher adds its API waits
          * and, at the start call, logs and observes the start latency (launch_start_seconds and

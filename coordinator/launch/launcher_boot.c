@@ -151,10 +151,12 @@ static struct launchstep_result cluster_info(struct launcher__ctx *c, char **ret
                 return *ret_server && *ret_ca ? launchstep_done() : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
         int r = kube_get(c->kube, &kube_configmaps, "kube-public", "cluster-info", &cm);
         if (r == -ENOENT)
-                return launchstep_error(r, "ConfigMap kube-public/cluster-info is not there (k3s and Talos do not create "
-                                           "it): set join.api_server and join.ca_file in the coordinator's config");
+                return launchstep_error(r, "ConfigMap kube-public/cluster-info is not there "
+                                           "(k3s and Talos do not create it): "
+                                           "set join.api_server and join.ca_file in the coordinator's config");
         if (r < 0)
-                return launchstep_error(r, "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
+                return launchstep_error(r,
+                                        "ConfigMap kube-public/cluster-info (API server and CA for joining nodes): %s",
                                         kube_client_error(c->kube));
         struct kube_data_object info;
         kube_data_object_decode(cm, &info);
@@ -307,7 +309,13 @@ static json_t *reserved_filled(const json_t *given, const struct resources *shap
  * an object is passed on for cloudinit_data to refuse. New reference, or NULL without one. */
 static json_t *kubelet_configuration(struct launcher__ctx *c) {
         json_t *kc = json_object_get(nc_spec(c), "kubeletConfiguration");
-        json_t *out = !kc ? json_object() : json_is_object(kc) ? json_copy(kc) : json_incref(kc);
+        json_t *out;
+        if (!kc)
+                out = json_object();
+        else if (json_is_object(kc))
+                out = json_copy(kc);
+        else
+                out = json_incref(kc);
         if (!json_is_object(out))
                 return out;
         if (!json_object_get(out, "maxPods"))

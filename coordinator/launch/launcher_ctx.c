@@ -122,7 +122,9 @@ static int rebase(struct launcher__ctx *c, json_t *fresh) {
                 c->deferred = deferred;
         }
         free(mine);
-        return r < 0 ? r : same ? 0 : -EAGAIN;
+        if (r < 0)
+                return r;
+        return same ? 0 : -EAGAIN;
 }
 
 /* On a conflict: take the fresh claim; go on only if nobody else moved the launch meanwhile. */
@@ -352,7 +354,8 @@ static void append_taints(json_t *out, const json_t *list) {
         size_t i;
         json_t *t;
         json_array_foreach(list, i, t) {
-                json_t *o = json_pack("{s:O, s:O}", "key", json_object_get(t, "key"), "effect", json_object_get(t, "effect"));
+                json_t *o = json_pack("{s:O, s:O}", "key", json_object_get(t, "key"), "effect",
+                                      json_object_get(t, "effect"));
                 if (o && json_is_string(json_object_get(t, "value")))
                         json_object_set(o, "value", json_object_get(t, "value"));
                 if (o)

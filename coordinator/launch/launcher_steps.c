@@ -117,8 +117,9 @@ static void count_claim(struct launcher__ctx *c, const json_t *other, struct inf
         if (strcmp(meta_or_empty(other, "uid"), c->uid) == 0 || !same_host(c, other) || kube_deleting(other))
                 return;
         nodeclaim_claim_status(other, st, NULL, 0);
-        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"), meta_or_empty(other, "name"),
-                                   meta_or_empty(c->claim, "creationTimestamp"), c->name) ||
+        if (!launchstep_holds_room(st->launch_step, meta_or_empty(other, "creationTimestamp"),
+                                   meta_or_empty(other, "name"), meta_or_empty(c->claim, "creationTimestamp"),
+                                   c->name) ||
             other_shape(c, other, &s) < 0)
                 return;
         in->cpus += s.vcpus;
@@ -308,9 +309,11 @@ static struct launchstep_result find_template_ask(struct launcher__ctx *c, const
                 return launchstep_error(r, "VMs of %s: %s", c->host, pve_client_error(c->pve));
         r = pve_find_template_ref(list, ref, ret_vmid);
         json_decref(list);
+        if (r < 0 && name)
+                return launchstep_fail("TemplateNotFound", "no template %s on host %s", name, c->host);
         if (r < 0)
-                return launchstep_fail("TemplateNotFound", "no template %s%s%s on host %s", name ? name : "",
-                                       name ? "" : "with tags ", name ? "" : (tag ? tag : ""), c->host);
+                return launchstep_fail("TemplateNotFound", "no template with tags %s on host %s", tag ? tag : "",
+                                       c->host);
         return launchstep_done();
 }
 

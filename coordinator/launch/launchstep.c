@@ -109,7 +109,11 @@ struct launchstep_result launchstep_clone_wait(int64_t started_ms, int64_t now_m
                 return launchstep_fail("CloneTimeout", "the clone of VM %lld did not finish within %lld s",
                                        (long long)vmid, (long long)(timeout_ms / 1000));
         int64_t half = (now_ms - started_ms) / 2;
-        int64_t delay = half < 10 ? 10 : half > LAUNCHSTEP_POLL_MS ? LAUNCHSTEP_POLL_MS : half;
+        int64_t delay = half;
+        if (delay < 10)
+                delay = 10;
+        else if (delay > LAUNCHSTEP_POLL_MS)
+                delay = LAUNCHSTEP_POLL_MS;
         return launchstep_wait(left < delay ? left : delay);
 }
 
@@ -430,8 +434,8 @@ bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms) {
 
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
-        if (kube_annotation(pod, "kubernetes.io/config.mirror") ||
-            kube_owned_by_daemonset(pod) || tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
+        if (kube_annotation(pod, "kubernetes.io/config.mirror") || kube_owned_by_daemonset(pod) ||
+            tolerates_disrupted(pod) || finished(pod) || stuck_terminating(meta, now_ms))
                 return LAUNCHSTEP_DRAIN_STAY;
         if (kube_deleting(pod))
                 return LAUNCHSTEP_DRAIN_GOING;

@@ -32,8 +32,8 @@ enum nodeclaim_step {
  * name is done. Each is recorded once done, so that a restarted coordinator goes on from there. */
 enum nodeclaim_term {
         NODECLAIM_TERM_NONE,         /* "" or absent: not begun */
-        NODECLAIM_TERM_TAINTED,      /* "Tainted": the Node carries pvescale.io/disrupted:NoSchedule; terminationStartedAt
-                                      * set; its pods are being evicted */
+        NODECLAIM_TERM_TAINTED,      /* "Tainted": the Node carries pvescale.io/disrupted:NoSchedule;
+                                      * terminationStartedAt set; its pods are being evicted */
         NODECLAIM_TERM_DRAINED,      /* "Drained": only pods that stay (DaemonSet, mirror, tolerating) are left */
         NODECLAIM_TERM_NODE_DELETED, /* "NodeDeleted": the Node object is gone */
         NODECLAIM_TERM_INSTANCE_TERMINATED, /* "InstanceTerminated": VM, ISO, join token and reservation gone */

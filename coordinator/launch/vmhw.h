@@ -59,10 +59,10 @@ struct vmhw {
 int vmhw_parse(const json_t *spec, struct vmhw *ret, char *err, size_t errlen);
 
 /* The config parameters of hw for a clone whose config is config (GET .../config): machine, bios, agent and
- * onboot when asked for; hostpci0..N-1 (mapping=<id>[,mdev=][,pcie=1][,x-vga=1]) for pciDevices; efidisk0 (bios ovmf) and tpmstate0 (tpm) as new volumes ("<storage>:1,...") only when the
- * config has none (the template's are cloned with it, and a TPM's version cannot change). disk_storage is the
- * storage of the VM's boot disk, used when the class names none. 0, -EINVAL (no storage to put a volume on, with
- * the reason in err), or -ENOMEM. */
+ * onboot when asked for; hostpci0..N-1 (mapping=<id>[,mdev=][,pcie=1][,x-vga=1]) for pciDevices; efidisk0
+ * (bios ovmf) and tpmstate0 (tpm) as new volumes ("<storage>:1,...") only when the config has none (the template's
+ * are cloned with it, and a TPM's version cannot change). disk_storage is the storage of the VM's boot disk, used
+ * when the class names none. 0, -EINVAL (no storage to put a volume on, with the reason in err), or -ENOMEM. */
 int vmhw_params(const struct vmhw *hw, const json_t *config, const char *disk_storage, struct pve_params *p,
                 char *err, size_t errlen);
 

@@ -155,8 +155,10 @@ static int allocate_family(const struct ipam_interface *ifc, size_t i, const str
         if (p->has_gw)
                 ipam_addr_format(&p->gw, gw, sizeof gw);
         bool first = out[*pos - 1] == '=';
-        return append(out, outlen, pos, p->net.v6 ? (first ? "ip6=%s/%u" : ",ip6=%s/%u") : "ip=%s/%u", text,
-                      p->prefix, p->net.v6 ? "gw6" : "gw", p->has_gw ? gw : NULL);
+        const char *fmt = "ip=%s/%u";
+        if (p->net.v6)
+                fmt = first ? "ip6=%s/%u" : ",ip6=%s/%u";
+        return append(out, outlen, pos, fmt, text, p->prefix, p->net.v6 ? "gw6" : "gw", p->has_gw ? gw : NULL);
 }
 
 int ipam_allocate(const struct ipam_config *cfg, const struct ipam_inuse *used, char *out, size_t outlen, char *err,

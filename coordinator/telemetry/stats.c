@@ -251,8 +251,8 @@ static void render_watch_field(struct prom *p, const struct stats *s, const char
 }
 
 static void render_watches(struct prom *p, const struct stats *s) {
-        render_watch_field(p, s, "watch_lists_total", "Full lists done (first list and relists) per resource.", "counter",
-                           offsetof(struct stats_watch, lists));
+        render_watch_field(p, s, "watch_lists_total", "Full lists done (first list and relists) per resource.",
+                           "counter", offsetof(struct stats_watch, lists));
         render_watch_field(p, s, "watch_relists_410_total", "Relists because the resource version expired (410).",
                            "counter", offsetof(struct stats_watch, relists_410));
         render_watch_field(p, s, "watch_requests_total", "Watch requests per resource.", "counter",
