@@ -234,7 +234,7 @@ struct kube_informer_options {
 };
 
 struct kube_informer_stats {
-        unsigned lists;       /* full lists (the first one and every relist) */
+        unsigned lists;       /* full lists that came back (the first one and every relist) */
         unsigned relists_410; /* relists because the resource version expired */
         unsigned watches;     /* watch requests */
         unsigned resumes;     /* watches resumed from the last resource version after a stream ended */
