@@ -15,7 +15,7 @@
 #include "log.h"
 
 static int class_config(struct launcher__ctx *c, struct ipam_config *cfg, char *err, size_t errlen) {
-        return ipam_config_parse(json_object_get(json_object_get(c->nodeclass, "spec"), "ipam"), cfg, err, errlen);
+        return ipam_config_parse(json_object_get(kube_nodeclass_of(c->nodeclass).spec, "ipam"), cfg, err, errlen);
 }
 
 /* ---- the addresses held by launches of this process that are not recorded yet ---- */
@@ -100,7 +100,7 @@ static struct launchstep_result add_nodes(struct launcher__ctx *c, struct ipam_i
         if (r < 0)
                 return launchstep_error(r, "list Nodes: %s", kube_client_error(c->kube));
         json_array_foreach(json_object_get(list, "items"), i, n) {
-                json_array_foreach(json_object_get(json_object_get(n, "status"), "addresses"), j, a)
+                json_array_foreach(json_object_get(kube_node_of(n).status, "addresses"), j, a)
                         if (r == 0)
                                 r = ipam_inuse_add_text(used, json_string_value(json_object_get(a, "address")));
         }
