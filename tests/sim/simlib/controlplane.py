@@ -392,7 +392,11 @@ class ControlPlane:
             for name in ("kcm", "scheduler"):
                 p = self.procs.get(name)
                 if p is not None and p.poll() is not None and not self.stopping:
-                    util.log("control plane: %s (%d) exited %d; restarting it" % (name, p.pid, p.returncode))
+                    # on a port of its own again: the one picked for it (free then, bound later) may have been
+                    # taken meanwhile by another process, and it would exit on the same bind for ever
+                    self.ports[name] = free_ports(1)[0]
+                    util.log("control plane: %s (%d) exited %d; restarting it on port %d" % (
+                        name, p.pid, p.returncode, self.ports[name]))
                     self._spawn(name)
             self.wake.wait(0.5)
             self.wake.clear()
