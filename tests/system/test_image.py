@@ -15,6 +15,7 @@ configured entrypoint as 65532 inside its own root against the simulator on a re
 # /etc/resolv.conf); /readyz,
 # a NodeClaim for a pending pod (--launch=false), the process's uid, gid, capabilities and PID 1, every mapped
 # file inside the image, and exit 0 on SIGTERM.
+import fcntl
 import gzip
 import hashlib
 import json
@@ -59,12 +60,23 @@ def project_version():
 # ---- the image, as built and as a runtime reads it ----
 
 def build(out):
-    p = sh([os.path.join(SOURCE, "packaging", "build-image"), out])
-    print(p.stdout[-3000:] + p.stderr[-3000:])
-    check(p.returncode == 0, "packaging/build-image succeeded")
-    lines = p.stdout.strip().splitlines()
-    archive = lines[-1] if lines else ""
-    check(os.path.isfile(archive) and archive.endswith(".oci.tar"), "last line is the OCI archive: " + archive)
+    """packaging/build-image, then its archive copied into out. Its OUTDIR is the meson build's image-out/ when
+    PVESCALE_BUILD_DIR names one (under a lock): this test and install-guide then share its release build of the
+    coordinator (the second finds it compiled, and still makes the root filesystem, the layer and the archive)."""
+    build_dir = os.environ.get("PVESCALE_BUILD_DIR")
+    outdir = os.path.join(build_dir, "image-out") if build_dir and os.path.isdir(build_dir) else out
+    os.makedirs(out, exist_ok=True)
+    with open(outdir + ".lock" if outdir != out else os.devnull, "w") as lock:
+        if outdir != out:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        p = sh([os.path.join(SOURCE, "packaging", "build-image"), outdir])
+        print(p.stdout[-3000:] + p.stderr[-3000:])
+        check(p.returncode == 0, "packaging/build-image succeeded")
+        lines = p.stdout.strip().splitlines()
+        archive = lines[-1] if lines else ""
+        check(os.path.isfile(archive) and archive.endswith(".oci.tar"), "last line is the OCI archive: " + archive)
+        if os.path.isfile(archive) and outdir != out:
+            archive = shutil.copy(archive, out)
     m = re.search(r"(\d+) bytes uncompressed", p.stdout)
     check(m is not None and int(m.group(1)) <= MAX_BYTES, "printed uncompressed size %s <= %d" %
           (m and m.group(1), MAX_BYTES))
