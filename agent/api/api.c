@@ -101,7 +101,7 @@ static void get_vm(struct agent *a, const struct http_request *req, struct http_
         json_t *doc = vm_to_json(inventory_find(a->inventory, vmid));
         const struct reservation *r = ledger_find_vmid(a->ledger, vmid);
         struct pin_env env = agent_pin_env(a);
-        json_t *pinning = pin_service_vm_status(&env, vmid);
+        json_t *pinning = pin_service_vm_status(&a->pins, &env, vmid);
         json_object_set_new(doc, "reservation", r ? reservation_to_json(r) : json_null());
         json_object_set_new(doc, "pinning", pinning ? pinning : json_null());
         api__reply(resp, 200, doc);

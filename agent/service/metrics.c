@@ -202,11 +202,12 @@ static void render_pinning(struct prom *p, const struct agent *a) {
         prom_gauge_u64(p, "pvescale_agent_vms_to_pin", "Running VMs bound to a placed reservation: VMs the agent pins.",
                        t.wanted);
         prom_gauge_u64(p, "pvescale_agent_pinned_vms",
-                       "Of those, VMs whose QEMU the agent pinned and whose every thread is on its CPUs now.",
+                       "Of those, VMs whose QEMU the agent pinned and whose every thread was on its CPUs when last "
+                       "looked at.",
                        t.pinned);
         prom_gauge_u64(p, "pvescale_agent_affinity_drift_threads",
-                       "QEMU threads of VMs to pin whose real CPU affinity differs from the wanted one "
-                       "(or is missing).",
+                       "QEMU threads of VMs to pin whose real CPU affinity differed from the wanted one (or was "
+                       "missing) when last looked at: at each pinning run and repair scan (--pin-interval).",
                        t.drift);
         prom_family(p, "pvescale_agent_pins_total", "counter", "Pinning runs that pinned every thread of a VM.");
         prom_sample_u64(p, "pvescale_agent_pins_total", NULL, a->pins.pins_ok);

@@ -107,6 +107,8 @@ static void note_run(struct pin_state *s, const struct pin_plan *plan, int r, co
                         s->pending = true;
                 }
                 rec->pid = plan->pid;
+                rec->seen_pid = plan->pid;
+                rec->drift = 0;
         }
         if (r == -ENOENT || (r == 0 && rep->vcpus_missing > 0)) {
                 s->pending = true; /* QEMU is still creating its vCPU threads: try again shortly */
@@ -196,13 +198,24 @@ void pin_service_vm_changed(struct pin_state *s, const struct pin_env *env, int 
                 pin_vm(s, env, vmid);
 }
 
-static unsigned vm_drift(const struct pin_env *env, int vmid) {
+/* What /proc says of a VM's threads now was seen: the totals report it until the next look. */
+static void note_drift(struct pin_state *s, int vmid, int pid, unsigned drift) {
+        struct pin_record *rec = record_for(s, vmid);
+        if (!rec)
+                return;
+        rec->seen_pid = pid;
+        rec->drift = drift;
+}
+
+/* The VM's threads off their CPUs now, from /proc (0 when it cannot be read), remembered for the totals. */
+static unsigned vm_drift(struct pin_state *s, const struct pin_env *env, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL;
         unsigned drift = 0;
-        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
-                pinning_drift(&plan, real, &drift);
+        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0 &&
+            pinning_drift(&plan, real, &drift) == 0)
+                note_drift(s, vmid, plan.pid, drift);
         json_decref(real);
         cpuset_free(nodes);
         return drift;
@@ -222,7 +235,7 @@ static bool recheck_drifted(struct pin_state *s, const struct pin_env *env, int 
         if (!rec || rec->rechecks == 0 || !already_pinned(s, env, vmid))
                 return false;
         rec->rechecks--;
-        return vm_drift(env, vmid) > 0;
+        return vm_drift(s, env, vmid) > 0;
 }
 
 void pin_service_scan(struct pin_state *s, const struct pin_env *env, enum pin_scan mode) {
@@ -232,7 +245,7 @@ void pin_service_scan(struct pin_state *s, const struct pin_env *env, enum pin_s
                 int vmid = env->ledger->items[i]->vmid;
                 if (!vmid || !wants_pin(env, vmid))
                         continue;
-                bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(s, env, vmid) || vm_drift(env, vmid) > 0
+                bool due = mode == PIN_SCAN_REPAIR ? !already_pinned(s, env, vmid) || vm_drift(s, env, vmid) > 0
                            : (!already_pinned(s, env, vmid) && !failed_before(s, env, vmid)) ||
                                      (mode == PIN_SCAN_TICK && recheck_drifted(s, env, vmid));
                 if (due)
@@ -259,15 +272,26 @@ int pin_service_pin_now(struct pin_state *s, const struct pin_env *env, int vmid
         return *ret_report ? 0 : -ENOMEM;
 }
 
-json_t *pin_service_vm_status(const struct pin_env *env, int vmid) {
+json_t *pin_service_vm_status(struct pin_state *s, const struct pin_env *env, int vmid) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL, *status = NULL;
-        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0)
-                pinning_status(&plan, real, &status);
+        unsigned drift;
+        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0 &&
+            pinning_status(&plan, real, &status) == 0 && pinning_drift(&plan, real, &drift) == 0)
+                note_drift(s, vmid, plan.pid, drift);
         json_decref(real);
         cpuset_free(nodes);
         return status;
+}
+
+/* The drift last seen of the VM's current QEMU; never seen: all its vCPU threads. */
+static unsigned seen_drift(const struct pin_state *s, const struct pin_env *env, int vmid) {
+        const struct pin_record *rec = find_record(s, vmid);
+        const struct vm *vm = inventory_find(env->inventory, vmid);
+        if (rec && vm && rec->seen_pid == vm->pid)
+                return rec->drift;
+        return ledger_find_vmid(env->ledger, vmid)->placement->n_vcpus; /* wants_pin: it is placed */
 }
 
 void pin_service_totals(const struct pin_state *s, const struct pin_env *env, struct pin_totals *ret) {
@@ -276,7 +300,7 @@ void pin_service_totals(const struct pin_state *s, const struct pin_env *env, st
                 int vmid = env->ledger->items[i]->vmid;
                 if (!vmid || !wants_pin(env, vmid))
                         continue;
-                unsigned drift = vm_drift(env, vmid);
+                unsigned drift = seen_drift(s, env, vmid);
                 t.wanted++;
                 t.pinned += already_pinned(s, env, vmid) && drift == 0;
                 t.drift += drift;

@@ -20,6 +20,8 @@ struct pin_record {
         unsigned rechecks; /* timer ticks left in which a freshly pinned QEMU is checked again: threads created as
                             * it starts running (KVM's NX huge page recovery worker) inherit their creator's mask */
         struct repeat failures; /* failed runs in a row and their cause: logged when they start, change, end */
+        int seen_pid;   /* the QEMU whose threads' affinity was last looked at (0: none yet)... */
+        unsigned drift; /* ...and how many of them were off their CPUs then: what /metrics says */
 };
 
 struct pin_state {
@@ -67,8 +69,9 @@ void pin_service_scan(struct pin_state *s, const struct pin_env *env, enum pin_s
  * is simple; other negative errno from pinning. */
 int pin_service_pin_now(struct pin_state *s, const struct pin_env *env, int vmid, json_t **ret_report);
 
-/* {"wanted", "real", "drift"} for a bound, running VM; NULL otherwise. */
-json_t *pin_service_vm_status(const struct pin_env *env, int vmid);
+/* {"wanted", "real", "drift"} for a bound, running VM, read now from /proc (and remembered for the totals); NULL
+ * otherwise. */
+json_t *pin_service_vm_status(struct pin_state *s, const struct pin_env *env, int vmid);
 
 struct pin_totals {
         unsigned wanted; /* running VMs bound to a placed reservation: the agent wants them pinned */
@@ -77,7 +80,9 @@ struct pin_totals {
         unsigned drift;  /* threads of the wanted VMs whose real affinity differs from the wanted one (or is missing) */
 };
 
-/* The totals over all bound running VMs, read now from /proc. */
+/* The totals over all bound running VMs as last looked at: the drift each pinning run, periodic repair scan
+ * (--pin-interval), recheck and status read found; no /proc read (a scrape is cheap). A VM whose current QEMU was
+ * never looked at counts its vCPU threads as drifted. */
 void pin_service_totals(const struct pin_state *s, const struct pin_env *env, struct pin_totals *ret);
 
 void pin_state_done(struct pin_state *s);

@@ -163,6 +163,9 @@ class PinningEndToEndTest(unittest.TestCase):
         time.sleep(2.5)
         os.sched_setaffinity(int(tid), {0, 1})
         time.sleep(0.6)
+        # A scrape reads no /proc: the metrics say what the agent last looked at (the repair scan every
+        # --pin-interval, an hour here), until GET /v1/vms/{vmid} reads the VM's threads.
+        self.assertEqual(self.pin_metrics(), (1, 1, 0))
         status, vm = self.client.request("GET", "/v1/vms/%d" % VMID)
         self.assertEqual(vm["pinning"]["drift"], 1)
         self.assertEqual(self.pin_metrics(), (1, 0, 1))  # wanted, not pinned now: a thread is off its CPU
