@@ -28,7 +28,7 @@
 #define LOOP_TICK_MS 1000
 #define NOT_READY_TICK_MS 100
 #define HEALTHY_WITHIN_MS 30000
-#define PROVISION_WRITERS 7 /* threads that create a round's claims besides the control loop */
+#define PROVISION_WRITERS 7 /* tasks that create a round's claims besides the control loop's client */
 
 static const struct kube_resource *const KIND_RT[K_N] = {
         [K_PODS] = &kube_pods,          [K_NODES] = &kube_nodes,           [K_CLAIMS] = &kube_nodeclaims,
@@ -397,7 +397,7 @@ static void loop_locked(struct controller *c, struct provisioner *p, struct disr
         }
 }
 
-/* Clients for the provisioner's writer threads; as many as could be made. */
+/* Clients for the provisioner's claim writer tasks; as many as could be made. */
 static size_t writers_new(struct controller *c, struct kube_client **writers) {
         size_t n = 0;
         struct kube_client_options o = { .pool = c->kube_pool };

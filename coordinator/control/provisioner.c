@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +12,8 @@
 #include <string.h>
 
 #include "agents.h"
+#include "fiber.h"
+#include "http_client.h"
 #include "latency.h"
 #include "log.h"
 #include "pve.h"
@@ -24,6 +25,7 @@
 #include "kube_types.h"
 
 #define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
+#define PROVISIONER_HOST_TASKS 16 /* hosts whose room is fetched at once */
 #define CLAIM_NAME_ATTEMPTS 3
 #define COMPONENT "pvescale-coordinator"
 
@@ -48,6 +50,7 @@ struct provisioner {
         bool seeded;      /* verdicts read back from Nominated events (once, after start) */
         struct rng rng;   /* simulation seeds */
         struct latency_waits round_waits0; /* the calling thread's waits when the round began */
+        struct fiber_sched *sched; /* the tasks that fetch host room and write claims (made at the first need) */
 };
 
 /* A stop cancels the round's calls (every client shares the stop flag): what fails then is no error. */
@@ -99,6 +102,7 @@ void provisioner_free(struct provisioner *p) {
                 free(p->agents[i].url);
         }
         free(p->agents);
+        fiber_sched_free(p->sched);
         json_decref(p->verdicts);
         json_decref(p->logged);
         json_decref(p->refusals);
@@ -298,38 +302,26 @@ static bool agent_down(struct host_ctx *hc, struct agent_conn *a) {
         return false;
 }
 
-static void add_host(struct host_ctx *hc, struct pve_client *pve, const char *region, const char *host,
-                     const char *ip) {
-        struct provisioner *p = hc->p;
-        json_t *vmids = NULL, *room = NULL;
-        bool agent = false;
-        if (p->env.cfg->agents.enabled) {
-                struct agent_conn *a = agent_conn(p, region, host, ip);
-                room = agent_room(p, a, hc->shapes);
-                agent = room != NULL;
-                if (agent && a)
-                        tell_agent_state(hc, a, false);
-                else if (!agent_down(hc, a))
-                        return;
-        }
-        if (!room)
-                room = pve_room(p, pve, region, host, &vmids);
-        if (room) {
-                char err[256];
-                provisioner_host_charge_pending(room, hc->round, hc->snap->claims, agent, vmids, hc->shapes);
-                if (simulate_json_host(hc->round->in, room, NULL, err, sizeof err) < 0)
-                        log_error("host %s/%s: %s", region, host, err);
-                else {
-                        hc->out->hosts++;
-                        hc->out->hosts_from_agents += agent;
-                }
-        }
-        json_decref(room);
-        json_decref(vmids);
-}
+/* One online host of the round: its room, fetched by a task (fetch_rooms), added to the round in host order. */
+struct host_fetch {
+        const char *region;
+        char *host;
+        struct pve_client *pve;
+        struct agent_conn *agent; /* NULL: agents disabled, or no address (then agent_down) */
+        json_t *room, *vmids;     /* vmids: Proxmox's VMs, when the room is Proxmox's */
+        bool from_agent;
+};
 
-static void add_region(struct host_ctx *hc, size_t ci) {
-        struct provisioner *p = hc->p;
+struct host_fetches {
+        struct provisioner *p;
+        const struct provisioner_shapes *shapes;
+        struct host_fetch *items;
+        size_t n, next;
+        int64_t max_wait_us; /* the longest a task waited for answers: what the round waited */
+};
+
+/* The region's online hosts into f, and their agents' connections (tasks must not grow p->agents). */
+static void list_region(struct provisioner *p, size_t ci, struct host_fetches *f) {
         const char *region = p->env.cfg->clusters[ci].region;
         struct pve_client *pve = pve_for(p, ci);
         json_t *st = NULL;
@@ -345,9 +337,76 @@ static void add_region(struct host_ctx *hc, size_t ci) {
                         continue;
                 if (n.ip && p->env.host_address)
                         p->env.host_address(p->env.userdata, region, n.name, n.ip);
-                add_host(hc, pve, region, n.name, n.ip);
+                struct host_fetch *grown = realloc(f->items, (f->n + 1) * sizeof *grown);
+                if (!grown)
+                        break;
+                f->items = grown;
+                f->items[f->n] = (struct host_fetch){ .region = region, .host = strdup(n.name), .pve = pve };
+                if (!f->items[f->n].host)
+                        break;
+                if (p->env.cfg->agents.enabled) /* made now; pointed at once all are made (p->agents grows) */
+                        agent_conn(p, region, n.name, n.ip);
+                f->n++;
         }
         json_decref(st);
+}
+
+/* The room of one host: its agent's, else (agents disabled, or down with agents.fallback) Proxmox's. */
+static void fetch_room(struct host_fetches *f, struct host_fetch *h) {
+        struct provisioner *p = f->p;
+        bool agents = p->env.cfg->agents.enabled;
+        if (agents)
+                h->room = agent_room(p, h->agent, f->shapes);
+        h->from_agent = h->room != NULL;
+        if (!h->room && (!agents || config_agent_fallback_proxmox(p->env.cfg)))
+                h->room = pve_room(p, h->pve, h->region, h->host, &h->vmids);
+}
+
+/* A task: rooms of the next hosts no other task took. */
+static void fetch_task(void *data) {
+        struct host_fetches *f = data;
+        while (f->next < f->n && !stopping(f->p))
+                fetch_room(f, &f->items[f->next++]);
+        int64_t waited = http_client_thread_wait_us(); /* this task's */
+        if (waited > f->max_wait_us)
+                f->max_wait_us = waited;
+}
+
+/* Every host's room, PROVISIONER_HOST_TASKS hosts at a time (tasks on this thread, fiber.h): a slow host holds
+ * one task, not the round. The round's thread is credited with the longest task's wait for answers. */
+static void fetch_rooms(struct provisioner *p, struct host_fetches *f) {
+        size_t tasks = f->n < PROVISIONER_HOST_TASKS ? f->n : PROVISIONER_HOST_TASKS, spawned = 0;
+        if (!p->sched && tasks > 0 && fiber_sched_new(&p->sched) < 0)
+                log_error("cannot make the tasks that fetch host room: one host after the other");
+        for (size_t t = 0; p->sched && t < tasks; t++)
+                spawned += fiber_spawn(p->sched, fetch_task, f) == 0;
+        while (p->sched && fiber_sched_step(p->sched, 100) > 0) /* 100 ms: a stop is seen that soon */
+                ;
+        if (spawned == 0)
+                fetch_task(f); /* no tasks: on this thread */
+        else
+                http_client_thread_wait_note(f->max_wait_us);
+}
+
+/* A fetched host into the round: its agent's state told, its pending claims charged. */
+static void add_host(struct host_ctx *hc, struct host_fetch *h) {
+        struct provisioner *p = hc->p;
+        if (p->env.cfg->agents.enabled) {
+                if (h->from_agent && h->agent)
+                        tell_agent_state(hc, h->agent, false);
+                else if (!agent_down(hc, h->agent))
+                        return;
+        }
+        if (!h->room)
+                return;
+        char err[256];
+        provisioner_host_charge_pending(h->room, hc->round, hc->snap->claims, h->from_agent, h->vmids, hc->shapes);
+        if (simulate_json_host(hc->round->in, h->room, NULL, err, sizeof err) < 0)
+                log_error("host %s/%s: %s", h->region, h->host, err);
+        else {
+                hc->out->hosts++;
+                hc->out->hosts_from_agents += h->from_agent;
+        }
 }
 
 /* ---- claims ---- */
@@ -458,37 +517,32 @@ static void write_claim(struct claim_writes *w, struct kube_client *kube, const 
 struct writer {
         struct claim_writes *w;
         struct kube_client *kube;
-        pthread_t thread;
 };
 
-static void *writer_main(void *arg) {
+/* Claims not taken yet, one after the other, with this writer's client (a task, or the thread itself). */
+static void writer_run(void *arg) {
         struct writer *wr = arg;
         struct latency_waits waits0;
         latency_waits_now(&waits0);
         for (size_t i; (i = atomic_fetch_add(&wr->w->next, 1)) < wr->w->res->n_claims;)
                 write_claim(wr->w, wr->kube, &waits0, i);
-        return NULL;
 }
 
-/* Claims are independent: with writer clients, several go out at once (a large batch no longer waits for
- * one round trip after the other); the calling thread writes too. */
+/* Claims are independent: one task (fiber.h) per writer client writes them, so several go out at once (a large
+ * batch no longer waits for one round trip after the other). Without tasks, the thread writes them all. */
 static void write_claims(struct provisioner *p, struct claim_writes *w) {
-        size_t n = w->res->n_claims > 1 ? w->res->n_claims - 1 : 0;
-        n = n < p->env.n_writers ? n : p->env.n_writers;
+        size_t n = w->res->n_claims < p->env.n_writers + 1 ? w->res->n_claims : p->env.n_writers + 1, spawned = 0;
         struct writer *wr = calloc(n + 1, sizeof *wr);
-        size_t started = 0;
-        for (size_t t = 0; wr && t < n; t++) {
-                wr[t] = (struct writer){ .w = w, .kube = p->env.writers[t] };
-                if (pthread_create(&wr[t].thread, NULL, writer_main, &wr[t]) == 0)
-                        pthread_setname_np(wr[t].thread, "claim-writer");
-                else
-                        break;
-                started++;
+        if (wr && n > 1 && !p->sched && fiber_sched_new(&p->sched) < 0)
+                log_error("cannot make the tasks that write claims: one claim after the other");
+        for (size_t t = 0; wr && p->sched && n > 1 && t < n; t++) {
+                wr[t] = (struct writer){ .w = w, .kube = t == 0 ? p->env.kube : p->env.writers[t - 1] };
+                spawned += fiber_spawn(p->sched, writer_run, &wr[t]) == 0;
         }
+        while (spawned > 0 && fiber_sched_step(p->sched, 100) > 0)
+                ;
         struct writer self = { .w = w, .kube = p->env.kube };
-        writer_main(&self);
-        for (size_t t = 0; t < started; t++)
-                pthread_join(wr[t].thread, NULL);
+        writer_run(&self); /* what no task took */
         free(wr);
 }
 
@@ -723,8 +777,19 @@ static int add_hosts(struct provisioner *p, struct provisioner_round *r, const s
         if (provisioner_shapes_collect(r, &shapes) < 0)
                 return -ENOMEM;
         struct host_ctx hc = { p, r, snap, &shapes, out, 0 };
+        struct host_fetches f = { .p = p, .shapes = &shapes };
         for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
-                add_region(&hc, i);
+                list_region(p, i, &f);
+        for (size_t i = 0; p->env.cfg->agents.enabled && i < f.n; i++)
+                f.items[i].agent = agent_find(p, f.items[i].region, f.items[i].host);
+        fetch_rooms(p, &f);
+        for (size_t i = 0; i < f.n; i++) {
+                add_host(&hc, &f.items[i]);
+                json_decref(f.items[i].room);
+                json_decref(f.items[i].vmids);
+                free(f.items[i].host);
+        }
+        free(f.items);
         provisioner_shapes_done(&shapes);
         stats_set(p->env.stats, STATS_AGENTS_UNAVAILABLE, hc.agents_down);
         return exclude_backoff(p, r);

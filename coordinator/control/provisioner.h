@@ -198,9 +198,9 @@ struct provisioner_env {
         /* True while launches of nodepool on host are paused (launcher_backoff_active). May be NULL. */
         bool (*backoff_active)(void *userdata, const char *nodepool, const char *host);
         void *userdata;
-        /* More clients, one per writer thread: a round's claims are created by that many threads at once (each
-         * claim in order: create, then status unless placement_by_launcher, then claim_created). 0 = all on kube,
-         * one after another. */
+        /* More clients, one per writer task: a round's claims are created by that many tasks (fiber.h, on the
+         * calling thread) and one on kube at once (each claim in order: create, then status unless
+         * placement_by_launcher, then claim_created). 0 = all on kube, one after another. */
         struct kube_client *const *writers;
         size_t n_writers;
         /* A launcher runs: it records the placement (nodeclaim_placement_status) with its first status write,

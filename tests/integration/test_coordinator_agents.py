@@ -12,9 +12,12 @@
 # On a real control plane (../shared/k8s) shared by the class's tests, each with its own simulator and agents.
 # SPDX-License-Identifier: Apache-2.0
 import os
+import select
+import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,6 +111,36 @@ class ClusterLayout(cl.Cluster):
             cl.wait_for(lambda: "listening on port" in self.agent_log(name) or a["proc"].poll() is not None, 20,
                         what="agent %s" % name)
             assert a["proc"].poll() is None, self.agent_log(name)
+
+
+class Tarpit(threading.Thread):
+    """Listens on ip:port in place of an agent: accepts, never answers (a TLS handshake that never ends), and keeps
+    each connection's (accepted, closed) monotonic times."""
+
+    def __init__(self, ip, port):
+        super().__init__(daemon=True)
+        self.sock = socket.create_server((ip, port))
+        self.conns, self.halt = [], threading.Event()
+
+    def run(self):
+        open_ = {}  # socket -> index in conns
+        while not self.halt.is_set():
+            ready, _, _ = select.select([self.sock] + list(open_), [], [], 0.05)
+            for s in ready:
+                if s is self.sock:
+                    conn, _ = s.accept()
+                    open_[conn] = len(self.conns)
+                    self.conns.append([time.monotonic(), None])
+                    continue
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:  # the client gave up
+                    self.conns[open_.pop(s)][1] = time.monotonic()
+                    s.close()
+        for s in list(open_) + [self.sock]:
+            s.close()
 
 
 def spread_pod(name, app):
@@ -220,6 +253,32 @@ class AgentsTest(cl.SharedControlPlaneTest):
         self.assertEqual(m.get("pvescale_coordinator_agents_unavailable"), 1)
         self.assertEqual(m.get("pvescale_coordinator_agent_fallbacks_total"), 0)
         self.assertIn("is left out of placement", self.co.logtext())
+
+    def test_hosts_are_asked_at_once(self):
+        """A round asks every host's agent at once (16 at a time): two agents that never answer (their TLS
+        handshake hangs until the client's 3 s connect timeout) are waited for together, not one after the other,
+        and the third host gets the VMs."""
+        c = self.c = cl.Cluster(THREE, kube=self.cp)
+        pits = []
+        for name in ("pve2", "pve3"):
+            c.stop_agent(name)
+            pits.append(Tarpit(c.agents[name]["ip"], c.agent_port))
+            pits[-1].start()
+        try:
+            self.start(c, [spread_pod("a-%d" % i, "a") for i in range(2)])
+        finally:
+            for t in pits:
+                t.halt.set()
+                t.join(5)
+        self.assertEqual(set(self.hosts_of_claims()), {"pve1"})
+        first = [t.conns[0] if t.conns else None for t in pits]
+        self.assertTrue(all(first), "both silent agents were asked: %s" % first)
+        (a0, a1), (b0, b1) = first
+        self.assertTrue(a1 and b1, "the coordinator gave up on both: %s" % first)
+        # One after the other, the second is accepted as the first is given up (3 s each); at once, both are open
+        # together for most of those 3 s.
+        together = min(a1, b1) - max(a0, b0)
+        self.assertGreater(together, 1.5, "asked one after the other (accepted, closed): %s" % first)
 
     def test_simple_falls_back_to_proxmox_accounting(self):
         c = self.c = cl.Cluster(TWO, kube=self.cp)
