@@ -351,30 +351,25 @@ static void list_region(struct provisioner *p, size_t ci, struct host_fetches *f
         json_decref(st);
 }
 
-/* The room of one host: its agent's, else (agents disabled, or down with agents.fallback) Proxmox's. */
-static void fetch_room(struct host_fetches *f, struct host_fetch *h) {
-        struct provisioner *p = f->p;
-        bool agents = p->env.cfg->agents.enabled;
-        if (agents)
-                h->room = agent_room(p, h->agent, f->shapes);
-        h->from_agent = h->room != NULL;
-        if (!h->room && (!agents || config_agent_fallback_proxmox(p->env.cfg)))
-                h->room = pve_room(p, h->pve, h->region, h->host, &h->vmids);
-}
-
-/* A task: rooms of the next hosts no other task took. */
+/* A task: the agents' rooms of the next hosts no other task took (each host has its own agent client). */
 static void fetch_task(void *data) {
         struct host_fetches *f = data;
-        while (f->next < f->n && !stopping(f->p))
-                fetch_room(f, &f->items[f->next++]);
+        while (f->next < f->n && !stopping(f->p)) {
+                struct host_fetch *h = &f->items[f->next++];
+                h->room = agent_room(f->p, h->agent, f->shapes);
+                h->from_agent = h->room != NULL;
+        }
         int64_t waited = http_client_thread_wait_us(); /* this task's */
         if (waited > f->max_wait_us)
                 f->max_wait_us = waited;
 }
 
-/* Every host's room, PROVISIONER_HOST_TASKS hosts at a time (tasks on this thread, fiber.h): a slow host holds
- * one task, not the round. The round's thread is credited with the longest task's wait for answers. */
+/* Every host's room from its agent, PROVISIONER_HOST_TASKS hosts at a time (tasks on this thread, fiber.h): a slow
+ * agent holds one task, not the round. The round's thread is credited with the longest task's wait for answers.
+ * (Proxmox's accounting, where no agent answers, is read afterwards through the region's one client.) */
 static void fetch_rooms(struct provisioner *p, struct host_fetches *f) {
+        if (!p->env.cfg->agents.enabled)
+                return;
         size_t tasks = f->n < PROVISIONER_HOST_TASKS ? f->n : PROVISIONER_HOST_TASKS, spawned = 0;
         if (!p->sched && tasks > 0 && fiber_sched_new(&p->sched) < 0)
                 log_error("cannot make the tasks that fetch host room: one host after the other");
@@ -388,7 +383,8 @@ static void fetch_rooms(struct provisioner *p, struct host_fetches *f) {
                 http_client_thread_wait_note(f->max_wait_us);
 }
 
-/* A fetched host into the round: its agent's state told, its pending claims charged. */
+/* A fetched host into the round: its agent's state told (Proxmox's accounting when it gave no room), its pending
+ * claims charged. */
 static void add_host(struct host_ctx *hc, struct host_fetch *h) {
         struct provisioner *p = hc->p;
         if (p->env.cfg->agents.enabled) {
@@ -397,6 +393,8 @@ static void add_host(struct host_ctx *hc, struct host_fetch *h) {
                 else if (!agent_down(hc, h->agent))
                         return;
         }
+        if (!h->room)
+                h->room = pve_room(p, h->pve, h->region, h->host, &h->vmids);
         if (!h->room)
                 return;
         char err[256];
