@@ -240,7 +240,7 @@ static bool same_errors(const struct container *a, const struct container *b) {
         return true;
 }
 
-bool container_equal(const struct container *a, const struct container *b) {
+static bool container_equal(const struct container *a, const struct container *b) {
         return a->vmid == b->vmid && a->cores == b->cores && a->cpulimit_centi == b->cpulimit_centi &&
                a->cpuunits == b->cpuunits && a->memory_mib == b->memory_mib && a->swap_mib == b->swap_mib &&
                a->template_ct == b->template_ct && a->unreadable == b->unreadable && a->running == b->running &&

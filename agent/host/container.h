@@ -38,7 +38,6 @@ unsigned container_cpu_count(const struct container *ct, unsigned host_cpus);
 /* Parse one config text (pure). Bad lines are recorded in errors; fails only for ENOMEM. */
 int container_parse_config(int vmid, const char *text, struct container **ret);
 void container_free(struct container *ct);
-bool container_equal(const struct container *a, const struct container *b);
 
 struct container_list {
         size_t n;

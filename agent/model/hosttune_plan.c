@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum hosttune_role hosttune_cpu_role(unsigned cpu, const struct cpuset *online, const struct cpuset *reserved,
-                                     const struct cpuset *busy) {
+/* The role of cpu: LEAVE when it is not in online or is in reserved (NULL = none), BUSY when in busy, else FREE. */
+static enum hosttune_role hosttune_cpu_role(unsigned cpu, const struct cpuset *online,
+                                            const struct cpuset *reserved, const struct cpuset *busy) {
         if (!cpuset_test(online, cpu) || (reserved && cpuset_test(reserved, cpu)))
                 return HOSTTUNE_LEAVE;
         return busy && cpuset_test(busy, cpu) ? HOSTTUNE_BUSY : HOSTTUNE_FREE;

@@ -12,9 +12,6 @@ enum hosttune_role {
         HOSTTUNE_FREE,  /* anything else: the free governor */
 };
 
-/* The role of cpu: LEAVE when it is not in online or is in reserved (NULL = none), BUSY when in busy, else FREE. */
-enum hosttune_role hosttune_cpu_role(unsigned cpu, const struct cpuset *online, const struct cpuset *reserved,
-                                     const struct cpuset *busy);
 /* The role of a cpufreq policy's CPUs (cpuN/cpufreq/affected_cpus: one governor for all of them): LEAVE when
  * one of them is to be left alone, else BUSY when one is busy, else FREE. policy NULL: cpu's own role. */
 enum hosttune_role hosttune_policy_role(unsigned cpu, const struct cpuset *policy, const struct cpuset *online,

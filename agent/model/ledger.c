@@ -216,7 +216,8 @@ int ledger_bind(struct ledger *l, const char *id, int vmid) {
         return 0;
 }
 
-void ledger_remove_at(struct ledger *l, size_t i) {
+/* Free the reservation at i and close the gap. */
+static void ledger_remove_at(struct ledger *l, size_t i) {
         reservation_free(l->items[i]);
         memmove(&l->items[i], &l->items[i + 1], (l->n - i - 1) * sizeof *l->items);
         l->n--;

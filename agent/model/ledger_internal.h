@@ -13,8 +13,6 @@
 void reservation_free(struct reservation *r);
 /* Take r into l (at the end, creation order). 0 or -ENOMEM (r is then still the caller's). */
 int ledger_append(struct ledger *l, struct reservation *r);
-/* Free the reservation at i and close the gap. */
-void ledger_remove_at(struct ledger *l, size_t i);
 
 /* One reservation as the state file and the journal write it (NULL: out of memory). */
 json_t *ledger_state_entry(const struct reservation *r);

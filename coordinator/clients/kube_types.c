@@ -14,7 +14,7 @@ static const char *str_at(const json_t *obj, const char *a, const char *b) {
         return json_string_value(at(obj, a, b));
 }
 
-void kube_meta_decode(const json_t *obj, struct kube_meta *ret) {
+static void kube_meta_decode(const json_t *obj, struct kube_meta *ret) {
         const json_t *m = json_object_get(obj, "metadata"), *g = json_object_get(m, "generation");
         *ret = (struct kube_meta){
                 .name = kube_str(m, "name"),
@@ -42,7 +42,7 @@ void kube_node_decode(const json_t *obj, struct kube_node *ret) {
         kube_meta_decode(obj, &ret->meta);
 }
 
-void kube_pod_decode(const json_t *obj, struct kube_pod *ret) {
+static void kube_pod_decode(const json_t *obj, struct kube_pod *ret) {
         const json_t *spec = json_object_get(obj, "spec"), *status = json_object_get(obj, "status");
         *ret = (struct kube_pod){
                 .node_name = kube_str(spec, "nodeName"),
@@ -71,7 +71,7 @@ void kube_nodeclaim_decode(const json_t *obj, struct kube_nodeclaim *ret) {
         kube_meta_decode(obj, &ret->meta);
 }
 
-void kube_nodepool_decode(const json_t *obj, struct kube_nodepool *ret) {
+static void kube_nodepool_decode(const json_t *obj, struct kube_nodepool *ret) {
         const json_t *template = at(obj, "spec", "template"), *tspec = json_object_get(template, "spec");
         *ret = (struct kube_nodepool){
                 .template_labels = at(template, "metadata", "labels"),
@@ -82,7 +82,7 @@ void kube_nodepool_decode(const json_t *obj, struct kube_nodepool *ret) {
         kube_meta_decode(obj, &ret->meta);
 }
 
-void kube_nodeclass_decode(const json_t *obj, struct kube_nodeclass *ret) {
+static void kube_nodeclass_decode(const json_t *obj, struct kube_nodeclass *ret) {
         const json_t *spec = json_object_get(obj, "spec"), *mo = json_object_get(spec, "metadataOptions");
         *ret = (struct kube_nodeclass){
                 .spec = spec,

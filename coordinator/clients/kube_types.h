@@ -97,12 +97,8 @@ struct kube_event {
         const char *message, *reason;
 };
 
-void kube_meta_decode(const json_t *obj, struct kube_meta *ret);
 void kube_node_decode(const json_t *obj, struct kube_node *ret);
-void kube_pod_decode(const json_t *obj, struct kube_pod *ret);
 void kube_nodeclaim_decode(const json_t *obj, struct kube_nodeclaim *ret);
-void kube_nodepool_decode(const json_t *obj, struct kube_nodepool *ret);
-void kube_nodeclass_decode(const json_t *obj, struct kube_nodeclass *ret);
 void kube_pdb_decode(const json_t *obj, struct kube_pdb *ret);
 void kube_lease_decode(const json_t *obj, struct kube_lease *ret);
 void kube_data_object_decode(const json_t *obj, struct kube_data_object *ret);

@@ -83,7 +83,8 @@ int pve_params_add_bool(struct pve_params *p, const char *key, bool value) {
         return pve_params_add(p, key, value ? "1" : "0");
 }
 
-int pve_params_add_all(struct pve_params *p, const struct pve_params *src) {
+/* Append a copy of every parameter of src. */
+static int pve_params_add_all(struct pve_params *p, const struct pve_params *src) {
         if (src && src->error)
                 return params_fail(p, src->error);
         for (size_t i = 0; src && i < src->n; i++) {

@@ -47,8 +47,6 @@ struct disruption_input {
         json_t *templates, *template_keys;
 };
 
-/* The DISRUPT_POD_* flags of a pod: owned by a DaemonSet, a mirror pod, do-not-disrupt, safe-to-evict "false". */
-unsigned disruption_pod_flags(const json_t *pod, int64_t now_ms);
 /* Build the input at now_ms (repair: whether node repair is on). 0 or -ENOMEM. The snapshot must outlive it. */
 int disruption_input_new(const struct provisioner_snapshot *snap, int64_t now_ms, bool repair,
                          struct disruption_input **ret);

@@ -37,7 +37,8 @@ static int64_t time_at(const json_t *o, const char *key) {
         return s && rfc3339_parse(s, &ms) == 0 ? ms : 0;
 }
 
-unsigned disruption_pod_flags(const json_t *pod, int64_t now_ms) {
+/* The DISRUPT_POD_* flags of a pod: owned by a DaemonSet, a mirror pod, do-not-disrupt, safe-to-evict "false". */
+static unsigned disruption_pod_flags(const json_t *pod, int64_t now_ms) {
         unsigned f = 0;
         const char *safe = kube_annotation(pod, ANNOTATION_SAFE_TO_EVICT);
         if (kube_owned_by_daemonset(pod))

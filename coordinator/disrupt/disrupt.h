@@ -52,9 +52,8 @@ enum disrupt_method {
         DISRUPT_METHOD_COUNT,
 };
 
-/* "Empty", "Drifted", "Underutilized", "Expired", "Unhealthy"; and back (-1 when unknown). */
+/* "Empty", "Drifted", "Underutilized", "Expired", "Unhealthy". */
 const char *disrupt_reason_name(enum disrupt_reason r);
-int disrupt_reason_from_name(const char *name);
 /* "Emptiness", "Drift", "Expiry", "Repair", "Consolidation", "Consolidation". */
 const char *disrupt_method_name(enum disrupt_method m);
 

@@ -24,7 +24,8 @@ const char *disrupt_reason_name(enum disrupt_reason r) {
         return r < DISRUPT_REASON_COUNT ? REASON_NAMES[r] : "Unknown";
 }
 
-int disrupt_reason_from_name(const char *name) {
+/* The reason disrupt_reason_name names name, or -1. */
+static int disrupt_reason_from_name(const char *name) {
         for (int i = 0; name && i < DISRUPT_REASON_COUNT; i++)
                 if (strcmp(REASON_NAMES[i], name) == 0)
                         return i;

@@ -156,7 +156,6 @@ struct gotmpl {
 /* Parse t->text into t->root. -EINVAL with "name:line:col: message" in err, or -ENOMEM. */
 int gotmpl__parse(struct gotmpl *t, char *err, size_t errlen);
 void gotmpl__list_done(struct gt_list *l);
-void gotmpl__pipe_free(struct gt_pipe *p);
 
 /* ---- functions (gotmpl_funcs.c) ---- */
 struct gt_exec;

@@ -250,12 +250,14 @@ static struct gt_pipe *parse_pipeline_alloc(void) {
         return calloc(1, sizeof(struct gt_pipe));
 }
 
+static void pipe_free(struct gt_pipe *p); /* an argument holds a pipeline, which holds arguments */
+
 static void arg_free(struct gt_arg *a) {
         if (!a)
                 return;
         free(a->name);
         json_decref(a->constant);
-        gotmpl__pipe_free(a->pipe);
+        pipe_free(a->pipe);
         for (size_t i = 0; i < a->n_fields; i++)
                 free(a->fields[i]);
         free(a->fields);
@@ -271,7 +273,7 @@ static void cmd_free(struct gt_cmd *c) {
         free(c);
 }
 
-void gotmpl__pipe_free(struct gt_pipe *p) {
+static void pipe_free(struct gt_pipe *p) {
         if (!p)
                 return;
         for (size_t i = 0; i < p->n_cmds; i++)
@@ -286,7 +288,7 @@ static void node_free(struct gt_node *n) {
         if (!n)
                 return;
         free(n->text);
-        gotmpl__pipe_free(n->pipe);
+        pipe_free(n->pipe);
         gotmpl__list_done(&n->list);
         gotmpl__list_done(&n->else_list);
         free(n);
@@ -584,7 +586,7 @@ static int parse_pipeline(struct parser *p, const char *context, size_t max_decl
         for (size_t i = 0; r >= 0 && !pipe->is_assign && i < pipe->n_decl; i++)
                 r = var_push(p, pipe->decl[i]);
         if (r < 0) {
-                gotmpl__pipe_free(pipe);
+                pipe_free(pipe);
                 return r;
         }
         *ret = pipe;

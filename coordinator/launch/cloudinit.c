@@ -147,10 +147,6 @@ const char *cloudinit_file_name(enum cloudinit_file f) {
         return f < CLOUDINIT_N_FILES ? file_names[f] : NULL;
 }
 
-const char *cloudinit_default_template(enum cloudinit_file f) {
-        return f < CLOUDINIT_N_FILES ? defaults[f] : NULL;
-}
-
 /* ---- validation ---- */
 
 static bool is_lower_alnum(char c) {

@@ -62,8 +62,6 @@ struct cloudinit_templates {
 
 /* The file names on the ISO ("user-data", "meta-data", "network-config"), also used in error messages. */
 const char *cloudinit_file_name(enum cloudinit_file f);
-/* The built-in default template of a file. */
-const char *cloudinit_default_template(enum cloudinit_file f);
 
 /* A parsed template set (parse once per NodeClass, render per VM). */
 struct cloudinit_set;

@@ -30,7 +30,7 @@ static size_t lower_bound(const struct ipam_inuse *u, const struct ipam_addr *a)
         return lo;
 }
 
-bool ipam_inuse_has(const struct ipam_inuse *u, const struct ipam_addr *a) {
+static bool ipam_inuse_has(const struct ipam_inuse *u, const struct ipam_addr *a) {
         size_t i = lower_bound(u, a);
         return i < u->n && ipam__cmp(&u->a[i], a) == 0;
 }

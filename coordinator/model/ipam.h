@@ -75,7 +75,6 @@ int ipam_inuse_add_text(struct ipam_inuse *u, const char *text);
 int ipam_inuse_add_ipconfig(struct ipam_inuse *u, const char *ipconfig);
 /* Add the addresses of a claim's status.ipconfig. 0 or -ENOMEM. */
 int ipam_inuse_add_status(struct ipam_inuse *u, const char *status);
-bool ipam_inuse_has(const struct ipam_inuse *u, const struct ipam_addr *a);
 
 /* Choose, for every interface and family of cfg, the lowest address of its range that is neither in use, nor
  * excluded, nor the gateway, nor chosen for another interface, and write status.ipconfig (the ipconfigN values,

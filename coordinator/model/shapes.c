@@ -150,7 +150,7 @@ int shapes_make(const char *name, const char *family, uint32_t vcpus, uint64_t v
         return 0;
 }
 
-struct shape_catalog *shapes_catalog_new(void) {
+static struct shape_catalog *shapes_catalog_new(void) {
         return calloc(1, sizeof(struct shape_catalog));
 }
 
@@ -168,7 +168,8 @@ const struct shape *shapes_catalog_find(const struct shape_catalog *c, const cha
         return NULL;
 }
 
-int shapes_catalog_add(struct shape_catalog *c, const struct shape *s) {
+/* Append a copy. -EEXIST when the name is taken, -ENOMEM. */
+static int shapes_catalog_add(struct shape_catalog *c, const struct shape *s) {
         if (shapes_catalog_find(c, s->name))
                 return -EEXIST;
         if (ARRAY_GROW(&c->items, &c->cap, c->n, 32) < 0)

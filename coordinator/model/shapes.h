@@ -66,10 +66,7 @@ int shapes_make(const char *name, const char *family, uint32_t vcpus, uint64_t v
 
 /* The 20 default shapes: families c1/t1/s1/m1 (2/3/4/8 GiB per vCPU) at 1, 2, 4, 8 and 16 vCPUs. */
 int shapes_catalog_default(const struct shape_options *options, struct shape_catalog **ret_catalog);
-struct shape_catalog *shapes_catalog_new(void);
 void shapes_catalog_free(struct shape_catalog *c);
-/* Append a copy. -EEXIST when the name is taken, -ENOMEM. */
-int shapes_catalog_add(struct shape_catalog *c, const struct shape *s);
 /* Append custom shapes from a JSON list in the seed's instance-type format:
  *   [{"name": "c1.1VCPU-2GB", "family": "c1" (optional; else the part of name before '.'),
  *     "capacity": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "30Gi", "pods": "64",

@@ -431,7 +431,7 @@ static int compile_classes(struct ctx *c) {
 
 /* ---- slots and counting ---- */
 
-int simulate__ensure_counts(struct ctx *c, size_t slots) {
+static int ensure_counts(struct ctx *c, size_t slots) {
         if (slots <= c->counts_cap)
                 return 0;
         size_t cap = c->counts_cap ? c->counts_cap : 64;
@@ -459,7 +459,7 @@ static int ensure_zone_counts(struct ctx *c) {
 
 int simulate__add_slot(struct ctx *c, struct slot **ret) {
         if (simulate__grow(&c->slots, &c->cap_slots, c->n_slots + 1, sizeof(struct slot)) < 0 ||
-            simulate__ensure_counts(c, c->n_slots + 1) < 0)
+            ensure_counts(c, c->n_slots + 1) < 0)
                 return c->error = -ENOMEM;
         for (size_t i = 0; c->fail_cap < c->n_slots + 1 && i < c->n_classes; i++) {
                 struct pclass *pc = &c->classes[i];

@@ -288,7 +288,6 @@ void simulate__host_order_sync(struct ctx *c);
 int simulate__compile(struct ctx *c);
 /* Shapes of node class nc that satisfy every instance-type/family requirement in reqs. */
 void simulate__shape_mask(struct ctx *c, int nc, const struct creq *reqs, uint32_t n, uint64_t *mask);
-int simulate__ensure_counts(struct ctx *c, size_t slots);
 int simulate__add_slot(struct ctx *c, struct slot **ret);
 void simulate__count_pod(struct ctx *c, const struct pclass *pc, size_t slot, int delta);
 
@@ -327,7 +326,6 @@ enum fit {
 void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t *mins);
 enum fit simulate__topology_fits(const struct ctx *c, const struct pclass *pc, const int32_t *mins, bool soft,
                                  size_t slot, int32_t zone);
-bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone);
 /* The zone where the first pod of a zone self-affine set should anchor it, or -1. */
 int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc);
 #define SIM_ZONES_MAX 8 /* zone-affine pods look at the slots and hosts of at most this many zones, else all */

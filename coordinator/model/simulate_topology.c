@@ -55,7 +55,7 @@ static void host_domains(struct ctx *c, struct pclass *pc) {
 /* Zones count as spread domains when an existing node there matches the pod's node affinity (1), or when a
  * node pool the pod can use could create a node on a host there (2) that still has room: like Karpenter
  * after an insufficient-capacity error, a host that filled up stops being a domain. */
-bool simulate__zone_eligible(struct ctx *c, struct pclass *pc, int32_t zone) {
+static bool zone_is_eligible(struct ctx *c, struct pclass *pc, int32_t zone) {
         if (zone < 0)
                 return false;
         if (!pc->zone_eligible) {
@@ -107,7 +107,7 @@ int32_t simulate__anchor_zone(struct ctx *c, struct pclass *pc) {
         int32_t best = -1;
         int64_t best_room = 0;
         for (size_t z = 0; z < c->n_zones; z++) {
-                if (!simulate__zone_eligible(c, pc, (int32_t)z))
+                if (!zone_is_eligible(c, pc, (int32_t)z))
                         continue;
                 int64_t room = zone_room(c, (int32_t)z);
                 if (room > best_room) {
@@ -128,7 +128,7 @@ void simulate__spread_mins(struct ctx *c, struct pclass *pc, bool soft, int32_t 
                 int32_t min = INT32_MAX, domains = 0;
                 /* counts are never negative: once a domain has none, the minimum is 0 whatever the rest */
                 for (size_t z = 0; z < c->n_zones && min > 0; z++)
-                        if (simulate__zone_eligible(c, pc, (int32_t)z)) {
+                        if (zone_is_eligible(c, pc, (int32_t)z)) {
                                 domains++;
                                 if (g->zone_cnt[z] < min)
                                         min = g->zone_cnt[z];
