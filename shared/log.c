@@ -65,10 +65,6 @@ int log_format_from_string(const char *s, enum log_format *ret) {
         return -EINVAL;
 }
 
-enum log_level log_get_level(void) {
-        return log_state.level;
-}
-
 int log_level_from_string(const char *s, enum log_level *ret_level) {
         for (int i = 0; i < LOG_N_LEVELS; i++)
                 if (strcmp(s, level_names[i]) == 0) {

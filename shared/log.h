@@ -26,7 +26,6 @@ enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_LOGFMT = 1, LOG_FORMAT_JSON = 
 void log_set_format(enum log_format format);
 /* "text", "logfmt" or "json" -> format; -EINVAL for anything else (*ret unchanged). */
 int log_format_from_string(const char *s, enum log_format *ret);
-enum log_level log_get_level(void);
 /* "debug", "info", "warning" or "error" -> level; returns -EINVAL for anything else. */
 int log_level_from_string(const char *s, enum log_level *ret_level);
 

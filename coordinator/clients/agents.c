@@ -183,10 +183,6 @@ static int call_id(struct agents_client *c, const char *method, const char *pref
         return r;
 }
 
-int agents_health(struct agents_client *c) {
-        return call(c, "GET", "/healthz", NULL, NULL);
-}
-
 int agents_topology(struct agents_client *c, json_t **ret) {
         return call(c, "GET", "/v1/topology", NULL, ret);
 }
@@ -233,15 +229,5 @@ int agents_bind(struct agents_client *c, const char *id, uint32_t vmid, json_t *
 
 int agents_release(struct agents_client *c, const char *id) {
         return call_id(c, "DELETE", "/v1/reservations/", id, "", NULL, NULL);
-}
-
-static int vm_call(struct agents_client *c, const char *method, uint32_t vmid, const char *suffix, json_t **ret) {
-        char path[64];
-        snprintf(path, sizeof path, "/v1/vms/%" PRIu32 "%s", vmid, suffix);
-        return call(c, method, path, NULL, ret);
-}
-
-int agents_vm_get(struct agents_client *c, uint32_t vmid, json_t **ret) {
-        return vm_call(c, "GET", vmid, "", ret);
 }
 

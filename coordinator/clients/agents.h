@@ -57,7 +57,6 @@ long agents_client_last_status(const struct agents_client *c);
 int agents_errno_from_status(long status, const char *error, const char *detail);
 
 /* Every call returns the agent's JSON answer (new reference) in *ret when ret is not NULL. */
-int agents_health(struct agents_client *c);
 int agents_topology(struct agents_client *c, json_t **ret);
 int agents_capacity(struct agents_client *c, json_t **ret);
 /* POST /v1/offers: {"node", "region", "policy", "offers": [{count, placement, score, shape, ...}]}. */
@@ -74,5 +73,3 @@ int agents_reservation_get(struct agents_client *c, const char *id, json_t **ret
 int agents_bind(struct agents_client *c, const char *id, uint32_t vmid, json_t **ret);
 /* DELETE /v1/reservations/{id}. -ENOENT when it is already gone. */
 int agents_release(struct agents_client *c, const char *id);
-/* GET /v1/vms/{vmid}: the VM with its reservation and pinning (wanted and real affinity per thread). */
-int agents_vm_get(struct agents_client *c, uint32_t vmid, json_t **ret);

@@ -774,17 +774,6 @@ int kube_list_node_pods(struct kube_client *c, const char *node, json_t **ret_li
         return r;
 }
 
-int kube_bind_pod(struct kube_client *c, const char *ns, const char *pod, const char *node) {
-        json_t *b = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Binding",
-                              "metadata", "name", pod, "namespace", ns, "target", "apiVersion", "v1", "kind", "Node",
-                              "name", node);
-        if (!b)
-                return -ENOMEM;
-        int r = call(c, "POST", &kube_pods, ns, pod, "binding", NULL, b, NULL);
-        json_decref(b);
-        return r;
-}
-
 /* ---- events ---- */
 
 static json_t *involved_object(const struct kube_resource *rt, const json_t *obj) {

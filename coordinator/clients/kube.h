@@ -199,8 +199,6 @@ int kube_modify_from(struct kube_client *c, const struct kube_resource *rt, cons
 int kube_evict(struct kube_client *c, const char *ns, const char *pod, const struct kube_delete_options *o);
 /* The pods bound to a Node, in all namespaces (a list with fieldSelector spec.nodeName=<node>), as kube_list. */
 int kube_list_node_pods(struct kube_client *c, const char *node, json_t **ret_list);
-/* POST pods/<name>/binding to node. -ESTALE (409 Conflict) when the pod is already bound. */
-int kube_bind_pod(struct kube_client *c, const char *ns, const char *pod, const char *node);
 
 /* Record a core/v1 Event about obj (of kind rt): type "Normal" or "Warning", reason (CamelCase), message,
  * component (source.component and reportingComponent). Cluster-scoped objects get their events in "default". */

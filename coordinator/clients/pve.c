@@ -487,7 +487,3 @@ int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool re
         return run(c, &r, pve_req_pool_vm(&r, poolid, vmid, remove), NULL);
 }
 
-int pve_access_permissions(struct pve_client *c, const char *path, json_t **ret) {
-        struct pve_request r;
-        return run(c, &r, pve_req_access_permissions(&r, path), ret);
-}

@@ -115,7 +115,6 @@ int pve_req_vm_status(struct pve_request *ret, const char *node, uint32_t vmid, 
 int pve_req_vm_delete(struct pve_request *ret, const char *node, uint32_t vmid, bool purge,
                       bool destroy_unreferenced_disks);
 int pve_req_task_status(struct pve_request *ret, const char *upid);
-int pve_req_task_log(struct pve_request *ret, const char *upid, unsigned start, unsigned limit);
 /* content: NULL or "iso", "images", ... */
 int pve_req_storage_content(struct pve_request *ret, const char *node, const char *storage, const char *content);
 /* delay_s 1-30: PVE waits that long for the task and answers null when it ended well in time (0: no delay). */
@@ -133,8 +132,6 @@ int pve_req_pools(struct pve_request *ret);
 int pve_req_pool_get(struct pve_request *ret, const char *poolid);
 /* PUT /pools (PVE 8.1+): vmid joins poolid, moved out of any other pool (allow-move), or leaves it (remove). */
 int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove);
-/* path NULL = the whole tree. */
-int pve_req_access_permissions(struct pve_request *ret, const char *path);
 
 /* ---- UPIDs and results (pure) ---- */
 
@@ -256,4 +253,3 @@ int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vm
 int pve_pools(struct pve_client *c, json_t **ret);
 int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret);
 int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove);
-int pve_access_permissions(struct pve_client *c, const char *path, json_t **ret);

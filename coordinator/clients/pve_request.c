@@ -330,15 +330,6 @@ int pve_req_task_status(struct pve_request *ret, const char *upid) {
         return task_req(ret, "/nodes/{node}/tasks/{upid}/status", upid, "status");
 }
 
-int pve_req_task_log(struct pve_request *ret, const char *upid, unsigned start, unsigned limit) {
-        int r = task_req(ret, "/nodes/{node}/tasks/{upid}/log", upid, "log");
-        if (r < 0)
-                return r;
-        pve_params_add_int(&ret->params, "start", start);
-        pve_params_add_int(&ret->params, "limit", limit);
-        return req_finish(ret);
-}
-
 /* Start a request on /nodes/{node}/storage/{storage}<suffix>. */
 static int storage_req(struct pve_request *r, const char *method, const char *endpoint, const char *node,
                        const char *storage, const char *suffix) {
@@ -444,14 +435,6 @@ int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, 
         pve_params_add(&ret->params, "poolid", poolid);
         pve_params_add_int(&ret->params, "vms", vmid);
         pve_params_add_int(&ret->params, remove ? "delete" : "allow-move", 1);
-        return req_finish(ret);
-}
-
-int pve_req_access_permissions(struct pve_request *ret, const char *path) {
-        int r = req_start(ret, "GET", "/access/permissions", "/access/permissions");
-        if (r < 0)
-                return r;
-        add_opt(&ret->params, "path", path);
         return req_finish(ret);
 }
 

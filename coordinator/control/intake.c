@@ -44,16 +44,6 @@ enum intake_verdict intake_classify_pod(const json_t *pod) {
         return unschedulable(status) ? INTAKE_CANDIDATE : INTAKE_NOT_UNSCHEDULABLE;
 }
 
-const char *intake_verdict_name(enum intake_verdict v) {
-        static const char *const names[] = {
-                [INTAKE_CANDIDATE] = "candidate",       [INTAKE_BOUND] = "bound",
-                [INTAKE_FINISHED] = "finished",         [INTAKE_TERMINATING] = "terminating",
-                [INTAKE_MIRROR] = "mirror pod",         [INTAKE_DAEMONSET] = "owned by a DaemonSet",
-                [INTAKE_NOT_UNSCHEDULABLE] = "not marked Unschedulable", [INTAKE_MALFORMED] = "malformed",
-        };
-        return (unsigned)v < sizeof names / sizeof names[0] ? names[v] : "unknown";
-}
-
 /* ---- batching ---- */
 
 void intake_batch_init(struct intake_batch *b, uint64_t idle_ms, uint64_t max_ms) {

@@ -20,7 +20,6 @@ enum intake_verdict {
 };
 
 enum intake_verdict intake_classify_pod(const json_t *pod);
-const char *intake_verdict_name(enum intake_verdict v);
 
 static inline bool intake_pod_is_candidate(const json_t *pod) {
         return intake_classify_pod(pod) == INTAKE_CANDIDATE;

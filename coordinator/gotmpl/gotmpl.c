@@ -18,10 +18,6 @@ void gotmpl_free(struct gotmpl *tmpl) {
         free(tmpl);
 }
 
-const char *gotmpl_name(const struct gotmpl *tmpl) {
-        return tmpl->name;
-}
-
 int gotmpl_parse(const char *name, const char *text, size_t len, struct gotmpl **ret_tmpl, char *err,
                  size_t errlen) {
         char dummy[1];

@@ -52,7 +52,6 @@ int gotmpl_execute(const struct gotmpl *tmpl, json_t *data, const struct gotmpl_
 int gotmpl_render(const char *name, const char *text, json_t *data, const struct gotmpl_options *options,
                   char **ret_text, char *err, size_t errlen);
 
-const char *gotmpl_name(const struct gotmpl *tmpl);
 
 /* Frees tmpl; accepts NULL. */
 void gotmpl_free(struct gotmpl *tmpl);

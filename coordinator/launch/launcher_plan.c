@@ -504,10 +504,6 @@ int launcher_condition_set(json_t *status, const char *type, const char *cstatus
         return 0;
 }
 
-bool launcher_condition_true(const json_t *status, const char *type) {
-        return kube_condition_true(status, type);
-}
-
 enum launcher_node_state launcher_node_state(const json_t *node, const json_t *startup_taints) {
         const json_t *taints = kube_node_of(node).taints;
         bool ephemeral = false;

@@ -100,8 +100,6 @@ int launcher_room_from_pve(const json_t *node_status, const json_t *vms, const u
  * status changes. status is "True", "False" or "Unknown". */
 int launcher_condition_set(json_t *status, const char *type, const char *cstatus, const char *reason,
                            const char *message, int64_t now_ms);
-/* True when status.conditions has type with status "True". */
-bool launcher_condition_true(const json_t *status, const char *type);
 
 /* Where a Node is on its way to initialized, as Karpenter decides it: Ready, and none of its taints left is the
  * unregistered taint, a startup taint (by key; startup_taints from the pool, may be NULL) or a known ephemeral

@@ -137,10 +137,6 @@ int quantity_parse(const char *s, enum quantity_scale scale, int64_t *ret_value)
         return 0;
 }
 
-int quantity_parse_milli(const char *s, int64_t *ret_milli) {
-        return quantity_parse(s, QUANTITY_MILLI, ret_milli);
-}
-
 int quantity_parse_value(const char *s, int64_t *ret_value) {
         return quantity_parse(s, QUANTITY_UNITS, ret_value);
 }

@@ -18,8 +18,7 @@ enum quantity_scale {
  * round up. Returns 0, -EINVAL for a malformed string, -ERANGE when the result does not fit int64. */
 int quantity_parse(const char *s, enum quantity_scale scale, int64_t *ret_value);
 
-/* Shorthands: millicores (cpu) and whole units (bytes, counts). */
-int quantity_parse_milli(const char *s, int64_t *ret_milli);
+/* Shorthand: whole units (bytes, counts). */
 int quantity_parse_value(const char *s, int64_t *ret_value);
 
 /* Canonical text of a value: cpu millicores as "2" or "1500m"; bytes with the largest binary suffix that

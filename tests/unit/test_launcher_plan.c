@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "launcher_plan.h"
+#include "kube.h"
 #include "rfc3339.h"
 #include "tokens.h"
 #include "testutil.h"
@@ -230,9 +231,9 @@ static void test_conditions(void **state) {
         (void)state;
         json_t *status = json_object();
         assert_int_equal(launcher_condition_set(status, "Launched", "Unknown", "Launching", "", 1000), 0);
-        assert_false(launcher_condition_true(status, "Launched"));
+        assert_false(kube_condition_true(status, "Launched"));
         assert_int_equal(launcher_condition_set(status, "Launched", "True", "Launched", "ok", 5000000), 0);
-        assert_true(launcher_condition_true(status, "Launched"));
+        assert_true(kube_condition_true(status, "Launched"));
         json_t *c = json_array_get(json_object_get(status, "conditions"), 0);
         assert_string_equal(json_string_value(json_object_get(c, "lastTransitionTime")), "1970-01-01T01:23:20Z");
         /* Same status again: the transition time stays. */

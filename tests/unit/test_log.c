@@ -129,7 +129,6 @@ static void test_filtered_levels_still_return(void **state) {
         log_set_level(LOG_LEVEL_WARNING);
         log_info("still quiet");
         log_warning("shown");
-        assert_int_equal(log_get_level(), LOG_LEVEL_WARNING);
         assert_string_equal(untimed(c), "t: warning: shown\n");
 }
 
