@@ -207,18 +207,26 @@ static void note_drift(struct pin_state *s, int vmid, int pid, unsigned drift) {
         rec->drift = drift;
 }
 
-/* The VM's threads off their CPUs now, from /proc (0 when it cannot be read), remembered for the totals. */
-static unsigned vm_drift(struct pin_state *s, const struct pin_env *env, int vmid) {
+/* Look at the VM's threads in /proc now: how many are off their CPUs (0 when they cannot be read), remembered for
+ * the totals; with ret_status, also the GET /v1/vms/{vmid} body (pinning_status; NULL when it cannot be made). */
+static unsigned look(struct pin_state *s, const struct pin_env *env, int vmid, json_t **ret_status) {
         struct pin_plan plan;
         struct cpuset *nodes = NULL;
         json_t *real = NULL;
         unsigned drift = 0;
         if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0 &&
-            pinning_drift(&plan, real, &drift) == 0)
+            pinning_drift(&plan, real, &drift) == 0) {
                 note_drift(s, vmid, plan.pid, drift);
+                if (ret_status)
+                        pinning_status(&plan, real, ret_status);
+        }
         json_decref(real);
         cpuset_free(nodes);
         return drift;
+}
+
+static unsigned vm_drift(struct pin_state *s, const struct pin_env *env, int vmid) {
+        return look(s, env, vmid, NULL);
 }
 
 static void forget_gone(struct pin_state *s, const struct pin_env *env) {
@@ -273,15 +281,8 @@ int pin_service_pin_now(struct pin_state *s, const struct pin_env *env, int vmid
 }
 
 json_t *pin_service_vm_status(struct pin_state *s, const struct pin_env *env, int vmid) {
-        struct pin_plan plan;
-        struct cpuset *nodes = NULL;
-        json_t *real = NULL, *status = NULL;
-        unsigned drift;
-        if (plan_for(env, vmid, &plan, &nodes) == 0 && pinning_proc_read(live.proc_root, plan.pid, &real) == 0 &&
-            pinning_status(&plan, real, &status) == 0 && pinning_drift(&plan, real, &drift) == 0)
-                note_drift(s, vmid, plan.pid, drift);
-        json_decref(real);
-        cpuset_free(nodes);
+        json_t *status = NULL;
+        look(s, env, vmid, &status);
         return status;
 }
 

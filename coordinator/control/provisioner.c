@@ -351,6 +351,19 @@ static void list_region(struct provisioner *p, size_t ci, struct host_fetches *f
         json_decref(st);
 }
 
+/* Run fn on data, data + stride, ... (n of them) as tasks on this thread (fiber.h) until all have ended. Returns how
+ * many ran as tasks: 0 when none could be made (the caller then does the work itself). */
+static size_t run_tasks(struct provisioner *p, fiber_fn fn, char *data, size_t stride, size_t n) {
+        size_t spawned = 0;
+        if (n > 0 && !p->sched && fiber_sched_new(&p->sched) < 0)
+                log_error("cannot make the round's tasks: their calls go one after the other");
+        for (size_t t = 0; p->sched && t < n; t++)
+                spawned += fiber_spawn(p->sched, fn, data + t * stride) == 0;
+        while (spawned > 0 && fiber_sched_step(p->sched, 100) > 0) /* 100 ms: a stop is seen that soon */
+                ;
+        return spawned;
+}
+
 /* A task: the agents' rooms of the next hosts no other task took (each host has its own agent client). */
 static void fetch_task(void *data) {
         struct host_fetches *f = data;
@@ -370,14 +383,8 @@ static void fetch_task(void *data) {
 static void fetch_rooms(struct provisioner *p, struct host_fetches *f) {
         if (!p->env.cfg->agents.enabled)
                 return;
-        size_t tasks = f->n < PROVISIONER_HOST_TASKS ? f->n : PROVISIONER_HOST_TASKS, spawned = 0;
-        if (!p->sched && tasks > 0 && fiber_sched_new(&p->sched) < 0)
-                log_error("cannot make the tasks that fetch host room: one host after the other");
-        for (size_t t = 0; p->sched && t < tasks; t++)
-                spawned += fiber_spawn(p->sched, fetch_task, f) == 0;
-        while (p->sched && fiber_sched_step(p->sched, 100) > 0) /* 100 ms: a stop is seen that soon */
-                ;
-        if (spawned == 0)
+        size_t tasks = f->n < PROVISIONER_HOST_TASKS ? f->n : PROVISIONER_HOST_TASKS;
+        if (run_tasks(p, fetch_task, (char *)f, 0, tasks) == 0)
                 fetch_task(f); /* no tasks: on this thread */
         else
                 http_client_thread_wait_note(f->max_wait_us);
@@ -529,16 +536,12 @@ static void writer_run(void *arg) {
 /* Claims are independent: one task (fiber.h) per writer client writes them, so several go out at once (a large
  * batch no longer waits for one round trip after the other). Without tasks, the thread writes them all. */
 static void write_claims(struct provisioner *p, struct claim_writes *w) {
-        size_t n = w->res->n_claims < p->env.n_writers + 1 ? w->res->n_claims : p->env.n_writers + 1, spawned = 0;
+        size_t n = w->res->n_claims < p->env.n_writers + 1 ? w->res->n_claims : p->env.n_writers + 1;
         struct writer *wr = calloc(n + 1, sizeof *wr);
-        if (wr && n > 1 && !p->sched && fiber_sched_new(&p->sched) < 0)
-                log_error("cannot make the tasks that write claims: one claim after the other");
-        for (size_t t = 0; wr && p->sched && n > 1 && t < n; t++) {
+        for (size_t t = 0; wr && t < n; t++)
                 wr[t] = (struct writer){ .w = w, .kube = t == 0 ? p->env.kube : p->env.writers[t - 1] };
-                spawned += fiber_spawn(p->sched, writer_run, &wr[t]) == 0;
-        }
-        while (spawned > 0 && fiber_sched_step(p->sched, 100) > 0)
-                ;
+        if (wr && n > 1)
+                run_tasks(p, writer_run, (char *)wr, sizeof *wr, n);
         struct writer self = { .w = w, .kube = p->env.kube };
         writer_run(&self); /* what no task took */
         free(wr);

@@ -66,9 +66,8 @@ def build(out):
     build_dir = os.environ.get("PVESCALE_BUILD_DIR")
     outdir = os.path.join(build_dir, "image-out") if build_dir and os.path.isdir(build_dir) else out
     os.makedirs(out, exist_ok=True)
-    with open(outdir + ".lock" if outdir != out else os.devnull, "w") as lock:
-        if outdir != out:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(outdir + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         p = sh([os.path.join(SOURCE, "packaging", "build-image"), outdir])
         print(p.stdout[-3000:] + p.stderr[-3000:])
         check(p.returncode == 0, "packaging/build-image succeeded")
