@@ -104,8 +104,6 @@ int disrupt_pool_parse(const json_t *nodepool, struct disrupt_pool *ret, char *e
 
 /* A cron expression or descriptor into *ret. -EINVAL with the field and the reason in err. */
 int disrupt_cron_parse(const char *text, struct disrupt_cron *ret, char *err, size_t errlen);
-/* Does the minute that starts at unix time t_s (seconds, UTC) match? */
-bool disrupt_cron_matches(const struct disrupt_cron *c, int64_t t_s);
 /* Is the budget active at now_ms (Karpenter's IsActive: the first schedule hit after now - duration is not
  * after now)? A budget without a schedule always is. */
 bool disrupt_budget_active(const struct disrupt_budget *b, int64_t now_ms);

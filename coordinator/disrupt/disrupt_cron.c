@@ -123,12 +123,10 @@ static bool day_matches(const struct disrupt_cron *c, const struct tm *tm) {
         return c->dom_star || c->dow_star ? dom && dow : dom || dow;
 }
 
-bool disrupt_cron_matches(const struct disrupt_cron *c, int64_t t_s) {
-        time_t t = (time_t)t_s;
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        return (c->months >> (tm.tm_mon + 1) & 1) && day_matches(c, &tm) && (c->hours >> tm.tm_hour & 1) &&
-               (c->minutes >> tm.tm_min & 1);
+/* Whether the minute tm matches every field. */
+static bool cron_matches(const struct disrupt_cron *c, const struct tm *tm) {
+        return (c->months >> (tm->tm_mon + 1) & 1) && day_matches(c, tm) && (c->hours >> tm->tm_hour & 1) &&
+               (c->minutes >> tm->tm_min & 1);
 }
 
 /* The first minute in [from_s, to_s] (from_s on a minute) that matches, skipping whole days and hours that
@@ -139,14 +137,14 @@ static int64_t first_hit(const struct disrupt_cron *c, int64_t from_s, int64_t t
                 time_t tt = (time_t)t;
                 struct tm tm;
                 gmtime_r(&tt, &tm);
+                if (cron_matches(c, &tm))
+                        return t;
                 if (!(c->months >> (tm.tm_mon + 1) & 1) || !day_matches(c, &tm))
                         t += DAY_S - (t % DAY_S);
                 else if (!(c->hours >> tm.tm_hour & 1))
                         t += HOUR_S - (t % HOUR_S);
-                else if (!(c->minutes >> tm.tm_min & 1))
-                        t += MINUTE_S;
                 else
-                        return t;
+                        t += MINUTE_S;
         }
         return -1;
 }

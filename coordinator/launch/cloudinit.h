@@ -98,5 +98,3 @@ typedef void (*cloudinit_pause_fn)(void *data);
 int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
                                 unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen);
 
-/* cloudinit_iso_build, then write the image to path atomically (mode 0644). Also -errno of the write. */
-int cloudinit_iso_write(const struct cloudinit_files *files, const char *path, char *err, size_t errlen);

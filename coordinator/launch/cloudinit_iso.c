@@ -14,7 +14,6 @@
 #include <libisofs/libisofs.h> /* needs stdint.h and sys/types.h first */
 
 #include "cloudinit.h"
-#include "fileio.h"
 
 #define ISO_BLOCK 2048
 #define FILE_MODE 0644
@@ -172,17 +171,4 @@ int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_p
 int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
                         size_t errlen) {
         return cloudinit_iso_build_pausing(files, NULL, NULL, ret_image, ret_len, err, errlen);
-}
-
-int cloudinit_iso_write(const struct cloudinit_files *files, const char *path, char *err, size_t errlen) {
-        unsigned char *image = NULL;
-        size_t len = 0;
-        int r = cloudinit_iso_build(files, &image, &len, err, errlen);
-        if (r < 0)
-                return r;
-        r = fileio_write_atomic(path, image, len, FILE_MODE);
-        if (r < 0 && err && errlen)
-                snprintf(err, errlen, "cloud-init ISO: writing %s: %s", path, strerror(-r));
-        free(image);
-        return r;
 }

@@ -53,14 +53,6 @@ const char *nodeclaim_term_name(enum nodeclaim_term term) {
         return (size_t)term < N_TERMS ? TERM_NAMES[term] : "";
 }
 
-int nodeclaim_term_parse(const char *name, enum nodeclaim_term *ret) {
-        int i = name_index(TERM_NAMES, N_TERMS, name);
-        if (i < 0)
-                return -EINVAL;
-        *ret = (enum nodeclaim_term)i;
-        return 0;
-}
-
 /* ---- the kinds of field: decode (why it failed into why), encode, empty, equal ---- */
 
 struct kind {
@@ -530,16 +522,6 @@ int nodeclaim_status_encode(const struct nodeclaim_status *base, const struct no
                         return -ENOMEM;
         }
         return 0;
-}
-
-bool nodeclaim_status_changed(const struct nodeclaim_status *base, const struct nodeclaim_status *st) {
-        for (size_t i = 0; i < N_FIELDS; i++)
-                if (!field_equal(&FIELDS[i], base, st))
-                        return true;
-        for (size_t i = 0; i < st->n_conditions; i++)
-                if (condition_changed(base, &st->conditions[i]))
-                        return true;
-        return false;
 }
 
 void nodeclaim_status_rebase(const struct nodeclaim_status *base, struct nodeclaim_status *st,

@@ -39,9 +39,8 @@ enum nodeclaim_term {
         NODECLAIM_TERM_INSTANCE_TERMINATED, /* "InstanceTerminated": VM, ISO, join token and reservation gone */
 };
 
-/* The recorded name of a termination step, and back (0, or -EINVAL for a name that is none). */
+/* The recorded name of a termination step ("" for NODECLAIM_TERM_NONE). */
 const char *nodeclaim_term_name(enum nodeclaim_term term);
-int nodeclaim_term_parse(const char *name, enum nodeclaim_term *ret);
 
 /* The recorded name of a step ("" for NODECLAIM_STEP_NONE). */
 const char *nodeclaim_step_name(enum nodeclaim_step step);
@@ -133,8 +132,6 @@ int nodeclaim_status_decode(const json_t *status, struct nodeclaim_status *ret, 
 int nodeclaim_status_encode(const struct nodeclaim_status *base, const struct nodeclaim_status *st, json_t *status,
                             int64_t now_ms);
 
-/* Does st differ from base in anything nodeclaim_status_encode writes? */
-bool nodeclaim_status_changed(const struct nodeclaim_status *base, const struct nodeclaim_status *st);
 
 /* Someone else wrote the status meanwhile (fresh): st becomes fresh with st's own changes against base on top. */
 void nodeclaim_status_rebase(const struct nodeclaim_status *base, struct nodeclaim_status *st,
