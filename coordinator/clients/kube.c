@@ -60,8 +60,6 @@ struct kube_client {
         long backoff_base_ms, backoff_max_ms;
         struct rng rng; /* jitter and event names */
         const atomic_bool *cancel;
-        long last_status;
-        char last_reason[64];
         char error[1024];
 };
 
@@ -299,14 +297,6 @@ const char *kube_client_error(const struct kube_client *c) {
         return c->error;
 }
 
-long kube_client_last_status(const struct kube_client *c) {
-        return c->last_status;
-}
-
-const char *kube_client_last_reason(const struct kube_client *c) {
-        return c->last_reason;
-}
-
 void kube__client_set_error(struct kube_client *c, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
@@ -350,8 +340,6 @@ int kube__client_fail_status(struct kube_client *c, const char *what, const json
         const char *reason = json_string_value(json_object_get(status, "reason"));
         const char *message = json_string_value(json_object_get(status, "message"));
         long code = (long)json_integer_value(json_object_get(status, "code"));
-        c->last_status = code;
-        snprintf(c->last_reason, sizeof c->last_reason, "%s", reason ? reason : "");
         snprintf(c->error, sizeof c->error, "%s: %ld %s: %s", what, code, reason ? reason : "",
                  message ? message : "(no message)");
         return kube_errno_from_status(code, reason);
@@ -368,12 +356,9 @@ int kube__client_fail_response(struct kube_client *c, const char *method, const 
         if (json_is_object(st) && json_object_get(st, "code")) {
                 r = kube__client_fail_status(c, what, st);
         } else {
-                c->last_status = resp->status;
-                snprintf(c->last_reason, sizeof c->last_reason, "%s", resp->reason);
                 snprintf(c->error, sizeof c->error, "%s: %ld %s", what, resp->status, resp->reason);
                 r = kube_errno_from_status(resp->status, NULL);
         }
-        c->last_status = resp->status;
         json_decref(st);
         return r;
 }
@@ -381,8 +366,6 @@ int kube__client_fail_response(struct kube_client *c, const char *method, const 
 static int fail_transport(struct kube_client *c, const char *method, const char *path, int r) {
         char p[400];
         short_path(path, p, sizeof p);
-        c->last_status = 0;
-        c->last_reason[0] = '\0';
         return errmsg_set(c->error, sizeof c->error, r, "%s %s: %s", method, p, http_client_error(c->http));
 }
 
@@ -441,7 +424,6 @@ static int send_retrying(struct kube_client *c, const char *method, const char *
 static int request(struct kube_client *c, const char *method, const char *path, const char *content_type,
                    const json_t *body, const char *accept, json_t **ret_obj) {
         c->error[0] = '\0';
-        c->last_reason[0] = '\0';
         char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         if (body && !text)
                 return -ENOMEM;
@@ -450,7 +432,6 @@ static int request(struct kube_client *c, const char *method, const char *path, 
         free(text);
         if (r < 0)
                 return r == -ENOMEM ? r : fail_transport(c, method, path, r);
-        c->last_status = resp.status;
         if (resp.status < 200 || resp.status >= 300) {
                 r = kube__client_fail_response(c, method, path, &resp);
                 http_client_response_done(&resp);

@@ -101,9 +101,6 @@ void kube_client_set_cancel(struct kube_client *c, const atomic_bool *flag);
 bool kube_client_canceled(const struct kube_client *c);
 /* Why the last call failed: "PUT /apis/...: 409 Conflict: Operation cannot be fulfilled ...". "" after success. */
 const char *kube_client_error(const struct kube_client *c);
-/* The HTTP status of the last call (0 = no response), and its Status reason ("Conflict", "AlreadyExists"...). */
-long kube_client_last_status(const struct kube_client *c);
-const char *kube_client_last_reason(const struct kube_client *c);
 
 /* Errors: 400 -EINVAL, 401 -EACCES, 403 -EPERM, 404 -ENOENT, 405 -EOPNOTSUPP, 409 AlreadyExists -EEXIST,
  * 409 Conflict (stale resourceVersion) -ESTALE, 410 -EIDRM (resource version expired), 415 -EOPNOTSUPP,
@@ -256,11 +253,6 @@ int kube_informer_step(struct kube_informer *inf);
 /* Steps until the client's cancel flag is set (returns 0) or fn fails (returns its error). */
 int kube_informer_run(struct kube_informer *inf);
 
-/* The objects seen, keyed "ns/name" (or "name" when cluster-scoped). Borrowed; only use it from the informer's
- * thread (e.g. inside fn). */
-const json_t *kube_informer_store(const struct kube_informer *inf);
-/* The resource version the next watch starts from ("" = relist next). */
-const char *kube_informer_resource_version(const struct kube_informer *inf);
 const struct kube_informer_stats *kube_informer_stats(const struct kube_informer *inf);
 
 /* The condition of this type in a status object's "conditions" list (borrowed), or NULL. Pure. */

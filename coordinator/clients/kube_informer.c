@@ -80,14 +80,6 @@ void kube_informer_free(struct kube_informer *inf) {
         free(inf);
 }
 
-const json_t *kube_informer_store(const struct kube_informer *inf) {
-        return inf->store;
-}
-
-const char *kube_informer_resource_version(const struct kube_informer *inf) {
-        return inf->rv;
-}
-
 const struct kube_informer_stats *kube_informer_stats(const struct kube_informer *inf) {
         return &inf->stats;
 }

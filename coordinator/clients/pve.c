@@ -75,10 +75,6 @@ const char *pve_client_error(const struct pve_client *c) {
         return c->error;
 }
 
-long pve_client_last_status(const struct pve_client *c) {
-        return c->last_status;
-}
-
 /* ---- sending ---- */
 
 static bool is_query_method(const char *method) {
@@ -307,11 +303,6 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
 
 /* ---- calls ---- */
 
-int pve_version(struct pve_client *c, json_t **ret) {
-        struct pve_request r;
-        return run(c, &r, pve_req_version(&r), ret);
-}
-
 int pve_cluster_status(struct pve_client *c, json_t **ret) {
         struct pve_request r;
         return run(c, &r, pve_req_cluster_status(&r), ret);
@@ -475,11 +466,6 @@ int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vm
 int pve_pools(struct pve_client *c, json_t **ret) {
         struct pve_request r;
         return run(c, &r, pve_req_pools(&r), ret);
-}
-
-int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret) {
-        struct pve_request r;
-        return run(c, &r, pve_req_pool_get(&r, poolid), ret);
 }
 
 int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove) {

@@ -88,7 +88,6 @@ struct pve_firewall_rule {
 
 /* Each builder fills *ret (also on failure, so pve_request_done is always safe) and returns 0, -EINVAL for a
  * missing required argument, -EPERM for a forbidden parameter, or -ENOMEM. */
-int pve_req_version(struct pve_request *ret);
 int pve_req_cluster_status(struct pve_request *ret);
 /* type: NULL, "vm", "node", "storage" or "pool". */
 int pve_req_cluster_resources(struct pve_request *ret, const char *type);
@@ -129,7 +128,6 @@ int pve_req_vm_firewall_rules(struct pve_request *ret, const char *node, uint32_
 int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint32_t vmid,
                                  const struct pve_firewall_rule *rule);
 int pve_req_pools(struct pve_request *ret);
-int pve_req_pool_get(struct pve_request *ret, const char *poolid);
 /* PUT /pools (PVE 8.1+): vmid joins poolid, moved out of any other pool (allow-move), or leaves it (remove). */
 int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove);
 
@@ -181,8 +179,6 @@ void pve_client_set_cancel(struct pve_client *c, const atomic_bool *flag);
 /* Why the last call failed, one line: "POST /nodes/{node}/qemu/{vmid}/config: HTTP 400 Parameter
  * verification failed. (numa0: invalid format ...)". "" after a success. */
 const char *pve_client_error(const struct pve_client *c);
-/* The HTTP status of the last call (0 = no response). */
-long pve_client_last_status(const struct pve_client *c);
 
 /* Send a request. Returns 0 with the "data" member in *ret_data when ret_data is not NULL (a new reference;
  * JSON null when PVE returned null), or a negative errno (pve_errno_from_status, or the transport errors of
@@ -210,7 +206,6 @@ int pve_task_wait(struct pve_client *c, const char *upid, const struct pve_wait 
 
 /* ---- calls the launcher uses (builder + pve_send) ---- */
 
-int pve_version(struct pve_client *c, json_t **ret);
 int pve_cluster_status(struct pve_client *c, json_t **ret);
 int pve_cluster_resources(struct pve_client *c, const char *type, json_t **ret);
 /* A free VMID. PVE answers with a JSON string (although the schema says integer); both are accepted. */
@@ -251,5 +246,4 @@ int pve_vm_firewall_rules(struct pve_client *c, const char *node, uint32_t vmid,
 int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vmid,
                              const struct pve_firewall_rule *rule);
 int pve_pools(struct pve_client *c, json_t **ret);
-int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret);
 int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove);

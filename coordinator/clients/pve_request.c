@@ -175,10 +175,6 @@ static int req_finish(struct pve_request *r) {
         return r->params.error;
 }
 
-int pve_req_version(struct pve_request *ret) {
-        return req_start(ret, "GET", "/version", "/version");
-}
-
 int pve_req_cluster_status(struct pve_request *ret) {
         return req_start(ret, "GET", "/cluster/status", "/cluster/status");
 }
@@ -416,14 +412,6 @@ int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint
 
 int pve_req_pools(struct pve_request *ret) {
         return req_start(ret, "GET", "/pools", "/pools");
-}
-
-int pve_req_pool_get(struct pve_request *ret, const char *poolid) {
-        SEG(id);
-        *ret = (struct pve_request){ 0 };
-        if (!seg_ok(&id, poolid))
-                return -EINVAL;
-        return req_start(ret, "GET", "/pools/{poolid}", "/pools/%s", id.s);
 }
 
 int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove) {

@@ -192,13 +192,9 @@ static void copy_watch_stats(const struct kube_informer_stats *s, void *userdata
 
 static void *watcher_main(void *arg) {
         struct ctl_watcher *w = arg;
-        while (!atomic_load(&w->ctl->stop)) {
-                int r = kube_informer_step(w->inf);
-                if (r == -ECANCELED)
-                        break;
-                if (r < 0)
-                        log_error_errno(r, "informer %s", KIND_RT[w->kind]->plural);
-        }
+        int r = kube_informer_run(w->inf); /* until c->stop, the client's cancel flag; on_event never fails */
+        if (r < 0)
+                log_error_errno(r, "informer %s", KIND_RT[w->kind]->plural);
         return NULL;
 }
 

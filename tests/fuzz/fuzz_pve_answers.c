@@ -81,7 +81,7 @@ static void call(struct pve_client *c, unsigned which) {
                 (void)pve_vm_running(c, "pve1", 100, &running);
                 break;
         default:
-                if (pve_version(c, &doc) == 0)
+                if (pve_node_status(c, "pve1", &doc) == 0)
                         json_decref(doc);
                 break;
         }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "clienttest.h"
@@ -81,9 +82,7 @@ static void delete_vm(struct pve_client *c, uint32_t vmid) {
 static void test_discovery(void **state) {
         (void)state;
         struct pve_client *c = client();
-        json_t *v, *st, *nodes, *ns, *res;
-        assert_int_equal(pve_version(c, &v), 0);
-        assert_string_equal(json_string_value(json_object_get(v, "release")), "8.4");
+        json_t *st, *nodes, *ns, *res;
         assert_int_equal(pve_cluster_status(c, &st), 0);
         assert_string_equal(pve_cluster_node_ip(st, NODE), "127.0.0.1");
         assert_int_equal(pve_nodes(c, &nodes), 0);
@@ -100,7 +99,6 @@ static void test_discovery(void **state) {
         json_decref(ns);
         json_decref(nodes);
         json_decref(st);
-        json_decref(v);
         assert_int_equal(pve_node_status(c, "pve9", NULL), -EIO);
         pve_client_free(c);
 }
@@ -140,7 +138,7 @@ static void test_clone_config_start_delete(void **state) {
         /* Cloning onto a taken id is refused at once. */
         struct pve_clone again = { .newid = vmid, .name = "client-a" };
         assert_int_equal(pve_vm_clone(c, NODE, template_id, &again, &upid), -EEXIST);
-        assert_int_equal(pve_client_last_status(c), 500);
+        assert_non_null(strstr(pve_client_error(c), ": HTTP 500 "));
         struct pve_params p = PVE_PARAMS_INIT;
         pve_params_add_int(&p, "cores", 4);
         pve_params_add_int(&p, "sockets", 1);
@@ -193,7 +191,7 @@ static void test_clone_config_start_delete(void **state) {
         assert_int_equal(wait_task(c, upid), 0);
         delete_vm(c, vmid);
         assert_int_equal(pve_vm_config_get(c, NODE, vmid, &cfg), -ENOENT); /* 500 "does not exist" */
-        assert_int_equal(pve_client_last_status(c), 500);
+        assert_non_null(strstr(pve_client_error(c), ": HTTP 500 "));
         pve_client_free(c);
 }
 
@@ -223,7 +221,7 @@ static void test_parameter_errors(void **state) {
         struct pve_params p = PVE_PARAMS_INIT;
         pve_params_add(&p, "numa0", "cpus=zero");
         assert_int_equal(pve_vm_config_put(c, NODE, vmid, &p), -EINVAL);
-        assert_int_equal(pve_client_last_status(c), 400);
+        assert_non_null(strstr(pve_client_error(c), ": HTTP 400 "));
         assert_non_null(strstr(pve_client_error(c), "PUT /nodes/{node}/qemu/{vmid}/config: HTTP 400 Parameter "
                                                     "verification failed. (numa0: "));
         pve_params_done(&p);
@@ -343,16 +341,35 @@ static void test_task_timeout_and_faults(void **state) {
         assert_non_null(strstr(pve_client_error(c), "task qmclone failed"));
         /* A 500 before the handler, then success. */
         assert_int_equal(ct_knob(ep, "pve_error_next", "1"), 200);
-        assert_int_equal(pve_version(c, NULL), -EIO);
-        assert_int_equal(pve_client_last_status(c), 500);
-        assert_non_null(strstr(pve_client_error(c), "GET /version: HTTP 500 simulated internal server error"));
-        assert_int_equal(pve_version(c, NULL), 0);
+        assert_int_equal(pve_nodes(c, NULL), -EIO);
+        assert_non_null(strstr(pve_client_error(c), "GET /nodes: HTTP 500 simulated internal server error"));
+        assert_int_equal(pve_nodes(c, NULL), 0);
         assert_string_equal(pve_client_error(c), "");
         /* Unknown UPID. */
         struct pve_task_status st;
         assert_int_equal(pve_task_status(c, "UPID:pve1:00000001:00000001:00000001:qmstart:1:root@pam:", &st), -EINVAL);
         delete_vm(c, vmid);
         pve_client_free(c);
+}
+
+/* The pool /cluster/resources names for vmid (malloc'd), waiting for the VM's stats (stats_delay_seconds); or NULL. */
+static char *pool_of(struct pve_client *c, uint32_t vmid) {
+        for (int tries = 0; tries < 100; tries++) {
+                json_t *vms, *vm;
+                size_t i;
+                char *pool = NULL;
+                assert_int_equal(pve_cluster_resources(c, "vm", &vms), 0);
+                json_array_foreach(vms, i, vm) {
+                        const char *p = json_string_value(json_object_get(vm, "pool"));
+                        if (json_integer_value(json_object_get(vm, "vmid")) == vmid && p)
+                                pool = strdup(p);
+                }
+                json_decref(vms);
+                if (pool)
+                        return pool;
+                usleep(50 * 1000);
+        }
+        return NULL;
 }
 
 static void test_clone_into_pool(void **state) {
@@ -369,14 +386,10 @@ static void test_clone_into_pool(void **state) {
                                .storage = "local-lvm", .format = "raw" };
         assert_int_equal(pve_vm_clone(c, NODE, template_id, &o, &upid), 0);
         assert_int_equal(wait_task(c, upid), 0);
-        json_t *pool;
-        assert_int_equal(pve_pool_get(c, "k8s", &pool), 0);
-        bool member = false;
-        size_t i;
-        json_t *m;
-        json_array_foreach(json_object_get(pool, "members"), i, m) member |= json_integer_value(json_object_get(m, "vmid")) == vmid;
-        assert_true(member);
-        json_decref(pool);
+        char *pool = pool_of(c, vmid);
+        assert_non_null(pool);
+        assert_string_equal(pool, "k8s");
+        free(pool);
         delete_vm(c, vmid);
         pve_client_free(c);
 }
@@ -384,8 +397,8 @@ static void test_clone_into_pool(void **state) {
 static void test_wrong_token(void **state) {
         (void)state;
         struct pve_client *c = client_with("00000000-0000-0000-0000-000000000000");
-        assert_int_equal(pve_version(c, NULL), -EACCES);
-        assert_int_equal(pve_client_last_status(c), 401);
+        assert_int_equal(pve_nodes(c, NULL), -EACCES);
+        assert_non_null(strstr(pve_client_error(c), ": HTTP 401 "));
         pve_client_free(c);
 }
 

@@ -211,7 +211,6 @@ static void test_builders_match_schema(void **state) {
         struct pve_firewall_rule rule = { .type = "group", .action = "kubernetes", .iface = "net0", .enable = true,
                                           .comment = "pvescale" };
         static const char iso[] = "ISO";
-        CHECK(pve_req_version(&req_));
         CHECK(pve_req_cluster_status(&req_));
         CHECK(pve_req_cluster_resources(&req_, NULL));
         CHECK(pve_req_cluster_resources(&req_, "vm"));
@@ -240,7 +239,6 @@ static void test_builders_match_schema(void **state) {
         CHECK(pve_req_vm_firewall_rules(&req_, "pve1", 105));
         CHECK(pve_req_vm_firewall_rule_add(&req_, "pve1", 105, &rule));
         CHECK(pve_req_pools(&req_));
-        CHECK(pve_req_pool_get(&req_, "k8s"));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, false));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, true));
         pve_params_done(&cfg);
