@@ -245,46 +245,6 @@ int cpuset_parse(const char *list, struct cpuset **ret_set) {
         return 0;
 }
 
-static int hex_value(char c) {
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        c = (char)tolower((unsigned char)c);
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        return -1;
-}
-
-int cpuset_parse_mask(const char *mask, struct cpuset **ret_set) {
-        const char *p = skip_space(mask);
-        size_t len = strlen(p);
-        while (len > 0 && isspace((unsigned char)p[len - 1]))
-                len--;
-        struct cpuset *s = cpuset_new();
-        if (!s)
-                return -ENOMEM;
-        unsigned bit = 0;
-        int r = 0;
-        for (size_t i = len; i > 0 && r == 0; i--) {
-                char c = p[i - 1];
-                if (c == ',')
-                        continue;
-                int v = hex_value(c);
-                if (v < 0) {
-                        r = -EINVAL;
-                        break;
-                }
-                for (int b = 0; b < 4 && r == 0; b++, bit++)
-                        if (v & (1 << b))
-                                r = cpuset_set(s, bit);
-        }
-        if (r < 0 || len == 0) {
-                cpuset_free(s);
-                return r < 0 ? r : -EINVAL;
-        }
-        *ret_set = s;
-        return 0;
-}
-
 char *cpuset_format(const struct cpuset *s) {
         size_t cap = 64, len = 0;
         char *out = malloc(cap);

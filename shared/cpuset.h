@@ -21,9 +21,6 @@ void cpuset_free(struct cpuset *s);
  * above CPUSET_MAX_CPU or a reversed range, -ENOMEM. */
 int cpuset_parse(const char *list, struct cpuset **ret_set);
 
-/* Parse a kernel cpumask such as "0000,00000000,00ff00ff" (32-bit hex words, most significant first). */
-int cpuset_parse_mask(const char *mask, struct cpuset **ret_set);
-
 /* Canonical cpulist: ascending, ranges merged, "" for the empty set. Caller frees; NULL on ENOMEM. */
 char *cpuset_format(const struct cpuset *s);
 

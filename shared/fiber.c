@@ -481,10 +481,6 @@ CURLcode fiber_perform_cancelable(CURL *h, const atomic_bool *cancel, int64_t *r
         return f->result;
 }
 
-CURLcode fiber_perform(CURL *h, int64_t *ret_done_us) {
-        return fiber_perform_cancelable(h, NULL, ret_done_us);
-}
-
 void fiber_park(void) {
         struct fiber *f = fiber_self();
         pthread_mutex_lock(&f->s->mu);

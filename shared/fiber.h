@@ -32,12 +32,10 @@ void *fiber_data(const struct fiber *f);
 /* Sleep ms: other tasks run meanwhile. */
 void fiber_sleep_ms(long ms);
 /* curl_easy_perform: other tasks run until the transfer ends. *ret_done_us (monotime_us) is when it ended,
- * which can be before the task runs again. */
-CURLcode fiber_perform(CURL *h, int64_t *ret_done_us);
-/* fiber_perform that ends with CURLE_ABORTED_BY_CALLBACK once *cancel (may be NULL) is true, at the next step of
- * the scheduler (a stop wakes it with fiber_sched_wakeup): a transfer waiting on a server that does not answer is
- * looked at by libcurl only when its socket or its timeout is due, seconds later, so its progress callback cannot
- * be what notices the cancel. */
+ * which can be before the task runs again. It ends with CURLE_ABORTED_BY_CALLBACK once *cancel (may be NULL) is
+ * true, at the next step of the scheduler (a stop wakes it with fiber_sched_wakeup): a transfer waiting on a server
+ * that does not answer is looked at by libcurl only when its socket or its timeout is due, seconds later, so its
+ * progress callback cannot be what notices the cancel. */
 CURLcode fiber_perform_cancelable(CURL *h, const atomic_bool *cancel, int64_t *ret_done_us);
 /* Wait for fiber_wake (at once if a wake came since the last park). */
 void fiber_park(void);

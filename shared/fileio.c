@@ -155,16 +155,6 @@ int fileio_sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_LEN + 1]
         return 0;
 }
 
-int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode) {
-        char hex[SHA256_HEX_LEN + 1];
-        int r = fileio_sha256_hex(data, len, hex);
-        if (r < 0)
-                return r;
-        char trailer[sizeof SEAL_PREFIX + SHA256_HEX_LEN + 2];
-        snprintf(trailer, sizeof trailer, "%s%s\n", SEAL_PREFIX, hex);
-        return write_atomic2(path, data, len, trailer, mode);
-}
-
 #define TRAILER_LEN (sizeof SEAL_PREFIX - 1 + SHA256_HEX_LEN + 1)
 
 /* The sealed bytes of data in size bytes (size >= len + TRAILER_LEN): data, spaces, then the trailer over both. */

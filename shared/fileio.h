@@ -26,9 +26,6 @@ int fileio_read_under(const char *root, const char *path, char **ret_text);
  * fsync the directory. Readers see the old or the new content, never a mix. Returns 0 or -errno. */
 int fileio_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 
-/* Like fileio_write_atomic, but appends a trailer line "#sha256=<hex>\n" over the data. */
-int fileio_write_sealed(const char *path, const void *data, size_t len, mode_t mode);
-
 /* Replace path with data sealed, through three files that trade names and never share one: spare (created when
  * absent) is overwritten in place, its data padded with spaces to keep the file's size (so fdatasync has no
  * metadata to commit; readers must allow trailing spaces, as JSON does) and fdatasynced; then spare and path

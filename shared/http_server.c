@@ -66,10 +66,6 @@ const char *http_request_client_address(const struct http_request *req, char *bu
         return buf;
 }
 
-const char *http_request_query(const struct http_request *req, const char *key) {
-        return MHD_lookup_connection_value(req->connection, MHD_GET_ARGUMENT_KIND, key);
-}
-
 void http_response_take(struct http_response *resp, unsigned status, const char *content_type, char *body) {
         free(resp->body);
         resp->status = status;

@@ -21,8 +21,6 @@ const char *http_request_header(const struct http_request *req, const char *name
 /* The client's address as numeric text ("192.0.2.7", "::ffff:192.0.2.7", "::1") into buf, or "unknown". Returns
  * buf. */
 const char *http_request_client_address(const struct http_request *req, char *buf, size_t len);
-/* The query argument value or NULL. */
-const char *http_request_query(const struct http_request *req, const char *key);
 
 struct http_response {
         unsigned status;

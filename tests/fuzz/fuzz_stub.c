@@ -2,6 +2,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "fuzz_stub.h"
 
+#include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -39,7 +40,7 @@ static bool matches(const struct answer *a, const struct http_request *req) {
         char key[64];
         memcpy(key, a->match, n - 1);
         key[n - 1] = '\0';
-        const char *arg = http_request_query(req, key);
+        const char *arg = MHD_lookup_connection_value(req->connection, MHD_GET_ARGUMENT_KIND, key);
         return arg && *arg;
 }
 

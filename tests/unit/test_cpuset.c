@@ -49,25 +49,6 @@ static void test_parse_errors(void **state) {
         assert_parse_error("99999999999", -ERANGE);
 }
 
-static void test_parse_mask(void **state) {
-        (void)state;
-        struct cpuset *s = NULL;
-        assert_int_equal(cpuset_parse_mask("0000,00000000,00000000,00ff00ff\n", &s), 0);
-        char *out = cpuset_format(s);
-        assert_string_equal(out, "0-7,16-23");
-        free(out);
-        cpuset_free(s);
-        assert_int_equal(cpuset_parse_mask("00000001,00000000", &s), 0);
-        out = cpuset_format(s);
-        assert_string_equal(out, "32");
-        free(out);
-        cpuset_free(s);
-        s = NULL;
-        assert_int_equal(cpuset_parse_mask("zz", &s), -EINVAL);
-        assert_int_equal(cpuset_parse_mask("", &s), -EINVAL);
-        assert_null(s);
-}
-
 static struct cpuset *parse(const char *list) {
         struct cpuset *s = NULL;
         assert_int_equal(cpuset_parse(list, &s), 0);
@@ -141,7 +122,7 @@ static void test_dup_copy(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_parse_canonical), cmocka_unit_test(test_parse_errors),
-                cmocka_unit_test(test_parse_mask),      cmocka_unit_test(test_algebra),
+                cmocka_unit_test(test_algebra),
                 cmocka_unit_test(test_subset_equal_next), cmocka_unit_test(test_dup_copy),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

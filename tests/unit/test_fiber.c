@@ -143,7 +143,7 @@ static void fetch_task(void *data) {
         curl_easy_setopt(h, CURLOPT_URL, f->url);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
-        f->code = fiber_perform(h, &done_us);
+        f->code = fiber_perform_cancelable(h, NULL, &done_us);
         assert_true(done_us > 0);
         f->log->order[f->log->n++] = f->id;
         curl_easy_cleanup(h);
@@ -214,7 +214,7 @@ static void silent_fetch_task(void *data) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cancel_on_flag);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, s);
-        s->code = fiber_perform(h, &done_us);
+        s->code = fiber_perform_cancelable(h, NULL, &done_us);
         curl_easy_cleanup(h);
 }
 
@@ -315,12 +315,12 @@ static void fetch_twice_task(void *data) {
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         struct fetch sink = { 0 };
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-        t->first = fiber_perform(h, &done_us);
+        t->first = fiber_perform_cancelable(h, NULL, &done_us);
         t->sleeping = true;
         fiber_sleep_ms(300); /* the peer closes the idle connection meanwhile */
         t->sleeping = false;
         sink.len = 0;
-        t->second = fiber_perform(h, &done_us);
+        t->second = fiber_perform_cancelable(h, NULL, &done_us);
         curl_easy_cleanup(h);
 }
 

@@ -46,11 +46,12 @@ static void test_atomic_replace(void **state) {
 
 static void test_sealed_roundtrip_and_corruption(void **state) {
         (void)state;
-        char path[128], *data;
+        char path[128], spare[140], *data;
         size_t len;
         snprintf(path, sizeof path, "%s/s.state", dir);
+        snprintf(spare, sizeof spare, "%s.spare", path);
         assert_int_equal(fileio_read_sealed(path, 1000, &data, &len), -ENOENT);
-        assert_int_equal(fileio_write_sealed(path, "{\"x\":1}\n", 8, 0600), 0);
+        assert_int_equal(fileio_write_sealed_rotate(path, NULL, spare, "{\"x\":1}\n", 8, 0600), 0);
         assert_int_equal(fileio_read_sealed(path, 1000, &data, &len), 0);
         assert_string_equal(data, "{\"x\":1}\n");
         free(data);
