@@ -86,15 +86,13 @@ void cloudinit_files_done(struct cloudinit_files *files);
 int cloudinit_render(const struct cloudinit_set *set, json_t *data, struct cloudinit_files *ret_files, char *err,
                      size_t errlen);
 
-/* The NoCloud ISO 9660 image in memory: volume id "cidata", Rock Ridge and Joliet, the three files in its
- * root. Uses libisofs, whose process-wide state is set up once; images may be built on several threads.
- * Returns 0 with a malloc'ed image, -EIO with the libisofs error in err, or -ENOMEM. */
-int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
-                        size_t errlen);
 /* Lets a little time pass (a task's sleep: other tasks run meanwhile). */
 typedef void (*cloudinit_pause_fn)(void *data);
-/* cloudinit_iso_build, but calls pause (up to 50 times) while libisofs's writer thread makes the image, and reads
- * it only then: the same image without a thread wake-up per block. */
-int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
-                                unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen);
+/* The NoCloud ISO 9660 image in memory: volume id "cidata", Rock Ridge and Joliet, the three files in its
+ * root. Uses libisofs, whose process-wide state is set up once; images may be built on several threads. With a
+ * pause function, calls it (up to 50 times) while libisofs's writer thread makes the image and reads the image
+ * only then (the same image without a thread wake-up per block); without one (NULL), reads as it is written.
+ * Returns 0 with a malloc'ed image, -EIO with the libisofs error in err, or -ENOMEM. */
+int cloudinit_iso_build(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
+                        unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen);
 

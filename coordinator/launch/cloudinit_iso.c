@@ -152,8 +152,8 @@ static void iso_init_once(void) {
                 iso_set_msgs_severities("NEVER", "NEVER", "libisofs");
 }
 
-int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
-                                unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen) {
+int cloudinit_iso_build(const struct cloudinit_files *files, cloudinit_pause_fn pause, void *pause_data,
+                        unsigned char **ret_image, size_t *ret_len, char *err, size_t errlen) {
         IsoImage *image = NULL;
         pthread_once(&iso_once, iso_init_once);
         if (iso_init_result < 0)
@@ -166,9 +166,4 @@ int cloudinit_iso_build_pausing(const struct cloudinit_files *files, cloudinit_p
         if (image)
                 iso_image_unref(image);
         return r;
-}
-
-int cloudinit_iso_build(const struct cloudinit_files *files, unsigned char **ret_image, size_t *ret_len, char *err,
-                        size_t errlen) {
-        return cloudinit_iso_build_pausing(files, NULL, NULL, ret_image, ret_len, err, errlen);
 }

@@ -444,7 +444,7 @@ static struct launchstep_result render_iso(struct launcher__ctx *c, const json_t
                 res = launchstep_fail("InvalidCloudInit", "%s", err);
         pthread_mutex_unlock(&c->l->iso_mu);
         if (launchstep_ok(&res) &&
-            (r = cloudinit_iso_build_pausing(&files, pause_task, NULL, ret_img, ret_len, err, sizeof err)) < 0)
+            (r = cloudinit_iso_build(&files, pause_task, NULL, ret_img, ret_len, err, sizeof err)) < 0)
                 res = launchstep_error(r, "cloud-init ISO: %s", err);
         cloudinit_files_done(&files);
         return res;
