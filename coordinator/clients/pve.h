@@ -45,8 +45,6 @@ int pve_params_addf(struct pve_params *p, const char *key, const char *fmt, ...)
 int pve_params_add_int(struct pve_params *p, const char *key, long long value);
 /* Booleans are sent as 1/0, as PVE expects. */
 int pve_params_add_bool(struct pve_params *p, const char *key, bool value);
-/* The last value of key, or NULL. */
-const char *pve_params_get(const struct pve_params *p, const char *key);
 /* application/x-www-form-urlencoded text ("a=1&b=x%20y"; "" when empty). malloc'd; NULL on ENOMEM. */
 char *pve_params_encode(const struct pve_params *p);
 

@@ -95,13 +95,6 @@ static int pve_params_add_all(struct pve_params *p, const struct pve_params *src
         return p->error;
 }
 
-const char *pve_params_get(const struct pve_params *p, const char *key) {
-        for (size_t i = p->n; i > 0; i--)
-                if (strcmp(p->items[i - 1].key, key) == 0)
-                        return p->items[i - 1].value;
-        return NULL;
-}
-
 static int append_pair(char **out, size_t *len, const struct pve_param *pp) {
         char *k = http_client_escape(pp->key), *v = http_client_escape(pp->value);
         int r = -ENOMEM;

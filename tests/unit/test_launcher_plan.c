@@ -35,9 +35,9 @@ static void test_numa_from_agent_and_params(void **state) {
         struct pve_params p = PVE_PARAMS_INIT;
         char *deletes = NULL;
         assert_int_equal(launcher_numa_params(n, count, 10240, config, &p, &deletes), 0);
-        assert_string_equal(pve_params_get(&p, "numa"), "1");
-        assert_string_equal(pve_params_get(&p, "numa0"), "cpus=0-5,hostnodes=1,memory=6144,policy=bind");
-        assert_string_equal(pve_params_get(&p, "numa1"), "cpus=6-9;12,hostnodes=3,memory=4096,policy=bind");
+        assert_string_equal(test_param(&p, "numa"), "1");
+        assert_string_equal(test_param(&p, "numa0"), "cpus=0-5,hostnodes=1,memory=6144,policy=bind");
+        assert_string_equal(test_param(&p, "numa1"), "cpus=6-9;12,hostnodes=3,memory=4096,policy=bind");
         assert_string_equal(deletes, "numa2");
         /* The memories must add up exactly (the seed's defect 1). */
         struct pve_params q = PVE_PARAMS_INIT;

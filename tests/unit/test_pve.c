@@ -166,8 +166,8 @@ static void test_params_encode(void **state) {
                                "%3Dbind&tags=pvescale%3Bpool-a&description=claim%20uid%3D1%20%26%20more%0Aline%202%20"
                                "100%25&sshkeys=ssh-ed25519%2520AAAA");
         free(s);
-        assert_string_equal(pve_params_get(&p, "cores"), "4");
-        assert_null(pve_params_get(&p, "memory"));
+        assert_string_equal(test_param(&p, "cores"), "4");
+        assert_null(test_param(&p, "memory"));
         pve_params_done(&p);
 }
 
@@ -251,11 +251,11 @@ static void test_request_shapes(void **state) {
         assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x y.iso", 0), 0);
         assert_string_equal(r.method, "DELETE");
         assert_string_equal(r.path, "/nodes/pve1/storage/local/content/local%3Aiso%2Fx%20y.iso");
-        assert_null(pve_params_get(&r.params, "delay"));
+        assert_null(test_param(&r.params, "delay"));
         pve_request_done(&r);
         /* PVE waits up to delay seconds (1-30) for the delete task */
         assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x.iso", 30), 0);
-        assert_string_equal(pve_params_get(&r.params, "delay"), "30");
+        assert_string_equal(test_param(&r.params, "delay"), "30");
         pve_request_done(&r);
         assert_int_equal(pve_req_storage_content_delete(&r, "pve1", "local", "local:iso/x.iso", 31), -EINVAL);
 
@@ -268,12 +268,12 @@ static void test_request_shapes(void **state) {
         assert_int_equal(pve_req_vm_delete(&r, "pve1", 105, true, false), 0);
         assert_string_equal(r.path, "/nodes/pve1/qemu/105");
         assert_int_equal(r.params.n, 1);
-        assert_string_equal(pve_params_get(&r.params, "purge"), "1");
+        assert_string_equal(test_param(&r.params, "purge"), "1");
         pve_request_done(&r);
 
         struct pve_clone linked = { .newid = 120 };
         assert_int_equal(pve_req_vm_clone(&r, "pve1", 9000, &linked), 0);
-        assert_null(pve_params_get(&r.params, "full")); /* PVE's default: linked clone of a template */
+        assert_null(test_param(&r.params, "full")); /* PVE's default: linked clone of a template */
         pve_request_done(&r);
 
         struct pve_clone none = { 0 };

@@ -22,3 +22,14 @@ static inline int test_rmtree(const char *dir) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         return system(cmd) == 0 ? 0 : -1;
 }
+
+#ifdef PVE_PARAMS_INIT /* pve.h included first */
+#include <string.h>
+/* The last value of key in a request's parameters, or NULL. */
+static inline const char *test_param(const struct pve_params *p, const char *key) {
+        for (size_t i = p->n; i > 0; i--)
+                if (strcmp(p->items[i - 1].key, key) == 0)
+                        return p->items[i - 1].value;
+        return NULL;
+}
+#endif
