@@ -269,7 +269,7 @@ void api__bind_reservation(struct agent *a, const struct http_request *req, stru
                 return;
         }
         if (!inventory_find(a->inventory, vmid))
-                agent_refresh(a); /* its config may have been written a moment ago, before inotify told the loop */
+                agent_learn_vm(a, vmid); /* its config may have been written a moment ago, before inotify told */
         if (!inventory_find(a->inventory, vmid)) {
                 snprintf(detail, sizeof detail, "VM %d has no config on node %s", vmid, a->cfg.node_name);
                 api__error(resp, 409, "conflict", detail);

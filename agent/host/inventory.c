@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fileio.h"
 #include "pve_conf.h"
@@ -186,6 +187,32 @@ int inventory_load(const char *config_dir, const char *run_dir, struct inventory
                 qsort(inv->vms, inv->n_vms, sizeof(*inv->vms), vm_cmp);
         *ret_inventory = inv;
         return 0;
+}
+
+int inventory_load_vm(const char *config_dir, const char *run_dir, int vmid, struct vm **ret_vm) {
+        char *path = NULL;
+        if (asprintf(&path, "%s/%d.conf", config_dir, vmid) < 0)
+                return -ENOMEM;
+        int r = access(path, F_OK) < 0 ? -errno : 0;
+        free(path);
+        if (r < 0)
+                return r;
+        struct vm *vm = NULL;
+        r = load_one(config_dir, vmid, &vm);
+        if (r < 0)
+                return r;
+        mark_running(vm, run_dir);
+        *ret_vm = vm;
+        return 0;
+}
+
+int inventory_add(struct inventory *inv, struct vm *vm) {
+        if (inventory_find(inv, vm->vmid))
+                return -EEXIST;
+        int r = inventory_append(inv, vm);
+        if (r == 0)
+                qsort(inv->vms, inv->n_vms, sizeof(*inv->vms), vm_cmp);
+        return r;
 }
 
 void inventory_free(struct inventory *inv) {

@@ -72,6 +72,11 @@ struct inventory {
  * A missing directory is an empty inventory. Returns 0 or -ENOMEM / other negative errno. */
 int inventory_load(const char *config_dir, const char *run_dir, struct inventory **ret_inventory);
 void inventory_free(struct inventory *inv);
+/* One VM as inventory_load reads it: <config_dir>/<vmid>.conf parsed and its QEMU looked for in run_dir. 0,
+ * -ENOENT when the VM has no config file, or another negative errno. */
+int inventory_load_vm(const char *config_dir, const char *run_dir, int vmid, struct vm **ret_vm);
+/* Add vm (taken on success) in vmid order: 0, -EEXIST when inv has that VM, or -ENOMEM. */
+int inventory_add(struct inventory *inv, struct vm *vm);
 /* Read the LXC containers into inv->containers (container_list_load), replacing any there. 0 or -errno. */
 int inventory_load_containers(struct inventory *inv, const char *lxc_dir, const char *cgroup_dir);
 const struct vm *inventory_find(const struct inventory *inv, int vmid);

@@ -220,6 +220,19 @@ int agent_refresh(struct agent *a) {
         return r < 0 ? r : (changed || released > 0);
 }
 
+int agent_learn_vm(struct agent *a, int vmid) {
+        struct vm *vm = NULL;
+        int r = inventory_load_vm(a->cfg.pve_config_dir, a->cfg.pve_run_dir, vmid, &vm);
+        a->vm_config_reads++;
+        if (r == -ENOENT)
+                return 0;
+        if (r == 0 && (r = inventory_add(a->inventory, vm)) < 0)
+                vm_free(vm);
+        if (r == 0)
+                r = recompute_capacity(a);
+        return r < 0 ? r : 1;
+}
+
 /* No state at all under the static policy: rebuild the bound reservations from the VM configs the coordinator
  * described and the CPUs their QEMU runs on, and save them. 0, or -errno with problem set (take none). */
 static int rebuild_ledger(struct agent *a, struct ledger *l, struct ledger_store *store, char *problem, size_t len) {

@@ -27,6 +27,7 @@ struct agent {
         struct hosttune_state tune; /* governors and IRQ affinity (hosttune.c) */
         struct metrics metrics;  /* API request counters and latency (GET /metrics) */
         uint64_t inventory_reads;  /* times the VM inventory was read (GET /metrics) */
+        uint64_t vm_config_reads;  /* times one VM's config was read alone (agent_learn_vm; GET /metrics) */
         int containers_read_error; /* the last -errno listing pve_lxc_dir (0 = read): logged when it changes */
         bool persist;              /* save the ledger after changes (the daemon; not one-shot commands) */
         /* Why the reservation state could not be loaded ("" when it was): the agent then takes no reservations and
@@ -44,6 +45,9 @@ int agent_load_topology(struct agent *a, char *err, size_t errlen);
 int agent_load_settings(struct agent *a, char *err, size_t errlen);
 /* Re-read the VM inventory and recompute capacity. Returns 1 when anything changed, 0 when not, or -errno. */
 int agent_refresh(struct agent *a);
+/* A VM the inventory does not know yet (its config written a moment ago, ahead of inotify's news): read its config
+ * alone and add it, capacity recomputed. 1 when added, 0 when it has no config, or -errno. */
+int agent_learn_vm(struct agent *a, int vmid);
 /* All three, in order, plus the reservation ledger from the state dir (a corrupt state file is moved aside and
  * the previous generation loaded; an unreadable one leaves the agent without reservations and not ready, see
  * ledger_problem). */

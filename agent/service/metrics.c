@@ -167,7 +167,7 @@ static void render_reservations(struct prom *p, const struct ledger *l) {
         prom_sample_u64(p, "pvescale_agent_reservations", "state=\"bound\"", bound);
 }
 
-static void render_vms(struct prom *p, const struct inventory *inv, uint64_t reads) {
+static void render_vms(struct prom *p, const struct inventory *inv, uint64_t reads, uint64_t vm_reads) {
         uint64_t running = 0, stopped = 0, bad = 0;
         for (size_t i = 0; i < inv->n_vms; i++) {
                 *(inv->vms[i]->running ? &running : &stopped) += 1;
@@ -192,6 +192,9 @@ static void render_vms(struct prom *p, const struct inventory *inv, uint64_t rea
         prom_family(p, "pvescale_agent_inventory_reads_total", "counter",
                     "Times the VM configs and run files were read (a burst of changes is read once).");
         prom_sample_u64(p, "pvescale_agent_inventory_reads_total", NULL, reads);
+        prom_family(p, "pvescale_agent_vm_config_reads_total", "counter",
+                    "Times one VM's config was read alone: a bind naming a VM the inventory did not know yet.");
+        prom_sample_u64(p, "pvescale_agent_vm_config_reads_total", NULL, vm_reads);
 }
 
 static void render_pinning(struct prom *p, const struct agent *a) {
@@ -255,7 +258,7 @@ char *metrics_render(const struct metrics *m, const struct agent *a) {
         if (a->ledger)
                 render_reservations(&p, a->ledger);
         if (a->inventory)
-                render_vms(&p, a->inventory, a->inventory_reads);
+                render_vms(&p, a->inventory, a->inventory_reads, a->vm_config_reads);
         render_pinning(&p, a);
         hosttune_render_metrics(&p, &a->tune);
         render_requests(&p, m);

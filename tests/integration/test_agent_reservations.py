@@ -154,15 +154,22 @@ class ReservationTest(unittest.TestCase):
         mine = [r for r in listing["reservations"] if r["owner"] == "claim-retry"]
         self.assertEqual([r["id"] for r in mine], [first["id"]])
 
-    def inventory_reads(self):
+    def counter(self, name):
         status, text = agentlib.curl("https://localhost:%d/metrics" % self.agent.port, self.ca)
         self.assertEqual(status, 200, text)
-        line = [l for l in text.splitlines() if l.startswith("pvescale_agent_inventory_reads_total ")]
+        line = [l for l in text.splitlines() if l.startswith(name + " ")]
         return int(float(line[0].split()[1]))
+
+    def inventory_reads(self):
+        return self.counter("pvescale_agent_inventory_reads_total")
+
+    def vm_config_reads(self):
+        return self.counter("pvescale_agent_vm_config_reads_total")
 
     def test_bind_of_a_known_vm_reads_no_config(self):
         """The bind handler runs on the loop that serialises reservations: a VM the agent already knows (inotify told
-        it) is bound without reading /etc/pve again; one whose config appeared a moment ago is read (test below)."""
+        it) is bound without reading /etc/pve again; for one it does not know, the bind reads that VM's config alone
+        (not the whole inventory) and refuses the bind when there is none."""
         self.agent.stop()
         self.args += ["--rescan-interval", "3600"]  # no safety rescan in the middle of the count
         self.start()
@@ -176,7 +183,7 @@ class ReservationTest(unittest.TestCase):
         # known from inotify (or the read right after the watches were set, should it have come before them)
         self.assertEqual(self.client.request("GET", "/v1/vms/301")[0], 200)
         ids = [self.reserve(owner="claim-%d" % i)[1]["id"] for i in range(3)]
-        before = self.inventory_reads()
+        before, one_before = self.inventory_reads(), self.vm_config_reads()
         settled = time.time() + 1.0  # the config's write may still bring a second (coalesced) read: let it come
         while time.time() < settled:
             time.sleep(0.2)
@@ -188,8 +195,36 @@ class ReservationTest(unittest.TestCase):
         status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[1], {"vmid": 301})
         self.assertEqual(status, 409, body)  # bound already: still refused
         status, body = self.client.request("POST", "/v1/reservations/%s/bind" % ids[2], {"vmid": 302})
-        self.assertEqual(status, 409, body)  # no config: read once to be sure, then refused
-        self.assertEqual(self.inventory_reads() - before, 1)
+        self.assertEqual(status, 409, body)  # no config: its config looked for once, then refused
+        self.assertIn("VM 302 has no config", body["detail"])
+        self.assertEqual(self.inventory_reads() - before, 0)
+        self.assertEqual(self.vm_config_reads() - one_before, 1)
+
+    def test_bind_of_a_vm_written_a_moment_ago(self):
+        """A config written just before the bind, ahead of inotify's news (the agent reads the inventory once the
+        directory has been quiet for 20 ms): the bind reads that VM's config alone, and the VM is bound and known,
+        with its CPUs counted once (the reservation's), whichever came first."""
+        self.agent.stop()
+        self.args += ["--rescan-interval", "3600"]
+        self.start()
+        status, r = self.reserve(vcpus=2, owner="claim-quick")
+        self.assertEqual(status, 201, r)
+        free_before = self.client.request("GET", "/v1/capacity")[1]["cpus_free"]
+        reads, one = self.inventory_reads(), self.vm_config_reads()
+        staged = os.path.join(self.tmp, "303.conf")
+        with open(staged, "w") as f:
+            f.write("name: k8s-quick\ncores: 2\nmemory: 1024\n")
+        os.rename(staged, os.path.join(self.conf_dir, "303.conf"))
+        status, body = self.client.request("POST", "/v1/reservations/%s/bind" % r["id"], {"vmid": 303})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["vmid"], 303)
+        self.assertEqual(self.client.request("GET", "/v1/vms/303")[0], 200)
+        # either path read it: the bind (one VM) or the loop (the inventory) first
+        self.assertGreaterEqual(self.vm_config_reads() - one + self.inventory_reads() - reads, 1)
+        deadline = time.time() + 5
+        while time.time() < deadline and self.inventory_reads() == reads:
+            time.sleep(0.05)  # the loop's own read comes too; it must find the same VM
+        self.assertEqual(self.client.request("GET", "/v1/capacity")[1]["cpus_free"], free_before)
 
     def test_bind_and_release(self):
         status, r = self.reserve()

@@ -494,6 +494,28 @@ static void test_load_directory(void **state) {
         assert_int_equal(json_integer_value(json_object_get(json_array_get(vms, 3), "pid")), kvm);
         assert_true(json_is_true(json_object_get(json_array_get(vms, 3), "running")));
         json_decref(vms);
+
+        /* One VM read alone, as inventory_load reads it, and added in vmid order; none when it has no config. */
+        write_file("qemu-server/200.conf", "name: c\ncores: 3\nmemory: 512\n");
+        struct vm *one = NULL;
+        assert_int_equal(inventory_load_vm(conf, run, 999, &one), -ENOENT);
+        assert_null(one);
+        assert_int_equal(inventory_load_vm(conf, run, 300, &one), 0);
+        assert_true(one->running);
+        assert_int_equal(inventory_add(inv, one), -EEXIST); /* known already: not taken */
+        vm_free(one);
+        assert_int_equal(inventory_load_vm(conf, run, 200, &one), 0);
+        assert_false(one->running);
+        assert_int_equal(one->cores, 3);
+        assert_int_equal(inventory_add(inv, one), 0);
+        assert_int_equal(inv->n_vms, 5);
+        assert_int_equal(inv->vms[3]->vmid, 200);
+        assert_int_equal(inv->vms[4]->vmid, 300);
+        assert_ptr_equal(inventory_find(inv, 200), one);
+        struct inventory *again = NULL;
+        assert_int_equal(inventory_load(conf, run, &again), 0);
+        assert_true(inventory_equal(inv, again)); /* the same as a whole read */
+        inventory_free(again);
         inventory_free(inv);
         reap(kvm);
 }
