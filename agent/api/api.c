@@ -128,7 +128,8 @@ static void post_vm_pin(struct agent *a, const struct http_request *req, struct 
 
 static void get_metrics(struct agent *a, const struct http_request *req, struct http_response *resp) {
         (void)req;
-        char *text = metrics_render(&a->metrics, a);
+        struct metrics_view view = agent_metrics_view(a);
+        char *text = metrics_render(&a->metrics, &view);
         if (!text) {
                 api__error(resp, 500, "internal error", "out of memory");
                 return;

@@ -78,6 +78,22 @@ struct pin_env agent_pin_env(const struct agent *a) {
         };
 }
 
+struct metrics_view agent_metrics_view(const struct agent *a) {
+        return (struct metrics_view){
+                .node = a->cfg.node_name,
+                .region = a->cfg.region,
+                .topology = a->topology,
+                .capacity = a->capacity,
+                .ledger = a->ledger,
+                .inventory = a->inventory,
+                .inventory_reads = a->inventory_reads,
+                .vm_config_reads = a->vm_config_reads,
+                .pins = &a->pins,
+                .pin_env = agent_pin_env(a),
+                .tune = &a->tune,
+        };
+}
+
 struct hosttune_env agent_hosttune_env(const struct agent *a) {
         return (struct hosttune_env){
                 .root = a->cfg.fsroot,

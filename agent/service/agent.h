@@ -70,6 +70,8 @@ void agent_retry_ledger(struct agent *a);
 int agent_expire(struct agent *a);
 /* What the pin service reads of the agent's state (pin_service.h), for one call. */
 struct pin_env agent_pin_env(const struct agent *a);
+/* What GET /metrics shows of a (metrics_render). */
+struct metrics_view agent_metrics_view(const struct agent *a);
 /* What host tuning reads of the agent's state (hosttune.h), for one call. */
 struct hosttune_env agent_hosttune_env(const struct agent *a);
 /* Bring governors and IRQ affinity in line with the VMs now (hosttune_sync); the /v1/capacity document, which

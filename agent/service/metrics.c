@@ -6,7 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent.h"
+#include "capacity.h"
+#include "hosttune.h"
+#include "inventory.h"
+#include "ledger.h"
+#include "topology.h"
 #include "procself.h"
 #include "prom.h"
 
@@ -86,15 +90,15 @@ void metrics_observe_request(struct metrics *m, const char *route, const char *m
 
 /* ---- text format ---- */
 
-static void render_info(struct prom *p, const struct agent *a) {
+static void render_info(struct prom *p, const struct metrics_view *v) {
         struct prom_labels build = { 0 }, host = { 0 };
         prom_family(p, "pvescale_agent_build_info", "gauge", "Build of the running agent; the value is always 1.");
         prom_labels_add(&build, "version", PVESCALE_VERSION);
         prom_sample_u64(p, "pvescale_agent_build_info", build.text, 1);
         prom_family(p, "pvescale_agent_host_info", "gauge", "Identity of this host; the value is always 1.");
-        prom_labels_add(&host, "node", a->cfg.node_name);
-        prom_labels_add(&host, "region", a->cfg.region);
-        prom_labels_add(&host, "cpu_model", a->topology && a->topology->cpu_model ? a->topology->cpu_model : "");
+        prom_labels_add(&host, "node", v->node ? v->node : "");
+        prom_labels_add(&host, "region", v->region ? v->region : "");
+        prom_labels_add(&host, "cpu_model", v->topology && v->topology->cpu_model ? v->topology->cpu_model : "");
         prom_sample_u64(p, "pvescale_agent_host_info", host.text, 1);
 }
 
@@ -197,11 +201,10 @@ static void render_vms(struct prom *p, const struct inventory *inv, uint64_t rea
         prom_sample_u64(p, "pvescale_agent_vm_config_reads_total", NULL, vm_reads);
 }
 
-static void render_pinning(struct prom *p, const struct agent *a) {
+static void render_pinning(struct prom *p, const struct metrics_view *v) {
         struct pin_totals t = { 0 };
-        struct pin_env env = agent_pin_env(a);
-        if (a->ledger && a->inventory)
-                pin_service_totals(&a->pins, &env, &t);
+        if (v->pins && v->ledger && v->inventory)
+                pin_service_totals(v->pins, &v->pin_env, &t);
         prom_gauge_u64(p, "pvescale_agent_vms_to_pin", "Running VMs bound to a placed reservation: VMs the agent pins.",
                        t.wanted);
         prom_gauge_u64(p, "pvescale_agent_pinned_vms",
@@ -213,9 +216,9 @@ static void render_pinning(struct prom *p, const struct agent *a) {
                        "missing) when last looked at: at each pinning run and repair scan (--pin-interval).",
                        t.drift);
         prom_family(p, "pvescale_agent_pins_total", "counter", "Pinning runs that pinned every thread of a VM.");
-        prom_sample_u64(p, "pvescale_agent_pins_total", NULL, a->pins.pins_ok);
+        prom_sample_u64(p, "pvescale_agent_pins_total", NULL, v->pins ? v->pins->pins_ok : 0);
         prom_family(p, "pvescale_agent_pin_failures_total", "counter", "Pinning runs with failed threads or errors.");
-        prom_sample_u64(p, "pvescale_agent_pin_failures_total", NULL, a->pins.pin_failures);
+        prom_sample_u64(p, "pvescale_agent_pin_failures_total", NULL, v->pins ? v->pins->pin_failures : 0);
 }
 
 static void render_requests(struct prom *p, const struct metrics *m) {
@@ -246,21 +249,22 @@ static void render_latency(struct prom *p, const struct metrics *m) {
         }
 }
 
-char *metrics_render(const struct metrics *m, const struct agent *a) {
+char *metrics_render(const struct metrics *m, const struct metrics_view *v) {
         struct prom p;
         if (prom_open(&p, "") < 0)
                 return NULL;
-        render_info(&p, a);
-        if (a->capacity)
-                render_capacity(&p, a->capacity);
-        if (a->topology)
-                render_hugepages(&p, a->topology);
-        if (a->ledger)
-                render_reservations(&p, a->ledger);
-        if (a->inventory)
-                render_vms(&p, a->inventory, a->inventory_reads, a->vm_config_reads);
-        render_pinning(&p, a);
-        hosttune_render_metrics(&p, &a->tune);
+        render_info(&p, v);
+        if (v->capacity)
+                render_capacity(&p, v->capacity);
+        if (v->topology)
+                render_hugepages(&p, v->topology);
+        if (v->ledger)
+                render_reservations(&p, v->ledger);
+        if (v->inventory)
+                render_vms(&p, v->inventory, v->inventory_reads, v->vm_config_reads);
+        render_pinning(&p, v);
+        if (v->tune)
+                hosttune_render_metrics(&p, v->tune);
         render_requests(&p, m);
         render_latency(&p, m);
         procself_render(&p, NULL);

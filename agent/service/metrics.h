@@ -5,9 +5,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pin_service.h"
 #include "prom.h"
 
-struct agent;
+struct capacity;
+struct hosttune_state;
+struct inventory;
+struct ledger;
+struct topology;
 
 #define METRICS_ROUTE_MAX 48     /* longest route label kept (longer ones are cut) */
 #define METRICS_METHOD_MAX 8
@@ -47,9 +52,23 @@ struct metrics {
 void metrics_observe_request(struct metrics *m, const char *route, const char *method, unsigned status,
                              double seconds);
 
+/* What a scrape shows of the agent's state, read only: the parts not loaded yet are NULL. */
+struct metrics_view {
+        const char *node, *region;
+        const struct topology *topology;
+        const struct capacity *capacity;
+        const struct ledger *ledger;
+        const struct inventory *inventory;
+        uint64_t inventory_reads, vm_config_reads;
+        const struct pin_state *pins;
+        struct pin_env pin_env;
+        const struct hosttune_state *tune; /* NULL: no host tuning metrics */
+};
+
 /* The Prometheus text format (version 0.0.4) of m and the agent's state: capacity and hugepages per NUMA
- * node, reservations by state, VMs, pinning counters and drift, API requests and latency, build info.
- * Parts of the agent that are not loaded yet (NULL) are left out. malloc'd; NULL when out of memory. */
-char *metrics_render(const struct metrics *m, const struct agent *a);
+ * node, reservations by state, VMs, pinning counters and drift (as last looked at: no /proc read), API requests
+ * and latency, build info. Parts of the agent that are not loaded yet (NULL) are left out. malloc'd; NULL when out
+ * of memory. */
+char *metrics_render(const struct metrics *m, const struct metrics_view *v);
 
 #define METRICS_CONTENT_TYPE PROM_CONTENT_TYPE

@@ -332,7 +332,8 @@ static void test_metrics_and_document_show_governors_and_irqs(void **state) {
                                                    &(struct capacity_options){ 0 }, &f->a.capacity), 0);
         sync_host(&f->a);
         struct metrics m = { 0 };
-        char *text = metrics_render(&m, &f->a);
+        struct metrics_view view = agent_metrics_view(&f->a);
+        char *text = metrics_render(&m, &view);
         assert_non_null(text);
         assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"4\",governor=\"performance\"} 1\n"));
         assert_non_null(strstr(text, "pvescale_agent_cpu_governor{cpu=\"10\",governor=\"powersave\"} 1\n"));

@@ -23,6 +23,12 @@
 /* ---- helpers ---- */
 
 /* The value of the sample line that starts with `prefix` followed by a space, or NAN when absent. */
+/* GET /metrics's text for the agent a. */
+static char *render(const struct metrics *m, const struct agent *a) {
+        struct metrics_view view = agent_metrics_view(a);
+        return metrics_render(m, &view);
+}
+
 static double sample(const char *text, const char *prefix) {
         size_t n = strlen(prefix);
         for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
@@ -79,7 +85,7 @@ static void test_observe_counts_by_route_method_status(void **state) {
         assert_int_equal(m.n_series, 3);
         assert_int_equal(m.n_latency, 2);
         struct agent a = { 0 };
-        char *text = metrics_render(&m, &a);
+        char *text = render(&m, &a);
         assert_non_null(text);
         assert_well_formed(text);
         assert_true(sample(text, REQ "{route=\"/v1/capacity\",method=\"GET\",status=\"200\"}") == 2);
@@ -228,7 +234,7 @@ static void test_render_agent_state(void **state) {
         const struct agent *a = &f->a;
         struct metrics m = { 0 };
         metrics_observe_request(&m, "/metrics", "GET", 200, 0.001);
-        char *text = metrics_render(&m, a);
+        char *text = render(&m, a);
         assert_non_null(text);
         assert_well_formed(text);
         char prefix[256];
@@ -269,7 +275,7 @@ static void test_render_counts_pin_counters(void **state) {
         f->a.pins.pins_ok = 7;
         f->a.pins.pin_failures = 3;
         struct metrics m = { 0 };
-        char *text = metrics_render(&m, &f->a);
+        char *text = render(&m, &f->a);
         assert_non_null(text);
         assert_true(sample(text, "pvescale_agent_pins_total") == 7);
         assert_true(sample(text, "pvescale_agent_pin_failures_total") == 3);
@@ -281,7 +287,7 @@ static void test_render_empty_agent(void **state) {
         (void)state;
         struct metrics m = { 0 };
         struct agent a = { 0 };
-        char *text = metrics_render(&m, &a);
+        char *text = render(&m, &a);
         assert_non_null(text);
         assert_well_formed(text);
         assert_null(strstr(text, "pvescale_agent_cpus_free"));
