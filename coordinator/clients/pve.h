@@ -129,6 +129,8 @@ int pve_req_vm_firewall_rules(struct pve_request *ret, const char *node, uint32_
 int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint32_t vmid,
                                  const struct pve_firewall_rule *rule);
 int pve_req_pools(struct pve_request *ret);
+/* GET /cluster/mapping/pci: the PCI resource mappings the user may see (Mapping.Use, .Audit or .Modify). */
+int pve_req_pci_mappings(struct pve_request *ret);
 int pve_req_pool_get(struct pve_request *ret, const char *poolid);
 /* PUT /pools (PVE 8.1+): vmid joins poolid, moved out of any other pool (allow-move), or leaves it (remove). */
 int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove);
@@ -251,5 +253,6 @@ int pve_vm_firewall_rules(struct pve_client *c, const char *node, uint32_t vmid,
 int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vmid,
                              const struct pve_firewall_rule *rule);
 int pve_pools(struct pve_client *c, json_t **ret);
+int pve_pci_mappings(struct pve_client *c, json_t **ret);
 int pve_pool_get(struct pve_client *c, const char *poolid, json_t **ret);
 int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove);

@@ -414,6 +414,10 @@ int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint
         return req_finish(ret);
 }
 
+int pve_req_pci_mappings(struct pve_request *ret) {
+        return req_start(ret, "GET", "/cluster/mapping/pci", "/cluster/mapping/pci");
+}
+
 int pve_req_pools(struct pve_request *ret) {
         return req_start(ret, "GET", "/pools", "/pools");
 }

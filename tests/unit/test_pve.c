@@ -240,6 +240,7 @@ static void test_builders_match_schema(void **state) {
         CHECK(pve_req_vm_firewall_rules(&req_, "pve1", 105));
         CHECK(pve_req_vm_firewall_rule_add(&req_, "pve1", 105, &rule));
         CHECK(pve_req_pools(&req_));
+        CHECK(pve_req_pci_mappings(&req_));
         CHECK(pve_req_pool_get(&req_, "k8s"));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, false));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, true));
