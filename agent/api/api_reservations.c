@@ -11,6 +11,7 @@
 #include "jsonutil.h"
 #include "log.h"
 #include "pin_service.h"
+#include "topology.h"
 
 #define OFFER_MAX_SHAPES 64
 #define OFFER_DEFAULT_MAX_COUNT 256
@@ -119,6 +120,31 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
                                        ledger_to_json(a->ledger)));
 }
 
+/* The NUMA node of the request's PCI devices (read through the agent's sysfs root) into rr->shape.near: -EINVAL and
+ * detail for a device the host does not have or devices on two nodes, another negative errno when a node cannot be
+ * read. A device the kernel puts on no node adds no constraint. */
+static int pci_near(const struct agent *a, struct reservation_request *rr, char *detail, size_t len) {
+        for (size_t i = 0; i < rr->n_pci; i++) {
+                const char *dev = rr->pci_devices[i];
+                int node = -1, r = topology_pci_numa_node(a->source.fsroot, dev, &node);
+                if (r == -ENOENT)
+                        return errmsg_invalid(detail, len, "pci_devices[%zu]: no PCI device %s on this host", i, dev);
+                if (r < 0) {
+                        log_error("PCI device %s: its NUMA node cannot be read: %s", dev, strerror(-r));
+                        return r == -EINVAL ? -EIO : r;
+                }
+                if (node >= 0 && rr->shape.near && rr->shape.near_node != node)
+                        return errmsg_invalid(detail, len, "pci_devices[%zu]: %s lies on NUMA node %d, an earlier "
+                                              "device on node %d: the VM cannot be near both", i, dev, node,
+                                              rr->shape.near_node);
+                if (node >= 0) {
+                        rr->shape.near = true;
+                        rr->shape.near_node = node;
+                }
+        }
+        return 0;
+}
+
 void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
@@ -127,8 +153,14 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);
         json_decref(body);
-        if (r < 0) {
+        if (r == 0)
+                r = pci_near(a, &rr, reason, sizeof reason);
+        if (r == -EINVAL) {
                 api__error(resp, 400, "invalid request", reason);
+                return;
+        }
+        if (r < 0) {
+                api__error(resp, 500, "internal error", "the NUMA node of a PCI device cannot be read");
                 return;
         }
         struct reservation *res = ledger_find_held(a->ledger, rr.owner);
