@@ -120,27 +120,49 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
                                        ledger_to_json(a->ledger)));
 }
 
-/* The NUMA node of the request's PCI devices (read through the agent's sysfs root) into rr->shape.near: -EINVAL and
- * detail for a device the host does not have or devices on two nodes, another negative errno when a node cannot be
- * read. A device the kernel puts on no node adds no constraint. */
-static int pci_near(const struct agent *a, struct reservation_request *rr, char *detail, size_t len) {
-        for (size_t i = 0; i < rr->n_pci; i++) {
-                const char *dev = rr->pci_devices[i];
-                int node = -1, r = topology_pci_numa_node(a->source.fsroot, dev, &node);
+/* The NUMA node one device lies on whichever of its alternatives Proxmox gives the VM: -1 when they lie on different
+ * nodes or the kernel knows none for one; -EINVAL and detail for an address the host does not have, another negative
+ * errno when a node cannot be read. */
+static int device_node(const struct agent *a, const struct ledger_pci_device *d, size_t i, int *ret_node,
+                       char *detail, size_t len) {
+        *ret_node = -1;
+        for (size_t k = 0; k < d->n; k++) {
+                int node = -1, r = topology_pci_numa_node(a->source.fsroot, d->addr[k], &node);
                 if (r == -ENOENT)
-                        return errmsg_invalid(detail, len, "pci_devices[%zu]: no PCI device %s on this host", i, dev);
+                        return errmsg_invalid(detail, len, "pci_devices[%zu]: no PCI device %s on this host", i,
+                                              d->addr[k]);
                 if (r < 0) {
-                        log_error("PCI device %s: its NUMA node cannot be read: %s", dev, strerror(-r));
+                        log_error("PCI device %s: its NUMA node cannot be read: %s", d->addr[k], strerror(-r));
                         return r == -EINVAL ? -EIO : r;
                 }
-                if (node >= 0 && rr->shape.near && rr->shape.near_node != node)
-                        return errmsg_invalid(detail, len, "pci_devices[%zu]: %s lies on NUMA node %d, an earlier "
-                                              "device on node %d: the VM cannot be near both", i, dev, node,
-                                              rr->shape.near_node);
-                if (node >= 0) {
+                if (k > 0 && node != *ret_node)
+                        node = -1; /* the path Proxmox picks decides the node: no constraint */
+                *ret_node = node;
+                if (node < 0)
+                        break;
+        }
+        return 0;
+}
+
+/* The NUMA node of the request's PCI devices (read through the agent's sysfs root) into rr->shape.near, when they
+ * all lie on one (devices on two nodes, or on none, add no constraint). -EINVAL and detail for a device the host
+ * does not have, another negative errno when a node cannot be read. */
+static int pci_near(const struct agent *a, struct reservation_request *rr, char *detail, size_t len) {
+        bool mixed = false;
+        for (size_t i = 0; i < rr->n_pci; i++) {
+                int node, r = device_node(a, &rr->pci[i], i, &node, detail, len);
+                if (r < 0)
+                        return r;
+                mixed |= node >= 0 && rr->shape.near && rr->shape.near_node != node;
+                if (node >= 0 && !rr->shape.near) {
                         rr->shape.near = true;
                         rr->shape.near_node = node;
                 }
+        }
+        if (mixed) {
+                log_info("reservation for %s: its PCI devices lie on different NUMA nodes; placed as any VM",
+                         rr->owner);
+                rr->shape.near = false;
         }
         return 0;
 }

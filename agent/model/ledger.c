@@ -94,19 +94,36 @@ static bool pci_address_ok(const char *s) {
                strspn(s + 3, "0123456789abcdef") == 2 && s[5] == '.' && s[6] >= '0' && s[6] <= '7';
 }
 
+/* One entry of pci_devices: an address, or an array of 1 to 16 alternatives. */
+static int parse_pci_one(const json_t *v, size_t i, struct ledger_pci_device *d, char *reason, size_t len) {
+        char field[48];
+        bool alt = json_is_array(v);
+        size_t n = alt ? json_array_size(v) : 1;
+        snprintf(field, sizeof field, "pci_devices[%zu]", i);
+        if (alt && (n == 0 || n > LEDGER_PCI_ALT_MAX))
+                return reason_fail(reason, len, field, "expected a PCI address or an array of 1 to 16 of them");
+        for (size_t k = 0; k < n; k++) {
+                const char *s = json_string_value(alt ? json_array_get(v, k) : v);
+                if (alt)
+                        snprintf(field, sizeof field, "pci_devices[%zu][%zu]", i, k);
+                if (!s || !pci_address_ok(s))
+                        return reason_fail(reason, len, field, "expected a PCI address like 0000:41:00.0");
+                snprintf(d->addr[k], sizeof d->addr[k], "%s", s);
+        }
+        d->n = n;
+        return 0;
+}
+
 static int parse_pci(const json_t *body, struct reservation_request *req, char *reason, size_t len) {
         const json_t *a = json_object_get(body, "pci_devices");
-        char field[32];
         if (!a)
                 return 0;
         if (!json_is_array(a) || json_array_size(a) > LEDGER_PCI_MAX)
-                return reason_fail(reason, len, "pci_devices", "expected an array of at most 16 PCI addresses");
+                return reason_fail(reason, len, "pci_devices", "expected an array of at most 16 devices");
         for (size_t i = 0; i < json_array_size(a); i++) {
-                const char *s = json_string_value(json_array_get(a, i));
-                snprintf(field, sizeof field, "pci_devices[%zu]", i);
-                if (!s || !pci_address_ok(s))
-                        return reason_fail(reason, len, field, "expected a PCI address like 0000:41:00.0");
-                snprintf(req->pci_devices[i], sizeof req->pci_devices[i], "%s", s);
+                int r = parse_pci_one(json_array_get(a, i), i, &req->pci[i], reason, len);
+                if (r < 0)
+                        return r;
         }
         req->n_pci = json_array_size(a);
         return 0;

@@ -171,6 +171,18 @@ int pve_find_template(const json_t *vm_list, const char *name, const char *const
 /* pve_find_template by a ProxmoxNodeClass's instanceTemplateRef ({name, tags}; the first 10 tags count). */
 int pve_find_template_ref(const json_t *vm_list, const json_t *ref, uint32_t *ret_vmid);
 
+/* PCI resource mappings (GET /cluster/mapping/pci). Pure. */
+#define PVE_PCI_PATH_MAX 64
+/* "0000:41:00.0" for the len bytes "41:00.0" or "0000:41:00.0" (Proxmox's short form has no domain), into buf. */
+void pve_pci_full_path(const char *path, size_t len, char *buf, size_t size);
+/* The value of key in a property string "k=v,k2=v2" into buf (a leading value without '=' is key dflt_key, as in
+ * hostpciN's "41:00.0,pcie=1"); false when absent. */
+bool pve_prop_get(const char *s, const char *key, const char *dflt_key, char *buf, size_t size);
+/* The full addresses of mapping id's paths on node, in the order qemu-server tries them at a VM's start (its
+ * entries for the node, each entry's ';'-separated paths). New array, empty when the mapping has no entry there;
+ * NULL on ENOMEM. */
+json_t *pve_mapping_paths(const json_t *mappings, const char *id, const char *node);
+
 /* ---- the client ---- */
 
 struct pve_client;

@@ -8,6 +8,7 @@
 
 #include "cpuset.h"
 #include "provisioner.h"
+#include "pve.h"
 
 static int64_t int_at(const json_t *o, const char *key, int64_t dflt) {
         json_t *v = json_object_get(o, key);
@@ -161,48 +162,6 @@ json_t *provisioner_host_from_pve(const char *host, const char *region, const js
 
 /* ---- PCI devices ---- */
 
-/* "0000:41:00.0" for "41:00.0" or "0000:41:00.0" (Proxmox's short form has no domain). */
-static void pci_full_path(const char *path, size_t len, char *buf, size_t size) {
-        const char *colon = memchr(path, ':', len);
-        const char *second = colon ? memchr(colon + 1, ':', len - (size_t)(colon + 1 - path)) : NULL;
-        snprintf(buf, size, "%s%.*s", second ? "" : "0000:", (int)len, path);
-}
-
-/* The value of key in a property string "k=v,k2=v2" (a leading value without '=' is key dflt_key), into buf. */
-static bool prop_get(const char *s, const char *key, const char *dflt_key, char *buf, size_t size) {
-        size_t klen = strlen(key);
-        for (const char *p = s; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-                size_t n = strcspn(p, ",");
-                const char *eq = memchr(p, '=', n);
-                bool match = eq ? (size_t)(eq - p) == klen && strncmp(p, key, klen) == 0
-                                : p == s && dflt_key && strcmp(dflt_key, key) == 0;
-                if (!match)
-                        continue;
-                const char *v = eq ? eq + 1 : p;
-                snprintf(buf, size, "%.*s", (int)(n - (size_t)(v - p)), v);
-                return true;
-        }
-        return false;
-}
-
-/* The host's paths of one mapping (its entries' "path" lists) into the object paths: {path: mapping id}. */
-static void mapping_paths(const json_t *mapping, const char *host, json_t *paths) {
-        const char *id = json_string_value(json_object_get(mapping, "id"));
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(mapping, "map"), i, e) {
-                char node[256], list[1024], full[64];
-                const char *s = json_string_value(e);
-                if (!id || !s || !prop_get(s, "node", NULL, node, sizeof node) || strcmp(node, host) != 0 ||
-                    !prop_get(s, "path", NULL, list, sizeof list))
-                        continue;
-                for (const char *p = list; *p; p += strcspn(p, ";") + (p[strcspn(p, ";")] ? 1 : 0)) {
-                        pci_full_path(p, strcspn(p, ";"), full, sizeof full);
-                        json_object_set_new(paths, full, json_string(id));
-                }
-        }
-}
-
 static void count_down(json_t *free_by_mapping, const char *mapping) {
         json_t *v = mapping ? json_object_get(free_by_mapping, mapping) : NULL;
         if (json_integer_value(v) > 0)
@@ -214,14 +173,14 @@ static void config_holds(const json_t *config, const json_t *paths, json_t *free
         const char *key;
         json_t *v;
         json_object_foreach((json_t *)config, key, v) {
-                char buf[1024], full[64];
+                char buf[1024], full[PVE_PCI_PATH_MAX];
                 const char *s = json_string_value(v);
                 if (strncmp(key, "hostpci", 7) != 0 || !s)
                         continue;
-                if (prop_get(s, "mapping", NULL, buf, sizeof buf)) {
+                if (pve_prop_get(s, "mapping", NULL, buf, sizeof buf)) {
                         count_down(free_by_mapping, buf);
-                } else if (prop_get(s, "host", "host", buf, sizeof buf)) {
-                        pci_full_path(buf, strcspn(buf, ";"), full, sizeof full);
+                } else if (pve_prop_get(s, "host", "host", buf, sizeof buf)) {
+                        pve_pci_full_path(buf, strcspn(buf, ";"), full, sizeof full);
                         count_down(free_by_mapping, json_string_value(json_object_get(paths, full)));
                 }
         }
@@ -236,8 +195,14 @@ json_t *provisioner_pci_free(const json_t *mappings, const char *host, const jso
                 json_decref(out);
                 return NULL;
         }
-        json_array_foreach(mappings, i, m)
-                mapping_paths(m, host, paths);
+        json_array_foreach(mappings, i, m) {
+                const char *id = json_string_value(json_object_get(m, "id"));
+                json_t *list = id ? pve_mapping_paths(mappings, id, host) : NULL, *path;
+                size_t k;
+                json_array_foreach(list, k, path)
+                        json_object_set_new(paths, json_string_value(path), json_string(id));
+                json_decref(list);
+        }
         const char *path;
         json_object_foreach(paths, path, m) {
                 const char *id = json_string_value(m);
