@@ -425,7 +425,8 @@ static void host_reason(const struct hostscan *hs, const struct sim_nodeclass *c
         char buf[300], need[32], have[32], maps[160];
         quantity_format_bytes_human((int64_t)s->vm_memory_bytes, need, sizeof need);
         if (hs->worst == ROOM_DEVICE)
-                snprintf(buf, sizeof buf, "no host has a free PCI device of mapping %s (node class %s, %zu hosts asked)",
+                snprintf(buf, sizeof buf,
+                         "no host has a free PCI device of mapping %s (node class %s, %zu hosts asked)",
                          mapping_list(cls, maps, sizeof maps), cls->name, hs->n_cand);
         else if (hs->worst == ROOM_CPUS)
                 snprintf(buf, sizeof buf, "no host has %u free cores (best: %s with %" PRId64 ")", s->vcpus,
@@ -475,7 +476,8 @@ static void shape_reason(const struct ctx *c, const struct pool_c *p, const uint
         if (k >= 0)
                 snprintf(buf, sizeof buf,
                          "NodePool %s has no instance type with room for the pod's %s %s (largest allocatable %s)",
-                         p->src->name, simulate_resource_name(c->in, k), resources_format_value(k, need->v[k], a, sizeof a),
+                         p->src->name, simulate_resource_name(c->in, k),
+                         resources_format_value(k, need->v[k], a, sizeof a),
                          resources_format_value(k, most.v[k], b, sizeof b));
         else
                 snprintf(buf, sizeof buf,

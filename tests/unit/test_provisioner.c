@@ -590,7 +590,8 @@ static void test_charge_pending(void **state) {
 static void test_pci_free(void **state) {
         (void)state;
         json_t *maps = parse("[{\"id\": \"a100\", \"map\": [\"node=pve1,path=0000:41:00.0,id=10de:20b5\","
-                             " \"node=pve1,path=0000:42:00.0;0000:43:00.0,id=10de:20b5\", \"node=pve2,path=0000:41:00.0,id=10de:20b5\"]},"
+                             " \"node=pve1,path=0000:42:00.0;0000:43:00.0,id=10de:20b5\","
+                             " \"node=pve2,path=0000:41:00.0,id=10de:20b5\"]},"
                              " {\"id\": \"nic\", \"map\": [\"node=pve1,path=0000:81:00,id=8086:1572\"]},"
                              " {\"id\": \"t4\", \"map\": [\"node=pve3,path=0000:05:00.0,id=10de:1eb8\"]}]");
         json_t *none = parse("[]");
@@ -601,7 +602,8 @@ static void test_pci_free(void **state) {
         json_decref(got);
         /* one VM holds an a100 by mapping, another the third path by address (short form), a third the NIC */
         json_t *configs = parse("[{\"hostpci0\": \"mapping=a100,pcie=1\", \"cores\": 4},"
-                                " {\"hostpci1\": \"43:00.0,pcie=1\"}, {\"hostpci0\": \"host=0000:81:00\"}, {\"net0\": \"virtio\"}]");
+                                " {\"hostpci1\": \"43:00.0,pcie=1\"}, {\"hostpci0\": \"host=0000:81:00\"},"
+                                " {\"net0\": \"virtio\"}]");
         got = provisioner_pci_free(maps, "pve1", configs);
         assert_int_equal(int_at(got, "a100"), 1);
         assert_int_equal(int_at(got, "nic"), 0);
@@ -628,7 +630,8 @@ static void test_charge_devices(void **state) {
         f.snap.classes = f.classes;
         struct provisioner_round *r;
         assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
-        json_t *h = parse("{\"name\": \"pve1\", \"region\": \"r1\", \"pci_free\": {\"a100\": 4, \"nic\": 1, \"t4\": 1}}");
+        json_t *h = parse("{\"name\": \"pve1\", \"region\": \"r1\","
+                          " \"pci_free\": {\"a100\": 4, \"nic\": 1, \"t4\": 1}}");
         json_t *running = parse("[100, 106]");
         /* "new" (no VM) and "made" (VM 107, not running) take theirs; VM 106 runs and was counted by its config */
         provisioner_host_charge_devices(h, r, f.claims, running);

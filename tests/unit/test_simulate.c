@@ -1099,7 +1099,8 @@ static void test_pci_devices(void **state) {
         (void)state;
         add_nodeclass("{'metadata': {'name': 'gpu'}, 'spec': {'region': 'r1', 'pciDevices': "
                       "[{'mapping': 'a100', 'resourceName': 'nvidia.com/gpu'}]}}");
-        add_pool_json("{'metadata': {'name': 'gpu'}, 'spec': {'template': {'spec': {'nodeClassRef': {'name': 'gpu'}}}}}");
+        add_pool_json("{'metadata': {'name': 'gpu'}, 'spec': {'template': {'spec': "
+                      "{'nodeClassRef': {'name': 'gpu'}}}}}");
         int k = simulate_extended_kind(in, "nvidia.com/gpu", false);
         assert_int_equal(k, RESOURCE_EXTENDED_0);
         assert_string_equal(simulate_resource_name(in, k), "nvidia.com/gpu");
@@ -1113,7 +1114,8 @@ static void test_pci_devices(void **state) {
         add_host_json("{'name': 'pve2', 'region': 'r1', 'free_cpus': 8, 'free_memory_bytes': 34359738368, "
                       "'pci_free': {'a100': 1, 'other': 3}}");
         add_node_json("{'metadata': {'name': 'n1', 'labels': {'kubernetes.io/hostname': 'n1'}}, 'spec': {}, "
-                      "'status': {'allocatable': {'cpu': '4', 'memory': '8Gi', 'pods': '110', 'nvidia.com/gpu': '1'}}}");
+                      "'status': {'allocatable': {'cpu': '4', 'memory': '8Gi', 'pods': '110', "
+                      "'nvidia.com/gpu': '1'}}}");
         add_pod_json(GPU_POD("g1"));
         add_pod_json(GPU_POD("g2"));
         add_pod_json(GPU_POD("g3"));
