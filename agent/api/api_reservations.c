@@ -11,6 +11,7 @@
 #include "jsonutil.h"
 #include "log.h"
 #include "pin_service.h"
+#include "topology.h"
 
 #define OFFER_MAX_SHAPES 64
 #define OFFER_DEFAULT_MAX_COUNT 256
@@ -119,6 +120,53 @@ void api__get_reservations(struct agent *a, const struct http_request *req, stru
                                        ledger_to_json(a->ledger)));
 }
 
+/* The NUMA node one device lies on whichever of its alternatives Proxmox gives the VM: -1 when they lie on different
+ * nodes or the kernel knows none for one; -EINVAL and detail for an address the host does not have, another negative
+ * errno when a node cannot be read. */
+static int device_node(const struct agent *a, const struct ledger_pci_device *d, size_t i, int *ret_node,
+                       char *detail, size_t len) {
+        *ret_node = -1;
+        for (size_t k = 0; k < d->n; k++) {
+                int node = -1, r = topology_pci_numa_node(a->source.fsroot, d->addr[k], &node);
+                if (r == -ENOENT)
+                        return errmsg_invalid(detail, len, "pci_devices[%zu]: no PCI device %s on this host", i,
+                                              d->addr[k]);
+                if (r < 0) {
+                        log_error("PCI device %s: its NUMA node cannot be read: %s", d->addr[k], strerror(-r));
+                        return r == -EINVAL ? -EIO : r;
+                }
+                if (k > 0 && node != *ret_node)
+                        node = -1; /* the path Proxmox picks decides the node: no constraint */
+                *ret_node = node;
+                if (node < 0)
+                        break;
+        }
+        return 0;
+}
+
+/* The NUMA node of the request's PCI devices (read through the agent's sysfs root) into rr->shape.near, when they
+ * all lie on one (devices on two nodes, or on none, add no constraint). -EINVAL and detail for a device the host
+ * does not have, another negative errno when a node cannot be read. */
+static int pci_near(const struct agent *a, struct reservation_request *rr, char *detail, size_t len) {
+        bool mixed = false;
+        for (size_t i = 0; i < rr->n_pci; i++) {
+                int node, r = device_node(a, &rr->pci[i], i, &node, detail, len);
+                if (r < 0)
+                        return r;
+                mixed |= node >= 0 && rr->shape.near && rr->shape.near_node != node;
+                if (node >= 0 && !rr->shape.near) {
+                        rr->shape.near = true;
+                        rr->shape.near_node = node;
+                }
+        }
+        if (mixed) {
+                log_info("reservation for %s: its PCI devices lie on different NUMA nodes; placed as any VM",
+                         rr->owner);
+                rr->shape.near = false;
+        }
+        return 0;
+}
+
 void api__post_reservation(struct agent *a, const struct http_request *req, struct http_response *resp) {
         json_t *body;
         struct reservation_request rr;
@@ -127,8 +175,14 @@ void api__post_reservation(struct agent *a, const struct http_request *req, stru
                 return;
         int r = ledger_parse_request(body, &rr, reason, sizeof reason);
         json_decref(body);
-        if (r < 0) {
+        if (r == 0)
+                r = pci_near(a, &rr, reason, sizeof reason);
+        if (r == -EINVAL) {
                 api__error(resp, 400, "invalid request", reason);
+                return;
+        }
+        if (r < 0) {
+                api__error(resp, 500, "internal error", "the NUMA node of a PCI device cannot be read");
                 return;
         }
         struct reservation *res = ledger_find_held(a->ledger, rr.owner);

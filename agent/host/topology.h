@@ -88,6 +88,11 @@ int topology_refresh_memory(struct topology *t, const struct topology_source *sr
 /* Index of the numa node with OS id `id`, or -1. */
 int topology_numa_index(const struct topology *t, int id);
 
+/* The NUMA node of a PCI device, from <root>/sys/bus/pci/devices/<address>/numa_node (root NULL: this machine; the
+ * address as sysfs names it, "0000:41:00.0"): 0 and the node's OS id, -1 when the kernel knows none; -ENOENT when
+ * the host has no such device, -EINVAL for an unreadable value, another negative errno. */
+int topology_pci_numa_node(const char *root, const char *address, int *ret_node);
+
 /* Pure parsers, exposed for tests.
  * topology_parse_meminfo: "Node N MemTotal: X kB" lines of nodeN/meminfo, or /proc/meminfo lines
  * ("MemTotal: X kB"). Returns 0 with both values in bytes, -EINVAL when either key is missing or bad.

@@ -258,3 +258,20 @@ int topology_refresh_memory(struct topology *t, const struct topology_source *sr
         /* Kernel without NUMA support: the one node is the whole machine. */
         return refresh_from_files(&t->numa_nodes[0], root, PROC_MEMINFO, SYSFS_HUGEPAGES_GLOBAL, live);
 }
+
+int topology_pci_numa_node(const char *root, const char *address, int *ret_node) {
+        char path[PATH_MAX], *text = NULL, *end;
+        if (!address || strchr(address, '/') || address[0] == '.' ||
+            snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", address) >= (int)sizeof path)
+                return -EINVAL;
+        int r = fileio_read_under(root, path, &text);
+        if (r < 0)
+                return r;
+        errno = 0;
+        long v = strtol(text, &end, 10);
+        r = errno || end == text || *end || v < -1 || v > INT_MAX ? -EINVAL : 0;
+        free(text);
+        if (r == 0)
+                *ret_node = (int)v;
+        return r;
+}

@@ -84,8 +84,54 @@ static int parse_ttl(const json_t *body, struct reservation_request *req, char *
         return 0;
 }
 
+/* A PCI address as sysfs names it: domain (4 or more hex digits), bus, device, function, in lower case. */
+static bool pci_address_ok(const char *s) {
+        size_t dom = strspn(s, "0123456789abcdef");
+        if (dom < 4 || dom > LEDGER_PCI_ADDR_MAX - 8 || s[dom] != ':')
+                return false;
+        s += dom + 1;
+        return strlen(s) == 7 && strspn(s, "0123456789abcdef") == 2 && s[2] == ':' &&
+               strspn(s + 3, "0123456789abcdef") == 2 && s[5] == '.' && s[6] >= '0' && s[6] <= '7';
+}
+
+/* One entry of pci_devices: an address, or an array of 1 to 16 alternatives. */
+static int parse_pci_one(const json_t *v, size_t i, struct ledger_pci_device *d, char *reason, size_t len) {
+        char field[48];
+        bool alt = json_is_array(v);
+        size_t n = alt ? json_array_size(v) : 1;
+        snprintf(field, sizeof field, "pci_devices[%zu]", i);
+        if (alt && (n == 0 || n > LEDGER_PCI_ALT_MAX))
+                return reason_fail(reason, len, field, "expected a PCI address or an array of 1 to 16 of them");
+        for (size_t k = 0; k < n; k++) {
+                const char *s = json_string_value(alt ? json_array_get(v, k) : v);
+                if (alt)
+                        snprintf(field, sizeof field, "pci_devices[%zu][%zu]", i, k);
+                if (!s || !pci_address_ok(s))
+                        return reason_fail(reason, len, field, "expected a PCI address like 0000:41:00.0");
+                snprintf(d->addr[k], sizeof d->addr[k], "%s", s);
+        }
+        d->n = n;
+        return 0;
+}
+
+static int parse_pci(const json_t *body, struct reservation_request *req, char *reason, size_t len) {
+        const json_t *a = json_object_get(body, "pci_devices");
+        if (!a)
+                return 0;
+        if (!json_is_array(a) || json_array_size(a) > LEDGER_PCI_MAX)
+                return reason_fail(reason, len, "pci_devices", "expected an array of at most 16 devices");
+        for (size_t i = 0; i < json_array_size(a); i++) {
+                int r = parse_pci_one(json_array_get(a, i), i, &req->pci[i], reason, len);
+                if (r < 0)
+                        return r;
+        }
+        req->n_pci = json_array_size(a);
+        return 0;
+}
+
 int ledger_parse_request(const json_t *body, struct reservation_request *ret_req, char *reason, size_t reasonlen) {
-        static const char *const allowed[] = { "vcpus", "memory_bytes", "hugepage_kib", "ttl_seconds", "owner", NULL };
+        static const char *const allowed[] = { "vcpus", "memory_bytes", "hugepage_kib", "ttl_seconds", "owner",
+                                               "pci_devices", NULL };
         const char *bad;
         if (!json_is_object(body))
                 return reason_fail(reason, reasonlen, "body", "expected a JSON object");
@@ -99,6 +145,8 @@ int ledger_parse_request(const json_t *body, struct reservation_request *ret_req
                 r = parse_ttl(body, &req, reason, reasonlen);
         if (r == 0)
                 r = parse_owner(body, &req, reason, reasonlen);
+        if (r == 0)
+                r = parse_pci(body, &req, reason, reasonlen);
         if (r == 0)
                 *ret_req = req;
         return r;

@@ -35,10 +35,21 @@ struct ledger {
 
 /* What a reservation request asks for, parsed strictly from JSON (unknown fields, wrong types, zero or
  * negative sizes: -EINVAL with "field: reason" in reason). */
+#define LEDGER_PCI_MAX 16     /* a VM's hostpci0..hostpci15 */
+#define LEDGER_PCI_ALT_MAX 16 /* paths one device may be given from (a Proxmox mapping's on this host) */
+#define LEDGER_PCI_ADDR_MAX 31 /* "0000:41:00.0" and longer domains */
+/* One passed-through device: its sysfs address, or the addresses Proxmox picks it from at the VM's start (the first
+ * free path of the VM's resource mapping). */
+struct ledger_pci_device {
+        size_t n;
+        char addr[LEDGER_PCI_ALT_MAX][LEDGER_PCI_ADDR_MAX + 1];
+};
 struct reservation_request {
-        struct placement_request shape;
+        struct placement_request shape; /* shape.near is set by the caller from pci (their NUMA node) */
         unsigned ttl_seconds;
         char owner[LEDGER_OWNER_MAX + 1];
+        size_t n_pci;
+        struct ledger_pci_device pci[LEDGER_PCI_MAX]; /* "pci_devices", optional */
 };
 int ledger_parse_request(const json_t *body, struct reservation_request *ret_req, char *reason, size_t reasonlen);
 

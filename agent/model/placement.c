@@ -56,6 +56,7 @@ struct fit {
         unsigned *grp_free, *grp_take;
         size_t n_groups;
         bool small_ok;             /* a guest node may hold less than a quarter of the VM (memory forces it) */
+        int near_only;             /* >= 0: the topology node index the VM must lie on alone (near_node) */
         /* the result */
         bool fallback;             /* made by choose_any: a preference was given up so that the VM fits */
         size_t n_share;
@@ -236,7 +237,7 @@ static void fit_budget(struct fit *f, const struct cpuset *avail) {
 
 static int fit_init(struct fit *f, const struct topology *t, const struct capacity *c,
                     const struct placement_request *req) {
-        *f = (struct fit){ .t = t, .c = c, .vcpus = req->vcpus, .unit = request_unit(req) };
+        *f = (struct fit){ .t = t, .c = c, .vcpus = req->vcpus, .unit = request_unit(req), .near_only = -1 };
         f->iso = c->isolated_cpus ? c->isolated_cpus : t->isolated;
         f->units = req->memory_bytes / f->unit;
         int r = fit_alloc(f);
@@ -257,6 +258,19 @@ static int fit_init(struct fit *f, const struct topology *t, const struct capaci
 }
 
 /* ---- choosing host nodes ---- */
+
+/* The topology index of the request's near node when that node could ever hold the VM alone (its online CPUs and
+ * its memory, were they all free); -1 otherwise (no near node, an unknown one, or a VM larger than it). */
+static int near_index(const struct topology *t, const struct placement_request *req) {
+        for (size_t i = 0; req->near && i < t->n_numa_nodes; i++) {
+                const struct topology_numa_node *n = &t->numa_nodes[i];
+                if (n->id != req->near_node)
+                        continue;
+                unsigned cpus = t->online ? cpuset_count_and(n->cpus, t->online) : cpuset_count(n->cpus);
+                return cpus >= req->vcpus && n->memory_bytes >= req->memory_bytes ? (int)i : -1;
+        }
+        return -1;
+}
 
 static unsigned cand_free(const struct cand *cd) {
         return cd->n_iso + cd->n_non;
@@ -294,6 +308,8 @@ static bool choose_single(struct fit *f) {
         for (size_t i = 0; i < f->n_cand; i++) {
                 const struct cand *cd = &f->cand[i];
                 if (cand_cpu_cap(cd, f->budget) < f->vcpus || cd->mem_units < f->units)
+                        continue;
+                if (f->near_only >= 0 && cd->idx != (size_t)f->near_only)
                         continue;
                 if (best && !single_better(f, cd, best))
                         continue;
@@ -1260,7 +1276,12 @@ static void fit_explain(const struct fit *f, const struct placement_request *req
                 return; /* the caller wants no reason (an offer's count) */
         char nodes[320];
         explain_nodes(f, req, nodes, sizeof nodes);
-        int at = explain_short(f, reason, len);
+        int at = 0;
+        if (f->near_only >= 0 && fit_enough(f))
+                at = snprintf(reason, len, "NUMA node %d (the PCI device's): too few free CPUs or too little free "
+                              "memory there", req->near_node);
+        else
+                at = explain_short(f, reason, len);
         if (at >= 0 && (size_t)at < len)
                 snprintf(reason + at, len - at, "%s", nodes);
 }
@@ -1272,7 +1293,8 @@ int placement_place(const struct topology *t, const struct capacity *free_cap, c
                 return r;
         struct fit f;
         r = fit_init(&f, t, free_cap, req);
-        if (r >= 0 && (!fit_enough(&f) || (!choose_single(&f) && !choose_multi(&f)))) {
+        f.near_only = near_index(t, req);
+        if (r >= 0 && (!fit_enough(&f) || (!choose_single(&f) && (f.near_only >= 0 || !choose_multi(&f))))) {
                 fit_explain(&f, req, reason, reasonlen);
                 r = -ENOSPC;
         }

@@ -22,6 +22,10 @@ struct placement_request {
         unsigned vcpus;        /* >= 1 */
         uint64_t memory_bytes; /* > 0, a whole number of MiB (of hugepages when hugepage_kib is set) */
         uint64_t hugepage_kib; /* 0 = ordinary pages; else the guest memory comes from pages of this size */
+        bool near;             /* keep the VM on host NUMA node near_node (a passed-through PCI device's): its
+                                * CPUs and memory there alone when that node could ever hold it (a VM larger
+                                * than the node is split as any other); not in JSON (see ledger_parse_request) */
+        int near_node;         /* OS id */
 };
 
 /* One guest NUMA node; it mirrors one host NUMA node. */

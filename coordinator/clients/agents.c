@@ -64,6 +64,11 @@ json_t *agents_reserve_body(const struct agents_reserve *r) {
         json_object_set_new(o, "owner", json_string(r->owner));
         if (r->ttl_seconds)
                 json_object_set_new(o, "ttl_seconds", json_integer(r->ttl_seconds));
+        if (json_array_size(r->pci_devices) > 0 &&
+            json_object_set_new(o, "pci_devices", json_deep_copy(r->pci_devices)) < 0) {
+                json_decref(o);
+                return NULL;
+        }
         return o;
 }
 

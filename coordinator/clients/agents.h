@@ -35,6 +35,9 @@ struct agents_reserve {
         uint64_t hugepage_kib;  /* 0 = none */
         unsigned ttl_seconds;   /* 0 = the agent's default (600) */
         const char *owner;      /* e.g. "nodeclaim/default-x7k2p" */
+        const json_t *pci_devices; /* NULL or []: none; else per passed-through device the host paths Proxmox picks
+                                    * it from ([["0000:41:00.0", ...], ...]): the agent keeps the VM near their
+                                    * NUMA node */
 };
 
 /* Request bodies. Pure; new references, NULL on ENOMEM or bad arguments. */

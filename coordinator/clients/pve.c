@@ -463,6 +463,11 @@ int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vm
         return run(c, &r, pve_req_vm_firewall_rule_add(&r, node, vmid, rule), NULL);
 }
 
+int pve_pci_mappings(struct pve_client *c, json_t **ret) {
+        struct pve_request r;
+        return run(c, &r, pve_req_pci_mappings(&r), ret);
+}
+
 int pve_pools(struct pve_client *c, json_t **ret) {
         struct pve_request r;
         return run(c, &r, pve_req_pools(&r), ret);

@@ -126,6 +126,8 @@ int pve_req_vm_firewall_rules(struct pve_request *ret, const char *node, uint32_
 int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint32_t vmid,
                                  const struct pve_firewall_rule *rule);
 int pve_req_pools(struct pve_request *ret);
+/* GET /cluster/mapping/pci: the PCI resource mappings the user may see (Mapping.Use, .Audit or .Modify). */
+int pve_req_pci_mappings(struct pve_request *ret);
 /* PUT /pools (PVE 8.1+): vmid joins poolid, moved out of any other pool (allow-move), or leaves it (remove). */
 int pve_req_pool_vm(struct pve_request *ret, const char *poolid, uint32_t vmid, bool remove);
 
@@ -164,6 +166,18 @@ const char *pve_cluster_node_ip(const json_t *cluster_status, const char *node);
 int pve_find_template(const json_t *vm_list, const char *name, const char *const *tags, uint32_t *ret_vmid);
 /* pve_find_template by a ProxmoxNodeClass's instanceTemplateRef ({name, tags}; the first 10 tags count). */
 int pve_find_template_ref(const json_t *vm_list, const json_t *ref, uint32_t *ret_vmid);
+
+/* PCI resource mappings (GET /cluster/mapping/pci). Pure. */
+#define PVE_PCI_PATH_MAX 64
+/* "0000:41:00.0" for the len bytes "41:00.0" or "0000:41:00.0" (Proxmox's short form has no domain), into buf. */
+void pve_pci_full_path(const char *path, size_t len, char *buf, size_t size);
+/* The value of key in a property string "k=v,k2=v2" into buf (a leading value without '=' is key dflt_key, as in
+ * hostpciN's "41:00.0,pcie=1"); false when absent. */
+bool pve_prop_get(const char *s, const char *key, const char *dflt_key, char *buf, size_t size);
+/* The full addresses of mapping id's paths on node, in the order qemu-server tries them at a VM's start (its
+ * entries for the node, each entry's ';'-separated paths). New array, empty when the mapping has no entry there;
+ * NULL on ENOMEM. */
+json_t *pve_mapping_paths(const json_t *mappings, const char *id, const char *node);
 
 /* ---- the client ---- */
 
@@ -244,4 +258,5 @@ int pve_vm_firewall_rules(struct pve_client *c, const char *node, uint32_t vmid,
 int pve_vm_firewall_rule_add(struct pve_client *c, const char *node, uint32_t vmid,
                              const struct pve_firewall_rule *rule);
 int pve_pools(struct pve_client *c, json_t **ret);
+int pve_pci_mappings(struct pve_client *c, json_t **ret);
 int pve_pool_vm(struct pve_client *c, const char *poolid, uint32_t vmid, bool remove);

@@ -403,6 +403,10 @@ int pve_req_vm_firewall_rule_add(struct pve_request *ret, const char *node, uint
         return req_finish(ret);
 }
 
+int pve_req_pci_mappings(struct pve_request *ret) {
+        return req_start(ret, "GET", "/cluster/mapping/pci", "/cluster/mapping/pci");
+}
+
 int pve_req_pools(struct pve_request *ret) {
         return req_start(ret, "GET", "/pools", "/pools");
 }
@@ -567,4 +571,53 @@ int pve_find_template_ref(const json_t *vm_list, const json_t *ref, uint32_t *re
         }
         return pve_find_template(vm_list, json_string_value(json_object_get(ref, "name")), tags[0] ? tags : NULL,
                                  ret_vmid);
+}
+
+/* ---- PCI resource mappings ---- */
+
+void pve_pci_full_path(const char *path, size_t len, char *buf, size_t size) {
+        const char *colon = memchr(path, ':', len);
+        const char *second = colon ? memchr(colon + 1, ':', len - (size_t)(colon + 1 - path)) : NULL;
+        snprintf(buf, size, "%s%.*s", second ? "" : "0000:", (int)len, path);
+}
+
+bool pve_prop_get(const char *s, const char *key, const char *dflt_key, char *buf, size_t size) {
+        size_t klen = strlen(key);
+        for (const char *p = s; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+                size_t n = strcspn(p, ",");
+                const char *eq = memchr(p, '=', n);
+                bool match = eq ? (size_t)(eq - p) == klen && strncmp(p, key, klen) == 0
+                                : p == s && dflt_key && strcmp(dflt_key, key) == 0;
+                if (!match)
+                        continue;
+                const char *v = eq ? eq + 1 : p;
+                snprintf(buf, size, "%.*s", (int)(n - (size_t)(v - p)), v);
+                return true;
+        }
+        return false;
+}
+
+/* One map entry's paths into out when the entry is node's. */
+static void entry_paths(const char *entry, const char *node, json_t *out) {
+        char at[256], list[1024], full[PVE_PCI_PATH_MAX];
+        if (!entry || !pve_prop_get(entry, "node", NULL, at, sizeof at) || strcmp(at, node) != 0 ||
+            !pve_prop_get(entry, "path", NULL, list, sizeof list))
+                return;
+        for (const char *p = list; *p; p += strcspn(p, ";") + (p[strcspn(p, ";")] ? 1 : 0)) {
+                pve_pci_full_path(p, strcspn(p, ";"), full, sizeof full);
+                json_array_append_new(out, json_string(full));
+        }
+}
+
+json_t *pve_mapping_paths(const json_t *mappings, const char *id, const char *node) {
+        json_t *out = json_array(), *m, *e;
+        size_t i, k;
+        json_array_foreach(mappings, i, m) {
+                const char *mid = json_string_value(json_object_get(m, "id"));
+                if (!out || !mid || !id || !node || strcmp(mid, id) != 0)
+                        continue;
+                json_array_foreach(json_object_get(m, "map"), k, e)
+                        entry_paths(json_string_value(e), node, out);
+        }
+        return out;
 }

@@ -309,6 +309,7 @@ struct host_fetch {
         struct pve_client *pve;
         struct agent_conn *agent; /* NULL: agents disabled, or no address (then agent_down) */
         json_t *room, *vmids;     /* vmids: Proxmox's VMs, when the room is Proxmox's */
+        const json_t *pci_mappings; /* the region's /cluster/mapping/pci when a node class has pciDevices, else NULL */
         bool from_agent;
 };
 
@@ -390,6 +391,53 @@ static void fetch_rooms(struct provisioner *p, struct host_fetches *f) {
                 http_client_thread_wait_note(f->max_wait_us);
 }
 
+/* The running VMs of a host (their VMIDs into running) and their configs (into configs). -1 when a call failed. */
+static int running_configs(struct provisioner *p, struct host_fetch *h, json_t *running, json_t *configs) {
+        json_t *vms = NULL, *vm;
+        size_t i;
+        if (pve_vm_list(h->pve, h->host, &vms) < 0) {
+                call_failed(p, STATS_PVE_ERRORS, "region %s host %s: %s", h->region, h->host, pve_client_error(h->pve));
+                return -1;
+        }
+        int rc = 0;
+        json_array_foreach(vms, i, vm) {
+                const char *status = json_string_value(json_object_get(vm, "status"));
+                json_int_t vmid = json_integer_value(json_object_get(vm, "vmid"));
+                json_t *conf = NULL;
+                if (!status || strcmp(status, "running") != 0 || vmid <= 0)
+                        continue;
+                if (pve_vm_config_get(h->pve, h->host, (uint32_t)vmid, &conf) < 0) {
+                        call_failed(p, STATS_PVE_ERRORS, "region %s host %s VM %lld: %s", h->region, h->host,
+                                    (long long)vmid, pve_client_error(h->pve));
+                        rc = -1;
+                        break;
+                }
+                json_array_append_new(running, json_integer(vmid));
+                json_array_append_new(configs, conf);
+        }
+        json_decref(vms);
+        return rc;
+}
+
+/* The host's free PCI devices by resource mapping into its room ("pci_free"): its paths of each mapping less those
+ * its running VMs hold and those the claims planned on it will take when their VMs start. The VMs' configs are read
+ * only on a host some mapping has an entry for; when a read fails, the host has no free device this round. */
+static void pci_room(struct host_ctx *hc, struct host_fetch *h) {
+        json_t *running = json_array(), *configs = json_array(), *none = json_array();
+        json_t *free_by = provisioner_pci_free(h->pci_mappings, h->host, none);
+        if (free_by && json_object_size(free_by) > 0 && running && configs) {
+                json_decref(free_by);
+                free_by = running_configs(hc->p, h, running, configs) == 0
+                                  ? provisioner_pci_free(h->pci_mappings, h->host, configs)
+                                  : json_object();
+        }
+        if (free_by && json_object_set_new(h->room, "pci_free", free_by) == 0)
+                provisioner_host_charge_devices(h->room, hc->round, hc->snap->claims, running);
+        json_decref(running);
+        json_decref(configs);
+        json_decref(none);
+}
+
 /* A fetched host into the round: its agent's state told (Proxmox's accounting when it gave no room), its pending
  * claims charged. */
 static void add_host(struct host_ctx *hc, struct host_fetch *h) {
@@ -405,6 +453,8 @@ static void add_host(struct host_ctx *hc, struct host_fetch *h) {
         if (!h->room)
                 return;
         char err[256];
+        if (h->pci_mappings)
+                pci_room(hc, h);
         provisioner_host_charge_pending(h->room, hc->round, hc->snap->claims, h->from_agent, h->vmids, hc->shapes);
         if (simulate_json_host(hc->round->in, h->room, NULL, err, sizeof err) < 0)
                 log_error("host %s/%s: %s", h->region, h->host, err);
@@ -771,6 +821,23 @@ static int exclude_backoff(struct provisioner *p, struct provisioner_round *r) {
         return 0;
 }
 
+/* The region's PCI resource mappings when a node class of the round has pciDevices, else NULL (no call). A region
+ * whose mappings cannot be read gets an empty list: no host there has a free device this round. */
+static json_t *pci_mappings(struct provisioner *p, const struct provisioner_round *r, size_t ci) {
+        bool needed = false;
+        json_t *maps = NULL;
+        for (size_t i = 0; i < r->in->n_classes; i++)
+                needed |= r->in->classes[i]->n_pci > 0;
+        if (!needed || !pve_for(p, ci))
+                return NULL;
+        if (pve_pci_mappings(pve_for(p, ci), &maps) < 0) {
+                call_failed(p, STATS_PVE_ERRORS, "region %s: PCI mappings: %s", p->env.cfg->clusters[ci].region,
+                            pve_client_error(pve_for(p, ci)));
+                return json_array();
+        }
+        return maps;
+}
+
 /* Host room into the round, every region's online hosts; pools keep off the hosts where their launches pause. */
 static int add_hosts(struct provisioner *p, struct provisioner_round *r, const struct provisioner_snapshot *snap,
                      struct provisioner_outcome *out) {
@@ -779,8 +846,14 @@ static int add_hosts(struct provisioner *p, struct provisioner_round *r, const s
                 return -ENOMEM;
         struct host_ctx hc = { p, r, snap, &shapes, out, 0 };
         struct host_fetches f = { .p = p, .shapes = &shapes };
-        for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
+        json_t *maps[p->env.cfg->n_clusters + 1];
+        for (size_t i = 0; i < p->env.cfg->n_clusters; i++) {
+                size_t first = f.n;
                 list_region(p, i, &f);
+                maps[i] = f.n > first ? pci_mappings(p, r, i) : NULL;
+                for (size_t k = first; k < f.n; k++)
+                        f.items[k].pci_mappings = maps[i];
+        }
         for (size_t i = 0; p->env.cfg->agents.enabled && i < f.n; i++)
                 f.items[i].agent = agent_find(p, f.items[i].region, f.items[i].host);
         fetch_rooms(p, &f);
@@ -791,6 +864,8 @@ static int add_hosts(struct provisioner *p, struct provisioner_round *r, const s
                 free(f.items[i].host);
         }
         free(f.items);
+        for (size_t i = 0; i < p->env.cfg->n_clusters; i++)
+                json_decref(maps[i]);
         provisioner_shapes_done(&shapes);
         stats_set(p->env.stats, STATS_AGENTS_UNAVAILABLE, hc.agents_down);
         return exclude_backoff(p, r);

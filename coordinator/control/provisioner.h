@@ -145,6 +145,20 @@ int provisioner_agent_message(char *buf, size_t len, const char *region, const c
 void provisioner_host_charge(json_t *host, uint32_t vcpus, uint64_t memory_bytes,
                              const struct provisioner_shapes *shapes);
 
+/* The free PCI devices of each Proxmox resource mapping on host, as the room's "pci_free" ({mapping: count}):
+ * mappings is GET /cluster/mapping/pci (each entry "node=<host>,path=<a>[;<b>...],..." gives its paths; a mapping's
+ * entries for the host add up, as qemu-server picks the first free path of them all at a VM's start); configs, the
+ * configs of the host's running VMs: a hostpciN "mapping=<id>" holds one device of that mapping, a hostpciN by
+ * host address ("0000:41:00.0", "host=41:00.0") holds that path. A mapping with no entry for the host is left out
+ * (no device there). New reference, NULL on allocation failure. */
+json_t *provisioner_pci_free(const json_t *mappings, const char *host, const json_t *configs);
+
+/* Take the devices of the claims planned on this host whose VM is not running yet (status.vmid not in running, a
+ * JSON array of integers) out of the room's "pci_free": each pciDevices entry of the claim's node class one device
+ * of its mapping. Claims being deleted are skipped. */
+void provisioner_host_charge_devices(json_t *host, const struct provisioner_round *r, const json_t *claims,
+                                     const json_t *running);
+
 /* Charge the claims of the round's snapshot that are planned on this host but that the host does not know yet:
  * without status.reservationID when the room came from the agent (agent = true), else without a status.vmid
  * among the host's VMs (vmids: a JSON array of integers; may be NULL). Claims being deleted are skipped. */

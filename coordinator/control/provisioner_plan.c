@@ -622,3 +622,36 @@ void provisioner_host_charge_pending(json_t *host, const struct provisioner_roun
                         provisioner_host_charge(host, s->vcpus, s->vm_memory_bytes, shapes);
         }
 }
+
+static const struct sim_nodeclass *round_class(const struct provisioner_round *r, const char *name) {
+        for (size_t i = 0; name && i < r->in->n_classes; i++)
+                if (strcmp(r->in->classes[i]->name, name) == 0)
+                        return r->in->classes[i];
+        return NULL;
+}
+
+static void device_taken(json_t *free_by_mapping, const char *mapping) {
+        json_t *v = json_object_get(free_by_mapping, mapping);
+        if (json_integer_value(v) > 0)
+                json_integer_set(v, json_integer_value(v) - 1);
+}
+
+void provisioner_host_charge_devices(json_t *host, const struct provisioner_round *r, const json_t *claims,
+                                     const json_t *running) {
+        const char *name = kube_str(host, "name"), *region = kube_str(host, "region");
+        json_t *free_by_mapping = json_object_get(host, "pci_free"), *c;
+        size_t i;
+        json_array_foreach(claims, i, c) {
+                struct kube_nodeclaim nc;
+                kube_nodeclaim_decode(c, &nc);
+                const char *h = nodeclaim_host(c), *reg = nodeclaim_region(c);
+                const json_t *vmid = json_object_get(nc.status, "vmid");
+                const struct sim_nodeclass *cls = round_class(r, nc.node_class);
+                if (!free_by_mapping || !cls || !name || !h || strcmp(h, name) != 0 ||
+                    (region && reg && strcmp(region, reg) != 0) || nc.meta.deleting ||
+                    (json_is_integer(vmid) && vmid_listed(running, json_integer_value(vmid))))
+                        continue;
+                for (size_t k = 0; k < cls->n_pci; k++)
+                        device_taken(free_by_mapping, cls->pci_mappings[k]);
+        }
+}

@@ -8,6 +8,7 @@
 
 #include "cpuset.h"
 #include "provisioner.h"
+#include "pve.h"
 
 static int64_t int_at(const json_t *o, const char *key, int64_t dflt) {
         json_t *v = json_object_get(o, key);
@@ -157,6 +158,60 @@ json_t *provisioner_host_from_pve(const char *host, const char *region, const js
                 mem -= m;
         }
         return host_base(host, region, cpus, mem);
+}
+
+/* ---- PCI devices ---- */
+
+static void count_down(json_t *free_by_mapping, const char *mapping) {
+        json_t *v = mapping ? json_object_get(free_by_mapping, mapping) : NULL;
+        if (json_integer_value(v) > 0)
+                json_integer_set(v, json_integer_value(v) - 1);
+}
+
+/* One running VM's hostpciN entries taken out of free_by_mapping. */
+static void config_holds(const json_t *config, const json_t *paths, json_t *free_by_mapping) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)config, key, v) {
+                char buf[1024], full[PVE_PCI_PATH_MAX];
+                const char *s = json_string_value(v);
+                if (strncmp(key, "hostpci", 7) != 0 || !s)
+                        continue;
+                if (pve_prop_get(s, "mapping", NULL, buf, sizeof buf)) {
+                        count_down(free_by_mapping, buf);
+                } else if (pve_prop_get(s, "host", "host", buf, sizeof buf)) {
+                        pve_pci_full_path(buf, strcspn(buf, ";"), full, sizeof full);
+                        count_down(free_by_mapping, json_string_value(json_object_get(paths, full)));
+                }
+        }
+}
+
+json_t *provisioner_pci_free(const json_t *mappings, const char *host, const json_t *configs) {
+        json_t *paths = json_object(), *out = json_object();
+        size_t i;
+        json_t *m;
+        if (!paths || !out || !host) {
+                json_decref(paths);
+                json_decref(out);
+                return NULL;
+        }
+        json_array_foreach(mappings, i, m) {
+                const char *id = json_string_value(json_object_get(m, "id"));
+                json_t *list = id ? pve_mapping_paths(mappings, id, host) : NULL, *path;
+                size_t k;
+                json_array_foreach(list, k, path)
+                        json_object_set_new(paths, json_string_value(path), json_string(id));
+                json_decref(list);
+        }
+        const char *path;
+        json_object_foreach(paths, path, m) {
+                const char *id = json_string_value(m);
+                json_object_set_new(out, id, json_integer(json_integer_value(json_object_get(out, id)) + 1));
+        }
+        json_array_foreach(configs, i, m)
+                config_holds(m, paths, out);
+        json_decref(paths);
+        return out;
 }
 
 /* ---- charges ---- */

@@ -57,15 +57,48 @@ static struct launchstep_result reserved(struct launcher__ctx *c) {
 }
 
 /* ERROR -ENOTCONN: the agent cannot be reached (the caller may fall back to Proxmox's accounting). */
+/* Per pciDevices entry of the class, the paths of its mapping on the claim's host, in the order Proxmox tries them
+ * at the start (the agent keeps the VM near their NUMA node when they share one). *ret NULL without pciDevices. */
+static struct launchstep_result pci_paths(struct launcher__ctx *c, json_t **ret) {
+        struct vmhw hw;
+        char err[256];
+        json_t *maps = NULL, *out;
+        struct launchstep_result res = launcher__need_nodeclass(c);
+        *ret = NULL;
+        if (!launchstep_ok(&res))
+                return res;
+        if (vmhw_parse(nc_spec(c), &hw, err, sizeof err) < 0)
+                return launchstep_fail("InvalidNodeClass", "%s", err);
+        if (hw.n_pci == 0)
+                return launchstep_done();
+        if (pve_pci_mappings(c->pve, &maps) < 0)
+                return launchstep_error(-EIO, "PCI mappings: %s", pve_client_error(c->pve));
+        out = json_array();
+        for (size_t i = 0; out && i < hw.n_pci; i++) {
+                json_t *paths = pve_mapping_paths(maps, hw.pci[i].mapping, c->host);
+                if (json_array_size(paths) > 0) /* none: Proxmox refuses the start, naming the mapping */
+                        json_array_append(out, paths);
+                json_decref(paths);
+        }
+        json_decref(maps);
+        *ret = out;
+        return out ? launchstep_done() : launchstep_error(-ENOMEM, "%s", strerror(ENOMEM));
+}
+
 static struct launchstep_result reserve_with_agent(struct launcher__ctx *c) {
         char owner[254];
-        json_t *res = NULL;
+        json_t *res = NULL, *pci = NULL;
+        struct launchstep_result step = pci_paths(c, &pci);
+        if (!launchstep_ok(&step))
+                return step;
         int r = launcher_owner(c->name, c->uid, owner, sizeof owner);
         if (r == 0) { /* the owner is the agent's idempotency key: a retry gets the reservation made before */
                 struct agents_reserve req = { .vcpus = c->shape.vcpus, .memory_bytes = c->shape.vm_memory_bytes,
-                                              .ttl_seconds = (unsigned)c->l->o.reservation_ttl_s, .owner = owner };
+                                              .ttl_seconds = (unsigned)c->l->o.reservation_ttl_s, .owner = owner,
+                                              .pci_devices = pci };
                 r = agents_reserve(c->agent, &req, &res);
         }
+        json_decref(pci);
         if (agent_unreachable(r)) {
                 bool fallback = config_agent_fallback_proxmox(c->l->env.cfg);
                 log_error("launcher: NodeClaim %s: agent on %s unreachable (%s); %s", c->name, c->host,

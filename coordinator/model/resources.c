@@ -16,6 +16,8 @@ static const char *const NAMES[RESOURCE_COUNT] = {
         [RESOURCE_PODS] = "pods",
         [RESOURCE_HUGEPAGES_2MI] = "hugepages-2Mi",
         [RESOURCE_HUGEPAGES_1GI] = "hugepages-1Gi",
+        [RESOURCE_EXTENDED_0] = "extended",
+        [RESOURCE_EXTENDED_1] = "extended",
 };
 
 const char *resources_name(enum resource_kind kind) {
@@ -23,7 +25,7 @@ const char *resources_name(enum resource_kind kind) {
 }
 
 int resources_kind_from_name(const char *name) {
-        for (int k = 0; k < RESOURCE_COUNT; k++)
+        for (int k = 0; k < RESOURCE_STANDARD_COUNT; k++)
                 if (strcmp(name, NAMES[k]) == 0)
                         return k;
         return -1;
@@ -59,7 +61,7 @@ bool resources_fit(const struct resources *a, const struct resources *b, const s
 char *resources_format_value(enum resource_kind kind, int64_t value, char *buf, size_t len) {
         if (kind == RESOURCE_CPU)
                 return quantity_format_milli(value, buf, len);
-        if (kind == RESOURCE_PODS) {
+        if (kind == RESOURCE_PODS || kind >= RESOURCE_EXTENDED_0) {
                 snprintf(buf, len, "%" PRId64, value);
                 return buf;
         }
@@ -79,7 +81,7 @@ static void set_quantity(json_t *obj, enum resource_kind k, int64_t v) {
 
 json_t *resources_to_json(const struct resources *res) {
         json_t *o = json_object();
-        for (int k = 0; o && k < RESOURCE_COUNT; k++)
+        for (int k = 0; o && k < RESOURCE_STANDARD_COUNT; k++)
                 if (res->v[k] != 0 || k == RESOURCE_CPU || k == RESOURCE_MEMORY || k == RESOURCE_PODS)
                         set_quantity(o, (enum resource_kind)k, res->v[k]);
         return o;

@@ -130,6 +130,9 @@ struct sim_nodeclass {
         const char *name;
         const char *region;                 /* NULL: any PVE cluster */
         const struct shape_catalog *shapes; /* borrowed; must outlive the simulation */
+        const char **pci_mappings;          /* one per pciDevices entry: the Proxmox resource mapping each VM of the
+                                             * class takes a free device of, on its host */
+        size_t n_pci;
 };
 
 struct sim_nodepool {
@@ -163,6 +166,12 @@ struct sim_offer {
         double score;       /* the next VM's layout score (0-100; -1 unknown) */
 };
 
+/* Free PCI devices of one Proxmox resource mapping on a host (its paths there not held by a VM). */
+struct sim_device {
+        const char *mapping;
+        uint32_t free;
+};
+
 /* A PVE host: one zone of one region. A VM that fits one NUMA node's size must fit one NUMA node's free
  * room; larger VMs may span. With offers, a shape must be offered instead (count > claims planned on it):
  * the agent spans a VM no node has room for in its fallback layout. */
@@ -176,6 +185,8 @@ struct sim_host {
         struct sim_offer *offers;
         size_t n_offers;
         bool has_offers;
+        struct sim_device *devices; /* a mapping not listed has no free device here */
+        size_t n_devices;
 };
 
 struct sim_input {
@@ -192,6 +203,8 @@ struct sim_input {
         struct sim_host **hosts;
         size_t n_hosts, cap_hosts;
         const char *arch, *os; /* of planned nodes; default amd64, linux */
+        const char *extended[RESOURCE_EXTENDED_N]; /* the names of the extended resource slots the node classes
+                                                    * provide (simulate_extended_kind), NULL: unused */
         size_t max_claims;     /* 0: no cap */
         struct sim_arena *arena;
 };
@@ -248,6 +261,12 @@ struct sim_result {
         size_t n_unplaced, n_on_nodes;
         struct sim_arena *arena;
 };
+
+/* The resource slot of extended resource name (e.g. "nvidia.com/gpu"): RESOURCE_EXTENDED_0 + i; with add, a free slot
+ * is taken for a new name. -1 when unknown (or, with add, -ENOSPC when every slot is taken). */
+int simulate_extended_kind(struct sim_input *in, const char *name, bool add);
+/* resources_name(), with the input's names of the extended slots. */
+const char *simulate_resource_name(const struct sim_input *in, int kind);
 
 /* Run the simulation. 0 and *ret_result, -ENOMEM, or -EINVAL when the input is inconsistent (a pod's
  * node_name or a NodePool's node class that do not exist are not errors: they are reasons). */

@@ -411,10 +411,24 @@ static void scan_note(struct hostscan *hs, const struct host_c *h, enum room r) 
         }
 }
 
-static void host_reason(const struct hostscan *hs, const struct shape *s, struct why *w) {
-        char buf[300], need[32], have[32];
+/* The mappings of a node class's pciDevices, ", "-separated, into buf. */
+static const char *mapping_list(const struct sim_nodeclass *cls, char *buf, size_t len) {
+        size_t n = 0;
+        buf[0] = 0;
+        for (size_t i = 0; i < cls->n_pci && n < len; i++)
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", cls->pci_mappings[i]);
+        return buf;
+}
+
+static void host_reason(const struct hostscan *hs, const struct sim_nodeclass *cls, const struct shape *s,
+                        struct why *w) {
+        char buf[300], need[32], have[32], maps[160];
         quantity_format_bytes_human((int64_t)s->vm_memory_bytes, need, sizeof need);
-        if (hs->worst == ROOM_CPUS)
+        if (hs->worst == ROOM_DEVICE)
+                snprintf(buf, sizeof buf,
+                         "no host has a free PCI device of mapping %s (node class %s, %zu hosts asked)",
+                         mapping_list(cls, maps, sizeof maps), cls->name, hs->n_cand);
+        else if (hs->worst == ROOM_CPUS)
                 snprintf(buf, sizeof buf, "no host has %u free cores (best: %s with %" PRId64 ")", s->vcpus,
                          hs->best_cpus_h->src->name, hs->best_cpus);
         else if (hs->worst == ROOM_MEMORY)
@@ -462,7 +476,8 @@ static void shape_reason(const struct ctx *c, const struct pool_c *p, const uint
         if (k >= 0)
                 snprintf(buf, sizeof buf,
                          "NodePool %s has no instance type with room for the pod's %s %s (largest allocatable %s)",
-                         p->src->name, resources_name(k), resources_format_value(k, need->v[k], a, sizeof a),
+                         p->src->name, simulate_resource_name(c->in, k),
+                         resources_format_value(k, need->v[k], a, sizeof a),
                          resources_format_value(k, most.v[k], b, sizeof b));
         else
                 snprintf(buf, sizeof buf,
@@ -548,7 +563,7 @@ static bool try_shapes(struct ctx *c, struct pclass *pc, const struct sim_pod *p
                         host_failed = &cat->items[si];
         }
         if (host_failed)
-                host_reason(hs, host_failed, w);
+                host_reason(hs, c->in->classes[p->nc], host_failed, w);
         else if (!limited)
                 shape_reason(c, p, ch->mask, &pod->requests, w);
         return false;

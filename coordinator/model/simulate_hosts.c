@@ -57,8 +57,31 @@ static bool numa_fits(const struct host_c *h, const struct shape *s, int *ret_nu
         return best >= 0;
 }
 
+/* Has h a free device of every pciDevices entry of node class nc (entries of one mapping each take one)? */
+static bool devices_fit(const struct host_c *h, int nc) {
+        const struct sim_nodeclass *cls = h->classes[nc];
+        for (size_t i = 0; i < cls->n_pci; i++) {
+                int32_t d = h->dev_of[nc][i], need = 0;
+                if (d < 0)
+                        return false;
+                for (size_t j = 0; j < cls->n_pci; j++)
+                        need += h->dev_of[nc][j] == d;
+                if (h->dev_free[d] < need)
+                        return false;
+        }
+        return true;
+}
+
+static void devices_add(struct host_c *h, int nc, int32_t delta) {
+        for (size_t i = 0; i < h->classes[nc]->n_pci; i++)
+                if (h->dev_of[nc][i] >= 0)
+                        h->dev_free[h->dev_of[nc][i]] += delta;
+}
+
 enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa) {
         *ret_numa = -1;
+        if (!devices_fit(h, nc))
+                return ROOM_DEVICE;
         if (h->free_cpus < s->vcpus)
                 return ROOM_CPUS;
         if (h->free_mem < (int64_t)s->vm_memory_bytes)
@@ -98,6 +121,7 @@ void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape
         h->room_dirty = h->order_dirty = true;
         h->free_cpus -= s->vcpus;
         h->free_mem -= (int64_t)s->vm_memory_bytes;
+        devices_add(h, nc, -1);
         if (h->offer_left[nc][si] > 0)
                 h->offer_left[nc][si]--;
         cl->good = h->offer_good[nc][si] > 0;
@@ -116,6 +140,7 @@ void simulate__host_release(struct host_c *h, int nc, size_t si, const struct sh
         h->room_dirty = h->order_dirty = true;
         h->free_cpus += s->vcpus;
         h->free_mem += (int64_t)s->vm_memory_bytes;
+        devices_add(h, nc, 1);
         if (h->offer_left[nc][si] >= 0)
                 h->offer_left[nc][si]++;
         if (cl->good)
@@ -141,6 +166,33 @@ static bool any_shape_fits(const struct ctx *c, const struct host_c *h) {
         return false;
 }
 
+/* Per pciDevices entry of node class nc: the index of its mapping among the host's devices, -1 when it has none. */
+static int32_t *devices_of(struct ctx *c, const struct sim_host *h, const struct sim_nodeclass *cls) {
+        int32_t *of = simulate__arena_alloc(c->arena, (cls->n_pci + 1) * sizeof *of);
+        for (size_t i = 0; of && i < cls->n_pci; i++) {
+                of[i] = -1;
+                for (size_t d = 0; d < h->n_devices; d++)
+                        if (cls->pci_mappings[i] && strcmp(h->devices[d].mapping, cls->pci_mappings[i]) == 0)
+                                of[i] = (int32_t)d;
+        }
+        return of;
+}
+
+static int prepare_devices(struct ctx *c, struct host_c *h) {
+        const struct sim_host *src = h->src;
+        h->classes = (const struct sim_nodeclass *const *)c->in->classes;
+        h->dev_free = simulate__arena_alloc(c->arena, (src->n_devices + 1) * sizeof *h->dev_free);
+        h->dev_of = simulate__arena_alloc(c->arena, (c->n_ncs + 1) * sizeof *h->dev_of);
+        if (!h->dev_free || !h->dev_of)
+                return c->error = -ENOMEM;
+        for (size_t d = 0; d < src->n_devices; d++)
+                h->dev_free[d] = (int32_t)src->devices[d].free;
+        for (size_t nc = 0; nc < c->n_ncs; nc++)
+                if (!(h->dev_of[nc] = devices_of(c, src, c->in->classes[nc])))
+                        return c->error = -ENOMEM;
+        return 0;
+}
+
 static int prepare_host(struct ctx *c, size_t i) {
         const struct sim_host *src = c->in->hosts[i];
         struct host_c *h = &c->hosts[i];
@@ -162,6 +214,8 @@ static int prepare_host(struct ctx *c, size_t i) {
                 if (!(h->offer_left[nc] = offers_for(c, src, c->ncs[nc].shapes)) ||
                     !(h->offer_good[nc] = good_for(c, src, c->ncs[nc].shapes)))
                         return c->error = -ENOMEM;
+        if (prepare_devices(c, h) < 0)
+                return c->error;
         h->room_at_start = h->room_now = any_shape_fits(c, h);
         return 0;
 }

@@ -116,6 +116,24 @@ char *simulate_strdup(struct sim_input *in, const char *s) {
         return simulate__arena_strdup(in->arena, s);
 }
 
+int simulate_extended_kind(struct sim_input *in, const char *name, bool add) {
+        for (int i = 0; name && i < RESOURCE_EXTENDED_N; i++) {
+                if (in->extended[i] && strcmp(in->extended[i], name) == 0)
+                        return RESOURCE_EXTENDED_0 + i;
+                if (!in->extended[i] && add) {
+                        in->extended[i] = simulate_strdup(in, name);
+                        return in->extended[i] ? RESOURCE_EXTENDED_0 + i : -ENOMEM;
+                }
+        }
+        return add ? -ENOSPC : -1;
+}
+
+const char *simulate_resource_name(const struct sim_input *in, int kind) {
+        if (kind >= RESOURCE_EXTENDED_0 && kind < RESOURCE_COUNT && in->extended[kind - RESOURCE_EXTENDED_0])
+                return in->extended[kind - RESOURCE_EXTENDED_0];
+        return resources_name((enum resource_kind)kind);
+}
+
 /* Append a zeroed element of size elem to the pointer list *list. */
 static void *add_item(struct sim_input *in, void *list, size_t *n, size_t *cap, size_t elem) {
         void ***l = list;

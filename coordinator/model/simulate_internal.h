@@ -173,6 +173,9 @@ struct host_c {
         int64_t *numa_cpus, *numa_mem; /* free room per NUMA node, as claims take it */
         int32_t **offer_left;          /* [nodeclass][shape]: -1 = not limited by offers */
         int32_t **offer_good;          /* [nodeclass][shape]: preferred layouts left; -1 = no offers */
+        int32_t *dev_free;             /* [src->devices index]: free PCI devices of that mapping left */
+        int32_t **dev_of;              /* [nodeclass][pciDevices entry]: its src->devices index, -1: none here */
+        const struct sim_nodeclass *const *classes; /* the input's, for their pciDevices */
         bool room_at_start;
         bool room_now, room_dirty; /* room for some shape now; recomputed lazily after take/release */
         uint32_t planned;
@@ -271,7 +274,7 @@ bool simulate__selector_matches(const struct ctx *c, const struct cselector *s, 
 void simulate__describe_req(const struct ctx *c, const struct creq *r, char *buf, size_t len);
 
 /* simulate_hosts.c */
-enum room { ROOM_OK, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
+enum room { ROOM_OK, ROOM_DEVICE, ROOM_CPUS, ROOM_MEMORY, ROOM_OFFER, ROOM_NUMA };
 /* Room for shape si (of node class nc) on h: ROOM_OK and *ret_numa (the NUMA node, -1 when spanning). */
 enum room simulate__host_fits(const struct host_c *h, int nc, size_t si, const struct shape *s, int *ret_numa);
 void simulate__host_take(struct host_c *h, int nc, size_t si, const struct shape *s, struct claim_c *cl);

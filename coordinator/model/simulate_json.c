@@ -163,6 +163,8 @@ static int resource_list(struct jp *p, const json_t *obj, const char *path, stru
         json_object_foreach((json_t *)obj, key, v) {
                 int k = resources_kind_from_name(key);
                 int64_t q;
+                if (k < 0)
+                        k = simulate_extended_kind(p->in, key, false); /* one a node class provides */
                 if (quantity_of(p, v, k < 0 ? RESOURCE_MEMORY : (enum resource_kind)k, sub(b, path, key), &q) < 0)
                         return -EINVAL;
                 if (k < 0) {
@@ -723,6 +725,11 @@ static int claim_spec(struct jp *p, const json_t *spec, const struct shape_catal
                 n->capacity = s->capacity;
                 n->allocatable = s->allocatable;
         }
+        for (int k = RESOURCE_EXTENDED_0; s && has_alloc && k < RESOURCE_COUNT; k++)
+                if (n->allocatable.v[k] == 0) { /* a claim's status lists standard resources only: its class's */
+                        n->capacity.v[k] = s->capacity.v[k];
+                        n->allocatable.v[k] = s->allocatable.v[k];
+                }
         return 0;
 }
 
@@ -873,6 +880,50 @@ static int nodeclass_catalog(struct jp *p, const json_t *spec, const struct shap
         return 0;
 }
 
+/* One pciDevices entry's resourceName: one more of that extended resource in every shape's capacity and allocatable
+ * (the device plugin in the guest advertises it). */
+static int pci_resource(struct jp *p, const char *name, const char *path, struct shape_catalog *cat) {
+        int k = simulate_extended_kind(p->in, name, true);
+        if (k == -ENOMEM)
+                return oom(p);
+        if (k < 0)
+                return bad(p, path, "at most %d extended resource names across the node classes",
+                           RESOURCE_EXTENDED_N);
+        for (size_t i = 0; i < cat->n; i++) {
+                cat->items[i].capacity.v[k]++;
+                cat->items[i].allocatable.v[k]++;
+        }
+        return 0;
+}
+
+/* spec.pciDevices: the mapping of each (a free device of it on the host), and the extended resource it gives. */
+static int nodeclass_pci(struct jp *p, const json_t *spec, struct sim_nodeclass *out, struct shape_catalog *cat) {
+        const json_t *arr;
+        char b[PATH_MAX_LEN], b2[PATH_MAX_LEN];
+        if (member(p, spec, "pciDevices", JSON_ARRAY, "spec", &arr) < 0)
+                return -EINVAL;
+        size_t n = arr ? json_array_size(arr) : 0;
+        out->pci_mappings = alloc(p, n, sizeof *out->pci_mappings);
+        if (!out->pci_mappings)
+                return oom(p);
+        for (size_t i = 0; i < n; i++) {
+                const json_t *o = json_array_get(arr, i);
+                const char *res = NULL;
+                idx(b, "spec.pciDevices", i);
+                if (!json_is_object(o))
+                        return bad(p, b, "an object is required");
+                if (get_str(p, o, "mapping", b, &out->pci_mappings[i]) < 0 ||
+                    get_str(p, o, "resourceName", b, &res) < 0)
+                        return -EINVAL;
+                if (!out->pci_mappings[i] || !*out->pci_mappings[i])
+                        return bad(p, sub(b2, b, "mapping"), "required");
+                if (res && *res && pci_resource(p, res, sub(b2, b, "resourceName"), cat) < 0)
+                        return -EINVAL;
+        }
+        out->n_pci = n;
+        return 0;
+}
+
 int simulate_json_nodeclass(struct sim_input *in, const json_t *nc, const struct shape_options *base,
                             struct sim_nodeclass **ret, struct shape_catalog **ret_catalog, char *err,
                             size_t errlen) {
@@ -885,6 +936,10 @@ int simulate_json_nodeclass(struct sim_input *in, const json_t *nc, const struct
         if (meta(&p, nc, &out->name, NULL, NULL, NULL) < 0 || member(&p, nc, "spec", JSON_OBJECT, "", &spec) < 0 ||
             get_str(&p, spec, "region", "spec", &out->region) < 0 || nodeclass_catalog(&p, spec, base, &cat) < 0)
                 return undo(&in->n_classes, -EINVAL);
+        if (nodeclass_pci(&p, spec, out, cat) < 0) {
+                shapes_catalog_free(cat);
+                return undo(&in->n_classes, -EINVAL);
+        }
         out->shapes = cat;
         *ret_catalog = cat;
         if (ret)
@@ -970,10 +1025,31 @@ static int host_offers(struct jp *p, const json_t *arr, struct sim_host *h) {
         return 0;
 }
 
+/* "pci_free": {mapping: count}: the free devices of each resource mapping on the host. */
+static int host_devices(struct jp *p, const json_t *obj, struct sim_host *h) {
+        const char *key;
+        json_t *v;
+        char b[PATH_MAX_LEN];
+        size_t n = obj ? json_object_size(obj) : 0, i = 0;
+        h->devices = alloc(p, n, sizeof *h->devices);
+        if (!h->devices)
+                return oom(p);
+        json_object_foreach((json_t *)obj, key, v) {
+                if (!json_is_integer(v) || json_integer_value(v) < 0)
+                        return bad(p, sub(b, "pci_free", key), "a non-negative integer is required");
+                h->devices[i].mapping = simulate_strdup(p->in, key);
+                if (!h->devices[i].mapping)
+                        return oom(p);
+                h->devices[i++].free = (uint32_t)json_integer_value(v);
+        }
+        h->n_devices = n;
+        return 0;
+}
+
 int simulate_json_host(struct sim_input *in, const json_t *host, struct sim_host **ret, char *err, size_t errlen) {
         struct jp p = { in, err, errlen };
         struct sim_host *out = simulate_add_host(in);
-        const json_t *numa, *offers;
+        const json_t *numa, *offers, *pci;
         uint64_t cpus = 0, mem = 0;
         if (!out)
                 return oom(&p);
@@ -983,7 +1059,8 @@ int simulate_json_host(struct sim_input *in, const json_t *host, struct sim_host
             u64_member(&p, host, "free_memory_bytes", "", true, &mem) < 0 ||
             member(&p, host, "numa", JSON_ARRAY, "", &numa) < 0 ||
             member(&p, host, "offers", JSON_ARRAY, "", &offers) < 0 || host_numa(&p, numa, out) < 0 ||
-            host_offers(&p, offers, out) < 0)
+            host_offers(&p, offers, out) < 0 || member(&p, host, "pci_free", JSON_OBJECT, "", &pci) < 0 ||
+            host_devices(&p, pci, out) < 0)
                 return undo(&in->n_hosts, json_is_object(host) ? -EINVAL : bad(&p, "host", "an object is required"));
         if (!out->name || !*out->name)
                 return undo(&in->n_hosts, bad(&p, "name", "required"));

@@ -322,5 +322,73 @@ class ReservationTest(unittest.TestCase):
         self.assertIn("node 0 0 CPUs", reply["detail"])
 
 
+
+class PciNearTest(unittest.TestCase):
+    """A reservation naming the VM's passed-through PCI devices lies on their NUMA node: read from the captured sysfs
+    tree of a two-node host (bus/pci/devices/<address>/numa_node, through the agent's --fsroot), where a network
+    card (0000:02:00.0, .3) sits on node 0, a coprocessor (0000:83:00.0) and an InfiniBand card (0000:82:00.0) on
+    node 1."""
+    DEVICE_ON = {0: "0000:02:00.0", 1: "0000:83:00.0"}
+    ALTERNATIVES = {0: ["0000:02:00.0", "0000:02:00.3"], 1: ["0000:82:00.0", "0000:83:00.0"]}
+
+    def setUp(self):
+        agentlib.static_agent_setup(self, "pvescale-pci-", topology="32em64t-2n8c+dax+nvme+mic+dimms")
+        self.agent = agentlib.Agent(self.args)
+        self.client = Client(self.agent.port, self.ca, self.token)
+
+    def tearDown(self):
+        self.agent.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def reserve(self, vcpus, owner, devices=None):
+        body = {"vcpus": vcpus, "memory_bytes": GIB, "owner": owner}
+        if devices is not None:
+            body["pci_devices"] = devices
+        return self.client.request("POST", "/v1/reservations", body)
+
+    def test_vcpus_and_memory_on_the_device_node(self):
+        status, first = self.reserve(4, "claim-a")
+        self.assertEqual(status, 201, first)
+        fuller = first["numa"][0]["node"]
+        other = 1 - fuller
+        # without a device, best fit takes the fuller node again: the device must move the VM
+        status, near = self.reserve(2, "claim-b", [self.DEVICE_ON[other]])
+        self.assertEqual(status, 201, near)
+        self.assertEqual([n["node"] for n in near["numa"]], [other], near)
+        self.assertEqual(near["numa"][0]["memory_bytes"], GIB)
+        node_cpus = set(range(0, 8)) if other == 0 else set(range(8, 16))
+        self.assertTrue(cpulist(near["cpus"]) <= node_cpus, near)
+        # a device given by the paths Proxmox picks it from (a mapping's), all on one node: that node
+        status, alt = self.reserve(1, "claim-c", [self.ALTERNATIVES[other]])
+        self.assertEqual(status, 201, alt)
+        self.assertEqual([n["node"] for n in alt["numa"]], [other], alt)
+        status, plain = self.reserve(1, "claim-d")
+        self.assertEqual(status, 201, plain)
+        self.assertEqual([n["node"] for n in plain["numa"]], [fuller], "the checks above could have failed")
+        # the device's node too full for the VM: refused, naming the node, though the host has 8 CPUs free (5 + 3)
+        status, reply = self.reserve(6, "claim-h", [self.DEVICE_ON[other]])
+        self.assertEqual(status, 409, reply)
+        self.assertIn("NUMA node %d (the PCI device's)" % other, reply["detail"])
+        # no one node: devices on both nodes, a device whose paths lie on both, a device on none (an NVMe drive,
+        # numa_node -1): placed as any VM, by best fit
+        for owner, devices in (("claim-e", [self.DEVICE_ON[0], self.DEVICE_ON[1]]),
+                               ("claim-f", [[self.DEVICE_ON[other], self.DEVICE_ON[fuller]]]),
+                               ("claim-g", ["0000:00:02.0"])):
+            status, got = self.reserve(1, owner, devices)
+            self.assertEqual(status, 201, (devices, got))
+        # bad device lists name the field and reserve nothing
+        for devices, want in ((["0000:41:00.0"], "pci_devices[0]: no PCI device 0000:41:00.0 on this host"),
+                              ([["0000:83:00.0", "0000:41:00.0"]], "no PCI device 0000:41:00.0"),
+                              (["41:00.0"], "pci_devices[0]: expected a PCI address"),
+                              ([[]], "pci_devices[0]: expected a PCI address or an array"),
+                              ("0000:83:00.0", "pci_devices: expected an array")):
+            status, reply = self.reserve(1, "claim-x", devices)
+            self.assertEqual(status, 400, (devices, reply))
+            self.assertIn(want, reply["detail"])
+        status, listing = self.client.request("GET", "/v1/reservations")
+        self.assertEqual(sorted(r["owner"] for r in listing["reservations"]),
+                         ["claim-%s" % x for x in "abcdefg"])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -265,6 +265,34 @@ class PveTest(unittest.TestCase):
         self.assertEqual([m["id"] for m in self.sim.pve("GET", "/cluster/mapping/pci").data], ["gpu"])
         self.assertEqual(self.sim.pve("GET", "/cluster/mapping/pci/gpu").data["map"],
                          ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14"])
+        r = self.sim.pve("POST", "/cluster/mapping/pci",
+                         json_body={"id": "gpu", "map": ["node=pve2,path=0000:01:00.0,id=10de:2204"]})
+        self.assertEqual((r.status, r.json["message"]),
+                         (500, "create hardware mapping failed: pci ID 'gpu' already defined\n"))
+        self.assertEqual(self.sim.pve("GET", "/cluster/mapping/pci/nosuch").json["message"],
+                         "mapping 'nosuch' not found\n")
+        # PUT with the digest read: the mapping gets a second node; a stale digest or an unknown id is refused
+        digest = self.sim.pve("GET", "/cluster/mapping/pci/gpu").data["digest"]
+        two = ["node=pve1,path=0000:41:00.0,id=10de:2204,iommugroup=14", "node=pve2,path=0000:01:00.0,id=10de:2204"]
+        r = self.sim.pve("PUT", "/cluster/mapping/pci/gpu",
+                         json_body={"map": two, "digest": digest, "description": "A"})
+        self.assertEqual(r.status, 200, r)
+        got = self.sim.pve("GET", "/cluster/mapping/pci").data[0]
+        self.assertEqual((got["map"], got["description"]), (two, "A"))
+        self.assertNotEqual(got["digest"], digest)
+        r = self.sim.pve("PUT", "/cluster/mapping/pci/gpu", json_body={"description": "B", "digest": digest})
+        self.assertIn("detected modified configuration", r.json["message"])
+        r = self.sim.pve("PUT", "/cluster/mapping/pci/nosuch", json_body={"description": "B"})
+        self.assertIn("pci ID 'nosuch' does not exist", r.json["message"])
+        r = self.sim.pve("PUT", "/cluster/mapping/pci/gpu", json_body={"map": ["node=pve1,path=x,id=1"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(self.sim.pve("GET", "/cluster/mapping/pci/gpu").data["map"], two,
+                         "a refused PUT changes nothing")
+        self.assertEqual(self.sim.pve("DELETE", "/cluster/mapping/pci/other").status, 200, "deleting none: no error")
+        self.assertEqual(self.sim.pve("POST", "/cluster/mapping/pci", json_body={
+            "id": "gone", "map": ["node=pve1,path=0000:42:00.0,id=10de:2204"]}).status, 200)
+        self.assertEqual(self.sim.pve("DELETE", "/cluster/mapping/pci/gone").status, 200)
+        self.assertEqual([m["id"] for m in self.sim.pve("GET", "/cluster/mapping/pci").data], ["gpu"])
         a, b = self.clone("gpu-a"), self.clone("gpu-b")
 
         def start(vmid):

@@ -53,6 +53,16 @@ static void test_bodies(void **state) {
                                     .owner = "nodeclaim/default-x7k2p" };
         assert_json(agents_reserve_body(&r), "{\"memory_bytes\":8589934592,\"owner\":\"nodeclaim/default-x7k2p\","
                                              "\"ttl_seconds\":600,\"vcpus\":4}");
+        json_t *pci = json_loads("[[\"0000:41:00.0\", \"0000:42:00.0\"]]", 0, NULL);
+        r.pci_devices = pci;
+        assert_json(agents_reserve_body(&r), "{\"memory_bytes\":8589934592,\"owner\":\"nodeclaim/default-x7k2p\","
+                                             "\"pci_devices\":[[\"0000:41:00.0\",\"0000:42:00.0\"]],"
+                                             "\"ttl_seconds\":600,\"vcpus\":4}");
+        json_array_clear(pci);
+        assert_json(agents_reserve_body(&r), "{\"memory_bytes\":8589934592,\"owner\":\"nodeclaim/default-x7k2p\","
+                                             "\"ttl_seconds\":600,\"vcpus\":4}");
+        json_decref(pci);
+        r.pci_devices = NULL;
         r.owner = NULL;
         assert_null(agents_reserve_body(&r));
         r.owner = "x";

@@ -535,6 +535,52 @@ static void test_charge(void **state) {
         topology_free(t);
 }
 
+/* A request near a NUMA node (a passed-through PCI device's) lies on that node alone, even where best fit would
+ * pick the other node; a node too full for it refuses naming the node; a VM larger than the node is split. */
+static void test_near_node(void **state) {
+        (void)state;
+        struct topology *t = topo_seed2n();
+        struct capacity *c = cap_new(t, "0-1", 0, NULL); /* node 0 is the fuller: best fit's choice */
+        struct placement_request req = { .vcpus = 4, .memory_bytes = 4096 * MIB };
+        struct placement *p = NULL;
+        char why[512];
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(p->numa[0].node, 0);
+        placement_free(p);
+        p = NULL;
+        req.near = true;
+        req.near_node = 1;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_valid(t, p);
+        assert_int_equal(p->n_numa, 1);
+        assert_int_equal(p->numa[0].node, 1);
+        assert_int_equal(p->numa[0].memory_bytes, 4096 * MIB);
+        assert_true(cpuset_is_subset(p->cpus, t->numa_nodes[1].cpus));
+        assert_int_equal(placement_charge(c, p), 0);
+        placement_free(p);
+        p = NULL;
+        /* node 1 has 4 CPUs left: 5 near it do not fit there, though node 0 has 6 */
+        req.vcpus = 5;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), -ENOSPC);
+        assert_null(p);
+        assert_non_null(strstr(why, "NUMA node 1 (the PCI device's): too few free CPUs or too little free memory"));
+        assert_non_null(strstr(why, "node 0 6 CPUs"));
+        /* larger than node 1 could ever hold (8 CPUs): split as any other VM */
+        req.vcpus = 10;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(p->n_numa, 2);
+        placement_free(p);
+        p = NULL;
+        /* a node the host does not have: no constraint */
+        req.vcpus = 5;
+        req.near_node = 7;
+        assert_int_equal(placement_place(t, c, &req, &p, why, sizeof why), 0);
+        assert_int_equal(p->numa[0].node, 0);
+        placement_free(p);
+        cap_free(c);
+        topology_free(t);
+}
+
 /* The capacity's own isolated set (capacity_compute fills it) wins over the topology's; charging keeps
  * cpus_free = |free| - min(floating, |free - isolated|) and the node's cpus_free in step. */
 static void test_capacity_isolated(void **state) {
@@ -1441,6 +1487,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_table),
                 cmocka_unit_test(test_charge),
+                cmocka_unit_test(test_near_node),
                 cmocka_unit_test(test_capacity_isolated),
                 cmocka_unit_test(test_request_check),
                 cmocka_unit_test(test_json_roundtrip),

@@ -586,6 +586,65 @@ static void test_charge_pending(void **state) {
         json_decref(c);
 }
 
+/* PCI devices by resource mapping: a host's paths of each mapping, less the running VMs' and the pending claims'. */
+static void test_pci_free(void **state) {
+        (void)state;
+        json_t *maps = parse("[{\"id\": \"a100\", \"map\": [\"node=pve1,path=0000:41:00.0,id=10de:20b5\","
+                             " \"node=pve1,path=0000:42:00.0;0000:43:00.0,id=10de:20b5\","
+                             " \"node=pve2,path=0000:41:00.0,id=10de:20b5\"]},"
+                             " {\"id\": \"nic\", \"map\": [\"node=pve1,path=0000:81:00,id=8086:1572\"]},"
+                             " {\"id\": \"t4\", \"map\": [\"node=pve3,path=0000:05:00.0,id=10de:1eb8\"]}]");
+        json_t *none = parse("[]");
+        json_t *got = provisioner_pci_free(maps, "pve1", none);
+        assert_int_equal(int_at(got, "a100"), 3);
+        assert_int_equal(int_at(got, "nic"), 1);
+        assert_null(json_object_get(got, "t4")); /* no entry for pve1: no device here */
+        json_decref(got);
+        /* one VM holds an a100 by mapping, another the third path by address (short form), a third the NIC */
+        json_t *configs = parse("[{\"hostpci0\": \"mapping=a100,pcie=1\", \"cores\": 4},"
+                                " {\"hostpci1\": \"43:00.0,pcie=1\"}, {\"hostpci0\": \"host=0000:81:00\"},"
+                                " {\"net0\": \"virtio\"}]");
+        got = provisioner_pci_free(maps, "pve1", configs);
+        assert_int_equal(int_at(got, "a100"), 1);
+        assert_int_equal(int_at(got, "nic"), 0);
+        json_decref(got);
+        got = provisioner_pci_free(maps, "pve2", configs);
+        assert_int_equal(int_at(got, "a100"), 0); /* both VMs said so: never below zero */
+        json_decref(got);
+        json_decref(configs);
+        json_decref(none);
+        json_decref(maps);
+}
+
+static void test_charge_devices(void **state) {
+        (void)state;
+        struct fixture f;
+        fixture_init(&f, "[]", "[]",
+                     "[" CLAIM("new", "pve1", "") "}," CLAIM("started", "pve1", "") ", \"status\": {\"vmid\": 106}},"
+                     CLAIM("made", "pve1", "") ", \"status\": {\"vmid\": 107}}," CLAIM("other", "pve2", "") "},"
+                     CLAIM("going", "pve1", ", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"") "}]",
+                     "[" POOL("default", "") "]");
+        json_decref(f.classes);
+        f.classes = parse("[{\"metadata\": {\"name\": \"default\"}, \"spec\": {\"pciDevices\": [{\"mapping\": \"a100\","
+                          " \"resourceName\": \"nvidia.com/gpu\"}, {\"mapping\": \"nic\"}]}}]");
+        f.snap.classes = f.classes;
+        struct provisioner_round *r;
+        assert_int_equal(provisioner_round_new(&f.snap, &r), 0);
+        json_t *h = parse("{\"name\": \"pve1\", \"region\": \"r1\","
+                          " \"pci_free\": {\"a100\": 4, \"nic\": 1, \"t4\": 1}}");
+        json_t *running = parse("[100, 106]");
+        /* "new" (no VM) and "made" (VM 107, not running) take theirs; VM 106 runs and was counted by its config */
+        provisioner_host_charge_devices(h, r, f.claims, running);
+        json_t *pci = json_object_get(h, "pci_free");
+        assert_int_equal(int_at(pci, "a100"), 2);
+        assert_int_equal(int_at(pci, "nic"), 0);
+        assert_int_equal(int_at(pci, "t4"), 1);
+        json_decref(running);
+        json_decref(h);
+        provisioner_round_free(r);
+        fixture_done(&f);
+}
+
 /* A host whose agent does not answer: why, and what the Event says (left out, or placed unpinned). */
 static void test_agent_state_messages(void **state) {
         (void)state;
@@ -776,6 +835,8 @@ int main(void) {
                 cmocka_unit_test(test_round_initialized_before_node_update),
                 cmocka_unit_test(test_round_problems_and_exclusions),
                 cmocka_unit_test(test_charge_pending),
+                cmocka_unit_test(test_pci_free),
+                cmocka_unit_test(test_charge_devices),
                 cmocka_unit_test(test_agent_state_messages),
                 cmocka_unit_test(test_names_and_reasons),
                 cmocka_unit_test(test_claim_after),

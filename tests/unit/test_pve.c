@@ -239,6 +239,7 @@ static void test_builders_match_schema(void **state) {
         CHECK(pve_req_vm_firewall_rules(&req_, "pve1", 105));
         CHECK(pve_req_vm_firewall_rule_add(&req_, "pve1", 105, &rule));
         CHECK(pve_req_pools(&req_));
+        CHECK(pve_req_pci_mappings(&req_));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, false));
         CHECK(pve_req_pool_vm(&req_, "k8s", 105, true));
         pve_params_done(&cfg);
@@ -381,6 +382,32 @@ static void test_cluster_node_at(void **state) {
         json_decref(st);
 }
 
+/* A mapping's paths on one node, in the order qemu-server tries them; hostpciN property strings. */
+static void test_mapping_paths(void **state) {
+        (void)state;
+        json_t *maps = json_loads("[{\"id\": \"other\", \"map\": [\"node=pve1,path=0000:01:00.0,id=10de:2204\"]},"
+                                  " {\"id\": \"gpu\", \"map\": [\"node=pve2,path=0000:41:00.0,id=10de:2204\","
+                                  " \"node=pve1,path=0000:42:00.0;43:00.0,id=10de:2204\","
+                                  " \"node=pve1,path=0000:81:00,id=10de:2204\"]}]", 0, NULL);
+        json_t *got = pve_mapping_paths(maps, "gpu", "pve1");
+        char *text = json_dumps(got, JSON_COMPACT);
+        assert_string_equal(text, "[\"0000:42:00.0\",\"0000:43:00.0\",\"0000:81:00\"]");
+        free(text);
+        json_decref(got);
+        got = pve_mapping_paths(maps, "gpu", "pve3");
+        assert_int_equal(json_array_size(got), 0);
+        json_decref(got);
+        json_decref(maps);
+        char buf[64];
+        assert_true(pve_prop_get("41:00.0,pcie=1", "host", "host", buf, sizeof buf));
+        assert_string_equal(buf, "41:00.0");
+        assert_true(pve_prop_get("mapping=gpu,pcie=1", "pcie", NULL, buf, sizeof buf));
+        assert_string_equal(buf, "1");
+        assert_false(pve_prop_get("mapping=gpu", "host", "host", buf, sizeof buf));
+        pve_pci_full_path("41:00.0", 7, buf, sizeof buf);
+        assert_string_equal(buf, "0000:41:00.0");
+}
+
 static void test_find_template(void **state) {
         (void)state;
         json_t *vms = test_json_parse("[{\"vmid\":9001,\"name\":\"k8s-template\",\"template\":1,\"tags\":\"k8s-template;ubuntu\"},"
@@ -428,6 +455,7 @@ int main(void) {
                 cmocka_unit_test(test_cluster_node_ip),
                 cmocka_unit_test(test_cluster_node_at),
                 cmocka_unit_test(test_find_template),
+                cmocka_unit_test(test_mapping_paths),
         };
         return cmocka_run_group_tests(tests, load_schema, free_schema);
 }

@@ -1081,6 +1081,75 @@ static void test_region_must_match(void **state) {
         assert_reason("p", "NodePool default: no host in a zone and region its nodes may use");
 }
 
+/* ---- PCI passthrough: devices by Proxmox resource mapping, an extended resource in the shapes ---- */
+
+static void add_host_json(const char *text) {
+        char err[256];
+        json_t *v = j(text);
+        if (simulate_json_host(in, v, NULL, err, sizeof err) < 0)
+                fail_msg("host: %s", err);
+        json_decref(v);
+}
+
+#define GPU_POD(name) \
+        "{'metadata': {'name': '" name "', 'namespace': 'default'}, 'spec': {'containers': [{'resources': " \
+        "{'limits': {'cpu': '1', 'memory': '1Gi', 'nvidia.com/gpu': '1'}}}]}}"
+
+static void test_pci_devices(void **state) {
+        (void)state;
+        add_nodeclass("{'metadata': {'name': 'gpu'}, 'spec': {'region': 'r1', 'pciDevices': "
+                      "[{'mapping': 'a100', 'resourceName': 'nvidia.com/gpu'}]}}");
+        add_pool_json("{'metadata': {'name': 'gpu'}, 'spec': {'template': {'spec': "
+                      "{'nodeClassRef': {'name': 'gpu'}}}}}");
+        int k = simulate_extended_kind(in, "nvidia.com/gpu", false);
+        assert_int_equal(k, RESOURCE_EXTENDED_0);
+        assert_string_equal(simulate_resource_name(in, k), "nvidia.com/gpu");
+        const struct shape *s = shapes_catalog_find(cats[1], "c1.1VCPU-2GB");
+        assert_non_null(s);
+        assert_int_equal(s->capacity.v[k], 1);
+        assert_int_equal(s->allocatable.v[k], 1);
+        assert_int_equal(shapes_catalog_find(cats[0], "c1.1VCPU-2GB")->allocatable.v[k], 0);
+        /* the big host has no free device of the mapping, the small one has one */
+        add_host_json("{'name': 'pve1', 'region': 'r1', 'free_cpus': 64, 'free_memory_bytes': 274877906944}");
+        add_host_json("{'name': 'pve2', 'region': 'r1', 'free_cpus': 8, 'free_memory_bytes': 34359738368, "
+                      "'pci_free': {'a100': 1, 'other': 3}}");
+        add_node_json("{'metadata': {'name': 'n1', 'labels': {'kubernetes.io/hostname': 'n1'}}, 'spec': {}, "
+                      "'status': {'allocatable': {'cpu': '4', 'memory': '8Gi', 'pods': '110', "
+                      "'nvidia.com/gpu': '1'}}}");
+        add_pod_json(GPU_POD("g1"));
+        add_pod_json(GPU_POD("g2"));
+        add_pod_json(GPU_POD("g3"));
+        add_pod_json("{'metadata': {'name': 'fpga'}, 'spec': {'containers': [{'resources': "
+                     "{'limits': {'example.com/fpga': '1'}}}]}}");
+        run();
+        assert_string_equal(node_of("g1"), "n1"); /* the Node that advertises the resource */
+        const struct sim_claim *c = claim_of("g2");
+        assert_string_equal(in->hosts[c->host]->name, "pve2");
+        assert_string_equal(in->pools[c->nodepool]->name, "gpu");
+        assert_int_equal(c->shape->allocatable.v[k], 1);
+        assert_int_equal(c->requests.v[k], 1);
+        /* one device, one VM: not a second claim on pve2, none on pve1 */
+        assert_int_equal(res->n_claims, 1);
+        assert_reason("g3", "no host has a free PCI device of mapping a100 (node class gpu, 2 hosts asked)");
+        assert_reason("fpga", "requests extended resource example.com/fpga, which no instance type provides");
+}
+
+static void test_pci_devices_json_errors(void **state) {
+        (void)state;
+        char err[256];
+        struct shape_catalog *cat = NULL;
+        struct shape_options o;
+        shapes_options_default(&o);
+        json_t *v = j("{'metadata': {'name': 'x'}, 'spec': {'pciDevices': [{'resourceName': 'nvidia.com/gpu'}]}}");
+        assert_int_equal(simulate_json_nodeclass(in, v, &o, NULL, &cat, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "spec.pciDevices[0].mapping: required");
+        json_decref(v);
+        v = j("{'name': 'pve1', 'free_cpus': 1, 'free_memory_bytes': 1, 'pci_free': {'a100': -1}}");
+        assert_int_equal(simulate_json_host(in, v, NULL, err, sizeof err), -EINVAL);
+        assert_string_equal(err, "pci_free.a100: a non-negative integer is required");
+        json_decref(v);
+}
+
 /* ---- what the simulation cannot do, said plainly ---- */
 
 static void test_unsupported_and_ports(void **state) {
@@ -1163,6 +1232,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_host_offer_quality, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_host_room_is_consumed, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_region_must_match, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pci_devices, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_pci_devices_json_errors, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unsupported_and_ports, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_repeated_failures_share_reason_and_run_is_deterministic, setup, teardown),
         };

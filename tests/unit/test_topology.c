@@ -660,6 +660,26 @@ static void test_refresh_memory(void **state) {
         topology_free(t);
 }
 
+/* A PCI device's NUMA node, read through the root (sysfs's numa_node: -1 when the kernel knows none). */
+static void test_pci_numa_node(void **state) {
+        struct run *run = *state;
+        char root[1024];
+        const char *dev = "sys/bus/pci/devices";
+        snprintf(root, sizeof root, "%s/pci", run->tmpdir);
+        sh("mkdir -p '%s/%s/0000:83:00.0' '%s/%s/0000:00:02.0' '%s/%s/0000:05:00.0'", root, dev, root, dev, root, dev);
+        sh("echo 1 > '%s/%s/0000:83:00.0/numa_node' && echo -1 > '%s/%s/0000:00:02.0/numa_node' && "
+           "echo x > '%s/%s/0000:05:00.0/numa_node'", root, dev, root, dev, root, dev);
+        int node = 7;
+        assert_int_equal(topology_pci_numa_node(root, "0000:83:00.0", &node), 0);
+        assert_int_equal(node, 1);
+        assert_int_equal(topology_pci_numa_node(root, "0000:00:02.0", &node), 0);
+        assert_int_equal(node, -1);
+        assert_int_equal(topology_pci_numa_node(root, "0000:05:00.0", &node), -EINVAL);
+        assert_int_equal(topology_pci_numa_node(root, "0000:41:00.0", &node), -ENOENT);
+        assert_int_equal(topology_pci_numa_node(root, "../../x", &node), -EINVAL);
+        assert_int_equal(node, -1);
+}
+
 static void expect_load_error(const struct topology_source *src, int want, const char *needle) {
         struct topology *t = (struct topology *)0x1;
         char err[512] = "";
@@ -801,6 +821,7 @@ int main(void) {
                 cmocka_unit_test_prestate(test_missing_files_fall_back, &the_run),
                 cmocka_unit_test_prestate(test_refresh_memory, &the_run),
                 cmocka_unit_test_prestate(test_wrong_fsroot, &the_run),
+                cmocka_unit_test_prestate(test_pci_numa_node, &the_run),
                 cmocka_unit_test_prestate(test_bad_sources, &the_run),
                 cmocka_unit_test_prestate(test_xml_hugepages, &the_run),
                 cmocka_unit_test(test_this_machine),

@@ -33,6 +33,11 @@ ALLOWED_LABELS = ("kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io
 ALLOWED_PREFIXES = ("kubelet.kubernetes.io/", "node.kubernetes.io/")
 
 
+# Device plugins a guest runs, by the PCI vendor id of the devices they drive, and the extended resource each
+# advertises (NVIDIA's k8s-device-plugin, AMD's k8s-device-plugin).
+DEVICE_PLUGINS = {"10de": "nvidia.com/gpu", "1002": "amd.com/gpu"}
+
+
 def read_user_data(iso_path):
     """Extract the ISO with xorriso and return the text of its user-data file (or None)."""
     tmp = tempfile.mkdtemp(prefix="sim-iso-")
@@ -425,6 +430,7 @@ class Kubelet:
         ev = re.search(r"memory\.available<([0-9.]+[A-Za-z]*)", flags.get("eviction-hard", "memory.available<100Mi"))
         if ev:
             rmem += util.parse_quantity(ev.group(1))
+        cap.update(self._device_resources())
         alloc = dict(cap, cpu=util.fmt_cpu(max(cpu - rcpu, Decimal(0))),
                      memory="%dKi" % (max(mem - rmem, Decimal(0)) // 1024),
                      **{"ephemeral-storage": "%d" % int(disk * Decimal("0.9"))})
@@ -445,6 +451,20 @@ class Kubelet:
                                         "containerRuntimeVersion": "containerd://2.0.0", "kubeletVersion": "v1.26.0",
                                         "kubeProxyVersion": "v1.26.0", "operatingSystem": "linux",
                                         "architecture": "amd64"}}}
+
+    def _device_resources(self):
+        """What a device plugin in the guest advertises: one of its extended resource per passed-through device it
+        drives (the devices Proxmox gave the VM at its start, known by their mapping entry's vendor id)."""
+        vm, out = self.vm, {}
+        entries = [dict(x.split("=", 1) for x in e.split(",") if "=" in x)
+                   for m in self.w.regions[vm.host.region].pci_mappings.values() for e in m["map"]]
+        for path in getattr(vm, "pci_paths", []):
+            vendor = next((e.get("id", "")[:4].lower() for e in entries
+                           if e.get("node") == vm.host.name and path in e.get("path", "").split(";")), "")
+            if vendor in DEVICE_PLUGINS:
+                res = DEVICE_PLUGINS[vendor]
+                out[res] = str(int(out.get(res, "0")) + 1)
+        return out
 
     def _register(self):
         node = self._node_object()

@@ -1373,30 +1373,69 @@ class PveApp:
         return None
 
     # ---- pools -------------------------------------------------------------
-    # ---- PCI resource mappings --------------------------------------------------------------------------
+    # ---- PCI resource mappings (pve-manager's PVE::API2::Cluster::Mapping::PCI over mapping/pci.cfg) ----------------
+    def _pci_digest(self):
+        """The digest of mapping/pci.cfg: every mapping's settings, so any change changes it."""
+        import hashlib  # here: this section's own, kept apart from the module's imports
+        return hashlib.sha1(json.dumps(self.r.pci_mappings, sort_keys=True).encode()).hexdigest()
+
+    def _pci_entry(self, k, v):
+        out = {"id": k, "description": v["description"], "map": list(v["map"]), "digest": self._pci_digest()}
+        if v.get("mdev"):
+            out["mdev"] = 1
+        return out
+
     def h_GET_cluster_mapping_pci(self, p, u):
-        return [{"id": k, "description": v["description"], "map": list(v["map"])}
-                for k, v in sorted(self.r.pci_mappings.items())
+        return [self._pci_entry(k, v) for k, v in sorted(self.r.pci_mappings.items())
                 if pveacl.can(self.r.access, u, "/mapping/pci/" + k, ["Mapping.Modify", "Mapping.Use", "Mapping.Audit"],
                               True)]
 
     def h_GET_cluster_mapping_pci_id(self, p, u):
         m = self.r.pci_mappings.get(p["id"])
         if m is None:
-            raise ApiError(500, "PCI mapping '%s' not found\n" % p["id"])
-        return {"id": p["id"], "description": m["description"], "map": list(m["map"]), "type": "pci"}
+            raise ApiError(500, "mapping '%s' not found\n" % p["id"])
+        return dict(self._pci_entry(p["id"], m), type="pci")
 
-    def h_POST_cluster_mapping_pci(self, p, u):
-        if p["id"] in self.r.pci_mappings:
-            raise ApiError(500, "PCI mapping '%s' already exists\n" % p["id"])
+    def _pci_map(self, p, method, path):
+        """The map entries of a POST or PUT, checked against the schema's entry format."""
         raw = p.get("map", "[]")
         entries = json.loads(raw) if raw.startswith("[") else [raw]
-        fmt = self.v.props(self.v.method_info("/cluster/mapping/pci", "POST"))["map"]["items"]["format"]
+        fmt = self.v.props(self.v.method_info(path, method))["map"]["items"]["format"]
         for e in entries:
             err = self.v.check_property_string(fmt, e, "map")
             if err:
                 raise param_error("map", "invalid format - format error\n" + err)
-        self.r.pci_mappings[p["id"]] = {"description": p.get("description", ""), "map": entries}
+        return entries
+
+    def h_POST_cluster_mapping_pci(self, p, u):
+        entries = self._pci_map(p, "POST", "/cluster/mapping/pci")
+        if p["id"] in self.r.pci_mappings:
+            raise ApiError(500, "create hardware mapping failed: pci ID '%s' already defined\n" % p["id"])
+        self.r.pci_mappings[p["id"]] = {"description": p.get("description", ""), "map": entries,
+                                        "mdev": pveschema.parse_bool(p.get("mdev", "0")) == 1}
+        return None
+
+    def h_PUT_cluster_mapping_pci_id(self, p, u):
+        entries = self._pci_map(p, "PUT", "/cluster/mapping/pci/{id}") if "map" in p else None
+        if p.get("digest") and p["digest"] != self._pci_digest():
+            raise ApiError(500, "update hardware mapping failed: detected modified configuration - file changed by "
+                           "other user? Try again.\n")
+        m = self.r.pci_mappings.get(p["id"])
+        if m is None:
+            raise ApiError(500, "update hardware mapping failed: pci ID '%s' does not exist\n" % p["id"])
+        for k in _split(p.get("delete", "")):
+            if k in ("description", "mdev"):
+                m[k] = "" if k == "description" else False
+        if entries is not None:
+            m["map"] = entries
+        if "description" in p:
+            m["description"] = p["description"]
+        if "mdev" in p:
+            m["mdev"] = pveschema.parse_bool(p["mdev"]) == 1
+        return None
+
+    def h_DELETE_cluster_mapping_pci_id(self, p, u):
+        self.r.pci_mappings.pop(p["id"], None)  # a mapping that is not there: nothing to do, no error
         return None
 
     def _pci_paths(self, mapping, node):
