@@ -274,7 +274,7 @@ static void test_crds_are_copies(void **state) {
                 n++;
         }
         closedir(d);
-        assert_int_equal(n, 3);
+        assert_int_equal(n, 4);
         d = opendir(path);
         size_t m = 0;
         while ((e = readdir(d)))
@@ -313,6 +313,8 @@ static const struct api_call {
         { "pvescale.io", "nodepools", "list watch get", "", "controller informer; launcher" },
         { "pvescale.io", "nodepools/status", "patch", "", "provisioner: resources in use" },
         { "pvescale.io", "proxmoxnodeclasses", "list watch get", "", "controller informer; launcher" },
+        { "pvescale.io", "proxmoxtemplates", "get list", "", "launcher: managed templates (GC pass)" },
+        { "pvescale.io", "proxmoxtemplates/status", "patch", "", "launcher: managed templates' status per host" },
         { "coordination.k8s.io", "leases", "create", "@release", "leader election: the Lease's creation" },
         { "coordination.k8s.io", "leases", "get update", "@release", "leader election", "pvescale-coordinator" },
         { "", "secrets", "get list create delete", "kube-system", "launcher: bootstrap tokens" },
