@@ -87,8 +87,8 @@ CLEANED = [("/apis/apps/v1", "deployments"), ("/apis/apps/v1", "daemonsets"), ("
            ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
            ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"), ("/apis/coordination.k8s.io/v1", "leases"),
            ("/apis/scheduling.k8s.io/v1", "priorityclasses"), (GROUP, "nodeclaims"), (GROUP, "nodepools"),
-           (GROUP, "proxmoxnodeclasses"), (GROUP, "proxmoxtemplates"), ("/api/v1", "nodes"), ("/apis/certificates.k8s.io/v1",
-                                                                 "certificatesigningrequests"),
+           (GROUP, "proxmoxnodeclasses"), (GROUP, "proxmoxtemplates"), ("/api/v1", "nodes"),
+           ("/apis/certificates.k8s.io/v1", "certificatesigningrequests"),
            ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"), ("/api/v1", "namespaces")]
 # The CRDs every Cluster creates stay from one test to the next.
 KEPT_CRDS = {"nodepools.pvescale.io", "proxmoxnodeclasses.pvescale.io", "nodeclaims.pvescale.io",
