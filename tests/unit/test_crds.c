@@ -365,7 +365,8 @@ static const struct manifest MANIFESTS[] = {
           "  agent: {enabled: true, type: virtio, fsFreezeOnBackup: true, fsTrimClonedDisks: false}\n"
           "  cpu: {type: x86-64-v2-AES, flags: +pdpe1gb}\n  vga: {type: serial0, memory: 16}\n"
           "  network:\n    - name: net0\n      model: virtio\n      bridge: vmbr0\n      mtu: 1500\n      vlan: 15\n"
-          "      firewall: true\n      address4: 192.168.0.0/24\n      address6: fd00::/64\n      gateway4: 192.168.0.1\n"
+          "      firewall: true\n      address4: 192.168.0.0/24\n      address6: fd00::/64\n"
+          "      gateway4: 192.168.0.1\n"
           "      gateway6: fd00::1\n      dnsServers: [1.1.1.1, 2001:4860:4860::8888]\n"
           "  pciDevices:\n    - {mapping: nvidia, mdev: nvidia-660, pcie: true, xvga: false}\n"
           "  tags: [talos-k8s-proxmox, karpenter]\n", NULL },
