@@ -433,6 +433,28 @@ int pve_storage_upload(struct pve_client *c, const char *node, const char *stora
         return run_upid(c, &r, pve_req_storage_upload(&r, node, storage, content, filename, data, len), ret_upid);
 }
 
+int pve_node_storages(struct pve_client *c, const char *node, json_t **ret) {
+        struct pve_request r;
+        return run(c, &r, pve_req_node_storages(&r, node), ret);
+}
+
+int pve_storage_download_url(struct pve_client *c, const char *node, const char *storage,
+                             const struct pve_download *o, char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_storage_download_url(&r, node, storage, o), ret_upid);
+}
+
+int pve_vm_create(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config,
+                  char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_vm_create(&r, node, vmid, config), ret_upid);
+}
+
+int pve_vm_template(struct pve_client *c, const char *node, uint32_t vmid, char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_vm_template(&r, node, vmid), ret_upid);
+}
+
 int pve_storage_content(struct pve_client *c, const char *node, const char *storage, const char *content,
                         json_t **ret) {
         struct pve_request r;
