@@ -164,6 +164,12 @@ bool launcher__wrote(struct launcher *l, const char *name, const char *rv, json_
 /* Has this process written the claim (and not forgotten it)? */
 bool launcher__wrote_any(struct launcher *l, const char *name);
 
+/* ---- launcher_templates.c ---- */
+/* Managed templates (ProxmoxTemplate): build what each host lacks, retire older generations, remove unused ones,
+ * write each ProxmoxTemplate's status (on the garbage collection's pass). 0, or a negative errno when the objects
+ * could not be listed (then nothing was done). */
+int launcher__templates_pass(struct launcher *l, struct kube_client *kube);
+
 /* ---- launcher_delete.c ---- */
 /* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most timeout_ms; the
  * error text is pve_client_error's. */

@@ -186,6 +186,20 @@ class ImageTest(unittest.TestCase):
         self.sim.clone(clone, "from-managed", "pve2", template=vmid)
         conf = self.sim.pve("GET", "/nodes/pve2/qemu/%d/config" % clone).data
         self.assertEqual(conf["scsi0"], "local-lvm:base-%d-disk-0/vm-%d-disk-0,iothread=1,size=2G" % (vmid, clone))
+        # The template stays while a linked clone uses its base volume; without the clone it goes.
+        st = self.finish(self.sim.pve("DELETE", "/nodes/pve2/qemu/%d" % vmid))
+        self.assertEqual(st["exitstatus"], "base volume 'local-lvm:base-%d-disk-0' is still in use by linked cloned"
+                         % vmid)
+        self.assertEqual(self.sim.pve("GET", "/nodes/pve2/qemu/%d/config" % vmid).status, 200)
+        self.assertEqual(self.finish(self.sim.pve("DELETE", "/nodes/pve2/qemu/%d" % clone))["exitstatus"], "OK")
+        self.assertEqual(self.finish(self.sim.pve("DELETE", "/nodes/pve2/qemu/%d" % vmid))["exitstatus"], "OK")
+
+    def test_failed_create_leaves_no_vm(self):
+        vmid = self.newid()
+        r = self.sim.pve("POST", "/nodes/pve1/qemu",
+                         {"vmid": vmid, "scsi0": "local-lvm:0,import-from=local:import/no.raw"})
+        self.assertIn("does not exist", self.finish(r)["exitstatus"])
+        self.assertEqual(self.sim.pve("GET", "/nodes/pve1/qemu/%d/config" % vmid).status, 500)
 
     def test_running_vm_is_not_converted(self):
         vmid = self.newid()

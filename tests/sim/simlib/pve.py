@@ -661,7 +661,8 @@ class PveApp(pveimage.ImageMixin):
             with self.w.lock:
                 vm.conf = {"smbios1": "uuid=%s" % uuid.uuid4(), "vmgenid": str(uuid.uuid4()),
                            "meta": "creation-qemu=9.2.0,ctime=%d" % int(time.time())}
-                self._apply_update(vm, conf)
+                with self.create_failed_removes(vm):
+                    self._apply_update(vm, conf)
                 if p.get("pool") in self.r.pools:
                     self.r.pools[p["pool"]]["vms"].add(vmid)
             if str(p.get("start", "0")) == "1":
@@ -805,6 +806,7 @@ class PveApp(pveimage.ImageMixin):
                                 % (vm.host.name, vm.vmid))
             if vm.status == "running":
                 raise TaskError("VM %d is running - destroy failed" % vm.vmid)
+            self.check_base_unused(vm)
             vm.remove_file()
             vm.deleted = True
             vm.history["deleted"] = time.time()

@@ -4,6 +4,7 @@
 # Read in pve-storage (src/PVE/API2/Storage/Status.pm download_url, PVE::Tools::download_file_from_url) and
 # qemu-server (PVE/API2/Qemu.pm $check_storage_access and $create_disks for `import-from`, the `template` method and
 # PVE::QemuServer::template_create). The handlers are a mixin of pve.PveApp, which dispatches to h_<METHOD>_<path>.
+import contextlib
 import hashlib
 import os
 import re
@@ -197,6 +198,30 @@ class ImageMixin:
                 if v.split(",")[0] == src:
                     return self._disk_bytes(other)
         raise ApiError(500, "unable to import from '%s': volume does not exist\n" % src)
+
+    @contextlib.contextmanager
+    def create_failed_removes(self, vm):
+        """create_vm's worker: when making the disks fails, the new VM's config is destroyed, and the task fails."""
+        try:
+            yield
+        except Exception:
+            vm.remove_file()
+            vm.deleted = True
+            if self.r.vms.get(vm.vmid) is vm:
+                del self.r.vms[vm.vmid]
+            raise
+
+    def check_base_unused(self, vm):
+        """destroy_vm of a template: a base volume a linked clone still uses stops it (volume_is_base_and_used)."""
+        if not vm.is_template():
+            return
+        for k, v in sorted(vm.conf.items()):
+            m = re.match(r"^([^:,]+):(base-%d-disk-\d+)" % vm.vmid, v)
+            if not m or "media=cdrom" in v:
+                continue
+            for other in self.r.vms.values():
+                if other is not vm and any("%s/" % m.group(2) in str(x) for x in other.conf.values()):
+                    raise TaskFailed("base volume '%s:%s' is still in use by linked cloned" % (m.group(1), m.group(2)))
 
     # ---- template --------------------------------------------------------------------------------------------
     def h_POST_nodes_node_qemu_vmid_template(self, p, u):
