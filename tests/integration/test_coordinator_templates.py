@@ -5,7 +5,8 @@
 # hosts from an image a local HTTP server serves; the class's node is a linked clone of its host's template; a new
 # image makes a new generation on both hosts (the old one renamed, kept on the host where the node's clone uses it,
 # removed on the other) and the claim becomes Drifted (TemplateDrifted). A wrong checksum fails each host with
-# Proxmox's message in the status, the condition and a Warning Event; a template no class names any more is removed.
+# Proxmox's message in the status, the condition and a Warning Event, as do a full storage and a missing privilege; a
+# template no class names any more is removed.
 # SPDX-License-Identifier: Apache-2.0
 import hashlib
 import http.server
@@ -196,6 +197,44 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
         t = cl.wait_for(lambda: (lambda x: (x.get("status") or {}).get("summary") == "0/0" and x)(self.tpl("spare")),
                         30, interval=0.5, what="spare's status: no host needs it")
         self.assertEqual(condition(t, "Ready")["reason"], "NotUsed")
+
+    def host_states(self, name):
+        st = self.tpl(name).get("status") or {}
+        return {h["host"]: (h["state"], h.get("message", "")) for h in st.get("hosts", [])}
+
+    def test_storage_full_and_missing_privilege(self):
+        c = self.c
+        c.sim.knobs(storage_full=["pve1/local"])
+        c.create(TEMPLATES, self.template("noble", "/noble-1.img"))
+        c.create(cl.GROUP + "/proxmoxnodeclasses",
+                 cl.nodeclass(instanceTemplateRef={"kind": "ProxmoxTemplate", "name": "noble"}))
+        self.co = cl.Coordinator(c, args=GC)
+        states = cl.wait_for(lambda: (lambda s: s.get("pve2", ("",))[0] == "Ready" and "pve1" in s and s)(
+            self.host_states("noble")), 120, interval=0.5, what="pve2 Ready, pve1 tried")
+        self.assertEqual(states["pve1"], ("Failed", "pve1: download of the image: task download failed: download "
+                                                    "failed: write error: No space left on device"))
+        self.assertEqual(self.tpl("noble")["status"]["summary"], "1/2")
+        self.assertEqual(self.managed("pve1"), [], "nothing left behind on the full host")
+        c.sim.knobs(storage_full=[])
+        t = self.ready("noble")
+        # Without Datastore.AllocateTemplate on the import storage (the deepest ACL wins), a new image fails on both.
+        r = c.sim.admin("POST", "/actions/pveum", {"region": "r1", "args": [
+            "aclmod", "/storage/local", "--users", "pvescale@pve", "--roles", "PVEDatastoreUser"]})
+        self.assertEqual((r.status, r.json["rc"]), (200, 0), r)
+        r = c.sim.kube("PATCH", TEMPLATES + "/noble", {"spec": {"sourceImage": {
+            "url": self.base + "/noble-2.img", "checksum": hashlib.sha256(IMAGES["/noble-2.img"]).hexdigest()}}},
+            ctype=MERGE)
+        self.assertEqual(r.status, 200, r)
+        want = "Permission check failed (/storage/local, Datastore.AllocateTemplate)"
+        states = cl.wait_for(lambda: (lambda s: all(v[0] == "Failed" for v in s.values()) and len(s) == 2 and s)(
+            self.host_states("noble")), 60, interval=0.5, what="both hosts refused")
+        for host, (_, message) in states.items():
+            self.assertTrue(message.startswith(host + ": download of the image: "), message)
+            self.assertIn(want, message)
+        ready = condition(self.tpl("noble"), "Ready")
+        self.assertEqual((ready["status"], ready["reason"]), ("False", "BuildFailed"))
+        self.assertEqual(sorted(v["vmid"] for v in self.managed("pve1") + self.managed("pve2")),
+                         sorted(h["vmid"] for h in t["status"]["hosts"]), "the old generation stays in use")
 
 
 if __name__ == "__main__":
