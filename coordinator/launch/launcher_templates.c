@@ -3,7 +3,7 @@
  * ProxmoxTemplate, name}), the host's template of the spec's generation is made when missing: Proxmox downloads
  * the image into the import storage (download-url, its checksum verified by Proxmox), a VM is created that imports
  * it as its boot disk (import-from) with a cloud-init drive, converted to a template, and then takes the
- * ProxmoxTemplate's name (older generations are renamed "<name>-<their generation>" first, so the launcher's
+ * ProxmoxTemplate's name (older generations are then renamed "<name>-<their generation>", so the launcher's
  * lookup by name finds the new one: claims cloned from the old one become TemplateDrifted). Managed templates no
  * class uses any more are destroyed (Proxmox refuses while linked clones use them; tried again each pass). What
  * each host has is written to the ProxmoxTemplate's status; a failure is a Warning Event naming the host and
@@ -39,6 +39,7 @@ struct tp {
         json_t *list; /* the ProxmoxTemplates */
         struct tp_tpl t[TP_MAX];
         size_t n;
+        bool keep_unused; /* a ProxmoxTemplate could not be read: what looks unused may be its, so nothing goes */
 };
 
 static void tp_done(struct tp *p) {
@@ -69,13 +70,17 @@ static int tp_load(struct tp *p) {
         }
         json_array_foreach(json_object_get(p->list, "items"), i, obj) {
                 struct tp_tpl *t = &p->t[p->n];
-                if (p->n == TP_MAX)
+                if (p->n == TP_MAX) {
+                        log_error("launcher: templates: more than %d ProxmoxTemplates: the others wait", TP_MAX);
+                        p->keep_unused = true;
                         break;
+                }
                 *t = (struct tp_tpl){ .obj = obj, .regions = json_array(), .hosts = json_array() };
                 p->n++;
                 if (!t->regions || !t->hosts)
                         return -ENOMEM;
                 t->ok = tpl_spec_decode(obj, &t->s, err, sizeof err) == 0;
+                p->keep_unused = p->keep_unused || !t->ok;
                 if (!t->ok)
                         log_error("launcher: templates: ProxmoxTemplate %s: %s", kube_meta_of(obj).name, err);
         }
@@ -200,15 +205,17 @@ static int rename_vm(struct tp_host *h, uint32_t vmid, const char *name) {
         return r < 0 ? host_fail(h, r, "rename of a template") : 0;
 }
 
+/* The new template takes the name first, then the older ones lose it: a launch in between finds one of them (the
+ * lowest VMID), never none; one cloned from the old is drifted at once. */
 static int finalize(struct tp_host *h, const struct tpl_spec *s, const struct tpl_host_plan *plan, uint32_t vmid) {
-        for (size_t i = 0; i < plan->n_retire; i++) {
-                int r = rename_vm(h, plan->retire[i], plan->retire_name[i]);
-                if (r < 0)
-                        return r;
-                log_info("launcher: templates: %s: template %u on %s retired as %s", s->name, plan->retire[i],
-                         h->node, plan->retire_name[i]);
+        int r = vmid ? rename_vm(h, vmid, s->name) : 0;
+        for (size_t i = 0; r == 0 && i < plan->n_retire; i++) {
+                r = rename_vm(h, plan->retire[i], plan->retire_name[i]);
+                if (r == 0)
+                        log_info("launcher: templates: %s: template %u on %s retired as %s", s->name, plan->retire[i],
+                                 h->node, plan->retire_name[i]);
         }
-        return vmid ? rename_vm(h, vmid, s->name) : 0;
+        return r;
 }
 
 static int build(struct tp_host *h, const struct tpl_spec *s, const struct tpl_host_plan *plan, uint32_t *ret_vmid,
@@ -225,9 +232,10 @@ static int build(struct tp_host *h, const struct tpl_spec *s, const struct tpl_h
         int r = download(h, s, import, image);
         if (r == 0)
                 r = create(h, s, disks, image, ret_vmid);
-        if (r == 0)
-                r = wait_task(h, pve_vm_template(h->pve, h->node, *ret_vmid, &upid), upid, "conversion to a template",
-                              h->p->l->o.task_timeout_ms);
+        if (r == 0) {
+                r = pve_vm_template(h->pve, h->node, *ret_vmid, &upid);
+                r = wait_task(h, r, upid, "conversion to a template", h->p->l->o.task_timeout_ms);
+        }
         return r == 0 ? finalize(h, s, plan, *ret_vmid) : r;
 }
 
@@ -308,7 +316,7 @@ static void tp_host(struct tp *p, struct pve_client *pve, const char *region, co
                         host_template(&h, &p->t[i], vms);
         json_decref(vms);
         vms = NULL;
-        if (pve_vm_list(pve, node, &vms) == 0) /* again: this pass may have renamed or made templates */
+        if (!p->keep_unused && pve_vm_list(pve, node, &vms) == 0) /* again: this pass renamed or made some */
                 remove_unused(&h, vms, wanted, n);
         json_decref(vms);
         json_decref(storages);
@@ -396,6 +404,10 @@ static void write_status(struct tp *p, const struct tp_tpl *t) {
         json_t *patch = json_pack("{s:{s:s, s:s, s:O, s:o}}", "status", "specHash", t->s.hash, "summary", summary,
                                   "hosts", t->hosts, "conditions", cond);
         int r = -ENOMEM;
+        if (patch && json_equal(json_object_get(patch, "status"), json_object_get(t->obj, "status"))) {
+                json_decref(patch);
+                return; /* as written by an earlier pass */
+        }
         if (patch)
                 r = kube_patch(p->kube, &kube_proxmoxtemplates, NULL, t->s.name, "status", KUBE_PATCH_MERGE, patch,
                                NULL);

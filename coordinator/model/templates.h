@@ -48,7 +48,7 @@ json_t *tpl_create_params(const struct tpl_spec *s, const char *disk_storage, co
 /* What one host needs, from its /nodes/{n}/qemu list. */
 enum tpl_action {
         TPL_READY,    /* vmid is the current generation's template, named as the spec */
-        TPL_FINALIZE, /* vmid is the current generation's template under its build name: rename it (retire first) */
+        TPL_FINALIZE, /* vmid is the current generation's template under its build name: rename it, then retire */
         TPL_DISCARD,  /* vmid is a build that did not become a template: delete it, build at the next pass */
         TPL_BUILD,    /* nothing of the current generation: download, create, convert */
 };
@@ -56,8 +56,8 @@ enum tpl_action {
 struct tpl_host_plan {
         enum tpl_action action;
         uint32_t vmid;
-        /* Managed templates named as the spec but of another generation: renamed to "<name>-<their gen>" before
-         * the current one takes the name (they stay until no linked clone uses them, then go as unused). */
+        /* Managed templates named as the spec but of another generation: renamed to "<name>-<their gen>" once the
+         * current one has the name (they stay until no linked clone uses them, then go as unused). */
         uint32_t retire[TPL_RETIRE_MAX];
         char retire_name[TPL_RETIRE_MAX][TPL_NAME_MAX];
         size_t n_retire;
