@@ -14,6 +14,7 @@ import os
 import struct
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -102,13 +103,23 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
     def test_build_launch_and_drift(self):
         c = self.c
         c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-        c.create(TEMPLATES, self.template("noble", "/noble-1.img"))
         c.create(cl.GROUP + "/proxmoxnodeclasses",
                  cl.nodeclass(instanceTemplateRef={"kind": "ProxmoxTemplate", "name": "noble"},
                               metadataOptions={"type": "cdrom"}))
         c.create(cl.GROUP + "/nodepools", cl.nodepool())
         c.create(PODS, cl.pod("p0", cpu="1500m", memory="1Gi"))
         self.co = cl.Coordinator(c, args=cl.FAST_SCALE_DOWN + GC)
+        # The claim comes before its template exists: its launch waits (it does not fail), then goes on.
+        (early,) = cl.wait_for(lambda: [x for x in c.claims() if (x.get("status") or {}).get("vmid")], 60,
+                               interval=0.5, what="a claim with its VMID")
+        deadline = time.monotonic() + 4  # several launch attempts: the same claim, no VM, not failed
+        while time.monotonic() < deadline:
+            (now,) = c.claims()
+            self.assertEqual(now["metadata"]["uid"], early["metadata"]["uid"])
+            self.assertIsNone(now["metadata"].get("deletionTimestamp"), "the launch did not fail")
+            self.assertEqual([v for v in self.vms(now["status"]["host"]) if v["vmid"] == now["status"]["vmid"]], [])
+            time.sleep(0.5)
+        c.create(TEMPLATES, self.template("noble", "/noble-1.img"))
         t = self.ready("noble")
         gen = t["status"]["specHash"][:8]
         self.assertEqual(sorted(h["host"] for h in t["status"]["hosts"]), ["pve1", "pve2"])
@@ -128,6 +139,7 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
             first[h["host"]] = h["vmid"]
         claim = cl.wait_for(lambda: (lambda cs: len(cs) == 1 and initialized(cs[0]) and cs[0])(c.claims()), 120,
                             interval=0.5, what="the claim Initialized")
+        self.assertEqual(claim["metadata"]["uid"], early["metadata"]["uid"], "the same claim, not a successor")
         host, vmid = claim["status"]["host"], claim["status"]["vmid"]
         conf = c.sim.pve("GET", "/nodes/%s/qemu/%d/config" % (host, vmid)).data
         self.assertTrue(conf["scsi0"].startswith("local-lvm:base-%d-disk-0/" % first[host]),
