@@ -100,6 +100,7 @@ struct launcher {
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
         json_t *failing; /* claim name → {"message": its reconciles' last error, "n": how many in a row} (mu) */
         json_t *held_addresses; /* claim UID → status.ipconfig chosen by a launch and not yet recorded (mu) */
+        json_t *downloads; /* managed templates: "<region>/<host>/<volume>" → UPID of its download (GC pass only) */
 };
 
 /* The claim's status three times over: what the API server has, what this reconcile made of it, and where that

@@ -22,7 +22,7 @@
 #include "rfc3339.h"
 #include "templates.h"
 
-#define TP_DOWNLOAD_TIMEOUT_MS (30 * 60 * 1000) /* a cloud image of a few hundred MiB on a slow link */
+#define TP_DOWNLOAD_INLINE_MS 3000 /* a download that takes longer goes on while the pass does the rest */
 #define TP_MAX 64
 
 struct tp_tpl {
@@ -157,16 +157,50 @@ static bool has_volume(struct tp_host *h, const char *storage, const char *volid
         return found;
 }
 
+static int downloading(struct tp_host *h, const char *upid) {
+        snprintf(h->err, sizeof h->err, "%s: downloading the image (task %s)", h->node, upid);
+        return -EINPROGRESS;
+}
+
+/* A download a pass began and left running: -EINPROGRESS while it runs, 0 when it ended well (or is unknown to
+ * Proxmox any more: the volume then tells), else its failure. */
+static int download_ended(struct tp_host *h, const char *key) {
+        const char *upid = json_string_value(json_object_get(h->p->l->downloads, key));
+        struct pve_task_status ts;
+        if (!upid)
+                return 0;
+        int r = pve_task_status(h->pve, upid, &ts);
+        if (r == 0 && ts.running)
+                return downloading(h, upid);
+        if (r == 0 && !pve_task_exit_ok(ts.exitstatus))
+                snprintf(h->err, sizeof h->err, "%s: download of the image: task download failed: %s", h->node,
+                         ts.exitstatus);
+        json_object_del(h->p->l->downloads, key);
+        return r == 0 && !pve_task_exit_ok(ts.exitstatus) ? -EIO : 0;
+}
+
+/* The image on the host's import storage: there already, or downloaded by Proxmox (download-url). A download that
+ * takes longer than TP_DOWNLOAD_INLINE_MS is left running (-EINPROGRESS, the host Building) and looked at again by
+ * the next pass: the pass goes on with the other hosts. */
 static int download(struct tp_host *h, const struct tpl_spec *s, const char *storage, const char *volid) {
         struct pve_download d = { .url = s->url, .content = "import", .filename = s->image_file,
                                   .checksum = s->checksum };
+        char key[1024], *upid = NULL;
         d.checksum_algorithm = s->checksum ? s->checksum_type : NULL;
-        char *upid = NULL;
-        if (has_volume(h, storage, volid))
-                return 0;
+        snprintf(key, sizeof key, "%s/%s/%s", h->region, h->node, volid);
+        int r = download_ended(h, key);
+        if (r < 0 || has_volume(h, storage, volid))
+                return r;
         log_info("launcher: templates: %s: downloading %s to %s on %s", s->name, s->url, volid, h->node);
-        int r = pve_storage_download_url(h->pve, h->node, storage, &d, &upid);
-        return wait_task(h, r, upid, "download of the image", TP_DOWNLOAD_TIMEOUT_MS);
+        r = pve_storage_download_url(h->pve, h->node, storage, &d, &upid);
+        if (r == 0)
+                r = launcher__pve_task_wait(h->pve, upid, LAUNCHER__POLL_LATER_MS, TP_DOWNLOAD_INLINE_MS);
+        if (r == -ETIMEDOUT && json_object_set_new(h->p->l->downloads, key, json_string(upid)) == 0)
+                r = downloading(h, upid);
+        else if (r < 0)
+                host_fail(h, r, "download of the image");
+        free(upid);
+        return r;
 }
 
 static int params_of(const json_t *obj, struct pve_params *p) {
@@ -246,8 +280,14 @@ static int discard(struct tp_host *h, uint32_t vmid) {
         return r;
 }
 
+static const char *host_state(int r) {
+        if (r == -EINPROGRESS)
+                return "Building";
+        return r == 0 ? "Ready" : "Failed";
+}
+
 static void note_host(struct tp_tpl *t, struct tp_host *h, uint32_t vmid, const char *image, int r) {
-        const char *state = r == 0 ? "Ready" : "Failed";
+        const char *state = host_state(r);
         json_t *e = json_pack("{s:s, s:s, s:I, s:s, s:s}", "region", h->region, "host", h->node, "vmid",
                               (json_int_t)(r == 0 ? vmid : 0), "image", image, "state", state);
         if (e && r < 0)
@@ -274,7 +314,7 @@ static void host_template(struct tp_host *h, struct tp_tpl *t, const json_t *vms
         if (r == 0 && plan.action != TPL_READY)
                 log_info("launcher: templates: %s: template %u ready on %s (generation %s)", t->s.name, vmid, h->node,
                          t->s.gen);
-        if (r < 0 && r != -ECANCELED)
+        if (r < 0 && r != -ECANCELED && r != -EINPROGRESS)
                 log_error("launcher: templates: %s: %s", t->s.name, h->err);
         note_host(t, h, vmid, image, r);
 }
@@ -360,7 +400,8 @@ static void emit_failures(struct tp *p, const struct tp_tpl *t, char *msg, size_
         *ret_failed = 0;
         json_array_foreach(t->hosts, i, e) {
                 const char *m = json_string_value(json_object_get(e, "message"));
-                if (!m)
+                const char *state = json_string_value(json_object_get(e, "state"));
+                if (!m || !state || strcmp(state, "Failed") != 0)
                         continue;
                 (*ret_failed)++;
                 size_t k = strlen(msg);
@@ -376,31 +417,58 @@ static void emit_failures(struct tp *p, const struct tp_tpl *t, char *msg, size_
         }
 }
 
-static json_t *ready_condition(const struct tp_tpl *t, size_t failed, const char *msg, int64_t now) {
-        size_t n = json_array_size(t->hosts);
-        const char *status = n && !failed ? "True" : "False";
-        const char *reason = failed ? "BuildFailed" : "Built";
+struct tp_counts {
+        size_t n, ready, failed;
+        char msg[2048]; /* the failed hosts' messages */
+};
+
+static size_t count_state(const json_t *hosts, const char *state) {
+        size_t i, k = 0;
+        const json_t *e;
+        json_array_foreach(hosts, i, e) {
+                const char *st = json_string_value(json_object_get(e, "state"));
+                k += st && strcmp(st, state) == 0;
+        }
+        return k;
+}
+
+/* The Ready condition's reason and message. */
+static const char *ready_reason(const struct tp_counts *c, const char **ret_message) {
+        *ret_message = c->msg;
+        if (c->failed)
+                return "BuildFailed";
+        if (!c->n) {
+                *ret_message = "no ProxmoxNodeClass launching in a region names it";
+                return "NotUsed";
+        }
+        if (c->ready < c->n) {
+                *ret_message = "a download or build is under way (status.hosts)";
+                return "Building";
+        }
+        *ret_message = "the template is on every host that needs it";
+        return "Built";
+}
+
+static json_t *ready_condition(const struct tp_tpl *t, const struct tp_counts *c, int64_t now) {
+        const char *status = c->n && c->ready == c->n ? "True" : "False", *message = NULL;
+        const char *reason = ready_reason(c, &message);
         const json_t *old = json_array_get(json_object_get(json_object_get(t->obj, "status"), "conditions"), 0);
         const char *old_status = json_string_value(json_object_get(old, "status"));
         char when[40];
-        if (!n)
-                reason = "NotUsed";
         if (old_status && strcmp(old_status, status) == 0 && json_object_get(old, "lastTransitionTime"))
                 snprintf(when, sizeof when, "%s", json_string_value(json_object_get(old, "lastTransitionTime")));
         else
                 rfc3339_format(now, when, sizeof when);
         return json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Ready", "status", status, "reason", reason, "message",
-                         failed ? msg : (n ? "the template is on every host that needs it" :
-                                             "no ProxmoxNodeClass launching in a region names it"),
-                         "lastTransitionTime", when);
+                         message, "lastTransitionTime", when);
 }
 
 static void write_status(struct tp *p, const struct tp_tpl *t) {
-        char msg[2048], summary[32];
-        size_t failed = 0, n = json_array_size(t->hosts);
-        emit_failures(p, t, msg, sizeof msg, &failed);
-        snprintf(summary, sizeof summary, "%zu/%zu", n - failed, n);
-        json_t *cond = ready_condition(t, failed, msg, launcher__now(p->l));
+        struct tp_counts c = { .n = json_array_size(t->hosts), .ready = count_state(t->hosts, "Ready") };
+        char summary[48];
+        emit_failures(p, t, c.msg, sizeof c.msg, &c.failed);
+        snprintf(summary, sizeof summary, "%zu/%zu", c.ready, c.n);
+        json_t *cond = ready_condition(t, &c, launcher__now(p->l));
         json_t *patch = json_pack("{s:{s:s, s:s, s:O, s:o}}", "status", "specHash", t->s.hash, "summary", summary,
                                   "hosts", t->hosts, "conditions", cond);
         int r = -ENOMEM;

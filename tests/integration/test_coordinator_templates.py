@@ -248,6 +248,24 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
         self.assertEqual(sorted(v["vmid"] for v in self.managed("pve1") + self.managed("pve2")),
                          sorted(h["vmid"] for h in t["status"]["hosts"]), "the old generation stays in use")
 
+    def test_slow_download_goes_on_while_the_pass_ends(self):
+        c = self.c
+        c.sim.knobs(download_seconds=8.0)
+        c.create(TEMPLATES, self.template("noble", "/noble-1.img"))
+        c.create(cl.GROUP + "/proxmoxnodeclasses",
+                 cl.nodeclass(instanceTemplateRef={"kind": "ProxmoxTemplate", "name": "noble"}))
+        self.co = cl.Coordinator(c, args=GC)
+        # The pass leaves each download running (its status written while they run), and picks them up later.
+        t = cl.wait_for(lambda: (lambda x: (x.get("status") or {}).get("summary") == "0/2" and x)(self.tpl("noble")),
+                        60, interval=0.2, what="both hosts Building")
+        for h in t["status"]["hosts"]:
+            self.assertEqual(h["state"], "Building", h)
+            self.assertRegex(h["message"], r"^%s: downloading the image \(task UPID:%s:" % (h["host"], h["host"]))
+        self.assertEqual(condition(t, "Ready")["reason"], "Building")
+        self.ready("noble")
+        downloads = [x for x in c.sim.admin("GET", "/tasks").json if x.get("type") == "download"]
+        self.assertEqual(len(downloads), 2, "one download per host, not one per pass: %s" % downloads)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

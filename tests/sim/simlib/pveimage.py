@@ -11,6 +11,7 @@ import re
 import ssl
 import struct
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -121,6 +122,7 @@ class ImageMixin:
                 t.log.append("OK, got correct file already, no need to download")
                 return
             raise TaskFailed("checksum mismatch: got '%s' != expect '%s', aborting" % (got, want))
+        time.sleep(float(self.w.knob("download_seconds")))
         data = self._fetch(p)
         if full:
             raise TaskFailed("download failed: write error: No space left on device")
