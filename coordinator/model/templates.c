@@ -372,9 +372,3 @@ bool tpl_unused(const json_t *vm, const struct tpl_spec *const *wanted, size_t n
         }
         return true;
 }
-
-const char *tpl_action_name(enum tpl_action a) {
-        static const char *const NAMES[] = { [TPL_READY] = "ready", [TPL_FINALIZE] = "finalize",
-                                             [TPL_DISCARD] = "discard", [TPL_BUILD] = "build" };
-        return NAMES[a];
-}

@@ -68,5 +68,3 @@ void tpl_plan_host(const struct tpl_spec *s, const json_t *vm_list, struct tpl_h
 /* True when a /nodes/{n}/qemu entry is a managed template (tagged pvescale-template, template 1) that none of the
  * specs wanted on that host uses: neither named as one of them nor under the build name of its generation. */
 bool tpl_unused(const json_t *vm, const struct tpl_spec *const *wanted, size_t n_wanted);
-
-const char *tpl_action_name(enum tpl_action a);
