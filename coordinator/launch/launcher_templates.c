@@ -5,7 +5,8 @@
  * it as its boot disk (import-from) with a cloud-init drive, converted to a template, and then takes the
  * ProxmoxTemplate's name (older generations are then renamed "<name>-<their generation>", so the launcher's
  * lookup by name finds the new one: claims cloned from the old one become TemplateDrifted). Managed templates no
- * class uses any more are destroyed (Proxmox refuses while linked clones use them; tried again each pass). What
+ * class uses any more are destroyed (Proxmox refuses while linked clones use them; tried again each pass), and a
+ * ProxmoxTemplate's older image files on the import storage deleted. What
  * each host has is written to the ProxmoxTemplate's status; a failure is a Warning Event naming the host and
  * Proxmox's message. Which template on which host is decided in coordinator/model/templates.c. */
 /* SPDX-License-Identifier: Apache-2.0 */
@@ -337,6 +338,45 @@ static void remove_unused(struct tp_host *h, const json_t *vms, const struct tpl
         }
 }
 
+/* The older images of the specs on one import storage of the host (a new image has a new file). */
+static void remove_stale_images(struct tp_host *h, const char *storage) {
+        const struct tpl_spec *specs[TP_MAX];
+        json_t *list = NULL, *e;
+        size_t i, n = 0;
+        for (size_t k = 0; k < h->p->n; k++)
+                if (h->p->t[k].ok)
+                        specs[n++] = &h->p->t[k].s;
+        if (pve_storage_content(h->pve, h->node, storage, "import", &list) < 0)
+                return;
+        json_array_foreach(list, i, e) {
+                const char *volid = json_string_value(json_object_get(e, "volid"));
+                const char *file = volid ? strstr(volid, ":import/") : NULL;
+                if (!file || !tpl_stale_image(file + strlen(":import/"), specs, n))
+                        continue;
+                if (launcher__delete_iso(h->pve, h->node, volid, h->p->l->o.task_timeout_ms, h->err,
+                                         sizeof h->err) == 0)
+                        log_info("launcher: templates: deleted %s on %s: an older image", volid, h->node);
+                else
+                        log_error("launcher: templates: %s", h->err);
+        }
+        json_decref(list);
+}
+
+static void remove_stale(struct tp_host *h, const struct tpl_spec *const *wanted, size_t n) {
+        const char *done[TP_MAX];
+        size_t n_done = 0;
+        for (size_t i = 0; i < n; i++) {
+                const char *storage = tpl_pick_storage(wanted[i], h->storages, "import");
+                bool seen = false;
+                for (size_t k = 0; storage && k < n_done; k++)
+                        seen = seen || strcmp(done[k], storage) == 0;
+                if (!storage || seen)
+                        continue;
+                done[n_done++] = storage;
+                remove_stale_images(h, storage);
+        }
+}
+
 static void tp_host(struct tp *p, struct pve_client *pve, const char *region, const char *node) {
         struct tp_host h = { .p = p, .pve = pve, .region = region, .node = node };
         const struct tpl_spec *wanted[TP_MAX];
@@ -358,6 +398,8 @@ static void tp_host(struct tp *p, struct pve_client *pve, const char *region, co
         vms = NULL;
         if (!p->keep_unused && pve_vm_list(pve, node, &vms) == 0) /* again: this pass renamed or made some */
                 remove_unused(&h, vms, wanted, n);
+        if (!p->keep_unused)
+                remove_stale(&h, wanted, n);
         json_decref(vms);
         json_decref(storages);
 }

@@ -372,3 +372,25 @@ bool tpl_unused(const json_t *vm, const struct tpl_spec *const *wanted, size_t n
         }
         return true;
 }
+
+/* Is file "<stem of image_name>-<8 hex>.<its extension>"? */
+static bool image_of(const char *file, const char *image_name) {
+        const char *dot = strrchr(image_name, '.');
+        size_t stem = dot ? (size_t)(dot - image_name) : 0, len = strlen(file);
+        if (!dot || len != stem + 9 + strlen(dot) || strncmp(file, image_name, stem) != 0 || file[stem] != '-')
+                return false;
+        for (size_t i = stem + 1; i < stem + 9; i++)
+                if (!strchr("0123456789abcdef", file[i]) || !file[i])
+                        return false;
+        return strcmp(file + stem + 9, dot) == 0;
+}
+
+bool tpl_stale_image(const char *file, const struct tpl_spec *const *specs, size_t n) {
+        bool ours = false;
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(file, specs[i]->image_file) == 0)
+                        return false;
+                ours = ours || image_of(file, specs[i]->image_name);
+        }
+        return ours;
+}

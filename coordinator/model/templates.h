@@ -68,3 +68,8 @@ void tpl_plan_host(const struct tpl_spec *s, const json_t *vm_list, struct tpl_h
 /* True when a /nodes/{n}/qemu entry is a managed template (tagged pvescale-template, template 1) that none of the
  * specs wanted on that host uses: neither named as one of them nor under the build name of its generation. */
 bool tpl_unused(const json_t *vm, const struct tpl_spec *const *wanted, size_t n_wanted);
+
+/* True when file (an import volume's file name, "ubuntu-1a2b3c4d.qcow2") is an image the coordinator downloaded for
+ * one of specs (its imageName's stem, 8 hex digits, its extension) and none of specs' current image files: a spec's
+ * older image, safe to delete. A file of no spec (a deleted ProxmoxTemplate's, or the operator's) is never stale. */
+bool tpl_stale_image(const char *file, const struct tpl_spec *const *specs, size_t n);

@@ -4,9 +4,9 @@
 # control plane. A ProxmoxTemplate named by a class's instanceTemplateRef {kind: ProxmoxTemplate} is built on both
 # hosts from an image a local HTTP server serves; the class's node is a linked clone of its host's template; a new
 # image makes a new generation on both hosts (the old one renamed, kept on the host where the node's clone uses it,
-# removed on the other) and the claim becomes Drifted (TemplateDrifted). A wrong checksum fails each host with
-# Proxmox's message in the status, the condition and a Warning Event, as do a full storage and a missing privilege; a
-# template no class names any more is removed.
+# removed on the other; the old image file deleted) and the claim becomes Drifted (TemplateDrifted). A wrong checksum
+# fails each host with Proxmox's message in the status, the condition and a Warning Event, as do a full storage and a
+# missing privilege; a template no class names any more is removed; a slow download does not hold the pass.
 # SPDX-License-Identifier: Apache-2.0
 import hashlib
 import http.server
@@ -154,6 +154,13 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
             self.assertNotEqual(h["vmid"], first[h["host"]])
             conf = c.sim.pve("GET", "/nodes/%s/qemu/%d/config" % (h["host"], h["vmid"])).data
             self.assertEqual(conf["scsi0"], "local-lvm:base-%d-disk-0,size=3G" % h["vmid"])
+            self.assertNotEqual(h["image"], t["status"]["hosts"][0]["image"])
+
+            def images(node=h["host"]):
+                return [x["volid"] for x in c.sim.pve("GET", "/nodes/%s/storage/local/content" % node,
+                                                      {"content": "import"}).data]
+            cl.wait_for(lambda: images() == [h["image"]], 30, interval=0.5,
+                        what="only the new image left on %s" % h["host"])
         other = "pve2" if host == "pve1" else "pve1"
         now = {h["host"]: h["vmid"] for h in t2["status"]["hosts"]}
         cl.wait_for(lambda: [v["vmid"] for v in self.managed(other)] == [now[other]], 30, interval=0.5,

@@ -213,11 +213,28 @@ static void test_unused(void **state) {
         json_decref(o);
 }
 
+static void test_stale_image(void **state) {
+        (void)state;
+        struct tpl_spec s;
+        json_t *o = decoded(OBJ(BASIC), &s);
+        const struct tpl_spec *specs[] = { &s };
+        assert_false(tpl_stale_image(s.image_file, specs, 1));            /* the current one */
+        assert_true(tpl_stale_image("ubuntu-0badf00d.qcow2", specs, 1));  /* an older image of it */
+        assert_false(tpl_stale_image("ubuntu-0badf00d.raw", specs, 1));   /* another extension */
+        assert_false(tpl_stale_image("ubuntu-0BADF00D.qcow2", specs, 1)); /* not one of ours */
+        assert_false(tpl_stale_image("ubuntu-0badf0.qcow2", specs, 1));
+        assert_false(tpl_stale_image("ubuntu.qcow2", specs, 1));
+        assert_false(tpl_stale_image("debian-0badf00d.qcow2", specs, 1)); /* no spec's */
+        assert_false(tpl_stale_image("ubuntu-0badf00d.qcow2", NULL, 0));  /* no spec at all: kept */
+        json_decref(o);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_decode),          cmocka_unit_test(test_decode_errors),
                 cmocka_unit_test(test_pick_storage),    cmocka_unit_test(test_create_params),
                 cmocka_unit_test(test_plan_host),       cmocka_unit_test(test_unused),
+                cmocka_unit_test(test_stale_image),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
