@@ -273,6 +273,23 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
         downloads = [x for x in c.sim.admin("GET", "/tasks").json if x.get("type") == "download"]
         self.assertEqual(len(downloads), 2, "one download per host, not one per pass: %s" % downloads)
 
+    def test_under_the_charts_rbac(self):
+        """The chart's ClusterRole lets the coordinator read ProxmoxTemplates, write their status and their Events."""
+        c = self.c
+        c.run_as_chart()
+        c.create(TEMPLATES, self.template("noble", "/noble-1.img"))
+        c.create(TEMPLATES, self.template("bad", "/noble-1.img", checksum="0" * 64))
+        for name in ("noble", "bad"):
+            c.create(cl.GROUP + "/proxmoxnodeclasses",
+                     cl.nodeclass(name, instanceTemplateRef={"kind": "ProxmoxTemplate", "name": name}))
+        self.co = cl.Coordinator(c, args=GC)
+        self.ready("noble")
+        cl.wait_for(lambda: (self.tpl("bad").get("status") or {}).get("summary") == "0/2", 60, interval=0.5,
+                    what="bad failed on both hosts")
+        items = c.sim.kube("GET", "/api/v1/namespaces/default/events").json["items"]
+        self.assertTrue([e for e in items if e["reason"] == "TemplateBuildFailed"], "the Warning Events written")
+        self.assertEqual(c.denials(), [], "calls the chart's RBAC refused")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
