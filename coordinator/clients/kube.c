@@ -49,6 +49,8 @@ const struct kube_resource kube_nodepools = { "pvescale.io", "v1alpha1", "nodepo
 const struct kube_resource kube_nodeclasses = { "pvescale.io", "v1alpha1", "proxmoxnodeclasses", "ProxmoxNodeClass",
                                                 false };
 const struct kube_resource kube_nodeclaims = { "pvescale.io", "v1alpha1", "nodeclaims", "NodeClaim", false };
+const struct kube_resource kube_proxmoxtemplates = { "pvescale.io", "v1alpha1", "proxmoxtemplates", "ProxmoxTemplate",
+                                                     false };
 
 struct kube_client {
         struct http_client *http;

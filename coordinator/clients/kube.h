@@ -34,6 +34,7 @@ extern const struct kube_resource kube_crds;             /* apiextensions.k8s.io
 extern const struct kube_resource kube_nodepools;        /* pvescale.io/v1alpha1, cluster-scoped */
 extern const struct kube_resource kube_nodeclasses;      /* pvescale.io/v1alpha1 proxmoxnodeclasses, cluster-scoped */
 extern const struct kube_resource kube_nodeclaims;       /* pvescale.io/v1alpha1, cluster-scoped */
+extern const struct kube_resource kube_proxmoxtemplates; /* pvescale.io/v1alpha1, cluster-scoped */
 
 /* "/api/v1/namespaces/<ns>/pods/<name>/<sub>" and the like; ns is ignored for cluster-scoped kinds and may be
  * NULL (all namespaces) for a list; name and sub may be NULL. Segments are escaped. Pure. 0, -EINVAL, -ENOMEM. */

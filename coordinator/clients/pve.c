@@ -374,12 +374,6 @@ int pve_vm_config_get(struct pve_client *c, const char *node, uint32_t vmid, jso
         return run(c, &r, pve_req_vm_config_get(&r, node, vmid), ret);
 }
 
-int pve_vm_config_post(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config,
-                       char **ret_upid) {
-        struct pve_request r;
-        return run_upid(c, &r, pve_req_vm_config_set(&r, node, vmid, true, config), ret_upid);
-}
-
 int pve_vm_config_put(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config) {
         struct pve_request r;
         return run(c, &r, pve_req_vm_config_set(&r, node, vmid, false, config), NULL);
@@ -422,6 +416,28 @@ int pve_storage_upload(struct pve_client *c, const char *node, const char *stora
                        const char *filename, const void *data, size_t len, char **ret_upid) {
         struct pve_request r;
         return run_upid(c, &r, pve_req_storage_upload(&r, node, storage, content, filename, data, len), ret_upid);
+}
+
+int pve_node_storages(struct pve_client *c, const char *node, json_t **ret) {
+        struct pve_request r;
+        return run(c, &r, pve_req_node_storages(&r, node), ret);
+}
+
+int pve_storage_download_url(struct pve_client *c, const char *node, const char *storage,
+                             const struct pve_download *o, char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_storage_download_url(&r, node, storage, o), ret_upid);
+}
+
+int pve_vm_create(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config,
+                  char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_vm_create(&r, node, vmid, config), ret_upid);
+}
+
+int pve_vm_template(struct pve_client *c, const char *node, uint32_t vmid, char **ret_upid) {
+        struct pve_request r;
+        return run_upid(c, &r, pve_req_vm_template(&r, node, vmid), ret_upid);
 }
 
 int pve_storage_content(struct pve_client *c, const char *node, const char *storage, const char *content,

@@ -113,6 +113,18 @@ int pve_req_vm_delete(struct pve_request *ret, const char *node, uint32_t vmid, 
                       bool destroy_unreferenced_disks);
 int pve_req_task_status(struct pve_request *ret, const char *upid);
 /* content: NULL or "iso", "images", ... */
+/* A download-url (Proxmox downloads the file itself; with checksum and checksum_algorithm it verifies it). */
+struct pve_download {
+        const char *url, *content, *filename;          /* required; content iso, vztmpl or import */
+        const char *checksum, *checksum_algorithm;     /* both or neither */
+};
+int pve_req_node_storages(struct pve_request *ret, const char *node);
+int pve_req_storage_download_url(struct pve_request *ret, const char *node, const char *storage,
+                                 const struct pve_download *o);
+/* POST /nodes/{node}/qemu: a new VM with the given config (its disks may be <storage>:0,import-from=<volume>). */
+int pve_req_vm_create(struct pve_request *ret, const char *node, uint32_t vmid, const struct pve_params *config);
+/* POST /nodes/{node}/qemu/{vmid}/template: convert a stopped VM to a template. */
+int pve_req_vm_template(struct pve_request *ret, const char *node, uint32_t vmid);
 int pve_req_storage_content(struct pve_request *ret, const char *node, const char *storage, const char *content);
 /* delay_s 1-30: PVE waits that long for the task and answers null when it ended well in time (0: no delay). */
 int pve_req_storage_content_delete(struct pve_request *ret, const char *node, const char *storage, const char *volume,
@@ -230,9 +242,6 @@ int pve_vm_list(struct pve_client *c, const char *node, json_t **ret);
 /* Returns the task's UPID (malloc'd) in *ret_upid. */
 int pve_vm_clone(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_clone *o, char **ret_upid);
 int pve_vm_config_get(struct pve_client *c, const char *node, uint32_t vmid, json_t **ret);
-/* POST: asynchronous; *ret_upid is the qmconfig task. */
-int pve_vm_config_post(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config,
-                       char **ret_upid);
 /* PUT: synchronous. */
 int pve_vm_config_put(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config);
 int pve_vm_resize(struct pve_client *c, const char *node, uint32_t vmid, const char *disk, const char *size,
@@ -246,6 +255,14 @@ int pve_vm_delete(struct pve_client *c, const char *node, uint32_t vmid, bool pu
                   char **ret_upid);
 int pve_storage_upload(struct pve_client *c, const char *node, const char *storage, const char *content,
                        const char *filename, const void *data, size_t len, char **ret_upid);
+/* The storages of a node (GET /nodes/{node}/storage: storage, type, content, active, ...). */
+int pve_node_storages(struct pve_client *c, const char *node, json_t **ret);
+/* download-url, create, template: the task's UPID in *ret_upid (the caller frees it). */
+int pve_storage_download_url(struct pve_client *c, const char *node, const char *storage,
+                             const struct pve_download *o, char **ret_upid);
+int pve_vm_create(struct pve_client *c, const char *node, uint32_t vmid, const struct pve_params *config,
+                  char **ret_upid);
+int pve_vm_template(struct pve_client *c, const char *node, uint32_t vmid, char **ret_upid);
 int pve_storage_content(struct pve_client *c, const char *node, const char *storage, const char *content,
                         json_t **ret);
 /* *ret_upid is NULL when PVE finished at once, or within delay_s seconds (data null); else the task to wait for,

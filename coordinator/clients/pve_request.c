@@ -338,6 +338,48 @@ int pve_req_storage_content(struct pve_request *ret, const char *node, const cha
         return req_finish(ret);
 }
 
+int pve_req_node_storages(struct pve_request *ret, const char *node) {
+        SEG(n);
+        *ret = (struct pve_request){ 0 };
+        if (!seg_ok(&n, node))
+                return -EINVAL;
+        return req_start(ret, "GET", "/nodes/{node}/storage", "/nodes/%s/storage", n.s);
+}
+
+int pve_req_storage_download_url(struct pve_request *ret, const char *node, const char *storage,
+                                 const struct pve_download *o) {
+        int r = storage_req(ret, "POST", "/nodes/{node}/storage/{storage}/download-url", node, storage,
+                            "/download-url");
+        if (r < 0)
+                return r;
+        if (!o->url || !o->content || !o->filename || (!o->checksum != !o->checksum_algorithm))
+                return -EINVAL;
+        pve_params_add(&ret->params, "url", o->url);
+        pve_params_add(&ret->params, "content", o->content);
+        pve_params_add(&ret->params, "filename", o->filename);
+        add_opt(&ret->params, "checksum", o->checksum);
+        add_opt(&ret->params, "checksum-algorithm", o->checksum_algorithm);
+        return req_finish(ret);
+}
+
+int pve_req_vm_create(struct pve_request *ret, const char *node, uint32_t vmid, const struct pve_params *config) {
+        SEG(n);
+        *ret = (struct pve_request){ 0 };
+        if (!seg_ok(&n, node) || vmid == 0)
+                return -EINVAL;
+        int r = req_start(ret, "POST", "/nodes/{node}/qemu", "/nodes/%s/qemu", n.s);
+        if (r < 0)
+                return r;
+        pve_params_add_int(&ret->params, "vmid", vmid);
+        pve_params_add_all(&ret->params, config);
+        return req_finish(ret);
+}
+
+int pve_req_vm_template(struct pve_request *ret, const char *node, uint32_t vmid) {
+        int r = vm_req(ret, "POST", "/nodes/{node}/qemu/{vmid}/template", node, vmid, "/template");
+        return r < 0 ? r : req_finish(ret);
+}
+
 int pve_req_storage_content_delete(struct pve_request *ret, const char *node, const char *storage,
                                    const char *volume, unsigned delay_s) {
         SEG(v);

@@ -447,6 +447,7 @@ int launcher_collect_garbage(struct launcher *l, const json_t *claims) {
         g.kube = l->env.kube_for_thread ? l->env.kube_for_thread(l->env.userdata) : l->env.kube;
         if (!json_is_array(claims) || !g.kube)
                 return -EINVAL;
+        launcher__templates_pass(l, g.kube); /* logs its own errors; the rest of the pass does not depend on it */
         int r = gc_owners(&g, claims);
         for (size_t i = 0; r == 0 && l->env.cfg && i < l->env.cfg->n_clusters; i++)
                 gc_region(&g, l->env.cfg->clusters[i].region);

@@ -100,6 +100,7 @@ struct launcher {
         json_t *written; /* claim name → this process's last status write and the versions of its last writes (mu) */
         json_t *failing; /* claim name → {"message": its reconciles' last error, "n": how many in a row} (mu) */
         json_t *held_addresses; /* claim UID → status.ipconfig chosen by a launch and not yet recorded (mu) */
+        json_t *downloads; /* managed templates: "<region>/<host>/<volume>" → UPID of its download (GC pass only) */
 };
 
 /* The claim's status three times over: what the API server has, what this reconcile made of it, and where that
@@ -163,6 +164,12 @@ void launcher__note_written(struct launcher *l, const char *name, const json_t *
 bool launcher__wrote(struct launcher *l, const char *name, const char *rv, json_t **ret_last);
 /* Has this process written the claim (and not forgotten it)? */
 bool launcher__wrote_any(struct launcher *l, const char *name);
+
+/* ---- launcher_templates.c ---- */
+/* Managed templates (ProxmoxTemplate): build what each host lacks, retire older generations, remove unused ones,
+ * write each ProxmoxTemplate's status (on the garbage collection's pass). 0, or a negative errno when the objects
+ * could not be listed (then nothing was done). */
+int launcher__templates_pass(struct launcher *l, struct kube_client *kube);
 
 /* ---- launcher_delete.c ---- */
 /* Wait for a PVE task (none when upid is NULL), first polled first_ms after the call, at most timeout_ms; the

@@ -532,3 +532,8 @@ int64_t launcher_node_ready_since(const json_t *node) {
                 return -1;
         return ms;
 }
+
+bool launcher_template_managed(const json_t *ref) {
+        const char *kind = json_string_value(json_object_get(ref, "kind"));
+        return kind && strcmp(kind, "ProxmoxTemplate") == 0;
+}

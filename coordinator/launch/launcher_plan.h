@@ -111,3 +111,6 @@ enum launcher_node_state launcher_node_state(const json_t *node, const json_t *s
 /* Since when (ms since the epoch) the Node is Ready, from its Ready condition's lastTransitionTime; -1 when it is
  * not Ready or the time is missing or malformed. Pure. */
 int64_t launcher_node_ready_since(const json_t *node);
+/* Does a class's instanceTemplateRef name a managed template (kind ProxmoxTemplate, which the coordinator builds on
+ * each host: a host without it yet is waited for, not a failed launch)? Pure. */
+bool launcher_template_managed(const json_t *ref);

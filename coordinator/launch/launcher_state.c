@@ -51,7 +51,8 @@ int launcher_new(const struct launcher_env *env, const struct launcher_options *
         l->written = json_object();
         l->failing = json_object();
         l->held_addresses = json_object();
-        if (!l->written || !l->failing || !l->held_addresses) {
+        l->downloads = json_object();
+        if (!l->written || !l->failing || !l->held_addresses || !l->downloads) {
                 launcher_free(l);
                 return -ENOMEM;
         }
@@ -79,6 +80,7 @@ void launcher_free(struct launcher *l) {
         json_decref(l->written);
         json_decref(l->failing);
         json_decref(l->held_addresses);
+        json_decref(l->downloads);
         free(l);
 }
 

@@ -342,6 +342,9 @@ static struct launchstep_result find_template_ask(struct launcher__ctx *c, const
                 return launchstep_error(r, "VMs of %s: %s", c->host, pve_client_error(c->pve));
         r = pve_find_template_ref(list, ref, ret_vmid);
         json_decref(list);
+        if (r < 0 && launcher_template_managed(ref)) /* the coordinator's GC pass builds it: try again later */
+                return launchstep_error(-EAGAIN, "the managed template %s is not built on host %s yet (ProxmoxTemplate"
+                                        " status)", name ? name : "", c->host);
         if (r < 0 && name)
                 return launchstep_fail("TemplateNotFound", "no template %s on host %s", name, c->host);
         if (r < 0)

@@ -39,7 +39,8 @@ YAML2JSON = os.path.join(BUILD, "tests", "integration", "yaml2json")
 HELM_RENDER = os.path.join(BUILD, "tests", "unit", "helm_render")
 CHART = os.path.join(SRC, "deploy", "helm", "pvescale-coordinator")
 CRDS = [os.path.join(SRC, "deploy", "crds", f) for f in
-        ("pvescale.io_nodepools.yaml", "pvescale.io_proxmoxnodeclasses.yaml", "pvescale.io_nodeclaims.yaml")]
+        ("pvescale.io_nodepools.yaml", "pvescale.io_proxmoxnodeclasses.yaml", "pvescale.io_nodeclaims.yaml",
+         "pvescale.io_proxmoxtemplates.yaml")]
 GROUP = "/apis/pvescale.io/v1alpha1"
 # Coordinator flags for tests of scale-down: a pass every second (a decision is carried out a pass after it is
 # made) instead of every 10 s.
@@ -86,11 +87,12 @@ CLEANED = [("/apis/apps/v1", "deployments"), ("/apis/apps/v1", "daemonsets"), ("
            ("/apis/rbac.authorization.k8s.io/v1", "clusterroles"),
            ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings"), ("/apis/coordination.k8s.io/v1", "leases"),
            ("/apis/scheduling.k8s.io/v1", "priorityclasses"), (GROUP, "nodeclaims"), (GROUP, "nodepools"),
-           (GROUP, "proxmoxnodeclasses"), ("/api/v1", "nodes"), ("/apis/certificates.k8s.io/v1",
-                                                                 "certificatesigningrequests"),
+           (GROUP, "proxmoxnodeclasses"), (GROUP, "proxmoxtemplates"), ("/api/v1", "nodes"),
+           ("/apis/certificates.k8s.io/v1", "certificatesigningrequests"),
            ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"), ("/api/v1", "namespaces")]
 # The CRDs every Cluster creates stay from one test to the next.
-KEPT_CRDS = {"nodepools.pvescale.io", "proxmoxnodeclasses.pvescale.io", "nodeclaims.pvescale.io"}
+KEPT_CRDS = {"nodepools.pvescale.io", "proxmoxnodeclasses.pvescale.io", "nodeclaims.pvescale.io",
+             "proxmoxtemplates.pvescale.io"}
 
 
 def _kept(resource, ns, name):

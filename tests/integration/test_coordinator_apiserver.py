@@ -51,7 +51,7 @@ class ApiserverTest(cl.CoordinatorTest):
 
         def established():
             crds = c.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-            return len(crds) == 3 and all(any(x["type"] == "Established" and x["status"] == "True"
+            return len(crds) == len(cl.CRDS) and all(any(x["type"] == "Established" and x["status"] == "True"
                                               for x in crd["status"]["conditions"]) for crd in crds)
         cl.wait_for(established, 10, interval=0.2, what="the CRDs Established")
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass())

@@ -150,7 +150,14 @@ static void test_clone_config_start_delete(void **state) {
         pve_params_add(&p, "tags", "pvescale;Pool-A;claim-a");
         pve_params_add(&p, "description", "pvescale claim uid=1234: a & b\nsecond line 100%");
         pve_params_add(&p, "net0", "virtio,bridge=vmbr0,queues=4");
-        assert_int_equal(pve_vm_config_post(c, NODE, vmid, &p, &upid), 0); /* POST is asynchronous */
+        struct pve_request post;
+        json_t *answer = NULL;
+        assert_int_equal(pve_req_vm_config_set(&post, NODE, vmid, true, &p), 0);
+        assert_int_equal(pve_send(c, &post, &answer), 0); /* POST is asynchronous: a task's UPID */
+        pve_request_done(&post);
+        assert_true(json_is_string(answer));
+        upid = strdup(json_string_value(answer));
+        json_decref(answer);
         struct pve_upid u;
         assert_int_equal(pve_upid_parse(upid, &u), 0);
         assert_string_equal(u.type, "qmconfig");

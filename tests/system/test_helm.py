@@ -352,7 +352,7 @@ def main():
     if p.returncode != 0:
         return summary()
     sch, crds = schemas()
-    check(len(crds) == 3, "CRD schemas loaded from deploy/crds (%d)" % len(crds))
+    check(len(crds) == 4, "CRD schemas loaded from deploy/crds (%d)" % len(crds))
     for label, values in (("default values", None), ("ci/full-values.yaml", FULL)):
         p = run(HELM, "lint", "--strict", CHART, *(["-f", values] if values else []))
         check(p.returncode == 0, "helm lint --strict, %s%s" % (label, "" if p.returncode == 0 else ": " + p.stdout + p.stderr))

@@ -248,6 +248,7 @@ static void test_structural(void **state) {
         check_crd("pvescale.io_nodepools.yaml", "NodePool", "nodepools");
         check_crd("pvescale.io_proxmoxnodeclasses.yaml", "ProxmoxNodeClass", "proxmoxnodeclasses");
         check_crd("pvescale.io_nodeclaims.yaml", "NodeClaim", "nodeclaims");
+        check_crd("pvescale.io_proxmoxtemplates.yaml", "ProxmoxTemplate", "proxmoxtemplates");
 }
 
 /* ---- descriptions ---- */
@@ -312,7 +313,8 @@ static void test_described(void **state) {
         (void)state;
         size_t bare = check_described("pvescale.io_nodepools.yaml", "NodePool") +
                       check_described("pvescale.io_proxmoxnodeclasses.yaml", "ProxmoxNodeClass") +
-                      check_described("pvescale.io_nodeclaims.yaml", "NodeClaim");
+                      check_described("pvescale.io_nodeclaims.yaml", "NodeClaim") +
+                      check_described("pvescale.io_proxmoxtemplates.yaml", "ProxmoxTemplate");
         if (bare)
                 fail_msg("%zu CRD fields have no description (listed above)", bare);
 }
@@ -354,6 +356,31 @@ static const struct manifest MANIFESTS[] = {
         { "pvescale.io_proxmoxnodeclasses.yaml", "spec:\n  templateName: talos\n  instanceTemplateRef: {name: t}\n",
           ".spec.templateName" },
         { "pvescale.io_proxmoxnodeclasses.yaml", "spec:\n  tags: [a]\n", ".spec.instanceTemplateRef" },
+        /* the seed's ProxmoxTemplate (its docs/nodetemplateclass.md), apiVersion changed */
+        { "pvescale.io_proxmoxtemplates.yaml",
+          "apiVersion: pvescale.io/v1alpha1\nkind: ProxmoxTemplate\nmetadata:\n  name: default\nspec:\n"
+          "  sourceImage:\n    url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n"
+          "    imageName: ubuntu-amd64.qcow2\n    checksum: 0123abcd\n    checksumType: md5\n"
+          "  storageIDs: [local, system]\n  machine: q35\n"
+          "  agent: {enabled: true, type: virtio, fsFreezeOnBackup: true, fsTrimClonedDisks: false}\n"
+          "  cpu: {type: x86-64-v2-AES, flags: +pdpe1gb}\n  vga: {type: serial0, memory: 16}\n"
+          "  network:\n    - name: net0\n      model: virtio\n      bridge: vmbr0\n      mtu: 1500\n      vlan: 15\n"
+          "      firewall: true\n      address4: 192.168.0.0/24\n      address6: fd00::/64\n"
+          "      gateway4: 192.168.0.1\n"
+          "      gateway6: fd00::1\n      dnsServers: [1.1.1.1, 2001:4860:4860::8888]\n"
+          "  pciDevices:\n    - {mapping: nvidia, mdev: nvidia-660, pcie: true, xvga: false}\n"
+          "  tags: [talos-k8s-proxmox, karpenter]\n", NULL },
+        { "pvescale.io_proxmoxtemplates.yaml",
+          "spec:\n  sourceImage: {url: http://x/i.img, imageName: ubuntu}\n  storageIDs: [local]\n",
+          ".spec.sourceImage.imageName" },
+        { "pvescale.io_proxmoxtemplates.yaml", "spec:\n  sourceImage: {url: http://x/i.img, imageName: u.qcow2}\n",
+          ".spec.storageIDs" },
+        { "pvescale.io_proxmoxtemplates.yaml",
+          "spec:\n  sourceImage: {url: ftp://x/i.img, imageName: u.qcow2}\n  storageIDs: [local]\n",
+          ".spec.sourceImage.url" },
+        { "pvescale.io_proxmoxtemplates.yaml",
+          "spec:\n  sourceImage: {url: http://x/i.img, imageName: u.qcow2, checksumType: crc32}\n"
+          "  storageIDs: [local]\n", ".spec.sourceImage.checksumType" },
         /* the seed's NodePool, apiVersion changed (its nodeClassRef still names the seed's group) */
         { "pvescale.io_nodepools.yaml",
           "apiVersion: pvescale.io/v1alpha1\nkind: NodePool\nmetadata:\n  name: default\nspec:\n  limits:\n    cpu: \"64\"\n"
@@ -417,6 +444,8 @@ static const char *crd_of_kind(const char *kind) {
                 return "pvescale.io_proxmoxnodeclasses.yaml";
         if (kind && strcmp(kind, "NodeClaim") == 0)
                 return "pvescale.io_nodeclaims.yaml";
+        if (kind && strcmp(kind, "ProxmoxTemplate") == 0)
+                return "pvescale.io_proxmoxtemplates.yaml";
         return NULL;
 }
 

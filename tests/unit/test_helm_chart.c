@@ -93,7 +93,8 @@ static void test_default_render(void **state) {
                 size_t n;
         } want[] = { { "Deployment", 1 }, { "ServiceAccount", 1 }, { "Secret", 1 }, { "ClusterRole", 1 },
                      { "ClusterRoleBinding", 1 }, { "Role", 3 }, { "RoleBinding", 3 }, { "Service", 0 },
-                     { "PodDisruptionBudget", 0 }, { "NodePool", 0 }, { "ProxmoxNodeClass", 0 } };
+                     { "PodDisruptionBudget", 0 }, { "NodePool", 0 }, { "ProxmoxNodeClass", 0 },
+                     { "ProxmoxTemplate", 0 } };
         size_t total = 0;
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
                 if (count_kind(docs, want[i].kind) != want[i].n)
@@ -174,12 +175,15 @@ static void test_everything_on(void **state) {
                               " \"existingConfigSecret\": \"my-config\", \"existingConfigSecretKey\": \"pvescale.yaml\","
                               " \"agentsSecret\": \"agent-creds\", \"serviceAccount\": {\"name\": \"sa\"},"
                               " \"customResources\": {\"nodeClass\": {\"default\": {\"enabled\": true}},"
-                              " \"nodePools\": {\"default\": {\"enabled\": true}}}, \"extraArgs\": [\"--log-level=error\"]}");
+                              " \"nodePools\": {\"default\": {\"enabled\": true}},"
+                              " \"nodeTemplate\": {\"default\": {\"enabled\": true}}},"
+                              " \"extraArgs\": [\"--log-level=error\"]}");
         assert_int_equal(count_kind(docs, "Service"), 1);
         assert_int_equal(count_kind(docs, "PodDisruptionBudget"), 1);
         assert_int_equal(count_kind(docs, "Secret"), 0);
         assert_int_equal(count_kind(docs, "NodePool"), 1);
         assert_int_equal(count_kind(docs, "ProxmoxNodeClass"), 1);
+        assert_int_equal(count_kind(docs, "ProxmoxTemplate"), 1);
         json_t *deps = of_kind(docs, "Deployment");
         const json_t *pod = json_object_get(json_object_get(json_object_get(json_array_get(deps, 0), "spec"), "template"),
                                             "spec");
@@ -274,7 +278,7 @@ static void test_crds_are_copies(void **state) {
                 n++;
         }
         closedir(d);
-        assert_int_equal(n, 3);
+        assert_int_equal(n, 4);
         d = opendir(path);
         size_t m = 0;
         while ((e = readdir(d)))
@@ -313,6 +317,8 @@ static const struct api_call {
         { "pvescale.io", "nodepools", "list watch get", "", "controller informer; launcher" },
         { "pvescale.io", "nodepools/status", "patch", "", "provisioner: resources in use" },
         { "pvescale.io", "proxmoxnodeclasses", "list watch get", "", "controller informer; launcher" },
+        { "pvescale.io", "proxmoxtemplates", "get list", "", "launcher: managed templates (GC pass)" },
+        { "pvescale.io", "proxmoxtemplates/status", "patch", "", "launcher: managed templates' status per host" },
         { "coordination.k8s.io", "leases", "create", "@release", "leader election: the Lease's creation" },
         { "coordination.k8s.io", "leases", "get update", "@release", "leader election", "pvescale-coordinator" },
         { "", "secrets", "get list create delete", "kube-system", "launcher: bootstrap tokens" },

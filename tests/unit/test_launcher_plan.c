@@ -358,6 +358,21 @@ static void test_node_ready_since(void **state) {
         assert_int_equal(ready_since("{\"type\": \"DiskPressure\", \"status\": \"False\"}"), -1);
 }
 
+static void test_template_managed(void **state) {
+        (void)state;
+        static const struct {
+                const char *ref;
+                bool managed;
+        } cases[] = { { "{\"kind\": \"ProxmoxTemplate\", \"name\": \"noble\"}", true },
+                      { "{\"kind\": \"ProxmoxUnmanagedTemplate\", \"name\": \"t\"}", false },
+                      { "{\"name\": \"t\"}", false }, { "null", false } };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                json_t *ref = json_loads(cases[i].ref, JSON_DECODE_ANY, NULL);
+                assert_int_equal(launcher_template_managed(ref), cases[i].managed);
+                json_decref(ref);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_numa_from_agent_and_params),
@@ -376,6 +391,7 @@ int main(void) {
                 cmocka_unit_test(test_token_id_for_claim),
                 cmocka_unit_test(test_node_state),
                 cmocka_unit_test(test_node_ready_since),
+                cmocka_unit_test(test_template_managed),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@ import uuid
 
 from . import hosts as hostsmod
 from . import pveacl
+from . import pveimage
 from . import pveschema
 from . import util
 
@@ -175,7 +176,7 @@ class Region:
         return vmid
 
 
-class PveApp:
+class PveApp(pveimage.ImageMixin):
     def __init__(self, world, region):
         self.w = world
         self.r = region
@@ -601,6 +602,8 @@ class PveApp:
             for v in list(vm.conf.values()) + list(vm.pending.values()) + list((allocated or {}).values()):
                 used.update(int(x) for x in re.findall(r"vm-%d-disk-(\d+)" % vm.vmid, str(v)))
             n = next(i for i in range(len(used) + 1) if i not in used)
+            if any(x.startswith("import-from=") for x in parts):
+                return self.import_volume(vm, value, n)
             rest = [x for x in parts[1:] if not x.startswith("size=")]
             return ",".join(["%s:vm-%d-disk-%d" % (m.group(1), vm.vmid, n)] + rest + [_new_size(key, rest, m)])
         if re.match(r"^[a-z][a-z0-9\-_.]*[a-z0-9]:cloudinit$", file, re.I):
@@ -658,7 +661,8 @@ class PveApp:
             with self.w.lock:
                 vm.conf = {"smbios1": "uuid=%s" % uuid.uuid4(), "vmgenid": str(uuid.uuid4()),
                            "meta": "creation-qemu=9.2.0,ctime=%d" % int(time.time())}
-                self._apply_update(vm, conf)
+                with self.create_failed_removes(vm):
+                    self._apply_update(vm, conf)
                 if p.get("pool") in self.r.pools:
                     self.r.pools[p["pool"]]["vms"].add(vmid)
             if str(p.get("start", "0")) == "1":
@@ -802,6 +806,7 @@ class PveApp:
                                 % (vm.host.name, vm.vmid))
             if vm.status == "running":
                 raise TaskError("VM %d is running - destroy failed" % vm.vmid)
+            self.check_base_unused(vm)
             vm.remove_file()
             vm.deleted = True
             vm.history["deleted"] = time.time()
@@ -1155,7 +1160,9 @@ class PveApp:
 
     def _storages(self, h):
         used = self._dir_bytes(h.iso_dir)
-        return [{"storage": ISO_STORAGE, "type": "dir", "content": "backup,iso,vztmpl,snippets",
+        if os.path.isdir(pveimage.import_dir(h)):
+            used += self._dir_bytes(pveimage.import_dir(h))
+        return [{"storage": ISO_STORAGE, "type": "dir", "content": "backup,import,iso,vztmpl,snippets",
                  "shared": 0, "active": 1, "enabled": 1, "total": 100 * 2**30, "used": used,
                  "avail": 100 * 2**30 - used, "used_fraction": used / (100 * 2**30)},
                 {"storage": DISK_STORAGE, "type": "lvmthin", "content": "images,rootdir", "shared": 0,
@@ -1164,7 +1171,7 @@ class PveApp:
 
     def h_GET_storage(self, p, u):
         return pveacl.filter_storages(self.r.access, u, [
-            {"storage": ISO_STORAGE, "type": "dir", "content": "backup,iso,vztmpl,snippets",
+            {"storage": ISO_STORAGE, "type": "dir", "content": "backup,import,iso,vztmpl,snippets",
              "path": "/var/lib/vz", "digest": "0" * 40},
             {"storage": DISK_STORAGE, "type": "lvmthin", "content": "images,rootdir",
              "thinpool": "data", "vgname": "pve", "digest": "0" * 40}])
@@ -1233,6 +1240,7 @@ class PveApp:
                 st = os.stat(os.path.join(h.iso_dir, f))
                 out.append({"volid": "%s:iso/%s" % (ISO_STORAGE, f), "format": "iso", "content": "iso",
                             "size": st.st_size, "ctime": int(st.st_mtime)})
+            out += self.import_content(h)
         else:
             for vm in sorted(self.r.vms.values(), key=lambda v: v.vmid):
                 if vm.host is not h:
@@ -1259,6 +1267,8 @@ class PveApp:
         self._storage(h, st)
         pveacl.check_content_delete(self.r.access, u, st)
         path = os.path.join(h.iso_dir, vol[4:]) if st == ISO_STORAGE and vol.startswith("iso/") else None
+        if st == ISO_STORAGE and vol.startswith("import/"):
+            path = os.path.join(pveimage.import_dir(h), vol[7:])
 
         def work(t):
             if path is None or not os.path.exists(path):

@@ -10,6 +10,8 @@ import re
 import threading
 import time
 
+from . import pveimage
+
 # ---- privileges and built-in roles ----------------------------------------------------------------
 # Per category: privileges only root should hold, an administrator's, a user's, an auditor's (the split PVE's
 # AccessControl.pm builds its PVE*Admin/PVE*User/PVEAuditor roles from).
@@ -555,6 +557,7 @@ def storage_access(acc, user, vmid, settings, default_storage=None):
             acc.check(user, "/storage/%s" % sid, ["Datastore.AllocateSpace"])
         else:
             volume_access(acc, user, vmid, file)
+        pveimage.check_import_from(acc, user, vmid, k, v)
 
 
 def bridge_access(acc, user, conf):

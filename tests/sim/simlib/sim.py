@@ -35,7 +35,7 @@ KNOBS = {
     "start_seconds": 0.1, "shutdown_seconds": 0.2, "stats_delay_seconds": 1.0, "nextid_reserve_seconds": 30.0,
     # PVE faults
     "clone_fail_rate": 0.0, "clone_fail_next": 0, "clone_error_next": 0, "start_fail_next": 0, "upload_fail_next": 0,
-    "destroy_fail_next": 0, "destroy_fail_rate": 0.0,
+    "destroy_fail_next": 0, "destroy_fail_rate": 0.0, "storage_full": [], "download_seconds": 0.0,
     "pve_error_rate": 0.0, "pve_timeout_rate": 0.0, "pve_error_next": 0, "pve_timeout_next": 0,
     "timeout_hold_seconds": 30.0,
     "hosts_down": [],
