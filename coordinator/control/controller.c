@@ -151,6 +151,7 @@ static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watc
                 node_changed(c, ev, obj);
         else if ((kind == K_POOLS || kind == K_CLASSES) && c->synced[kind] && spec_changed(ev, obj, prev)) {
                 trigger_locked(c);
+                c->usage_stale = true; /* NodeRegistrationHealthy goes back to Unknown (update_pools) */
                 if (kind == K_CLASSES && ev == KUBE_EVENT_MODIFIED)
                         class_changed_locked(c);
         }

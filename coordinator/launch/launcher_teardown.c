@@ -285,6 +285,7 @@ struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct la
                 log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         if (c->nodepool[0] && c->host[0])
                 launcher__backoff_note(c->l, c->nodepool, c->host, c->now);
+        launcher__health_note(c, false, &f);
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = c->uid;
         json_t *deleted = NULL;

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+# Karpenter 1.14's NodePool policies in pvescale-coordinator (issue 40 item 5) against the simulator, real agents and a
+# real control plane (../shared/k8s, shared by the module's tests): NodeRegistrationHealthy on the NodePool (Unknown
+# for a new pool or a changed one, False once half of the last four launches failed to join, True when one joins),
+# Karpenter's metric names.
+# SPDX-License-Identifier: Apache-2.0
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coordlib as cl  # noqa: E402
+from test_coordinator_launch import cluster_info  # noqa: E402
+
+PODS = "/api/v1/namespaces/default/pods"
+POOLS = cl.GROUP + "/nodepools"
+
+
+def condition(obj, ctype):
+    for x in (obj.get("status") or {}).get("conditions") or []:
+        if x.get("type") == ctype:
+            return x
+    return None
+
+
+class RegistrationHealthTest(cl.SharedControlPlaneTest):
+    """NodeRegistrationHealthy as Karpenter's registrationhealth, registration and liveness controllers keep it."""
+
+    def pool(self):
+        return self.c.sim.kube("GET", POOLS + "/default").json
+
+    def health(self):
+        return condition(self.pool(), "NodeRegistrationHealthy")
+
+    def test_a_template_that_never_joins_is_reported_then_healed(self):
+        """The seed reported a template that never joins as "0 zones" with no reason (its issues #120 and #190).
+        Here the pool's NodeRegistrationHealthy is Unknown while nothing is known, False with the reason and the
+        claim's message once two launches failed to join (not after the first one: Karpenter's four-place ring needs
+        half of it), True as soon as a node joins, and Unknown again when the pool's spec changes."""
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        c.create(POOLS, cl.nodepool())
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"join_delay_seconds": 3600}).status, 200)
+        self.co = cl.Coordinator(c, ["--registration-timeout=3s"])
+        unknown = cl.wait_for(lambda: self.health(), 30, interval=0.3, what="NodeRegistrationHealthy on the pool")
+        self.assertEqual(unknown["status"], "Unknown", unknown)
+        pool = self.pool()
+        self.assertEqual(unknown["observedGeneration"], pool["metadata"]["generation"])
+        klass = c.sim.kube("GET", cl.GROUP + "/proxmoxnodeclasses/default").json
+        self.assertEqual(pool["status"]["nodeClassObservedGeneration"], klass["metadata"]["generation"])
+
+        c.create(PODS, cl.pod("web", cpu="500m", memory="512Mi"))
+
+        def timeouts():
+            return [e for e in c.items("/api/v1/namespaces/default/events")
+                    if e.get("involvedObject", {}).get("kind") == "NodeClaim" and e["reason"] == "RegistrationTimeout"]
+        cl.wait_for(lambda: timeouts(), 90, interval=0.3, what="a first RegistrationTimeout")
+        self.assertNotEqual(self.health()["status"], "False", "one failure alone makes no verdict")
+        bad = cl.wait_for(lambda: (self.health() or {}).get("status") == "False" and self.health(), 120, interval=0.3,
+                          what="NodeRegistrationHealthy False")
+        self.assertGreaterEqual(len(timeouts()), 2)
+        self.assertEqual(bad["reason"], "RegistrationFailed")
+        self.assertIn("Failed to register node: nodeclaim/", bad["message"])
+        self.assertIn("within 3 s", bad["message"])
+        self.assertIn("launcher: NodePool default: NodeRegistrationHealthy False", self.co.logtext())
+
+        # The template is fixed: the next launch joins (after the pool's per-host back-off) and the pool is healthy.
+        self.assertEqual(c.sim.admin("POST", "/knobs", {"join_delay_seconds": 0}).status, 200)
+        good = cl.wait_for(lambda: (self.health() or {}).get("status") == "True" and self.health(), 150,
+                           interval=0.5, what="NodeRegistrationHealthy True")
+        self.assertEqual(good["reason"], "NodeRegistrationHealthy")
+        cl.wait_for(lambda: (c.sim.kube("GET", PODS + "/web").json.get("status") or {}).get("phase") == "Running",
+                    60, interval=0.5, what="web Running")
+
+        # A new generation of the pool: nothing is known of it yet.
+        r = c.sim.kube("PATCH", POOLS + "/default", {"spec": {"limits": {"cpu": "100"}}},
+                       ctype="application/merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+        gen = r.json["metadata"]["generation"]
+        again = cl.wait_for(lambda: (self.health() or {}).get("observedGeneration") == gen and self.health(), 30,
+                            interval=0.3, what="the condition recomputed for the new generation")
+        self.assertEqual(again["status"], "Unknown")
+        self.assertEqual(again["reason"], "AwaitingReconciliation")
+
+
+if __name__ == "__main__":
+    unittest.main()
