@@ -161,9 +161,11 @@ static int end_grace_now(struct disruption *d, const char *name) {
 
 /* Delete a NodeClaim (its finalizer drains and terminates it) with its Events; forceful (repair): its termination
  * grace period over at once. */
-static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message,
-                        bool forceful) {
+static int delete_claim(struct disruption *d, const struct disruption_input *di, const json_t *claim,
+                        const json_t *node, const char *message, enum stats_disruption_method m) {
+        bool forceful = m == STATS_DISRUPTION_REPAIR;
         const char *name = kube_meta_str(claim, "name");
+        struct stats_disruption_labels labels;
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = kube_meta_str(claim, "uid");
         int r = forceful ? end_grace_now(d, name) : 0;
@@ -175,6 +177,8 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
                 return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
                                        kube_client_error(d->env.kube));
         log_info("disruption: NodeClaim %s: %s", name, message);
+        size_t pods = disruption_disrupted_labels(di, name, m, &labels);
+        stats_nodeclaim_disrupted(d->env.stats, &labels, pods);
         /* Its Node keeps the taint (it was put on for this decision, by this process or by one before a restart): not
          * a stale one to take off, whatever this pass's snapshot, taken before the delete, still says. */
         const char *node_name = kube_meta_str(node, "name");
@@ -189,7 +193,7 @@ static int carry_out(struct disruption *d, const struct disruption_input *di, co
         int r = disruption_taint(d->env.kube, d->tainted, di, dec->candidates, dec->n_candidates);
         for (size_t k = 0; r == 0 && k < dec->n_candidates; k++) {
                 size_t i = dec->candidates[k];
-                r = delete_claim(d, di->claims[i], di->nodes[i], dec->message, dec->method == DISRUPT_METHOD_REPAIR);
+                r = delete_claim(d, di, di->claims[i], di->nodes[i], dec->message, stats_method(dec->method));
                 for (size_t j = k; r < 0 && j < dec->n_candidates; j++)
                         disruption_untaint(d->env.kube, d->tainted, di->nodes[dec->candidates[j]]);
         }
@@ -431,14 +435,13 @@ static int replace_state(const struct replace *r, const json_t *claims, int64_t 
 /* Every replacement is Initialized: delete the old claims, as a delete decision does. */
 static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims,
                     const struct replace *rp) {
-        bool repair = rp->method == STATS_DISRUPTION_REPAIR;
         json_t *names = names_of(rp->old), *n;
         size_t i;
         int r = names ? 0 : -ENOMEM;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
                 if (r == 0 && claim && !kube_deleting(claim))
-                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), rp->message, repair);
+                        r = delete_claim(d, di, claim, node_of(di, json_string_value(n)), rp->message, rp->method);
         }
         json_decref(names);
         if (r == 0)

@@ -1,14 +1,17 @@
 /* launcher_health: the NodePool's NodeRegistrationHealthy condition from this process's launch results, as
- * Karpenter's registration (True) and liveness (False after half of the last four launches failed) set it. */
+ * Karpenter's registration (True) and liveness (False after half of the last four launches failed) set it; and a
+ * failed launch in Karpenter's nodeclaims_disrupted_total, as its liveness counts a claim it deletes. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "launcher_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "array.h"
+#include "config.h"
 #include "kube_types.h"
 #include "log.h"
 
@@ -76,4 +79,32 @@ void launcher__health_note(struct launcher__ctx *c, bool success, const struct l
                             kube_client_error(c->kube));
         else
                 log_info("launcher: NodePool %s: %s %s (%s)", c->nodepool, REGHEALTH_CONDITION, status, reason);
+}
+
+/* CamelCase to snake_case as Karpenter's pretty.ToSnakeCase: RegistrationTimeout -> registration_timeout,
+ * IPPoolExhausted -> ip_pool_exhausted. */
+static void snake_case(const char *in, char *out, size_t len) {
+        size_t o = 0;
+        for (size_t i = 0; in[i] && o + 2 < len; i++) {
+                bool upper = isupper((unsigned char)in[i]);
+                bool after_lower = i > 0 && islower((unsigned char)in[i - 1]);
+                bool acronym_end = i > 0 && isupper((unsigned char)in[i - 1]) && islower((unsigned char)in[i + 1]);
+                if (upper && (after_lower || acronym_end))
+                        out[o++] = '_';
+                out[o++] = (char)tolower((unsigned char)in[i]);
+        }
+        out[o] = '\0';
+}
+
+void launcher__count_failure(struct launcher__ctx *c, const struct launchstep_failure *f) {
+        char reason[96];
+        uint64_t ms = 0;
+        const char *tgp = json_string_value(kube_nodeclaim_of(c->claim).termination_grace_period);
+        bool has_tgp = tgp && config_parse_duration(tgp, &ms) == 0;
+        snake_case(f->reason, reason, sizeof reason);
+        struct stats_disruption_labels l = { .reason = reason, .nodepool = c->nodepool, .capacity_type = "on-demand",
+                                             .consolidation_policy = "", .termination_mode = "graceful" };
+        if (has_tgp)
+                l.termination_mode = ms == 0 ? "forceful" : "eventual";
+        stats_nodeclaim_disrupted(c->l->env.stats, &l, 0);
 }

@@ -163,6 +163,8 @@ void launcher__cache_drop(struct launcher__cache *c, const char *key);
 int64_t launcher__now(const struct launcher *l);
 /* A launch of c's pool registered (success) or failed (f): NodeRegistrationHealthy on the pool (launcher_health.c). */
 void launcher__health_note(struct launcher__ctx *c, bool success, const struct launchstep_failure *f);
+/* A failed launch in nodeclaims_disrupted_total (reason: f's, snake_cased; launcher_health.c). */
+void launcher__count_failure(struct launcher__ctx *c, const struct launchstep_failure *f);
 void launcher__backoff_note(struct launcher *l, const char *nodepool, const char *host, int64_t now_ms);
 void launcher__backoff_clear(struct launcher *l, const char *nodepool, const char *host);
 /* Hold a VMID for a launch of this process until its clone is sent: 0, -EEXIST (another launch holds it). */

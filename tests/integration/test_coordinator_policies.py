@@ -10,9 +10,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
+from test_coordinator_disruption import rfc3339_seconds  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
+WHEN_EMPTY = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}
 POOLS = cl.GROUP + "/nodepools"
 
 
@@ -42,7 +44,7 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
         c.create(POOLS, cl.nodepool())
         self.assertEqual(c.sim.admin("POST", "/knobs", {"join_delay_seconds": 3600}).status, 200)
-        self.co = cl.Coordinator(c, ["--registration-timeout=3s"])
+        self.co = cl.Coordinator(c, ["--registration-timeout=3s"] + cl.FAST_SCALE_DOWN)
         unknown = cl.wait_for(lambda: self.health(), 30, interval=0.3, what="NodeRegistrationHealthy on the pool")
         self.assertEqual(unknown["status"], "Unknown", unknown)
         pool = self.pool()
@@ -73,8 +75,20 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         cl.wait_for(lambda: (c.sim.kube("GET", PODS + "/web").json.get("status") or {}).get("phase") == "Running",
                     60, interval=0.5, what="web Running")
 
-        # A new generation of the pool: nothing is known of it yet.
-        r = c.sim.kube("PATCH", POOLS + "/default", {"spec": {"limits": {"cpu": "100"}}},
+        # Karpenter's metrics: each failed launch a nodeclaims_disrupted_total{reason="registration_timeout"}, the
+        # pod seen Pending then Ready one pods_startup_duration_seconds observation.
+        m = self.co.metrics()
+        failed = 'pvescale_coordinator_nodeclaims_disrupted_total{reason="registration_timeout",nodepool="default",' \
+                 'capacity_type="on-demand",consolidation_policy="",termination_mode="graceful"}'
+        self.assertEqual(m.get(failed), float(len(timeouts())), m)
+        self.assertEqual(m.get("pvescale_coordinator_pods_startup_duration_seconds_count"), 1.0)
+        web = c.sim.kube("GET", PODS + "/web").json
+        ready = [x for x in web["status"]["conditions"] if x["type"] == "Ready"][0]
+        took = rfc3339_seconds(ready["lastTransitionTime"]) - rfc3339_seconds(web["metadata"]["creationTimestamp"])
+        self.assertAlmostEqual(m["pvescale_coordinator_pods_startup_duration_seconds_sum"], took, delta=0.01)
+
+        # A new generation of the pool: nothing is known of it yet. It also empties its nodes at once (WhenEmpty).
+        r = c.sim.kube("PATCH", POOLS + "/default", {"spec": {"disruption": WHEN_EMPTY}},
                        ctype="application/merge-patch+json")
         self.assertEqual(r.status, 200, r)
         gen = r.json["metadata"]["generation"]
@@ -82,6 +96,14 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
                             interval=0.3, what="the condition recomputed for the new generation")
         self.assertEqual(again["status"], "Unknown")
         self.assertEqual(again["reason"], "AwaitingReconciliation")
+
+        # The pod goes: emptiness deletes its node, counted with Karpenter's labels (no pod to move).
+        self.assertEqual(c.sim.kube("DELETE", PODS + "/web").status, 200)
+        empty = 'pvescale_coordinator_nodeclaims_disrupted_total{reason="empty",nodepool="default",' \
+                'capacity_type="on-demand",consolidation_policy="when_empty",termination_mode="graceful"}'
+        cl.wait_for(lambda: self.co.metrics().get(empty) == 1.0, 60, interval=0.5, what="the empty node disrupted")
+        self.assertEqual(self.co.metrics().get(empty.replace("nodeclaims_disrupted_total",
+                                                             "pods_disruption_initiated_total")), 0.0)
 
 
 if __name__ == "__main__":
