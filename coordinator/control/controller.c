@@ -592,7 +592,8 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
         c->by_provider_id[K_NODES] = json_object();
         c->by_provider_id[K_CLAIMS] = json_object();
         c->writing = json_object();
-        if (r == 0 && (!c->candidates || !c->starting || !c->addresses || !c->by_provider_id[K_NODES] || !c->by_provider_id[K_CLAIMS] ||
+        if (r == 0 && (!c->candidates || !c->starting || !c->addresses || !c->by_provider_id[K_NODES] ||
+                       !c->by_provider_id[K_CLAIMS] ||
                        !c->writing))
                 r = -ENOMEM;
         if (r == 0)

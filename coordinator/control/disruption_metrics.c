@@ -22,6 +22,7 @@ static const char *reason_of(enum stats_disruption_method m) {
 const char *disruption_policy_label(enum disrupt_policy p) {
         switch (p) {
         case DISRUPT_WHEN_EMPTY: return "when_empty";
+        case DISRUPT_BALANCED: return "balanced";
         default: return "when_empty_or_underutilized";
         }
 }

@@ -181,7 +181,7 @@ void stats_disruption_action(struct stats *s, enum stats_disruption_method m, en
 void stats_eviction(struct stats *s, enum stats_eviction_result result);
 /* Karpenter's labels of one NodeClaim disrupted (snake_case, "" when none applies). */
 struct stats_disruption_labels {
-        const char *reason;               /* underutilized, empty, drifted, expired, unhealthy, registration_timeout... */
+        const char *reason;               /* underutilized, empty, drifted, expired, unhealthy, registration_timeout */
         const char *nodepool;
         const char *capacity_type;        /* on-demand: a Proxmox VM is never reclaimed */
         const char *consolidation_policy; /* when_empty, when_empty_or_underutilized, balanced; "" but consolidation */

@@ -12,10 +12,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
 from test_coordinator_disruption import rfc3339_seconds  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
+from test_coordinator_replace import deployment, initialized  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 WHEN_EMPTY = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}
 POOLS = cl.GROUP + "/nodepools"
+DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
+SMALL, MEM = "c1.2VCPU-4GB", "t1.2VCPU-6GB"  # allocatable 1920m each, 2600Mi and 4085Mi; prices 3 and 3.5
 
 
 def condition(obj, ctype):
@@ -104,6 +107,87 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         cl.wait_for(lambda: self.co.metrics().get(empty) == 1.0, 60, interval=0.5, what="the empty node disrupted")
         self.assertEqual(self.co.metrics().get(empty.replace("nodeclaims_disrupted_total",
                                                              "pods_disruption_initiated_total")), 0.0)
+
+
+class BalancedTest(cl.SharedControlPlaneTest):
+    """consolidationPolicy: Balanced, as Karpenter 1.14 scores a consolidation: the share of the pool's cost it saves
+    against the share of the pool's disruption it causes (each node 1, each pod that moves 1), taken at a score of
+    0.5 or more."""
+    hosts = "pve1=32intel64-2p8co2t+8ve"
+
+    def patch_pool(self, disruption):
+        r = self.c.sim.kube("PATCH", POOLS + "/default", {"spec": {"disruption": disruption}},
+                            ctype="application/merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+
+    def claims_initialized(self, n):
+        claims = self.c.claims()
+        return len(claims) == n and all(initialized(x) for x in claims) and claims
+
+    def disrupted(self, reason, policy):
+        labels = '{reason="%s",nodepool="default",capacity_type="on-demand",consolidation_policy="%s",' \
+                 'termination_mode="graceful"}' % (reason, policy)
+        m = self.co.metrics()
+        return (m.get("pvescale_coordinator_nodeclaims_disrupted_total" + labels, 0.0),
+                m.get("pvescale_coordinator_pods_disruption_initiated_total" + labels, 0.0))
+
+    def test_balanced_leaves_a_marginal_replace_and_still_empties(self):
+        """A node whose one pod would fit a shape 0.5 cheaper (of a pool costing 6.5: 7.7% saved) for half of the
+        pool's disruption (2 of 4) scores 0.15: Balanced leaves it, with an Event that gives the score, while
+        WhenEmptyOrUnderutilized replaces it at once. An empty node still goes under Balanced (its score is high:
+        it moves nothing)."""
+        c = self.c
+        c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
+        c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}))
+        # consolidateAfter 20s: no node is a candidate before the pods planned on the others are bound to them (a pass
+        # right after a node is Initialized sees it empty while its pods are only nominated to it).
+        balanced = {"consolidationPolicy": "Balanced", "consolidateAfter": "20s", "budgets": [{"nodes": "100%"}]}
+        pool = cl.nodepool(disruption=balanced, requirements=[
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [SMALL, MEM]}])
+        c.create(POOLS, pool)
+        self.co = cl.Coordinator(c, cl.FAST_SCALE_DOWN)
+        c.create(PODS, cl.pod("keep", cpu="1700m", memory="512Mi"))
+        first = cl.wait_for(lambda: c.pods_running(1) and self.claims_initialized(1), 90, interval=0.5,
+                            what="keep Running on an Initialized claim")[0]
+        self.assertEqual(first["spec"]["instanceType"], SMALL)
+        # web (1500m) and a filler that needs memory share a second node, which must be the dearer MEM shape.
+        web = deployment("web", 1)
+        web["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1500m"
+        c.create(DEPLOYS, web)
+        c.create(PODS, cl.pod("filler", cpu="100m", memory="3000Mi"))
+        claims = cl.wait_for(lambda: c.pods_running(3) and self.claims_initialized(2), 90, interval=0.5,
+                             what="web and filler Running on a second Initialized claim")
+        second = [x for x in claims if x["metadata"]["name"] != first["metadata"]["name"]][0]
+        self.assertEqual(second["spec"]["instanceType"], MEM)
+        self.assertEqual(c.sim.kube("DELETE", PODS + "/filler", {"gracePeriodSeconds": 0}).status, 200)
+
+        name = second["metadata"]["name"]
+
+        def blocked():
+            return [e["message"] for e in c.items("/api/v1/namespaces/default/events")
+                    if e.get("reason") == "DisruptionBlocked" and e["involvedObject"]["name"] == name and
+                    "saves too little" in e["message"]]
+        msg = cl.wait_for(blocked, 60, interval=0.5, what="the replace left for saving too little")[0]
+        self.assertIn("a replace saves too little for its 1 pods: score 0.15 < 0.50 (Balanced: savings 7.7%, "
+                      "disruption 50.0%)", msg)
+        self.assertEqual(sorted(x["metadata"]["name"] for x in c.claims()),
+                         sorted([first["metadata"]["name"], name]))
+        self.assertEqual(self.disrupted("underutilized", "balanced"), (0.0, 0.0))
+
+        # The same move under WhenEmptyOrUnderutilized: any saving will do.
+        self.patch_pool(dict(balanced, consolidationPolicy="WhenEmptyOrUnderutilized"))
+        cl.wait_for(lambda: self.disrupted("underutilized", "when_empty_or_underutilized") == (1.0, 1.0), 120,
+                    interval=0.5, what="the MEM node replaced, its one pod counted")
+        cl.wait_for(lambda: c.pods_running(2) and self.claims_initialized(2), 90, interval=0.5,
+                    what="web Running again on the replacement")
+        self.assertEqual(sorted(x["spec"]["instanceType"] for x in c.claims()), [SMALL, SMALL])
+
+        # Balanced again; keep goes: its node is empty, and Balanced deletes it as any policy does.
+        self.patch_pool(balanced)
+        self.assertEqual(c.sim.kube("DELETE", PODS + "/keep", {"gracePeriodSeconds": 0}).status, 200)
+        cl.wait_for(lambda: self.disrupted("empty", "balanced") == (1.0, 0.0), 60, interval=0.5,
+                    what="the empty node deleted under Balanced")
+        cl.wait_for(lambda: self.claims_initialized(1), 60, interval=0.5, what="one claim left")
 
 
 if __name__ == "__main__":

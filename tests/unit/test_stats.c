@@ -170,10 +170,12 @@ static void test_karpenter_names(void **state) {
         stats_observe(&s, STATS_H_POD_STARTUP, 12.5);
         char *t = stats_render(&s, NULL);
         assert_non_null(t);
-        assert_line(t, "nodeclaims_disrupted_total{reason=\"underutilized\",nodepool=\"web\",capacity_type=\"on-demand\","
-                       "consolidation_policy=\"balanced\",termination_mode=\"graceful\"} 2");
+        assert_line(t, "nodeclaims_disrupted_total{reason=\"underutilized\",nodepool=\"web\","
+                       "capacity_type=\"on-demand\",consolidation_policy=\"balanced\","
+                       "termination_mode=\"graceful\"} 2");
         assert_line(t, "pods_disruption_initiated_total{reason=\"underutilized\",nodepool=\"web\","
-                       "capacity_type=\"on-demand\",consolidation_policy=\"balanced\",termination_mode=\"graceful\"} 5");
+                       "capacity_type=\"on-demand\",consolidation_policy=\"balanced\","
+                       "termination_mode=\"graceful\"} 5");
         assert_line(t, "nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"web\","
                        "capacity_type=\"on-demand\",consolidation_policy=\"\",termination_mode=\"graceful\"} 1");
         assert_line(t, "pods_startup_duration_seconds_bucket{le=\"15\"} 1");
