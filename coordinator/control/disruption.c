@@ -38,6 +38,7 @@ struct disruption {
         char *plan[PLAN_MAX]; /* the keys of the last pass's decisions, to be carried out when they still hold */
         size_t n_plan;
         json_t *told;         /* claim name -> the last "left alone" message sent as an Event */
+        json_t *told_pods;    /* "<pod uid> <value>" -> true: InvalidDoNotDisruptAnnotation Events sent */
         json_t *logged;       /* NodePools' setting errors already logged -> true */
         struct replace *replacing; /* the replaces under way, oldest first */
         size_t n_replacing;
@@ -57,7 +58,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         d->logged = json_object();
         d->tainted = json_object();
         d->pod_marks = json_object();
-        if (!d->told || !d->logged || !d->tainted || !d->pod_marks) {
+        d->told_pods = json_object();
+        if (!d->told || !d->logged || !d->tainted || !d->pod_marks || !d->told_pods) {
                 disruption_free(d);
                 return -ENOMEM;
         }
@@ -87,6 +89,7 @@ void disruption_free(struct disruption *d) {
                 return;
         plan_clear(d);
         json_decref(d->told);
+        json_decref(d->told_pods);
         while (d->replacing) {
                 struct replace *r = d->replacing;
                 d->replacing = r->next;
@@ -214,6 +217,40 @@ static void tell_skips(struct disruption *d, const struct disruption_input *di, 
                 json_object_set_new(d->told, name, json_string(msg));
                 tell(d, di->claims[i], di->nodes[i], "Normal", "DisruptionBlocked", msg);
         }
+}
+
+static bool on_candidate(const struct disruption_input *di, const char *node_name) {
+        for (size_t i = 0; node_name && i < di->n_candidates; i++)
+                if (strcmp(di->candidates[i].sim->name, node_name) == 0)
+                        return true;
+        return false;
+}
+
+/* Karpenter's InvalidDoNotDisruptAnnotation: a pod on one of our nodes whose do-not-disrupt value is neither "true"
+ * nor a positive duration is not protected (launchstep_pod_do_not_disrupt), and is told so, once per value. */
+static void tell_invalid_do_not_disrupt(struct disruption *d, const struct disruption_input *di) {
+        json_t *seen = json_object();
+        for (size_t j = 0; seen && j < di->round->in->n_pods; j++) {
+                const json_t *pod = di->round->pods[j];
+                const char *key_name = NULL, *v = launchstep_pod_do_not_disrupt_invalid(pod, &key_name);
+                char key[512], msg[512];
+                if (!v || !on_candidate(di, di->round->in->pods[j]->node_name))
+                        continue;
+                snprintf(key, sizeof key, "%s %s", kube_meta_str(pod, "uid") ?: "", v);
+                json_object_set_new(seen, key, json_true());
+                if (json_object_get(d->told_pods, key))
+                        continue;
+                snprintf(msg, sizeof msg, "Invalid %s annotation value \"%s\", ignoring annotation. Use 'true' or a "
+                         "duration like '5m', '1h'", key_name, v);
+                if (kube_event_emit(d->env.kube, &kube_pods, pod, "Warning", "InvalidDoNotDisruptAnnotation", msg,
+                                    COMPONENT) < 0)
+                        log_warning("disruption: cannot record the event \"%s\": %s", msg,
+                                    kube_client_error(d->env.kube));
+        }
+        if (!seen)
+                return;
+        json_decref(d->told_pods);
+        d->told_pods = seen;
 }
 
 /* ---- replaces: the replacement claims first, the old ones once those are Initialized ---- */
@@ -728,6 +765,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         act(d, di, res, &out);
         replan(d, di, res);
         tell_skips(d, di, res);
+        tell_invalid_do_not_disrupt(d, di);
         out.replacing = d->n_replacing;
         disrupt_result_free(res);
         disruption_input_free(di);

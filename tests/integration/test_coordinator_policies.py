@@ -6,6 +6,7 @@
 # SPDX-License-Identifier: Apache-2.0
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +56,9 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         klass = c.sim.kube("GET", cl.GROUP + "/proxmoxnodeclasses/default").json
         self.assertEqual(pool["status"]["nodeClassObservedGeneration"], klass["metadata"]["generation"])
 
-        c.create(PODS, cl.pod("web", cpu="500m", memory="512Mi"))
+        web = cl.pod("web", cpu="500m", memory="512Mi")
+        web["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "forever"}  # no duration: ignored, told
+        c.create(PODS, web)
 
         def timeouts():
             return [e for e in c.items("/api/v1/namespaces/default/events")
@@ -77,6 +80,17 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         self.assertEqual(good["reason"], "NodeRegistrationHealthy")
         cl.wait_for(lambda: (c.sim.kube("GET", PODS + "/web").json.get("status") or {}).get("phase") == "Running",
                     60, interval=0.5, what="web Running")
+
+        # Its do-not-disrupt value is neither "true" nor a duration: Karpenter's Warning, once (a pass a second).
+        def invalid():
+            return [e for e in c.pod_events("web") if e["reason"] == "InvalidDoNotDisruptAnnotation"]
+        told = cl.wait_for(invalid, 30, interval=0.5, what="the InvalidDoNotDisruptAnnotation Event")
+        self.assertEqual(told[0]["type"], "Warning")
+        self.assertEqual(told[0]["message"], "Invalid karpenter.sh/do-not-disrupt annotation value \"forever\", "
+                         "ignoring annotation. Use 'true' or a duration like '5m', '1h'")
+        time.sleep(3)  # three more passes: still one Event, sent once
+        self.assertEqual(len(invalid()), 1)
+        self.assertEqual(invalid()[0].get("count", 1), 1)
 
         # Karpenter's metrics: each failed launch a nodeclaims_disrupted_total{reason="registration_timeout"}, the
         # pod seen Pending then Ready one pods_startup_duration_seconds observation.
