@@ -5,6 +5,7 @@
 # Karpenter's metric names.
 # SPDX-License-Identifier: Apache-2.0
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -202,6 +203,12 @@ class BalancedTest(cl.SharedControlPlaneTest):
         cl.wait_for(lambda: self.disrupted("empty", "balanced") == (1.0, 0.0), 60, interval=0.5,
                     what="the empty node deleted under Balanced")
         cl.wait_for(lambda: self.claims_initialized(1), 60, interval=0.5, what="one claim left")
+        # Karpenter's families, with their samples, are valid Prometheus text.
+        status, text = self.co.get(self.co.metrics_port, "/metrics")
+        self.assertEqual(status, 200)
+        if os.access("/usr/bin/promtool", os.X_OK):
+            p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
 if __name__ == "__main__":
