@@ -29,10 +29,16 @@ static struct reghealth *tracker_locked(struct launcher *l, const char *nodepool
         return &e->h;
 }
 
-/* Capacity, not configuration: Karpenter's insufficient-capacity errors do not count either. */
+/* What Karpenter does not count either: no room (its insufficient-capacity errors), and a claim or class that is
+ * wrong on its face (its NodeClassNotReady: the claim's Event and the class say so already). */
 static bool counts(const struct launchstep_failure *f) {
-        return strcmp(f->reason, "InsufficientCapacity") != 0 && strcmp(f->reason, "IPPoolExhausted") != 0 &&
-               strcmp(f->reason, "ReservationLost") != 0;
+        static const char *const not_counted[] = { "InsufficientCapacity", "IPPoolExhausted", "ReservationLost",
+                                                   "InvalidNodeClaim",     "InvalidNodeClass", "UnknownInstanceType",
+                                                   "UnknownRegion" };
+        for (size_t i = 0; i < sizeof not_counted / sizeof *not_counted; i++)
+                if (strcmp(f->reason, not_counted[i]) == 0)
+                        return false;
+        return true;
 }
 
 /* The status this result leads to (NULL: none to write), after it is added to the pool's tracker. */
