@@ -122,6 +122,7 @@ class RegistrationHealthTest(cl.SharedControlPlaneTest):
         cl.wait_for(lambda: self.co.metrics().get(empty) == 1.0, 60, interval=0.5, what="the empty node disrupted")
         self.assertEqual(self.co.metrics().get(empty.replace("nodeclaims_disrupted_total",
                                                              "pods_disruption_initiated_total")), 0.0)
+        self.assertEqual(c.denials(), [], "calls the Helm chart's RBAC refused (NodePool status among them)")
 
 
 class BalancedTest(cl.SharedControlPlaneTest):
