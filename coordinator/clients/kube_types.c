@@ -48,6 +48,7 @@ static void kube_pod_decode(const json_t *obj, struct kube_pod *ret) {
                 .node_name = kube_str(spec, "nodeName"),
                 .phase = kube_str(status, "phase"),
                 .tolerations = json_object_get(spec, "tolerations"),
+                .priority = json_integer_value(json_object_get(spec, "priority")),
                 .status = status,
         };
         kube_meta_decode(obj, &ret->meta);

@@ -35,6 +35,7 @@ struct kube_pod {
         const char *node_name;        /* spec.nodeName */
         const char *phase;            /* status.phase */
         const json_t *tolerations;    /* spec.tolerations */
+        int64_t priority;             /* spec.priority; 0 without */
         const json_t *status;
 };
 

@@ -66,6 +66,30 @@ static void class_changed_locked(struct controller *c) {
         c->wake_loop = true;
 }
 
+/* Karpenter's pods_startup_duration_seconds: a pod seen Pending is observed once, when it is Ready, from its
+ * creation to the Ready condition's lastTransitionTime; one that ends (Succeeded, Failed, deleted) first is not. */
+static void pod_startup(struct controller *c, enum kube_watch_event ev, const json_t *pod, const char *key) {
+        struct kube_pod p = kube_pod_of(pod);
+        const char *ready_at = kube_str(kube_condition(p.status, "Ready"), "lastTransitionTime");
+        int64_t created = 0, ready_ms = 0;
+        bool pending = p.phase && strcmp(p.phase, "Pending") == 0;
+        bool ended = p.phase && (strcmp(p.phase, "Succeeded") == 0 || strcmp(p.phase, "Failed") == 0);
+        if (ev != KUBE_EVENT_DELETED && pending) {
+                json_object_set_new(c->starting, key, json_true());
+                return;
+        }
+        if (ev == KUBE_EVENT_DELETED || ended) {
+                json_object_del(c->starting, key);
+                return;
+        }
+        if (!json_object_get(c->starting, key) || !kube_condition_true(p.status, "Ready") || !ready_at ||
+            !p.meta.creation_timestamp || rfc3339_parse(ready_at, &ready_ms) < 0 ||
+            rfc3339_parse(p.meta.creation_timestamp, &created) < 0)
+                return;
+        stats_observe(c->stats, STATS_H_POD_STARTUP, (double)(ready_ms - created) / 1000.0);
+        json_object_del(c->starting, key);
+}
+
 static void pod_changed(struct controller *c, enum kube_watch_event ev, const json_t *pod) {
         char key[512];
         const char *uid = kube_meta_str(pod, "uid");
@@ -73,6 +97,7 @@ static void pod_changed(struct controller *c, enum kube_watch_event ev, const js
                 snprintf(key, sizeof key, "%s", uid);
         else
                 controller__store_key(pod, key, sizeof key);
+        pod_startup(c, ev, pod, key);
         if (ev != KUBE_EVENT_DELETED && intake_pod_is_candidate(pod)) {
                 if (!json_object_get(c->candidates, key)) {
                         intake_batch_add(&c->batch, monotime_ms());
@@ -151,6 +176,7 @@ static void apply_event(struct controller *c, enum ctl_kind kind, enum kube_watc
                 node_changed(c, ev, obj);
         else if ((kind == K_POOLS || kind == K_CLASSES) && c->synced[kind] && spec_changed(ev, obj, prev)) {
                 trigger_locked(c);
+                c->usage_stale = true; /* NodeRegistrationHealthy goes back to Unknown (update_pools) */
                 if (kind == K_CLASSES && ev == KUBE_EVENT_MODIFIED)
                         class_changed_locked(c);
         }
@@ -557,11 +583,13 @@ int controller_new(const struct config *cfg, const struct kube_config *kube, con
         for (int k = 0; k < K_N && r == 0; k++)
                 r = (c->store[k] = json_object()) ? 0 : -ENOMEM;
         c->candidates = json_object();
+        c->starting = json_object();
         c->addresses = json_object();
         c->by_provider_id[K_NODES] = json_object();
         c->by_provider_id[K_CLAIMS] = json_object();
         c->writing = json_object();
-        if (r == 0 && (!c->candidates || !c->addresses || !c->by_provider_id[K_NODES] || !c->by_provider_id[K_CLAIMS] ||
+        if (r == 0 && (!c->candidates || !c->starting || !c->addresses || !c->by_provider_id[K_NODES] ||
+                       !c->by_provider_id[K_CLAIMS] ||
                        !c->writing))
                 r = -ENOMEM;
         if (r == 0)
@@ -644,6 +672,7 @@ void controller_free(struct controller *c) {
                 json_decref(c->by_provider_id[k]);
         }
         json_decref(c->candidates);
+        json_decref(c->starting);
         json_decref(c->writing);
         json_decref(c->addresses);
         latency_free(c->latency);

@@ -69,6 +69,7 @@ struct controller {
         json_t *by_provider_id[K_N]; /* nodes (spec) and claims (status): providerID → store key */
         bool synced[K_N];
         json_t *candidates;  /* pod uid → pod */
+        json_t *starting;    /* pod uid → true: seen Pending, not Ready yet (pods_startup_duration_seconds) */
         json_t *writing;     /* names of the claims our provisioner is creating → true, until claim_created */
         struct intake_batch batch;
         int64_t round_origin_ms; /* when the batch of the running round opened (its first pending pod) */

@@ -38,6 +38,7 @@ struct disruption {
         char *plan[PLAN_MAX]; /* the keys of the last pass's decisions, to be carried out when they still hold */
         size_t n_plan;
         json_t *told;         /* claim name -> the last "left alone" message sent as an Event */
+        json_t *told_pods;    /* "<pod uid> <value>" -> true: InvalidDoNotDisruptAnnotation Events sent */
         json_t *logged;       /* NodePools' setting errors already logged -> true */
         struct replace *replacing; /* the replaces under way, oldest first */
         size_t n_replacing;
@@ -57,7 +58,8 @@ int disruption_new(const struct disruption_env *env, struct disruption **ret) {
         d->logged = json_object();
         d->tainted = json_object();
         d->pod_marks = json_object();
-        if (!d->told || !d->logged || !d->tainted || !d->pod_marks) {
+        d->told_pods = json_object();
+        if (!d->told || !d->logged || !d->tainted || !d->pod_marks || !d->told_pods) {
                 disruption_free(d);
                 return -ENOMEM;
         }
@@ -87,6 +89,7 @@ void disruption_free(struct disruption *d) {
                 return;
         plan_clear(d);
         json_decref(d->told);
+        json_decref(d->told_pods);
         while (d->replacing) {
                 struct replace *r = d->replacing;
                 d->replacing = r->next;
@@ -161,9 +164,11 @@ static int end_grace_now(struct disruption *d, const char *name) {
 
 /* Delete a NodeClaim (its finalizer drains and terminates it) with its Events; forceful (repair): its termination
  * grace period over at once. */
-static int delete_claim(struct disruption *d, const json_t *claim, const json_t *node, const char *message,
-                        bool forceful) {
+static int delete_claim(struct disruption *d, const struct disruption_input *di, const json_t *claim,
+                        const json_t *node, const char *message, enum stats_disruption_method m) {
+        bool forceful = m == STATS_DISRUPTION_REPAIR;
         const char *name = kube_meta_str(claim, "name");
+        struct stats_disruption_labels labels;
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = kube_meta_str(claim, "uid");
         int r = forceful ? end_grace_now(d, name) : 0;
@@ -175,6 +180,8 @@ static int delete_claim(struct disruption *d, const json_t *claim, const json_t 
                 return log_error_errno(r, "disruption: cannot delete NodeClaim %s: %s", name,
                                        kube_client_error(d->env.kube));
         log_info("disruption: NodeClaim %s: %s", name, message);
+        size_t pods = disruption_disrupted_labels(di, name, m, &labels);
+        stats_nodeclaim_disrupted(d->env.stats, &labels, pods);
         /* Its Node keeps the taint (it was put on for this decision, by this process or by one before a restart): not
          * a stale one to take off, whatever this pass's snapshot, taken before the delete, still says. */
         const char *node_name = kube_meta_str(node, "name");
@@ -189,7 +196,7 @@ static int carry_out(struct disruption *d, const struct disruption_input *di, co
         int r = disruption_taint(d->env.kube, d->tainted, di, dec->candidates, dec->n_candidates);
         for (size_t k = 0; r == 0 && k < dec->n_candidates; k++) {
                 size_t i = dec->candidates[k];
-                r = delete_claim(d, di->claims[i], di->nodes[i], dec->message, dec->method == DISRUPT_METHOD_REPAIR);
+                r = delete_claim(d, di, di->claims[i], di->nodes[i], dec->message, stats_method(dec->method));
                 for (size_t j = k; r < 0 && j < dec->n_candidates; j++)
                         disruption_untaint(d->env.kube, d->tainted, di->nodes[dec->candidates[j]]);
         }
@@ -210,6 +217,40 @@ static void tell_skips(struct disruption *d, const struct disruption_input *di, 
                 json_object_set_new(d->told, name, json_string(msg));
                 tell(d, di->claims[i], di->nodes[i], "Normal", "DisruptionBlocked", msg);
         }
+}
+
+static bool on_candidate(const struct disruption_input *di, const char *node_name) {
+        for (size_t i = 0; node_name && i < di->n_candidates; i++)
+                if (strcmp(di->candidates[i].sim->name, node_name) == 0)
+                        return true;
+        return false;
+}
+
+/* Karpenter's InvalidDoNotDisruptAnnotation: a pod on one of our nodes whose do-not-disrupt value is neither "true"
+ * nor a positive duration is not protected (launchstep_pod_do_not_disrupt), and is told so, once per value. */
+static void tell_invalid_do_not_disrupt(struct disruption *d, const struct disruption_input *di) {
+        json_t *seen = json_object();
+        for (size_t j = 0; seen && j < di->round->in->n_pods; j++) {
+                const json_t *pod = di->round->pods[j];
+                const char *key_name = NULL, *v = launchstep_pod_do_not_disrupt_invalid(pod, &key_name);
+                char key[512], msg[512];
+                if (!v || !on_candidate(di, di->round->in->pods[j]->node_name))
+                        continue;
+                snprintf(key, sizeof key, "%s %s", kube_meta_str(pod, "uid") ?: "", v);
+                json_object_set_new(seen, key, json_true());
+                if (json_object_get(d->told_pods, key))
+                        continue;
+                snprintf(msg, sizeof msg, "Invalid %s annotation value \"%s\", ignoring annotation. Use 'true' or a "
+                         "duration like '5m', '1h'", key_name, v);
+                if (kube_event_emit(d->env.kube, &kube_pods, pod, "Warning", "InvalidDoNotDisruptAnnotation", msg,
+                                    COMPONENT) < 0)
+                        log_warning("disruption: cannot record the event \"%s\": %s", msg,
+                                    kube_client_error(d->env.kube));
+        }
+        if (!seen)
+                return;
+        json_decref(d->told_pods);
+        d->told_pods = seen;
 }
 
 /* ---- replaces: the replacement claims first, the old ones once those are Initialized ---- */
@@ -431,14 +472,13 @@ static int replace_state(const struct replace *r, const json_t *claims, int64_t 
 /* Every replacement is Initialized: delete the old claims, as a delete decision does. */
 static int replaced(struct disruption *d, const struct disruption_input *di, const json_t *claims,
                     const struct replace *rp) {
-        bool repair = rp->method == STATS_DISRUPTION_REPAIR;
         json_t *names = names_of(rp->old), *n;
         size_t i;
         int r = names ? 0 : -ENOMEM;
         json_array_foreach(names, i, n) {
                 const json_t *claim = claim_named(claims, json_string_value(n));
                 if (r == 0 && claim && !kube_deleting(claim))
-                        r = delete_claim(d, claim, node_of(di, json_string_value(n)), rp->message, repair);
+                        r = delete_claim(d, di, claim, node_of(di, json_string_value(n)), rp->message, rp->method);
         }
         json_decref(names);
         if (r == 0)
@@ -725,6 +765,7 @@ int disruption_pass(struct disruption *d, const struct provisioner_snapshot *sna
         act(d, di, res, &out);
         replan(d, di, res);
         tell_skips(d, di, res);
+        tell_invalid_do_not_disrupt(d, di);
         out.replacing = d->n_replacing;
         disrupt_result_free(res);
         disruption_input_free(di);

@@ -79,6 +79,15 @@ void disruption_drift_templates(struct provisioner *p, struct disruption_input *
  * being deleted are left alone. */
 void disruption_drift_conditions(struct kube_client *kube, const struct disruption_input *di, int64_t now_ms);
 
+/* ---- Karpenter's metric labels (disruption_metrics.c, pure) ---- */
+
+/* The labels of nodeclaims_disrupted_total for the claim of that name disrupted by method m, from its candidate in
+ * di; returns its reschedulable pods (pods_disruption_initiated_total). The strings are borrowed from di. */
+size_t disruption_disrupted_labels(const struct disruption_input *di, const char *claim,
+                                   enum stats_disruption_method m, struct stats_disruption_labels *ret);
+/* A consolidation policy as Karpenter's metrics spell it: when_empty, when_empty_or_underutilized, balanced. */
+const char *disruption_policy_label(enum disrupt_policy p);
+
 /* ---- the disrupted taint (disruption_taint.c, I/O) ---- */
 
 /* Taint the Nodes of the candidates (indices into di) NoSchedule, all before any claim is deleted or replacement

@@ -19,6 +19,8 @@
 #define ANNOTATION_SAFE_TO_EVICT "cluster-autoscaler.kubernetes.io/safe-to-evict"
 #define ANNOTATION_DO_NOT_DISRUPT "pvescale.io/do-not-disrupt"
 #define ANNOTATION_KARPENTER_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
+#define ANNOTATION_DISRUPTION_COST "karpenter.sh/disruption-cost"
+#define ANNOTATION_POD_DELETION_COST "controller.kubernetes.io/pod-deletion-cost"
 
 static bool annotation_true(const json_t *obj, const char *key) {
         const char *v = kube_annotation(obj, key);
@@ -50,6 +52,21 @@ static unsigned disruption_pod_flags(const json_t *pod, int64_t now_ms) {
         if (safe && strcmp(safe, "false") == 0)
                 f |= DISRUPT_POD_NOT_SAFE_TO_EVICT;
         return f;
+}
+
+/* Karpenter's EvictionCost less its 1: karpenter.sh/disruption-cost (else the deprecated
+ * controller.kubernetes.io/pod-deletion-cost) over 2^27, plus the priority over 2^25. A value that is no 32-bit
+ * integer counts as none, as Karpenter logs it and treats it as unset. */
+static double pod_cost_extra(const json_t *pod) {
+        const char *v = kube_annotation(pod, ANNOTATION_DISRUPTION_COST);
+        char *end = NULL;
+        double extra = (double)kube_pod_of(pod).priority / (double)(1 << 25);
+        if (!v)
+                v = kube_annotation(pod, ANNOTATION_POD_DELETION_COST);
+        long long n = v ? strtoll(v, &end, 10) : 0;
+        if (v && *v && end && *end == '\0' && n >= INT32_MIN && n <= INT32_MAX)
+                extra += (double)n / (double)(1 << 27);
+        return extra;
 }
 
 /* ---- pools and classes ---- */
@@ -306,7 +323,8 @@ static int add_pods(struct disrupt_candidate *c, const struct provisioner_round 
                 unsigned flags = disruption_pod_flags(r->pods[j], now_ms);
                 c->pods[c->n_pods++] = (struct disrupt_pod){
                         .namespace = p->namespace, .name = p->name, .flags = flags, .sim = p,
-                        .blocking_pdb = blocking_pdb(pdbs, pdb_names, r->pods[j], flags) };
+                        .blocking_pdb = blocking_pdb(pdbs, pdb_names, r->pods[j], flags),
+                        .cost_extra = pod_cost_extra(r->pods[j]) };
         }
         return 0;
 }

@@ -23,6 +23,8 @@
 #include "monotime.h"
 #include "nodeclaim.h"
 #include "kube_types.h"
+#include "reghealth.h"
+#include "rfc3339.h"
 
 #define AGENT_RETRY_MS 30000     /* an agent that failed is left alone this long (Proxmox data instead) */
 #define PROVISIONER_HOST_TASKS 16 /* hosts whose room is fetched at once */
@@ -745,13 +747,42 @@ static void tell_pods(struct provisioner *p, const struct provisioner_round *r, 
 
 /* ---- pools ---- */
 
+/* The generation of pool i's node class, or -1 when the round has no such class. */
+static int64_t class_generation(const struct provisioner_round *r, size_t i) {
+        const char *nc = r->in->pools[i]->nodeclass;
+        for (size_t k = 0; nc && k < r->n_catalogs; k++)
+                if (strcmp(r->in->classes[k]->name, nc) == 0)
+                        return kube_meta_of(r->classes[k]).generation;
+        return -1;
+}
+
+/* As Karpenter's registrationhealth controller: a pool new, or whose spec or node class changed since its
+ * NodeRegistrationHealthy was computed, gets it back to Unknown (merged into patch, its status object). */
+static int reset_registration_health(const struct provisioner_round *r, size_t i, int64_t now_ms, json_t *status) {
+        int64_t gen = class_generation(r, i);
+        if (gen < 0 || !reghealth_stale(r->pools[i], gen))
+                return 0;
+        json_t *patch = reghealth_patch(r->pools[i], "Unknown", "AwaitingReconciliation",
+                                        "no node of this generation of the pool and its node class has registered "
+                                        "or failed yet", gen, now_ms);
+        int rc = patch ? json_object_update(status, json_object_get(patch, "status")) : -1;
+        json_decref(patch);
+        return rc < 0 ? -ENOMEM : 0;
+}
+
 static void update_pools(struct provisioner *p, const struct provisioner_round *r, const struct sim_result *res,
                          struct provisioner_outcome *out) {
+        int64_t now_ms = rfc3339_now_ms();
         for (size_t i = 0; i < r->in->n_pools; i++) {
                 json_t *usage = provisioner_pool_usage(r, res, i);
                 const json_t *now = kube_nodepool_of(r->pools[i]).resources;
-                if (usage && !json_equal(usage, (json_t *)now)) {
-                        json_t *patch = json_pack("{s:{s:O}}", "status", "resources", usage);
+                json_t *status = json_object();
+                if (usage && status && !json_equal(usage, (json_t *)now))
+                        json_object_set(status, "resources", usage);
+                if (status)
+                        reset_registration_health(r, i, now_ms, status);
+                if (status && json_object_size(status) > 0) {
+                        json_t *patch = json_pack("{s:O}", "status", status);
                         if (!patch || kube_patch(p->env.kube, &kube_nodepools, NULL, r->in->pools[i]->name, "status",
                                                  KUBE_PATCH_MERGE, patch, NULL) < 0) {
                                 call_failed(p, STATS_KUBE_ERRORS, "NodePool %s: status: %s", r->in->pools[i]->name,
@@ -760,6 +791,7 @@ static void update_pools(struct provisioner *p, const struct provisioner_round *
                         }
                         json_decref(patch);
                 }
+                json_decref(status);
                 json_decref(usage);
         }
 }

@@ -84,7 +84,11 @@ struct disrupt_budget {
         int64_t duration_ms;
 };
 
-enum disrupt_policy { DISRUPT_WHEN_EMPTY, DISRUPT_WHEN_EMPTY_OR_UNDERUTILIZED };
+/* Balanced (Karpenter 1.14, designs/balanced-consolidation.md): a consolidation goes ahead only when the share of
+ * its source pools' cost it saves is at least DISRUPT_BALANCED_MIN_SCORE times the share of their disruption it
+ * causes (1/k, k = Karpenter's consolidationThreshold default 2). */
+enum disrupt_policy { DISRUPT_WHEN_EMPTY, DISRUPT_WHEN_EMPTY_OR_UNDERUTILIZED, DISRUPT_BALANCED };
+#define DISRUPT_BALANCED_MIN_SCORE 0.5
 
 struct disrupt_pool {
         char name[DISRUPT_NAME_MAX];
@@ -132,7 +136,12 @@ struct disrupt_pod {
         unsigned flags;
         const char *blocking_pdb;   /* "ns/name" of a PDB that allows 0 evictions now, else NULL */
         struct sim_pod *sim;        /* the same pod in the input's simulation (node_name = the node) */
+        double cost_extra;          /* Karpenter's EvictionCost less its 1: disruption-cost / 2^27 + priority / 2^25
+                                     * (disrupt_pod_cost); 0 by default */
 };
+
+/* Karpenter's EvictionCost of a pod, clamped to [-10, 10], then at least 0 as Balanced scores it. */
+double disrupt_pod_cost(const struct disrupt_pod *p);
 
 enum disrupt_ready { DISRUPT_READY_TRUE, DISRUPT_READY_FALSE, DISRUPT_READY_UNKNOWN };
 

@@ -1,6 +1,7 @@
 /* disrupt_consolidate: consolidation: multi-node over the candidates of every pool (a binary search over a prefix
  * of them, cheapest to disrupt first, each pool's budget applied to its own, as Karpenter's), then single-node of
- * each pool (delete, or replace by one cheaper shape). Pure. */
+ * each pool (delete, or replace by one cheaper shape); a Balanced pool's moves scored, savings against disruption.
+ * Pure. */
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <stdio.h>
@@ -61,6 +62,85 @@ static bool saves(const struct disrupt__trial *t, double price) {
         return t->all_placed && t->n_claims <= 1 && (t->n_claims == 0 || t->claims_price < price);
 }
 
+/* ---- Balanced: Karpenter's score of a move (designs/balanced-consolidation.md) ---- */
+
+double disrupt_pod_cost(const struct disrupt_pod *p) {
+        double c = 1.0 + p->cost_extra;
+        c = c > 10.0 ? 10.0 : c;
+        return c > 0.0 ? c : 0.0; /* the clamp to -10 ends at 0 for the score */
+}
+
+/* A node's disruption cost: 1 (so that an empty node costs something) plus its pods that would move. */
+static double node_disruption(const struct disrupt_candidate *c) {
+        double sum = 1.0;
+        for (size_t k = 0; k < c->n_pods; k++)
+                if (!(c->pods[k].flags & (DISRUPT_POD_DAEMONSET | DISRUPT_POD_MIRROR)))
+                        sum += disrupt_pod_cost(&c->pods[k]);
+        return sum;
+}
+
+struct balance {
+        bool applies;                   /* a candidate's pool is Balanced */
+        double savings, disruption;     /* fractions of the source pools' totals */
+        double score;
+};
+
+static bool in_move(const struct disrupt__ctx *ctx, const size_t *list, size_t n, size_t pool) {
+        for (size_t k = 0; k < n; k++)
+                if (ctx->pool_of[list[k]] == pool)
+                        return true;
+        return false;
+}
+
+/* The move's savings and disruption as shares of its source pools' totals (every node of those pools: their cost,
+ * their disruption), and the score: the one over the other. A move that saves nothing scores 0. */
+static struct balance balance_of(const struct disrupt__ctx *ctx, const size_t *list, size_t n,
+                                 const struct disrupt__trial *t) {
+        struct balance b = { 0 };
+        double cost = 0, disruption = 0, saved = 0, caused = 0;
+        for (size_t k = 0; k < n; k++) {
+                const struct disrupt_candidate *c = &ctx->in->candidates[list[k]];
+                b.applies = b.applies || ctx->in->pools[ctx->pool_of[list[k]]].policy == DISRUPT_BALANCED;
+                saved += c->price;
+                caused += node_disruption(c);
+        }
+        for (size_t i = 0; i < ctx->in->n_candidates; i++) {
+                if (!in_move(ctx, list, n, ctx->pool_of[i]))
+                        continue;
+                cost += ctx->in->candidates[i].price;
+                disruption += node_disruption(&ctx->in->candidates[i]);
+        }
+        saved -= t->n_claims ? t->claims_price : 0;
+        b.savings = cost > 0 && saved > 0 ? saved / cost : 0;
+        b.disruption = disruption > 0 ? caused / disruption : 1;
+        b.score = b.disruption > 0 ? b.savings / b.disruption : 0;
+        return b;
+}
+
+/* Karpenter's ConsolidationApproved/Rejected text, without the verdict. */
+static void balance_text(const struct balance *b, char *buf, size_t len) {
+        disrupt__say(buf, len, "score %.2f %s %.2f (Balanced: savings %.1f%%, disruption %.1f%%)", b->score,
+                     b->score >= DISRUPT_BALANCED_MIN_SCORE ? ">=" : "<", DISRUPT_BALANCED_MIN_SCORE,
+                     100 * b->savings, 100 * b->disruption);
+}
+
+static bool balanced_ok(const struct disrupt__ctx *ctx, const size_t *list, size_t n, const struct disrupt__trial *t) {
+        struct balance b = balance_of(ctx, list, n, t);
+        return !b.applies || b.score >= DISRUPT_BALANCED_MIN_SCORE;
+}
+
+/* A Balanced decision's message says its score: "...; score 3.33 >= 0.50 (Balanced: ...)". */
+static void balance_note(struct disrupt__ctx *ctx, const size_t *list, size_t n, const struct disrupt__trial *t) {
+        struct balance b = balance_of(ctx, list, n, t);
+        struct disrupt_decision *d = &ctx->res->decisions[ctx->res->n_decisions - 1];
+        char text[MSG / 2];
+        size_t at = strlen(d->message);
+        if (!b.applies)
+                return;
+        balance_text(&b, text, sizeof text);
+        snprintf(d->message + at, MSG - at, "; %s", text);
+}
+
 static bool has_pool(const struct disrupt__ctx *ctx, const struct disrupt_decision *d, size_t pool) {
         for (size_t k = 0; k < d->n_candidates; k++)
                 if (ctx->pool_of[d->candidates[k]] == pool)
@@ -107,6 +187,7 @@ static int take(struct disrupt__ctx *ctx, size_t pool, enum disrupt_method m, co
         if (!d || disrupt__replacements(d, t) < 0)
                 return -ENOMEM;
         consolidation_message(ctx, d, t);
+        balance_note(ctx, list, n, t);
         return 1;
 }
 
@@ -137,7 +218,8 @@ static int first_n(struct disrupt__ctx *ctx, const size_t *list, size_t n) {
                 if (rc < 0)
                         return rc;
                 disrupt__need_hosts(ctx, &t, price);
-                if (saves(&t, price) && !no_better_than_a_delete(ctx, list, mid, &t)) {
+                if (saves(&t, price) && !no_better_than_a_delete(ctx, list, mid, &t) &&
+                    balanced_ok(ctx, list, mid, &t)) {
                         best = mid;
                         kept = t;
                         lo = mid + 1;
@@ -199,6 +281,15 @@ static bool might_save(const struct disrupt__ctx *ctx, size_t i) {
         return false;
 }
 
+/* Karpenter's ConsolidationRejected: the move would save, but not enough for what it disrupts. */
+static void balance_rejected(struct disrupt__ctx *ctx, size_t i, const struct disrupt__trial *t) {
+        struct balance b = balance_of(ctx, &i, 1, t);
+        char text[MSG / 2];
+        balance_text(&b, text, sizeof text);
+        disrupt__note(ctx, i, "not disrupted: a %s saves too little for its %zu pods: %s",
+                      t->n_claims ? "replace" : "delete", ctx->reschedulable[i], text);
+}
+
 /* At most DISRUPT_SINGLE_MAX_TRIALS simulations, as Karpenter bounds this method by a timeout; with more
  * candidates the start rotates with the pass (now / the pass period), so every candidate gets its turn. */
 static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list, size_t n) {
@@ -215,8 +306,11 @@ static int single_node(struct disrupt__ctx *ctx, size_t pool, const size_t *list
                 tried += may;
                 if (may)
                         disrupt__need_hosts(ctx, &t, ctx->in->candidates[i].price);
-                if (may && saves(&t, ctx->in->candidates[i].price))
+                bool saving = may && saves(&t, ctx->in->candidates[i].price);
+                if (saving && balanced_ok(ctx, &i, 1, &t))
                         return take(ctx, pool, DISRUPT_METHOD_SINGLE_NODE, &i, 1, &t);
+                if (saving)
+                        balance_rejected(ctx, i, &t);
                 if (may && t.uninitialized)
                         disrupt__note(ctx, i, "not disrupted: its pods %s", t.unplaced_reason);
                 if (tried >= DISRUPT_SINGLE_MAX_TRIALS && !may)

@@ -79,8 +79,11 @@ static int policy_at(const struct field *f, const json_t *disruption, enum disru
                 *ret = DISRUPT_WHEN_EMPTY_OR_UNDERUTILIZED;
         else if (s && strcmp(s, "WhenEmpty") == 0)
                 *ret = DISRUPT_WHEN_EMPTY;
+        else if (s && strcmp(s, "Balanced") == 0)
+                *ret = DISRUPT_BALANCED;
         else
-                return bad(f, "spec.disruption.consolidationPolicy", "must be WhenEmpty or WhenEmptyOrUnderutilized");
+                return bad(f, "spec.disruption.consolidationPolicy",
+                           "must be WhenEmpty, WhenEmptyOrUnderutilized or Balanced");
         return 0;
 }
 

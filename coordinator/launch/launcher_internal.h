@@ -28,6 +28,7 @@
 #include "kube_types.h"
 #include "launchstep.h"
 #include "nodeclaim.h"
+#include "reghealth.h"
 #include "shapes.h"
 #include "tokens.h"
 
@@ -55,6 +56,12 @@ struct launcher__backoff_entry {
         char *nodepool, *host;
         unsigned failures;
         int64_t until_ms;
+};
+
+/* NodeRegistrationHealthy: one pool's last launch results (launcher_health.c). */
+struct launcher__health_entry {
+        char *nodepool;
+        struct reghealth h;
 };
 
 struct launcher__seen {
@@ -91,6 +98,8 @@ struct launcher {
         size_t n_backoffs, cap_backoffs;
         uint32_t *vmids; /* VMIDs picked by a launch of this process whose clone has not been sent yet */
         size_t n_vmids, cap_vmids;
+        struct launcher__health_entry *health; /* NodeRegistrationHealthy: each pool's last launch results (mu) */
+        size_t n_health, cap_health;
         struct launcher__seen *seen; /* GC: when an orphan without a creation time was first seen */
         size_t n_seen, cap_seen;
         pthread_mutex_t iso_mu; /* guards templates (the parsed cloud-init template sets) */
@@ -153,6 +162,10 @@ void launcher__cache_drop(struct launcher__cache *c, const char *key);
 /* ---- launcher_state.c: the launcher object (launcher_new, launcher_free, launcher_wrote and
  * launcher_backoff_active are there too) ---- */
 int64_t launcher__now(const struct launcher *l);
+/* A launch of c's pool registered (success) or failed (f): NodeRegistrationHealthy on the pool (launcher_health.c). */
+void launcher__health_note(struct launcher__ctx *c, bool success, const struct launchstep_failure *f);
+/* A failed launch in nodeclaims_disrupted_total (reason: f's, snake_cased; launcher_health.c). */
+void launcher__count_failure(struct launcher__ctx *c, const struct launchstep_failure *f);
 void launcher__backoff_note(struct launcher *l, const char *nodepool, const char *host, int64_t now_ms);
 void launcher__backoff_clear(struct launcher *l, const char *nodepool, const char *host);
 /* Hold a VMID for a launch of this process until its clone is sent: 0, -EEXIST (another launch holds it). */

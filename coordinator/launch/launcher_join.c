@@ -276,15 +276,19 @@ static struct launchstep_result register_node(struct launcher__ctx *c, const jso
         if (next == LAUNCHSTEP_NODE_INITIALIZED) {
                 res = initialized(c, current, node_name);
                 json_decref(stored);
-                return launchstep_ok(&res) ? launchstep_then(launcher__record(c, NODECLAIM_STEP_INITIALIZED),
-                                                             launchstep_moved())
-                                           : res;
+                if (!launchstep_ok(&res))
+                        return res;
+                launcher__health_note(c, true, NULL);
+                return launchstep_then(launcher__record(c, NODECLAIM_STEP_INITIALIZED), launchstep_moved());
         }
         json_decref(stored);
         if (next == LAUNCHSTEP_NODE_WAIT)
                 return launchstep_wait(LAUNCHSTEP_POLL_MS);
         int r = launchstep_registered(c->st, node_name);
-        return r < 0 ? launchstep_error(r, "%s", strerror(-r)) : launchstep_done();
+        if (r < 0)
+                return launchstep_error(r, "%s", strerror(-r));
+        launcher__health_note(c, true, NULL);
+        return launchstep_done();
 }
 
 /* ---- held for earlier claims ---- */

@@ -68,6 +68,9 @@ void launcher_free(struct launcher *l) {
                 free(l->backoffs[i].host);
         }
         free(l->backoffs);
+        for (size_t i = 0; i < l->n_health; i++)
+                free(l->health[i].nodepool);
+        free(l->health);
         free(l->vmids);
         free(l->seen);
         pthread_mutex_destroy(&l->mu);

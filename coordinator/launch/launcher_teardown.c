@@ -274,8 +274,8 @@ static struct launchstep_result finalize_deleted(struct launcher__ctx *c, json_t
 
 struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct launchstep_result *why) {
         struct launchstep_failure f = launchstep_failure(c->st, why);
-        struct launchstep_result res =
-                c->st->launch_step == NODECLAIM_STEP_FAILED ? launchstep_done() : record_failure(c, &f);
+        bool first = c->st->launch_step != NODECLAIM_STEP_FAILED; /* not a retry of the delete below */
+        struct launchstep_result res = first ? record_failure(c, &f) : launchstep_done();
         if (!launchstep_ok(&res))
                 return res;
         log_error("launcher: NodeClaim %s failed (%s): %s; deleting it", c->name, f.reason, f.message);
@@ -285,6 +285,10 @@ struct launchstep_result launcher__fail(struct launcher__ctx *c, const struct la
                 log_error("launcher: event for NodeClaim %s: %s", c->name, kube_client_error(c->kube));
         if (c->nodepool[0] && c->host[0])
                 launcher__backoff_note(c->l, c->nodepool, c->host, c->now);
+        if (first) {
+                launcher__health_note(c, false, &f);
+                launcher__count_failure(c, &f);
+        }
         struct kube_delete_options o = KUBE_DELETE_OPTIONS_INIT;
         o.precondition_uid = c->uid;
         json_t *deleted = NULL;

@@ -432,6 +432,25 @@ bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms) {
                protects(kube_str(p.meta.annotations, LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT), start_ms, now_ms);
 }
 
+static bool valid_do_not_disrupt(const char *v) {
+        uint64_t ms;
+        return strcmp(v, "true") == 0 || (config_parse_duration(v, &ms) == 0 && ms > 0);
+}
+
+const char *launchstep_pod_do_not_disrupt_invalid(const json_t *pod, const char **ret_key) {
+        static const char *const keys[] = { LAUNCHSTEP_ANNOTATION_DO_NOT_DISRUPT,
+                                            LAUNCHSTEP_ANNOTATION_KARPENTER_DO_NOT_DISRUPT };
+        const json_t *annotations = kube_meta_of(pod).annotations;
+        for (size_t k = 0; k < 2; k++) {
+                const char *v = kube_str(annotations, keys[k]);
+                if (v && !valid_do_not_disrupt(v)) {
+                        *ret_key = keys[k];
+                        return v;
+                }
+        }
+        return NULL;
+}
+
 enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms) {
         const json_t *meta = json_object_get(pod, "metadata");
         if (kube_annotation(pod, "kubernetes.io/config.mirror") || kube_owned_by_daemonset(pod) ||

@@ -240,6 +240,9 @@ enum launchstep_drain launchstep_pod_drain(const json_t *pod, int64_t now_ms);
  * duration ("4h", "90m") that has not passed since the pod started (status.startTime, else its creation; neither
  * known: protected), as Karpenter reads it. Other values protect nothing. */
 bool launchstep_pod_do_not_disrupt(const json_t *pod, int64_t now_ms);
+/* The pod's first do-not-disrupt value that is neither "true" nor a positive duration (Karpenter ignores it, with
+ * an InvalidDoNotDisruptAnnotation Event), and the annotation's key in *ret_key; NULL when there is none. */
+const char *launchstep_pod_do_not_disrupt_invalid(const json_t *pod, const char **ret_key);
 
 /* The claim's termination grace period in ms: its spec.terminationGracePeriod, else its NodePool template's
  * (pool may be NULL); -1 when neither has one (wait for the pods forever). 0, or -EINVAL (a malformed duration,

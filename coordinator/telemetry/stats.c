@@ -25,6 +25,9 @@ static const struct histogram_doc HISTOGRAMS[STATS_N_HISTOGRAMS] = {
         [STATS_H_START_OWN] = { "launch_start_own_seconds",
                                 "launch_start_seconds minus the time spent waiting for API answers on the way.",
                                 { 0.5, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 30, 60, 300 } },
+        [STATS_H_POD_STARTUP] = { "pods_startup_duration_seconds",
+                                  "Karpenter's: the time from a pod's creation until it is Ready (pods seen Pending).",
+                                  { 1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600 } },
 };
 
 struct metric_doc {
@@ -126,6 +129,7 @@ static const char *const RESOURCES[STATS_N_RESOURCES] = { [STATS_RESOURCE_CPU] =
 
 void stats_init(struct stats *s) {
         memset(s, 0, sizeof *s);
+        atomic_flag_clear(&s->disrupted_lock);
 }
 
 void stats_add(struct stats *s, enum stats_counter c, uint64_t n) {
@@ -148,6 +152,34 @@ void stats_observe(struct stats *s, enum stats_histogram_kind h, double seconds)
         atomic_fetch_add(&hist->buckets[b], 1);
         atomic_fetch_add(&hist->count, 1);
         atomic_fetch_add(&hist->sum_us, (uint64_t)(seconds > 0 ? seconds * 1e6 : 0));
+}
+
+static void disrupted_labels(const struct stats_disruption_labels *l, struct prom_labels *out) {
+        *out = (struct prom_labels){ 0 };
+        prom_labels_add(out, "reason", l->reason);
+        prom_labels_add(out, "nodepool", l->nodepool);
+        prom_labels_add(out, "capacity_type", l->capacity_type);
+        prom_labels_add(out, "consolidation_policy", l->consolidation_policy);
+        prom_labels_add(out, "termination_mode", l->termination_mode);
+}
+
+void stats_nodeclaim_disrupted(struct stats *s, const struct stats_disruption_labels *l, uint64_t pods) {
+        struct prom_labels text;
+        if (!s || !l)
+                return;
+        disrupted_labels(l, &text);
+        while (atomic_flag_test_and_set(&s->disrupted_lock))
+                ;
+        size_t i = 0;
+        while (i < s->n_disrupted && strcmp(s->disrupted[i].labels, text.text) != 0)
+                i++;
+        if (i == s->n_disrupted && i < STATS_MAX_DISRUPTED) /* beyond: not counted (a bound on the label sets) */
+                snprintf(s->disrupted[s->n_disrupted++].labels, sizeof s->disrupted[i].labels, "%s", text.text);
+        if (i < s->n_disrupted) {
+                s->disrupted[i].claims++;
+                s->disrupted[i].pods += pods;
+        }
+        atomic_flag_clear(&s->disrupted_lock);
 }
 
 void stats_vm_created(struct stats *s, enum stats_vm_created_reason reason) {
@@ -289,6 +321,28 @@ static void render_disruptions(struct prom *p, const char *name, const char *hel
                 }
 }
 
+static void render_disrupted(struct prom *p, const struct stats *s) {
+        static const char *const names[2] = { "nodeclaims_disrupted_total", "pods_disruption_initiated_total" };
+        static const char *const help[2] = {
+                "Karpenter's: NodeClaims disrupted, by reason, nodepool, capacity_type, consolidation_policy and "
+                "termination_mode.",
+                "Karpenter's: the reschedulable pods (not a DaemonSet's, not mirror pods) of the NodeClaims disrupted, "
+                "with nodeclaims_disrupted_total's labels.",
+        };
+        struct stats *w = (struct stats *)s; /* the lock only */
+        struct stats_disrupted copy[STATS_MAX_DISRUPTED];
+        while (atomic_flag_test_and_set(&w->disrupted_lock))
+                ;
+        size_t n = s->n_disrupted;
+        memcpy(copy, s->disrupted, n * sizeof *copy);
+        atomic_flag_clear(&w->disrupted_lock);
+        for (int f = 0; f < 2; f++) {
+                prom_family(p, names[f], "counter", help[f]);
+                for (size_t i = 0; i < n; i++)
+                        prom_sample_u64(p, names[f], copy[i].labels, f == 0 ? copy[i].claims : copy[i].pods);
+        }
+}
+
 static void render_scale_down(struct prom *p, const struct stats *s) {
         render_by(p, "vms_created_total", "VMs created, by reason.", "reason", VM_CREATED, s->vms_created,
                   STATS_N_VM_CREATED);
@@ -303,6 +357,7 @@ static void render_scale_down(struct prom *p, const struct stats *s) {
                            &s->actions[0][0], STATS_DISRUPTION_N_DISRUPTING);
         render_by(p, "evictions_total", "Eviction API requests, by result.", "result", EVICTIONS, s->evictions,
                   STATS_N_EVICTION_RESULTS);
+        render_disrupted(p, s);
 }
 
 /* nodepool="..." and, when key is not NULL, key="value". */

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prom.h"
+
 enum stats_counter {
         STATS_BATCHES,            /* provisioning rounds run */
         STATS_CLAIMS_CREATED,     /* NodeClaims created */
@@ -45,6 +47,7 @@ enum stats_histogram_kind {
         STATS_H_SIMULATE,    /* simulate_run per round */
         STATS_H_START,       /* a claim's first pending pod to its VM's start call */
         STATS_H_START_OWN,   /* the same minus the time spent waiting for API answers on its way */
+        STATS_H_POD_STARTUP, /* Karpenter's pods_startup_duration_seconds: a pod's creation to its Ready */
         STATS_N_HISTOGRAMS,
 };
 
@@ -141,6 +144,14 @@ struct stats_watch {
         atomic_uint synced;
 };
 
+/* Karpenter's nodeclaims_disrupted_total and pods_disruption_initiated_total: one label set each
+ * (stats_nodeclaim_disrupted). */
+#define STATS_MAX_DISRUPTED 64
+struct stats_disrupted {
+        char labels[PROM_LABELS_MAX]; /* reason, nodepool, capacity_type, consolidation_policy, termination_mode */
+        uint64_t claims, pods;
+};
+
 struct stats {
         atomic_uint_fast64_t counters[STATS_N_COUNTERS];
         atomic_int_fast64_t gauges[STATS_N_GAUGES];
@@ -152,6 +163,9 @@ struct stats {
         atomic_uint_fast64_t decisions[STATS_N_DISRUPTION_METHODS][STATS_N_DISRUPTION_REASONS];
         atomic_uint_fast64_t actions[STATS_N_DISRUPTION_METHODS][STATS_DISRUPTION_N_DISRUPTING];
         atomic_uint_fast64_t evictions[STATS_N_EVICTION_RESULTS];
+        atomic_flag disrupted_lock; /* guards disrupted */
+        struct stats_disrupted disrupted[STATS_MAX_DISRUPTED];
+        size_t n_disrupted;
 };
 
 void stats_init(struct stats *s);
@@ -165,6 +179,16 @@ void stats_disruption_decision(struct stats *s, enum stats_disruption_method m, 
 /* A decision to disrupt carried out after its re-check; r is delete or replace (others are ignored). */
 void stats_disruption_action(struct stats *s, enum stats_disruption_method m, enum stats_disruption_reason r);
 void stats_eviction(struct stats *s, enum stats_eviction_result result);
+/* Karpenter's labels of one NodeClaim disrupted (snake_case, "" when none applies). */
+struct stats_disruption_labels {
+        const char *reason;               /* underutilized, empty, drifted, expired, unhealthy, registration_timeout */
+        const char *nodepool;
+        const char *capacity_type;        /* on-demand: a Proxmox VM is never reclaimed */
+        const char *consolidation_policy; /* when_empty, when_empty_or_underutilized, balanced; "" but consolidation */
+        const char *termination_mode;     /* graceful, eventual, forceful */
+};
+/* One NodeClaim disrupted, with pods its reschedulable pods (not a DaemonSet's, not mirror pods). */
+void stats_nodeclaim_disrupted(struct stats *s, const struct stats_disruption_labels *l, uint64_t pods);
 /* A method's name as the metrics label it ("emptiness", "multi_node_consolidation", ...); and back: -1 when name
  * is none of them. */
 const char *stats_disruption_method_name(enum stats_disruption_method m);

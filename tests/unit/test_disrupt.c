@@ -418,6 +418,69 @@ static void test_single_node_replace(void **state) {
         teardown(&f);
 }
 
+/* Balanced (Karpenter 1.14): a move goes ahead when the share of the pool's cost it saves is at least half the share
+ * of the pool's disruption it causes (each node 1, each pod that moves 1 plus its disruption-cost and priority
+ * terms). Node a's one small pod fits a cheaper shape; b, c and d are full. */
+static void balanced_pool(struct fixture *f, const char *policy, double cost_extra) {
+        char disruption[128];
+        snprintf(disruption, sizeof disruption, "{\"consolidationPolicy\": \"%s\", \"consolidateAfter\": \"0s\"}",
+                 policy);
+        setup(f, disruption);
+        size_t a = add_node(f, "node-a", "t1.4VCPU-12GB");
+        add_pod(f, a, "small", 500, 0)->cost_extra = cost_extra;
+        add_pod(f, add_node(f, "node-b", "t1.4VCPU-12GB"), "big-b", 3500, 0);
+        add_pod(f, add_node(f, "node-c", "t1.4VCPU-12GB"), "big-c", 3500, 0);
+        add_pod(f, add_node(f, "node-d", "t1.4VCPU-12GB"), "big-d", 3500, 0);
+        decide(f);
+}
+
+static void test_balanced(void **state) {
+        (void)state;
+        struct fixture f;
+        balanced_pool(&f, "Balanced", 0);
+        assert_int_equal(f.pool.policy, DISRUPT_BALANCED);
+        assert_int_equal(f.res->n_decisions, 1);
+        const struct disrupt_decision *d = &f.res->decisions[0];
+        assert_int_equal(d->method, DISRUPT_METHOD_SINGLE_NODE);
+        assert_int_equal(d->candidates[0], 0);
+        assert_int_equal(d->n_replacements, 1);
+        /* saves (7 - the replacement's price) of 28, disrupts 2 of 8: score above 0.5 */
+        double saved = (f.cands[0].price - disrupt_price(d->replacements[0])) / 28.0, score = saved / 0.25;
+        char want[128];
+        snprintf(want, sizeof want, "; score %.2f >= 0.50 (Balanced: savings %.1f%%, disruption 25.0%%)", score,
+                 100 * saved);
+        assert_contains(d->message, "Consolidation: replace node-a, its 1 pods fit on one cheaper ");
+        assert_contains(d->message, want);
+        teardown(&f);
+
+        /* The same pod, costly to disrupt (disruption-cost 2^30: 8 more): 10 of 16, the move is not worth it. */
+        balanced_pool(&f, "Balanced", 8);
+        assert_int_equal(f.res->n_decisions, 0);
+        assert_contains(skip_of(&f, 0), "not disrupted: a replace saves too little for its 1 pods: score ");
+        assert_contains(skip_of(&f, 0), " < 0.50 (Balanced: savings ");
+        assert_contains(skip_of(&f, 0), "disruption 62.5%)");
+        teardown(&f);
+
+        /* WhenEmptyOrUnderutilized takes any saving, whatever it disrupts; its message has no score. */
+        balanced_pool(&f, "WhenEmptyOrUnderutilized", 8);
+        assert_int_equal(f.res->n_decisions, 1);
+        assert_null(strstr(f.res->decisions[0].message, "score"));
+        teardown(&f);
+}
+
+/* Karpenter's EvictionCost as Balanced weighs it: 1 plus the extra terms, at most 10, at least 0. */
+static void test_pod_cost(void **state) {
+        (void)state;
+        struct disrupt_pod p = { 0 };
+        assert_true(disrupt_pod_cost(&p) == 1.0);
+        p.cost_extra = 16;
+        assert_true(disrupt_pod_cost(&p) == 10.0);
+        p.cost_extra = -3;
+        assert_true(disrupt_pod_cost(&p) == 0.0);
+        p.cost_extra = 0.5;
+        assert_true(disrupt_pod_cost(&p) == 1.5);
+}
+
 /* An in-flight claim (a Node not Initialized yet: its startup taint may stay, it may never join) is not somewhere
  * to move pods to: Karpenter's "would schedule against uninitialized" (issue 37, 1). */
 static void test_not_onto_uninitialized(void **state) {
@@ -1104,6 +1167,8 @@ int main(void) {
                 cmocka_unit_test(test_emptiness),
                 cmocka_unit_test(test_single_node_delete),
                 cmocka_unit_test(test_single_node_replace),
+                cmocka_unit_test(test_balanced),
+                cmocka_unit_test(test_pod_cost),
                 cmocka_unit_test(test_not_onto_uninitialized),
                 cmocka_unit_test(test_room_of_a_replacement_is_kept),
                 cmocka_unit_test(test_limit_not_held_against_the_replacement),

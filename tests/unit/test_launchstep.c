@@ -541,6 +541,30 @@ static void test_do_not_disrupt_with_a_duration(void **state) {
                                   "\"status\": {\"startTime\": \"2023-11-14T22:03:19Z\"}}"), LAUNCHSTEP_DRAIN_EVICT);
 }
 
+static const char *invalid_of(const char *pod_json, const char **key) {
+        static char buf[64];
+        json_t *pod = test_json_parse(pod_json);
+        const char *v = launchstep_pod_do_not_disrupt_invalid(pod, key);
+        snprintf(buf, sizeof buf, "%s", v ? v : "(none)");
+        json_decref(pod);
+        return buf;
+}
+
+/* The values Karpenter ignores with an InvalidDoNotDisruptAnnotation Event: not "true", not a positive duration. */
+static void test_do_not_disrupt_invalid(void **state) {
+        (void)state;
+        const char *key = NULL;
+        assert_string_equal(invalid_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": "
+                                       "\"forever\"}}}", &key), "forever");
+        assert_string_equal(key, "karpenter.sh/do-not-disrupt");
+        assert_string_equal(invalid_of("{\"metadata\": {\"annotations\": {\"pvescale.io/do-not-disrupt\": "
+                                       "\"0s\"}}}", &key), "0s");
+        assert_string_equal(key, "pvescale.io/do-not-disrupt");
+        assert_string_equal(invalid_of("{\"metadata\": {\"annotations\": {\"karpenter.sh/do-not-disrupt\": "
+                                       "\"true\", \"pvescale.io/do-not-disrupt\": \"4h\"}}}", &key), "(none)");
+        assert_string_equal(invalid_of("{\"metadata\": {\"name\": \"web\"}}", &key), "(none)");
+}
+
 static void test_pod_drain(void **state) {
         (void)state;
         assert_int_equal(drain_of("{\"metadata\": {\"name\": \"web\"}, \"status\": {\"phase\": \"Running\"}}"),
@@ -682,7 +706,8 @@ int main(void) {
                 cmocka_unit_test(test_teardown_vm),     cmocka_unit_test(test_holds_room),
                 cmocka_unit_test(test_reserved_records), cmocka_unit_test(test_step_records),
                 cmocka_unit_test(test_failure),         cmocka_unit_test(test_node_disrupted), cmocka_unit_test(test_node_taint_untaint),
-                cmocka_unit_test(test_pod_drain), cmocka_unit_test(test_do_not_disrupt_with_a_duration),       cmocka_unit_test(test_registration_taints),
+                cmocka_unit_test(test_pod_drain), cmocka_unit_test(test_do_not_disrupt_with_a_duration),
+                cmocka_unit_test(test_do_not_disrupt_invalid),       cmocka_unit_test(test_registration_taints),
                 cmocka_unit_test(test_grace_period),
                 cmocka_unit_test(test_termination_due),
                 cmocka_unit_test(test_drain_requeue),   cmocka_unit_test(test_term_records),

@@ -154,6 +154,37 @@ static void test_scale_down_counters(void **state) {
         free(t);
 }
 
+/* Karpenter's nodeclaims_disrupted_total and pods_disruption_initiated_total: one sample per label set, the pods
+ * added up; and pods_startup_duration_seconds, a histogram. */
+static void test_karpenter_names(void **state) {
+        (void)state;
+        static struct stats s;
+        stats_init(&s);
+        struct stats_disruption_labels l = { .reason = "underutilized", .nodepool = "web", .capacity_type = "on-demand",
+                                             .consolidation_policy = "balanced", .termination_mode = "graceful" };
+        stats_nodeclaim_disrupted(&s, &l, 3);
+        stats_nodeclaim_disrupted(&s, &l, 2);
+        l.reason = "registration_timeout";
+        l.consolidation_policy = "";
+        stats_nodeclaim_disrupted(&s, &l, 0);
+        stats_observe(&s, STATS_H_POD_STARTUP, 12.5);
+        char *t = stats_render(&s, NULL);
+        assert_non_null(t);
+        assert_line(t, "nodeclaims_disrupted_total{reason=\"underutilized\",nodepool=\"web\","
+                       "capacity_type=\"on-demand\",consolidation_policy=\"balanced\","
+                       "termination_mode=\"graceful\"} 2");
+        assert_line(t, "pods_disruption_initiated_total{reason=\"underutilized\",nodepool=\"web\","
+                       "capacity_type=\"on-demand\",consolidation_policy=\"balanced\","
+                       "termination_mode=\"graceful\"} 5");
+        assert_line(t, "nodeclaims_disrupted_total{reason=\"registration_timeout\",nodepool=\"web\","
+                       "capacity_type=\"on-demand\",consolidation_policy=\"\",termination_mode=\"graceful\"} 1");
+        assert_line(t, "pods_startup_duration_seconds_bucket{le=\"15\"} 1");
+        assert_line(t, "pods_startup_duration_seconds_bucket{le=\"10\"} 0");
+        assert_line(t, "pods_startup_duration_seconds_count 1");
+        assert_declared(t);
+        free(t);
+}
+
 /* The NodePools' gauges: label values escaped, cpu in cores, memory in bytes, every phase of every pool. */
 static void test_cluster_render(void **state) {
         (void)state;
@@ -258,6 +289,7 @@ static void test_gauges(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(test_render), cmocka_unit_test(test_scale_down_counters),
-                                            cmocka_unit_test(test_cluster_render), cmocka_unit_test(test_gauges) };
+                                            cmocka_unit_test(test_cluster_render), cmocka_unit_test(test_gauges),
+                                            cmocka_unit_test(test_karpenter_names) };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
