@@ -9,16 +9,14 @@
 # missing privilege; a template no class names any more is removed; a slow download does not hold the pass.
 # SPDX-License-Identifier: Apache-2.0
 import hashlib
-import http.server
 import os
-import struct
 import sys
-import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import coordlib as cl  # noqa: E402
+from simlib import imageserv  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -27,27 +25,7 @@ MERGE = "application/merge-patch+json"
 GC = ["--gc-interval=2s"]
 
 
-def qcow2(virtual_gib):
-    """A qcow2 header: magic, version 3, the virtual size at byte 24 (all the simulator's Proxmox reads of it)."""
-    return b"QFI\xfb" + struct.pack(">I", 3) + b"\0" * 16 + struct.pack(">Q", virtual_gib * 2**30) + b"\0" * 72
-
-
-IMAGES = {"/noble-1.img": qcow2(2), "/noble-2.img": qcow2(3)}
-
-
-class Images(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = IMAGES.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
+IMAGES = {"/noble-1.img": imageserv.qcow2(2 * 2**30), "/noble-2.img": imageserv.qcow2(3 * 2**30)}
 
 
 def condition(obj, kind):
@@ -65,13 +43,12 @@ class ManagedTemplateTest(cl.SharedControlPlaneTest):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Images)
-        threading.Thread(target=cls.http.serve_forever, daemon=True).start()
-        cls.base = "http://127.0.0.1:%d" % cls.http.server_address[1]
+        cls.images = imageserv.ImageServer(IMAGES)
+        cls.base = cls.images.base
 
     @classmethod
     def tearDownClass(cls):
-        cls.http.shutdown()
+        cls.images.stop()
         super().tearDownClass()
 
     def template(self, name, path, checksum=None):

@@ -3,60 +3,34 @@
 # content, a full storage, import-from on create and config, conversion to a template, and their privileges.
 # SPDX-License-Identifier: Apache-2.0
 import hashlib
-import http.server
 import os
-import struct
 import subprocess
 import sys
-import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import simtest  # noqa: E402
+from simlib import imageserv  # noqa: E402
 
 
-def qcow2(virtual_size):
-    """The first bytes of a qcow2 image: magic, version 3, no backing file, the virtual size at byte 24."""
-    return b"QFI\xfb" + struct.pack(">I", 3) + b"\0" * 16 + struct.pack(">Q", virtual_size) + b"\0" * 72
-
-
-IMAGE = qcow2(2 * 2**30)
-OTHER = qcow2(3 * 2**30)
-
-
-class Files(http.server.BaseHTTPRequestHandler):
-    files = {"/cloud.qcow2": IMAGE, "/other.qcow2": OTHER, "/notqcow.qcow2": b"plain text"}
-    hits = []
-
-    def do_GET(self):
-        Files.hits.append(self.path)
-        body = self.files.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
+IMAGE = imageserv.qcow2(2 * 2**30)
+OTHER = imageserv.qcow2(3 * 2**30)
+FILES = {"/cloud.qcow2": IMAGE, "/other.qcow2": OTHER, "/notqcow.qcow2": b"plain text"}
 
 
 class ImageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
-        threading.Thread(target=cls.http.serve_forever, daemon=True).start()
-        cls.base = "http://127.0.0.1:%d" % cls.http.server_address[1]
+        cls.images = imageserv.ImageServer(FILES)
+        cls.base = cls.images.base
         cls.sim = simtest.Sim(hosts="pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga", kube="none")
         cls.next = 300
 
     @classmethod
     def tearDownClass(cls):
         cls.sim.stop()
-        cls.http.shutdown()
+        cls.images.stop()
 
     def newid(self):
         ImageTest.next += 1
@@ -98,10 +72,10 @@ class ImageTest(unittest.TestCase):
         self.assertNotIn("local:import/noble.qcow2", self.content("pve2"))  # local storage: that host only
         storages = self.sim.pve("GET", "/nodes/pve1/storage", {"content": "import"}).data
         self.assertEqual([s["storage"] for s in storages], ["local"])
-        hits = len(Files.hits)
+        hits = len(self.images.hits)
         self.assertEqual(self.finish(self.download("pve1", "noble.qcow2", "/cloud.qcow2", checksum=sha.upper(),
                                                    **{"checksum-algorithm": "sha256"}))["exitstatus"], "OK")
-        self.assertEqual(len(Files.hits), hits)  # the file there has the checksum: not fetched again
+        self.assertEqual(len(self.images.hits), hits)  # the file there has the checksum: not fetched again
         # Another image under the same name with the old checksum: the existing file does not match it.
         st = self.finish(self.download("pve1", "noble.qcow2", "/other.qcow2",
                                        checksum=hashlib.sha256(OTHER).hexdigest(), **{"checksum-algorithm": "sha256"}))
