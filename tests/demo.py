@@ -8,6 +8,7 @@ everything it started, or, with --keep, leaves them running and prints where to 
 agents' topology pages, the coordinator's metrics) until Ctrl-C."""
 # SPDX-License-Identifier: Apache-2.0
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "integration"))
 import coordlib as cl  # noqa: E402
+from simlib import imageserv  # noqa: E402
 from test_coordinator_launch import cluster_info  # noqa: E402
 
 HOSTS = "pve1=32intel64-2p8co2t+8ve,pve2=eas-tioga,pve3=64amd64-4s2n4ca2co"
@@ -35,6 +37,11 @@ CONSOLIDATE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAf
 IPAM = {"ipconfig": [{"interface": "net0", "ip": "10.0.0.0/24", "gw": "10.0.0.1", "range": "10.0.0.100-10.0.0.199",
                       "ip6": "fd00:1::/64", "gw6": "fd00:1::1"}],
         "nameservers": ["10.0.0.1"], "searchDomains": ["cluster.local"]}
+# The nodes' template: a ProxmoxTemplate the coordinator builds on every host from a cloud image (download-url,
+# import-from, template), served by this process (a qcow2 header: all the simulated Proxmox reads of an image).
+IMAGE_PATH = "/noble-server-cloudimg-amd64.img"
+IMAGE = imageserv.qcow2(3 * 2**30)
+TEMPLATES = cl.GROUP + "/proxmoxtemplates"
 # The simulated kubelet stops a pod at once on SIGTERM, as a pause container does.
 EXIT = {"sim.pvescale.io/exit-on-term": "true"}
 # Fast but not instant Proxmox and kubelets, so that every stage is visible.
@@ -217,11 +224,41 @@ def report_plan(c, names):
     return r
 
 
-def setup_objects(c):
+def template(image_url):
+    return {"apiVersion": "pvescale.io/v1alpha1", "kind": "ProxmoxTemplate", "metadata": {"name": "ubuntu-noble"},
+            "spec": {"sourceImage": {"url": image_url, "imageName": "noble.qcow2",
+                                     "checksum": hashlib.sha256(IMAGE).hexdigest(), "checksumType": "sha256"},
+                     "storageIDs": ["local", "local-lvm"], "machine": "q35", "agent": {"enabled": True},
+                     "tags": ["k8s"]}}
+
+
+def setup_objects(c, image_url):
     c.create("/api/v1/namespaces/kube-public/configmaps", cluster_info(c.sim))
-    c.create(cl.GROUP + "/proxmoxnodeclasses", cl.nodeclass(metadataOptions={"type": "cdrom"}, ipam=IPAM))
+    c.create(TEMPLATES, template(image_url))
+    c.create(cl.GROUP + "/proxmoxnodeclasses",
+             cl.nodeclass(instanceTemplateRef={"kind": "ProxmoxTemplate", "name": "ubuntu-noble"},
+                          metadataOptions={"type": "cdrom"}, ipam=IPAM))
     c.create(cl.GROUP + "/nodepools", cl.nodepool("general", disruption=CONSOLIDATE))
     c.create(cl.GROUP + "/nodepools", cl.nodepool("ssd", labels={"disk": "ssd"}, disruption=CONSOLIDATE))
+
+
+def template_ready(c):
+    """Waits until the coordinator has built the ProxmoxTemplate on every host, and says where."""
+    start = time.time()
+    print("Building the ProxmoxTemplate ubuntu-noble on every host (download-url, import-from, template) ...")
+    while True:
+        t = c.sim.kube("GET", TEMPLATES + "/ubuntu-noble").json
+        st = t.get("status") or {}
+        hosts = [h for h in st.get("hosts") or [] if h.get("state") == "Ready"]
+        if len(hosts) == len(c.agents):
+            built = ["%s VM %d from %s" % (h["host"], h["vmid"], h["image"])
+                     for h in sorted(hosts, key=lambda h: h["host"])]
+            print("  built in %.1f s: %s\n" % (time.time() - start, ", ".join(built)))
+            return True
+        if time.time() - start > TIMEOUT_S:
+            print("  not built after %d s: %s" % (TIMEOUT_S, json.dumps(st)))
+            return False
+        time.sleep(0.5)
 
 
 def progress(c, agents, names, start, done, timeout):
@@ -300,7 +337,7 @@ def keep_running(c, co):
     print("\nLeft running; Ctrl-C stops everything.\n")
     print("  kubectl (%s):" % ("the real kube-apiserver, as its admin" if c.sim.real else "the simulated API server"))
     print("    export KUBECONFIG=%s" % kubeconfig)
-    print("    kubectl get nodepools,nodeclaims,proxmoxnodeclasses")
+    print("    kubectl get nodepools,nodeclaims,proxmoxnodeclasses,proxmoxtemplates")
     print("    kubectl get nodes -L node.kubernetes.io/instance-type,topology.kubernetes.io/zone")
     print("    kubectl describe nodeclaims; kubectl get events")
     print("  The agents' topology pages (certificates from the CA %s; paste the token when asked):" % c.ca)
@@ -336,20 +373,23 @@ def run(argv=None):
     print("Starting the simulated Proxmox cluster (%s), %s and one pvescale-agent per host ..."
           % (HOSTS, "a Kubernetes control plane"))
     c = cl.Cluster(HOSTS, knobs=KNOBS)
-    co = None
+    co = images = None
     try:
         print(runs_on(c))
-        setup_objects(c)
+        images = imageserv.ImageServer({IMAGE_PATH: IMAGE})
+        setup_objects(c, images.base + IMAGE_PATH)
         co = cl.Coordinator(c)
         agents = Agents(c)
         names = [p["metadata"]["name"] for p in demo_pods()]
-        ok = scale_up(c, agents, names) and scale_down(c, co, agents, names)
+        ok = template_ready(c) and scale_up(c, agents, names) and scale_down(c, co, agents, names)
         if args.keep:
             keep_running(c, co)
         return 0 if ok else 1
     finally:
         if co:
             co.stop()
+        if images:
+            images.stop()
         c.stop()
         print("Stopped the coordinator, the agents and the simulator.")
 
