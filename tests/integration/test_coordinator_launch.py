@@ -201,8 +201,10 @@ class LaunchTest(cl.SharedControlPlaneTest):
         c.create(claims, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "disk-b"},
                           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
                                    "volumeName": "disk-b", "resources": {"requests": {"storage": "1Gi"}}}})
+        # kube-controller-manager's PV controller binds it on the claim's add event, else at its resync (15 s); in
+        # an ASan run beside three other tests it once took over 30 s (CI of this stop): a generous deadline
         cl.wait_for(lambda: (c.sim.kube("GET", claims + "/disk-b").json.get("status") or {}).get("phase") == "Bound",
-                    30, interval=0.5, what="the claim bound by kube-controller-manager")
+                    120, interval=0.5, what="the claim bound by kube-controller-manager")
         second = cl.pod("second", cpu="250m", memory="256Mi")
         second["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "disk-b"}}]
         c.create(PODS, second)
